@@ -1,0 +1,218 @@
+//! `jobs_claim`: handing due jobs to a worker under a fresh lease, optionally waiting for work.
+
+use pgrx::datum::DatumWithOid;
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+use pgrx::PgTryBuilder;
+
+use crate::datum::ClaimedRow;
+use crate::errors::{
+    check_interval, check_range, raise, required, BAD_ARGUMENT, DAY, WAIT_NEEDS_READ_COMMITTED,
+};
+use crate::guc;
+use crate::queue::{queue_arg, unknown_queue, MAX_LEASE_DAYS};
+use crate::spi::{server_now, timestamptz_arg, with_client, Statement};
+use crate::wakeup::{self, Waiter};
+
+/// Most jobs one claim may take.
+pub const MAX_CLAIM: i64 = 1000;
+
+static CLAIM: Statement = Statement {
+    sql: include_str!("../sql/claim.sql"),
+    args: &[
+        pg_sys::TEXTOID,
+        pg_sys::TEXTOID,
+        pg_sys::INT4OID,
+        pg_sys::INTERVALOID,
+        pg_sys::TEXTARRAYOID,
+        pg_sys::TIMESTAMPTZOID,
+    ],
+};
+
+static PROBE: Statement = Statement {
+    sql: include_str!("../sql/claim_probe.sql"),
+    args: &[pg_sys::TEXTOID],
+};
+
+/// What a claim attempt that got nothing learnt about the queue.
+struct Probe {
+    paused: bool,
+    earliest_run_at: Option<pg_sys::TimestampTz>,
+}
+
+/// Claims up to `n` due jobs of `queue` for `worker`, each under a fresh lease; with `wait`,
+/// sleeps until a commit makes a job claimable, a delayed job comes due, or the wait ends.
+#[pg_extern(volatile, parallel_unsafe)]
+fn jobs_claim(
+    queue: Option<&str>,
+    worker: default!(Option<&str>, "NULL"),
+    n: default!(Option<i32>, 1),
+    lease: default!(Option<Interval>, "NULL"),
+    kinds: default!(Option<Vec<Option<String>>>, "NULL"),
+    wait: default!(Option<Interval>, "'0'"),
+) -> SetOfIterator<'static, ClaimedRow> {
+    let queue = queue_arg(queue);
+    let worker = worker
+        .map(str::to_owned)
+        .unwrap_or_else(default_worker_name);
+    let n = required(n, "n");
+    check_range(n.into(), "n", 1, MAX_CLAIM);
+    if let Some(lease) = &lease {
+        check_interval(
+            lease,
+            "lease",
+            true,
+            MAX_LEASE_DAYS * DAY,
+            "greater than 0 and at most 7 days",
+        );
+    }
+    if let Some(kinds) = &kinds {
+        if kinds.iter().flatten().next().is_none() {
+            raise(
+                BAD_ARGUMENT,
+                "kinds must name at least one kind, or be NULL for every kind".into(),
+            );
+        }
+    }
+    let wait = required(wait, "wait");
+    let max_wait_ms = i128::from(guc::MAX_WAIT_MS.get());
+    check_interval(
+        &wait,
+        "wait",
+        false,
+        max_wait_ms * 1000,
+        &format!("at least 0 and at most pg_jobs.max_wait ({max_wait_ms} ms)"),
+    );
+    let wait_micros = wait.as_micros() as i64;
+
+    // The SRF's own memory context: results copied here outlive SPI and any subtransaction.
+    // SAFETY: reading the current context pointer.
+    let result_context = unsafe { pg_sys::CurrentMemoryContext };
+    let attempt = |now: pg_sys::TimestampTz| -> (Vec<ClaimedRow>, Option<Probe>) {
+        with_client(|client| {
+            let args: [DatumWithOid; 6] = [
+                queue.into(),
+                worker.as_str().into(),
+                n.into(),
+                lease.into(),
+                kinds.clone().into(),
+                timestamptz_arg(now),
+            ];
+            let rows: Vec<ClaimedRow> = CLAIM.collect(client, &args, result_context);
+            if !rows.is_empty() {
+                wakeup::jobs_claimed(queue, rows.len() as u32);
+                return (rows, None);
+            }
+            let probe = PROBE.run(client, &[queue.into()]);
+            if probe.is_empty() {
+                unknown_queue(queue);
+            }
+            let probe = probe.first();
+            let paused: bool = probe.get(1).ok().flatten().unwrap_or(false);
+            let earliest_run_at: Option<i64> = probe
+                .get::<TimestampWithTimeZone>(2)
+                .ok()
+                .flatten()
+                .map(i64::from);
+            (
+                rows,
+                Some(Probe {
+                    paused,
+                    earliest_run_at,
+                }),
+            )
+        })
+    };
+
+    if wait_micros == 0 {
+        return SetOfIterator::new(attempt(server_now()).0);
+    }
+
+    // SAFETY: reads the session's isolation level.
+    if unsafe { pg_sys::XactIsoLevel } >= pg_sys::XACT_REPEATABLE_READ as i32 {
+        crate::errors::raise_with_hint(
+            WAIT_NEEDS_READ_COMMITTED,
+            "jobs_claim cannot wait under REPEATABLE READ or SERIALIZABLE isolation".into(),
+            "Its snapshot would never see the jobs it waits for; claim in a READ COMMITTED transaction, or pass wait => '0'.",
+        );
+    }
+    let deadline = server_now().saturating_add(wait_micros);
+    let waiter = Waiter::new(queue);
+    loop {
+        let now = server_now();
+        // Each attempt runs in a subtransaction that is rolled back when it claims nothing,
+        // so the locks its statements took are gone while we sleep.
+        let (rows, probe) = in_subtransaction(|| {
+            let (rows, probe) = attempt(now);
+            let keep = !rows.is_empty();
+            ((rows, probe), keep)
+        });
+        if !rows.is_empty() || now >= deadline {
+            return SetOfIterator::new(rows);
+        }
+        let mut wake_at = deadline;
+        if let Some(Probe {
+            paused: false,
+            earliest_run_at: Some(run_at),
+        }) = probe
+        {
+            // A due job we could not take (held by another claimer, another kind) must not
+            // make us spin; only a future one times the sleep.
+            if run_at > now {
+                wake_at = wake_at.min(run_at);
+            }
+        }
+        waiter.sleep(wake_at);
+    }
+}
+
+/// The worker name a claim records when none is given: `application_name`, else the pid.
+fn default_worker_name() -> String {
+    // SAFETY: application_name is a GUC string, valid for the session.
+    let application_name = unsafe {
+        let name = pg_sys::application_name;
+        if name.is_null() {
+            String::new()
+        } else {
+            std::ffi::CStr::from_ptr(name)
+                .to_string_lossy()
+                .into_owned()
+        }
+    };
+    if application_name.is_empty() {
+        // SAFETY: MyProcPid is set for the life of the backend.
+        format!("pid:{}", unsafe { pg_sys::MyProcPid })
+    } else {
+        application_name
+    }
+}
+
+/// Runs `body` in a subtransaction, committed when `body` says to keep its work and rolled
+/// back otherwise (or on an ERROR, which is then re-raised).
+fn in_subtransaction<R>(body: impl FnOnce() -> (R, bool)) -> R {
+    // SAFETY: the same save/begin/restore sequence PL/pgSQL uses around an exception block.
+    unsafe {
+        let context = pg_sys::CurrentMemoryContext;
+        let owner = pg_sys::CurrentResourceOwner;
+        pg_sys::BeginInternalSubTransaction(std::ptr::null());
+        pg_sys::MemoryContextSwitchTo(context);
+        let restore = move || {
+            pg_sys::MemoryContextSwitchTo(context);
+            pg_sys::CurrentResourceOwner = owner;
+        };
+        let (result, keep) = PgTryBuilder::new(std::panic::AssertUnwindSafe(body))
+            .catch_others(move |error| {
+                pg_sys::RollbackAndReleaseCurrentSubTransaction();
+                restore();
+                error.rethrow()
+            })
+            .execute();
+        if keep {
+            pg_sys::ReleaseCurrentSubTransaction();
+        } else {
+            pg_sys::RollbackAndReleaseCurrentSubTransaction();
+        }
+        restore();
+        result
+    }
+}

@@ -1,0 +1,57 @@
+//! `jobs_heartbeat`: keeping a lease alive and reporting progress.
+
+use pgrx::datum::DatumWithOid;
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+
+use crate::datum::Jsonb;
+use crate::errors::{check_interval, required, DAY};
+use crate::queue::MAX_LEASE_DAYS;
+use crate::settle::lost_or_cancelled;
+use crate::spi::{server_now, timestamptz_arg, with_client, Statement};
+
+static HEARTBEAT: Statement = Statement {
+    sql: include_str!("../sql/heartbeat.sql"),
+    args: &[
+        pg_sys::INT8OID,
+        pg_sys::UUIDOID,
+        pg_sys::INTERVALOID,
+        pg_sys::JSONBOID,
+        pg_sys::TIMESTAMPTZOID,
+    ],
+};
+
+/// Extends the lease of a held job (by the claim's lease length unless `extend`) and stores
+/// `progress`: `running`, `cancelled` or `lost`.
+#[pg_extern(volatile, parallel_unsafe)]
+fn jobs_heartbeat(
+    id: Option<i64>,
+    lease: Option<pgrx::Uuid>,
+    extend: default!(Option<Interval>, "NULL"),
+    progress: default!(Option<Jsonb>, "NULL"),
+) -> &'static str {
+    let id = required(id, "id");
+    let lease = required(lease, "lease");
+    if let Some(extend) = &extend {
+        check_interval(
+            extend,
+            "extend",
+            true,
+            MAX_LEASE_DAYS * DAY,
+            "greater than 0 and at most 7 days",
+        );
+    }
+    with_client(|client| {
+        let args: [DatumWithOid; 5] = [
+            id.into(),
+            lease.into(),
+            extend.into(),
+            progress.into(),
+            timestamptz_arg(server_now()),
+        ];
+        match HEARTBEAT.first::<bool>(client, &args) {
+            Some(_) => "running",
+            None => lost_or_cancelled(client, id, lease),
+        }
+    })
+}

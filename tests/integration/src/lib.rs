@@ -1,0 +1,325 @@
+//! Test harness for pg_jobs: throwaway PostgreSQL clusters with the extension preloaded, and
+//! helpers to talk to them over real connections.
+//!
+//! Every test binary gets its own cluster (see [`Cluster::shared`]), started from the system's
+//! PostgreSQL 15 with the installed extension (`cargo pgrx install` runs first, from
+//! `scripts/test`). Tests in one binary run in parallel and keep apart by using their own
+//! queues ([`unique_queue`]).
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+pub use postgres::{Client, NoTls};
+
+/// Where the PostgreSQL binaries live; `PG_JOBS_PG_BIN` overrides it.
+fn pg_bin() -> PathBuf {
+    std::env::var_os("PG_JOBS_PG_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/usr/lib/postgresql/15/bin"))
+}
+
+fn running_as_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Runs a PostgreSQL program, as the `postgres` user when we are root (initdb refuses root).
+fn pg_command(program: &str) -> Command {
+    let path = pg_bin().join(program);
+    if running_as_root() {
+        let mut command = Command::new("runuser");
+        command.args(["-u", "postgres", "--"]).arg(path);
+        command
+    } else {
+        Command::new(path)
+    }
+}
+
+fn run(mut command: Command, what: &str) {
+    let output = command
+        .output()
+        .unwrap_or_else(|e| panic!("{what}: could not start: {e}"));
+    assert!(
+        output.status.success(),
+        "{what} failed: {}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// Clusters to stop when the test binary exits.
+static RUNNING: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+
+extern "C" fn stop_all_clusters() {
+    let Ok(clusters) = RUNNING.lock() else { return };
+    for data in clusters.iter() {
+        let _ = pg_command("pg_ctl")
+            .args(["stop", "-m", "immediate", "-D"])
+            .arg(data)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+        if let Some(base) = data.parent() {
+            let _ = std::fs::remove_dir_all(base);
+        }
+    }
+}
+
+/// A PostgreSQL cluster of our own: its data directory, socket directory and port.
+pub struct Cluster {
+    /// The data directory.
+    pub data: PathBuf,
+    /// The directory of the Unix socket and the log.
+    pub base: PathBuf,
+    /// The TCP port it listens on (localhost only).
+    pub port: u16,
+}
+
+/// Settings every test cluster gets: pg_jobs preloaded with a fast worker tick.
+pub const TEST_SETTINGS: &[&str] = &[
+    "shared_preload_libraries = 'pg_jobs'",
+    "pg_jobs.databases = 'postgres'",
+    "pg_jobs.tick = '100ms'",
+    "max_connections = 100",
+    "fsync = off",
+    "synchronous_commit = off",
+    "full_page_writes = off",
+    "log_min_messages = warning",
+    "restart_after_crash = on",
+];
+
+impl Cluster {
+    /// The cluster shared by every test of this binary, started on first use with
+    /// [`TEST_SETTINGS`] and the extension created in database `postgres`.
+    pub fn shared() -> &'static Cluster {
+        static SHARED: OnceLock<Cluster> = OnceLock::new();
+        SHARED.get_or_init(|| {
+            let cluster = Cluster::start("shared", TEST_SETTINGS);
+            cluster
+                .connect()
+                .batch_execute("CREATE EXTENSION IF NOT EXISTS pg_jobs")
+                .unwrap();
+            cluster
+        })
+    }
+
+    /// Creates and starts a new cluster with `settings` appended to postgresql.conf.
+    pub fn start(name: &str, settings: &[&str]) -> Cluster {
+        let root = std::env::var_os("PG_JOBS_TEST_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from("/var/tmp/pg_jobs-tests"));
+        std::fs::create_dir_all(&root).expect("create the test directory");
+        make_world_writable(&root);
+        static COUNTER: AtomicU32 = AtomicU32::new(0);
+        let base = root.join(format!(
+            "{name}-{}-{}",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&base);
+        std::fs::create_dir_all(&base).expect("create the cluster directory");
+        if running_as_root() {
+            run(
+                {
+                    let mut c = Command::new("chown");
+                    c.args(["postgres:postgres"]).arg(&base);
+                    c
+                },
+                "chown",
+            );
+        }
+        let data = base.join("data");
+        let mut initdb = pg_command("initdb");
+        initdb
+            .args(["-A", "trust", "-U", "postgres", "--no-sync", "-D"])
+            .arg(&data);
+        run(initdb, "initdb");
+
+        let port = free_port();
+        let mut conf = format!(
+            "\nport = {port}\nlisten_addresses = 'localhost'\nunix_socket_directories = '{}'\n",
+            base.display()
+        );
+        for setting in settings {
+            conf.push_str(setting);
+            conf.push('\n');
+        }
+        append_as_owner(&data.join("postgresql.conf"), &conf);
+
+        let cluster = Cluster { data, base, port };
+        RUNNING.lock().unwrap().push(cluster.data.clone());
+        static AT_EXIT: OnceLock<()> = OnceLock::new();
+        AT_EXIT.get_or_init(|| {
+            // SAFETY: registers a plain function to run at process exit.
+            unsafe { libc::atexit(stop_all_clusters) };
+        });
+        cluster.pg_ctl_start();
+        cluster
+    }
+
+    fn pg_ctl_start(&self) {
+        let mut start = pg_command("pg_ctl");
+        start
+            .args(["start", "-w", "-t", "60", "-D"])
+            .arg(&self.data)
+            .arg("-l")
+            .arg(self.base.join("log"));
+        run(start, "pg_ctl start");
+    }
+
+    /// Stops the server like a power cut: no shutdown checkpoint.
+    pub fn crash(&self) {
+        let mut stop = pg_command("pg_ctl");
+        stop.args(["stop", "-m", "immediate", "-w", "-D"])
+            .arg(&self.data);
+        run(stop, "pg_ctl stop -m immediate");
+    }
+
+    /// Starts the server again after [`Cluster::crash`]; it runs crash recovery first.
+    pub fn restart(&self) {
+        self.pg_ctl_start();
+    }
+
+    /// The server log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.base.join("log")).unwrap_or_default()
+    }
+
+    /// A connection string for `database`.
+    pub fn dsn(&self, database: &str) -> String {
+        format!(
+            "host=localhost port={} user=postgres dbname={database} connect_timeout=10",
+            self.port
+        )
+    }
+
+    /// A new connection to database `postgres`.
+    pub fn connect(&self) -> Client {
+        self.connect_to("postgres")
+    }
+
+    /// A new connection to `database`, retried while the server starts or recovers.
+    pub fn connect_to(&self, database: &str) -> Client {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            match Client::connect(&self.dsn(database), NoTls) {
+                Ok(client) => return client,
+                Err(e) if Instant::now() < deadline => {
+                    let _ = e;
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                Err(e) => panic!("could not connect to the test cluster: {e}"),
+            }
+        }
+    }
+}
+
+fn make_world_writable(path: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o1777));
+}
+
+fn append_as_owner(path: &Path, text: &str) {
+    use std::io::Write;
+    let mut file = std::fs::OpenOptions::new()
+        .append(true)
+        .open(path)
+        .expect("open postgresql.conf");
+    file.write_all(text.as_bytes())
+        .expect("write postgresql.conf");
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("find a free port")
+}
+
+/// A queue name no other test uses, created on the shared cluster with `settings` (SQL named
+/// arguments such as `"lease => '1 second'"`, or empty).
+pub fn unique_queue(client: &mut Client, prefix: &str, settings: &str) -> String {
+    static COUNTER: AtomicU32 = AtomicU32::new(0);
+    let name = format!("{prefix}-{}", COUNTER.fetch_add(1, Ordering::Relaxed));
+    let extra = if settings.is_empty() {
+        String::new()
+    } else {
+        format!(", {settings}")
+    };
+    client
+        .batch_execute(&format!("SELECT jobs_create_queue('{name}'{extra})"))
+        .unwrap_or_else(|e| panic!("create queue {name}: {e}"));
+    name
+}
+
+/// Waits until `condition` holds, polling every 20 ms, or panics with `what` after `timeout`.
+pub fn wait_until(timeout: Duration, what: &str, mut condition: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !condition() {
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A job claimed over SQL: its id and lease.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Claimed {
+    /// The job id.
+    pub id: i64,
+    /// The lease token of this claim.
+    pub lease: uuid::Uuid,
+    /// The attempt this claim started.
+    pub attempt: i32,
+}
+
+/// Claims up to `n` jobs of `queue` with the given extra SQL arguments (", lease => ...").
+pub fn claim(client: &mut Client, queue: &str, n: i32, extra: &str) -> Vec<Claimed> {
+    client
+        .query(
+            &format!("SELECT id, lease, attempt FROM jobs_claim($1, n => $2{extra})"),
+            &[&queue, &n],
+        )
+        .unwrap_or_else(|e| panic!("claim from {queue}: {e}"))
+        .iter()
+        .map(|row| Claimed {
+            id: row.get(0),
+            lease: row.get(1),
+            attempt: row.get(2),
+        })
+        .collect()
+}
+
+/// Enqueues one job with `payload` and returns its id.
+pub fn enqueue(client: &mut Client, queue: &str, payload: serde_json::Value) -> i64 {
+    client
+        .query_one("SELECT jobs_enqueue($1, $2)", &[&queue, &payload])
+        .unwrap_or_else(|e| panic!("enqueue into {queue}: {e}"))
+        .get(0)
+}
+
+/// The job's state.
+pub fn state(client: &mut Client, id: i64) -> String {
+    client
+        .query_one("SELECT state::text FROM jobs.job WHERE id = $1", &[&id])
+        .unwrap_or_else(|e| panic!("read job {id}: {e}"))
+        .get(0)
+}
+
+/// Runs a single-value SQL query with parameters and returns the value.
+pub fn scalar<T: for<'a> postgres::types::FromSql<'a>>(
+    client: &mut Client,
+    sql: &str,
+    params: &[&(dyn postgres::types::ToSql + Sync)],
+) -> T {
+    client
+        .query_one(sql, params)
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+        .get(0)
+}
