@@ -139,6 +139,7 @@ fn jobs_claim(
     let deadline = server_now().saturating_add(wait_micros);
     let waiter = Waiter::new(queue);
     loop {
+        let seen = waiter.generation();
         let now = server_now();
         // Each attempt runs in a subtransaction that is rolled back when it claims nothing,
         // so the locks its statements took are gone while we sleep.
@@ -162,7 +163,7 @@ fn jobs_claim(
                 wake_at = wake_at.min(run_at);
             }
         }
-        waiter.sleep(wake_at);
+        waiter.sleep(wake_at, seen);
     }
 }
 

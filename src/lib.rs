@@ -20,6 +20,7 @@ mod settle;
 mod shmem;
 mod spi;
 mod wakeup;
+mod worker;
 
 #[cfg(any(test, feature = "pg_test"))]
 mod tests;
@@ -37,6 +38,7 @@ pub extern "C-unwind" fn _PG_init() {
     // SAFETY: a flag Postgres sets while it loads shared_preload_libraries.
     if unsafe { pg_sys::process_shared_preload_libraries_in_progress } {
         shmem::request();
+        worker::register();
     }
 }
 

@@ -109,9 +109,7 @@ unsafe extern "C-unwind" fn on_xact_event(
             lower_next_due(&shared.slots[slot], earliest);
         }
         for (slot, count) in pending.on_commit {
-            let slot = &shared.slots[slot];
-            slot.generation.fetch_add(1, Ordering::AcqRel);
-            wake(slot, count);
+            wake(&shared.slots[slot], count);
         }
     } else if event != pg_sys::XactEvent::XACT_EVENT_PREPARE {
         for (slot, count) in pending.on_abort {
@@ -141,8 +139,11 @@ fn lower_next_due(slot: &Slot, run_at: pg_sys::TimestampTz) {
     }
 }
 
-/// Wakes up to `count` waiters of the slot: one condition-variable signal per job.
+/// Wakes up to `count` waiters of the slot: one condition-variable signal per job. The
+/// generation bump tells a claim that is between attempts (not yet on the wait list) to look
+/// again instead of sleeping.
 fn wake(slot: &Slot, count: u32) {
+    slot.generation.fetch_add(1, Ordering::AcqRel);
     let waiters = slot.waiters.load(Ordering::Acquire);
     if waiters == 0 {
         return;
@@ -184,18 +185,20 @@ impl Waiter {
         let slot = shared().map(|s| &s.slots[slot_index(queue)]);
         if let Some(slot) = slot {
             slot.waiters.fetch_add(1, Ordering::AcqRel);
-            // Join the wait list before the first check, so a commit between the check and
-            // the sleep still wakes us.
-            // SAFETY: a shared-memory condition variable.
-            unsafe { pg_sys::ConditionVariablePrepareToSleep(cv_ptr(slot)) };
         }
         Waiter { slot }
     }
 
+    /// The slot's generation; read it before checking for work and hand it to [`Waiter::sleep`].
+    pub fn generation(&self) -> u64 {
+        self.slot
+            .map_or(0, |slot| slot.generation.load(Ordering::Acquire))
+    }
+
     /// Sleeps until woken, until `until`, or until the slot's next delayed job comes due,
-    /// whichever is first. Raises the usual ERROR on `pg_cancel_backend` or
-    /// `statement_timeout`.
-    pub fn sleep(&self, until: pg_sys::TimestampTz) {
+    /// whichever is first; returns at once if anything was signalled since `seen` was read.
+    /// Raises the usual ERROR on `pg_cancel_backend` or `statement_timeout`.
+    pub fn sleep(&self, until: pg_sys::TimestampTz, seen: u64) {
         let now = server_now();
         let mut wake_at = until;
         if let Some(slot) = self.slot {
@@ -205,27 +208,33 @@ impl Waiter {
             }
         }
         // Round up so we never wake just before the moment we wait for.
-        let mut timeout_ms = ((wake_at - now).max(0) + 999) / 1000;
+        let timeout_ms = ((wake_at - now).max(0) + 999) / 1000;
         match self.slot {
             Some(slot) => {
-                // SAFETY: a shared-memory condition variable we prepared to sleep on.
+                // SAFETY: a shared-memory condition variable. Joining its wait list before the
+                // generation check means a signal after the check still wakes us; one before
+                // it shows up as a new generation. (Rolling back the attempt's subtransaction
+                // took us off the list, hence joining on every sleep.)
                 unsafe {
+                    pg_sys::ConditionVariablePrepareToSleep(cv_ptr(slot));
+                    if slot.generation.load(Ordering::Acquire) != seen {
+                        return;
+                    }
                     pg_sys::ConditionVariableTimedSleep(
                         cv_ptr(slot),
                         timeout_ms as std::ffi::c_long,
                         pg_sys::PG_WAIT_EXTENSION,
-                    )
-                };
+                    );
+                }
             }
             None => {
-                timeout_ms = timeout_ms.min(POLL_WITHOUT_SHMEM_MS);
                 // SAFETY: waits on our own latch, as any backend may.
                 unsafe {
                     pg_sys::WaitLatch(
                         pg_sys::MyLatch,
                         (pg_sys::WL_LATCH_SET | pg_sys::WL_TIMEOUT | pg_sys::WL_EXIT_ON_PM_DEATH)
                             as i32,
-                        timeout_ms as std::ffi::c_long,
+                        timeout_ms.min(POLL_WITHOUT_SHMEM_MS) as std::ffi::c_long,
                         pg_sys::PG_WAIT_EXTENSION,
                     );
                     pg_sys::ResetLatch(pg_sys::MyLatch);
