@@ -1,1 +1,153 @@
-//! In-database tests (`#[pg_test]`): each runs inside one transaction that is rolled back.
+//! In-database tests (`#[pg_test]`): each runs inside one transaction that is rolled back, so
+//! they cover logic that needs no second session. Anything about concurrency, commits, the
+//! background worker or crashes lives in `tests/integration`, over real connections.
+
+use pgrx::prelude::*;
+
+/// Runs a query returning one value, for the tests below.
+fn one<T: pgrx::FromDatum + pgrx::IntoDatum>(sql: &str) -> T {
+    Spi::get_one::<T>(sql)
+        .expect("the query runs")
+        .expect("the query returns a value")
+}
+
+#[pg_schema]
+mod tests {
+    use super::one;
+    use pgrx::prelude::*;
+
+    #[pg_test]
+    fn default_queue_exists_after_create_extension() {
+        assert!(one::<bool>(
+            "SELECT EXISTS (SELECT FROM jobs.queue WHERE name = 'default')"
+        ));
+    }
+
+    #[pg_test]
+    fn claim_takes_priority_then_run_at_then_id() {
+        Spi::run(
+            "SELECT jobs_create_queue('order');
+             SELECT jobs_enqueue('order', '{\"n\": 1}', priority => 5);
+             SELECT jobs_enqueue('order', '{\"n\": 2}', priority => -1, run_at => now() - interval '1 minute');
+             SELECT jobs_enqueue('order', '{\"n\": 3}', priority => -1, run_at => now() - interval '2 minutes');
+             SELECT jobs_enqueue('order', '{\"n\": 4}', priority => 5);
+             SELECT jobs_enqueue('order', '{\"n\": 5}', run_at => now() + interval '1 hour');",
+        )
+        .unwrap();
+        let order: String = one(
+            "SELECT string_agg(payload->>'n', ',') FROM (SELECT payload FROM jobs_claim('order', n => 10)) c",
+        );
+        assert_eq!(order, "3,2,1,4", "the delayed job stays invisible");
+    }
+
+    #[pg_test]
+    fn claim_skips_priorities_with_only_delayed_jobs() {
+        // Thousands of delayed jobs at the best priority must not hide a due one behind them.
+        Spi::run(
+            "SELECT jobs_create_queue('skip');
+             SELECT jobs_enqueue_batch('skip', array_agg('{}'::jsonb), priority => -5, run_at => now() + interval '1 day')
+               FROM generate_series(1, 5000);
+             SELECT jobs_enqueue('skip', '{\"due\": true}', priority => 3);",
+        )
+        .unwrap();
+        let due: bool = one("SELECT (payload->>'due')::bool FROM jobs_claim('skip')");
+        assert!(due);
+        let priorities: String =
+            one("SELECT string_agg(p::text, ',') FROM jobs.queued_priorities('skip') p");
+        assert_eq!(priorities, "-5");
+    }
+
+    #[pg_test]
+    fn claim_returns_payload_headers_and_a_fresh_lease() {
+        Spi::run(
+            "SELECT jobs_create_queue('fields');
+             SELECT jobs_enqueue('fields', '{\"to\": \"ada\"}', kind => 'email',
+                                 headers => '{\"traceparent\": \"00-abc-def-01\"}', max_attempts => 3);",
+        )
+        .unwrap();
+        let row: String = one(
+            "SELECT format('%s|%s|%s|%s|%s', kind, payload->>'to', headers->>'traceparent', attempt, max_attempts)
+               FROM jobs_claim('fields', worker => 'w1')",
+        );
+        assert_eq!(row, "email|ada|00-abc-def-01|1|3");
+        let lease_set: bool = one(
+            "SELECT lease IS NOT NULL AND lease_until > now() FROM jobs.job WHERE queue = 'fields'",
+        );
+        assert!(lease_set);
+    }
+
+    #[pg_test]
+    fn statements_ignore_objects_on_the_users_search_path() {
+        // A hostile schema first on the search path, with a table and an operator that would
+        // capture unqualified names, must not change what the functions do.
+        Spi::run(
+            "CREATE SCHEMA hostile;
+             CREATE TABLE hostile.job (id bigint);
+             CREATE FUNCTION hostile.never(text, text) RETURNS boolean LANGUAGE sql AS 'SELECT false';
+             CREATE OPERATOR hostile.= (LEFTARG = text, RIGHTARG = text, FUNCTION = hostile.never);
+             SET LOCAL search_path = hostile, public, pg_catalog;
+             SELECT public.jobs_create_queue('pinned');
+             SELECT public.jobs_enqueue('pinned');",
+        )
+        .unwrap();
+        let claimed: i64 = one("SELECT count(*) FROM public.jobs_claim('pinned')");
+        assert_eq!(claimed, 1);
+    }
+
+    #[pg_test]
+    fn backoff_delay_doubles_and_caps() {
+        let delays: String = one(
+            "SELECT string_agg(extract(epoch FROM jobs.backoff_delay('1 second', '10 seconds', 0, a))::text, ',' ORDER BY a)
+               FROM generate_series(1, 6) a",
+        );
+        assert_eq!(
+            delays,
+            "1.000000,2.000000,4.000000,8.000000,10.000000,10.000000"
+        );
+    }
+
+    #[pg_test]
+    fn backoff_jitter_stretches_within_bounds() {
+        let (min, max): (f64, f64) = Spi::get_two(
+            "SELECT min(d), max(d) FROM (
+                SELECT extract(epoch FROM jobs.backoff_delay('4 seconds', '1 hour', 0.25, 1))::float8 AS d
+                  FROM generate_series(1, 2000)) s",
+        )
+        .map(|(a, b)| (a.unwrap(), b.unwrap()))
+        .unwrap();
+        assert!(
+            min >= 4.0 && max <= 5.0,
+            "delays in [{min}, {max}] must lie in [4, 5]"
+        );
+        assert!(
+            max - min > 0.5,
+            "jitter must actually spread the delays: [{min}, {max}]"
+        );
+    }
+
+    #[pg_test(error = "queue must be 1 to 63 characters of A-Z a-z 0-9 _ - . :, got 'has space'")]
+    fn bad_queue_name_is_refused() {
+        Spi::run("SELECT jobs_enqueue('has space')").unwrap();
+    }
+
+    #[pg_test(error = "n must be between 1 and 1000, got 1001")]
+    fn claim_size_is_capped() {
+        Spi::run("SELECT jobs_claim('default', n => 1001)").unwrap();
+    }
+
+    #[pg_test]
+    fn enqueue_batch_returns_ids_in_payload_order() {
+        Spi::run(
+            "SELECT jobs_create_queue('batch');
+             CREATE TEMP TABLE ids AS
+             SELECT id, row_number() OVER () AS position
+               FROM jobs_enqueue_batch('batch', ARRAY['{\"p\":1}', '{\"p\":2}', '{\"p\":3}']::jsonb[]) AS id;",
+        )
+        .unwrap();
+        let in_order: bool = one(
+            "SELECT count(*) = 3 AND bool_and((j.payload->>'p')::int = ids.position AND j.id > prev.id IS NOT FALSE)
+               FROM ids JOIN jobs.job j USING (id) LEFT JOIN ids prev ON prev.position = ids.position - 1",
+        );
+        assert!(in_order);
+    }
+}
