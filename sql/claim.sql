@@ -1,6 +1,7 @@
 -- Claims up to $3 due jobs of queue $1 for worker $2: priority, then run_at, then id; rows
 -- other claimers hold are skipped, never waited on. Each claim mints a fresh lease token and
--- spends an attempt. Returns nothing for a paused or unknown queue.
+-- spends an attempt. Returns nothing for a paused or unknown queue. The update finds the picked
+-- rows through an id array so even a generic plan probes the primary key instead of joining.
 -- $1 queue, $2 worker, $3 n, $4 lease (NULL: the queue's), $5 kinds (NULL: any), $6 now
 WITH settings AS (
     SELECT coalesce($4, q.lease) AS lease
@@ -33,8 +34,8 @@ WITH settings AS (
            worker         = $2,
            started_at     = $6,
            heartbeat_at   = NULL
-      FROM picked, settings s
-     WHERE j.id = picked.id
+      FROM settings s
+     WHERE j.id = ANY (ARRAY(SELECT id FROM picked))
  RETURNING j.*
 )
 SELECT ROW(c.id, c.queue, c.kind, c.payload, c.headers, c.attempt, c.max_attempts, c.lease,

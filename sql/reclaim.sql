@@ -20,6 +20,5 @@ UPDATE jobs.job j
                          'at', $1,
                          'error', CASE WHEN j.attempt < j.max_attempts THEN 'lease expired'
                                        ELSE 'lease expired on the final attempt' END))
-  FROM expired e
- WHERE j.id = e.id
+WHERE j.id = ANY (ARRAY(SELECT id FROM expired))
 RETURNING j.id, j.queue, j.state::text
