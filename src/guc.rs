@@ -49,6 +49,12 @@ pub fn register() {
         GucContext::Sighup,
         GucFlags::UNIT_MS,
     );
+    // A postmaster-level setting can only be defined while preloading; sessions that load the
+    // library later have no worker to configure anyway.
+    // SAFETY: a flag Postgres sets while it loads shared_preload_libraries.
+    if !unsafe { pgrx::pg_sys::process_shared_preload_libraries_in_progress } {
+        return;
+    }
     GucRegistry::define_string_guc(
         c"pg_jobs.databases",
         c"Databases the pg_jobs background worker serves, comma-separated.",

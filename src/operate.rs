@@ -146,13 +146,13 @@ pub fn reclaim_batch(client: &pgrx::spi::SpiClient<'_>, batch: i32) -> usize {
 
 /// Reclaims every expired lease now and returns how many jobs it took back.
 #[pg_extern(volatile, parallel_unsafe)]
-fn jobs_reclaim() -> i64 {
+fn jobs_reclaim() -> i32 {
     const BATCH: i32 = 1000;
     with_client(|client| {
-        let mut total = 0;
+        let mut total: i32 = 0;
         loop {
             let reclaimed = reclaim_batch(client, BATCH);
-            total += reclaimed as i64;
+            total = total.saturating_add(reclaimed as i32);
             if reclaimed < BATCH as usize {
                 return total;
             }
