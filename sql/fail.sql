@@ -1,7 +1,8 @@
 -- Records a failed attempt of a job held under (id, lease). While attempts remain and $5
 -- allows it, the job is queued again after $4 or the queue's backoff, under no lease; else it
 -- ends failed. Returns the new state, run_at and queue; no row: the caller classifies the miss.
--- $1 id, $2 lease, $3 error, $4 retry_in, $5 retry, $6 now
+-- $1 id, $2 lease, $3 error, $4 retry_in, $5 retry, $6 now, $7 state (running, or queued after
+-- a reclaim)
 UPDATE jobs.job j
    SET state       = CASE WHEN $5 AND j.attempt < j.max_attempts
                           THEN 'queued' ELSE 'failed' END::jobs.state,
@@ -13,5 +14,5 @@ UPDATE jobs.job j
        finished_at = CASE WHEN $5 AND j.attempt < j.max_attempts THEN NULL ELSE $6 END,
        errors      = j.errors || jsonb_build_array(jsonb_build_object('attempt', j.attempt, 'at', $6, 'error', $3))
   FROM jobs.queue q
- WHERE j.id = $1 AND j.lease = $2 AND j.state IN ('running', 'queued') AND q.name = j.queue
+ WHERE j.id = $1 AND j.lease = $2 AND j.state = $7::jobs.state AND q.name = j.queue
 RETURNING j.state::text, j.run_at, j.queue

@@ -121,6 +121,12 @@ COMMENT ON VIEW jobs.queue_stats IS
 
 INSERT INTO jobs.queue (name) VALUES ('default');
 
+-- Queues and jobs are user data: pg_dump must carry them (the default queue comes back with
+-- CREATE EXTENSION, so only its changes would be lost, and those are rare).
+SELECT pg_catalog.pg_extension_config_dump('jobs.queue', 'WHERE name <> ''default''');
+SELECT pg_catalog.pg_extension_config_dump('jobs.job', '');
+SELECT pg_catalog.pg_extension_config_dump('jobs.job_id_seq', '');
+
 -- The priorities that have queued jobs in a queue, lowest first, found by a loose index scan:
 -- one probe of job_claim_idx per priority, however many jobs each holds. Claims read due jobs
 -- priority by priority through it, so a pile of delayed jobs is never walked. It is a plain

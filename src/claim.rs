@@ -17,15 +17,24 @@ use crate::wakeup::{self, Waiter};
 /// Most jobs one claim may take.
 pub const MAX_CLAIM: i64 = 1000;
 
-static CLAIM: Statement = Statement {
-    sql: include_str!("../sql/claim.sql"),
+static PICK: Statement = Statement {
+    sql: include_str!("../sql/claim_pick.sql"),
     args: &[
         pg_sys::TEXTOID,
-        pg_sys::TEXTOID,
         pg_sys::INT4OID,
-        pg_sys::INTERVALOID,
         pg_sys::TEXTARRAYOID,
         pg_sys::TIMESTAMPTZOID,
+    ],
+};
+
+static TAKE: Statement = Statement {
+    sql: include_str!("../sql/claim_take.sql"),
+    args: &[
+        pg_sys::INT8ARRAYOID,
+        pg_sys::TEXTOID,
+        pg_sys::INTERVALOID,
+        pg_sys::TIMESTAMPTZOID,
+        pg_sys::TEXTOID,
     ],
 };
 
@@ -90,30 +99,45 @@ fn jobs_claim(
     let result_context = unsafe { pg_sys::CurrentMemoryContext };
     let attempt = |now: pg_sys::TimestampTz| -> (Vec<ClaimedRow>, Option<Probe>) {
         with_client(|client| {
-            let args: [DatumWithOid; 6] = [
-                queue.into(),
-                worker.as_str().into(),
-                n.into(),
-                lease.into(),
-                kinds.clone().into(),
-                timestamptz_arg(now),
-            ];
-            let rows: Vec<ClaimedRow> = CLAIM.collect(client, &args, result_context);
+            let mut rows: Vec<ClaimedRow> = Vec::new();
+            // A picked job that another claim took (and committed) after the pick's snapshot
+            // is not taken; pick again, with a fresh snapshot, for the ones still missing.
+            loop {
+                let wanted = n - rows.len() as i32;
+                let pick_args: [DatumWithOid; 4] = [
+                    queue.into(),
+                    wanted.into(),
+                    kinds.clone().into(),
+                    timestamptz_arg(now),
+                ];
+                let picked: Vec<i64> = PICK.collect(client, &pick_args, result_context);
+                if picked.is_empty() {
+                    break;
+                }
+                let take_args: [DatumWithOid; 5] = [
+                    picked.clone().into(),
+                    worker.as_str().into(),
+                    lease.into(),
+                    timestamptz_arg(now),
+                    queue.into(),
+                ];
+                let taken: Vec<ClaimedRow> = TAKE.collect(client, &take_args, result_context);
+                let complete = taken.len() == picked.len();
+                rows.extend(taken);
+                if complete || rows.len() as i32 >= n {
+                    break;
+                }
+            }
             if !rows.is_empty() {
                 wakeup::jobs_claimed(queue, rows.len() as u32);
                 return (rows, None);
             }
             let probe = PROBE.run(client, &[queue.into()]);
-            if probe.is_empty() {
-                unknown_queue(queue);
-            }
-            let probe = probe.first();
-            let paused: bool = probe.get(1).ok().flatten().unwrap_or(false);
-            let earliest_run_at: Option<i64> = probe
-                .get::<TimestampWithTimeZone>(2)
-                .ok()
-                .flatten()
-                .map(i64::from);
+            let Some(probe) = probe.first() else {
+                unknown_queue(queue)
+            };
+            let paused: bool = probe.get(1).unwrap_or(false);
+            let earliest_run_at: Option<i64> = probe.get::<TimestampWithTimeZone>(2).map(i64::from);
             (
                 rows,
                 Some(Probe {

@@ -9,7 +9,8 @@ use crate::errors::{
     check_range, raise, raise_with_hint, required, BAD_ARGUMENT, NOT_SUPPORTED, PAYLOAD_TOO_LARGE,
 };
 use crate::guc;
-use crate::queue::{lock_queue, queue_arg, unknown_queue, MAX_ATTEMPTS};
+use crate::locks::lock_queue;
+use crate::queue::{queue_arg, unknown_queue, MAX_ATTEMPTS};
 use crate::spi::{server_now, with_client, Statement};
 use crate::wakeup;
 

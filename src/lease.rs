@@ -1,13 +1,12 @@
 //! `jobs_heartbeat`: keeping a lease alive and reporting progress.
 
-use pgrx::datum::DatumWithOid;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
 use crate::datum::Jsonb;
 use crate::errors::{check_interval, required, DAY};
 use crate::queue::MAX_LEASE_DAYS;
-use crate::settle::lost_or_cancelled;
+use crate::settle::run_held;
 use crate::spi::{server_now, timestamptz_arg, with_client, Statement};
 
 static HEARTBEAT: Statement = Statement {
@@ -18,6 +17,7 @@ static HEARTBEAT: Statement = Statement {
         pg_sys::INTERVALOID,
         pg_sys::JSONBOID,
         pg_sys::TIMESTAMPTZOID,
+        pg_sys::TEXTOID,
     ],
 };
 
@@ -42,16 +42,16 @@ fn jobs_heartbeat(
         );
     }
     with_client(|client| {
-        let args: [DatumWithOid; 5] = [
+        let args = vec![
             id.into(),
             lease.into(),
             extend.into(),
             progress.into(),
             timestamptz_arg(server_now()),
         ];
-        match HEARTBEAT.first::<bool>(client, &args) {
-            Some(_) => "running",
-            None => lost_or_cancelled(client, id, lease),
+        match run_held(client, &HEARTBEAT, id, lease, args) {
+            Ok(_) => "running",
+            Err(answer) => answer,
         }
     })
 }

@@ -13,6 +13,7 @@ mod enqueue;
 mod errors;
 mod guc;
 mod lease;
+mod locks;
 mod metrics;
 mod operate;
 mod queue;

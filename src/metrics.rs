@@ -29,11 +29,12 @@ fn jobs_metrics() -> String {
     let stats = with_client(|client| {
         STATS
             .run(client, &[])
+            .iter()
             .map(|row| {
-                let count = |i: usize| row.get::<i64>(i).ok().flatten().unwrap_or(0);
+                let count = |i: usize| row.get::<i64>(i).unwrap_or(0);
                 QueueStats {
-                    queue: row.get(1).ok().flatten().unwrap_or_default(),
-                    paused: row.get(2).ok().flatten().unwrap_or(false),
+                    queue: row.get(1).unwrap_or_default(),
+                    paused: row.get(2).unwrap_or(false),
                     by_state: [
                         ("queued", count(3)),
                         ("scheduled", count(4)),
@@ -42,7 +43,7 @@ fn jobs_metrics() -> String {
                         ("failed", count(7)),
                         ("cancelled", count(8)),
                     ],
-                    oldest_due_seconds: row.get(9).ok().flatten().unwrap_or(0.0),
+                    oldest_due_seconds: row.get(9).unwrap_or(0.0),
                     finished_last_minute: count(10),
                 }
             })

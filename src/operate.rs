@@ -9,13 +9,14 @@ use crate::datum::JobRow;
 use crate::errors::{
     check_range, raise, raise_with_hint, required, BAD_ARGUMENT, UNKNOWN_JOB, WRONG_STATE,
 };
+use crate::locks;
 use crate::queue::check_queue_name;
 use crate::settle::dead_letter;
 use crate::spi::{server_now, timestamptz_arg, with_client, Statement};
 use crate::wakeup;
 
-static LOCK_JOB: Statement = Statement {
-    sql: include_str!("../sql/lock_job.sql"),
+static JOB_STATE_FOR_UPDATE: Statement = Statement {
+    sql: include_str!("../sql/job_state_for_update.sql"),
     args: &[pg_sys::INT8OID],
 };
 
@@ -57,8 +58,8 @@ pub const STATES: [&str; 5] = ["queued", "running", "succeeded", "failed", "canc
 pub const MAX_LIST: i64 = 10_000;
 
 /// Locks job `id` and returns its latest committed state, raising P0002 when there is none.
-fn lock_job(client: &pgrx::spi::SpiClient<'_>, id: i64) -> String {
-    match LOCK_JOB.first::<String>(client, &[id.into()]) {
+fn lock_job_row(client: &pgrx::spi::SpiClient<'_>, id: i64) -> String {
+    match JOB_STATE_FOR_UPDATE.first::<String>(client, &[id.into()]) {
         Some(state) => state,
         None => raise(UNKNOWN_JOB, format!("no job has id {id}")),
     }
@@ -69,8 +70,11 @@ fn lock_job(client: &pgrx::spi::SpiClient<'_>, id: i64) -> String {
 #[pg_extern(volatile, parallel_unsafe)]
 fn jobs_cancel(id: Option<i64>) -> String {
     let id = required(id, "id");
+    // A queued job may be in the middle of being claimed: its job lock makes us wait for that
+    // claim (and makes later claims skip the job) instead of a claim waiting on our row lock.
+    locks::lock_job(id);
     with_client(|client| {
-        let state = lock_job(client, id);
+        let state = lock_job_row(client, id);
         if state != "queued" && state != "running" {
             return state;
         }
@@ -88,7 +92,7 @@ fn jobs_retry(
     let id = required(id, "id");
     let run_at = required(run_at, "run_at");
     with_client(|client| {
-        let state = lock_job(client, id);
+        let state = lock_job_row(client, id);
         if state != "failed" && state != "cancelled" {
             raise_with_hint(
                 WRONG_STATE,
@@ -115,18 +119,10 @@ pub fn reclaim_batch(client: &pgrx::spi::SpiClient<'_>, batch: i32) -> usize {
     let table = RECLAIM.run(client, &[timestamptz_arg(server_now()), batch.into()]);
     let mut failed = Vec::new();
     let mut requeued: Vec<(String, u32)> = Vec::new();
-    for row in table {
-        let id: i64 = row.get(1).ok().flatten().expect("reclaim.sql returns ids");
-        let queue: String = row
-            .get(2)
-            .ok()
-            .flatten()
-            .expect("reclaim.sql returns queues");
-        let state: String = row
-            .get(3)
-            .ok()
-            .flatten()
-            .expect("reclaim.sql returns states");
+    for row in table.iter() {
+        let id: i64 = row.get(1).expect("reclaim.sql returns ids");
+        let queue: String = row.get(2).expect("reclaim.sql returns queues");
+        let state: String = row.get(3).expect("reclaim.sql returns states");
         if state == "failed" {
             failed.push(id);
         } else {

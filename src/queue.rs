@@ -10,6 +10,7 @@ use crate::errors::{
     check_interval, check_range, raise, raise_with_hint, required, BAD_ARGUMENT, DAY, QUEUE_IN_USE,
     UNKNOWN_QUEUE,
 };
+use crate::locks::lock_queue;
 use crate::spi::{with_client, Statement};
 use crate::wakeup;
 
@@ -56,36 +57,6 @@ pub fn queue_hash(queue: &str) -> u64 {
     queue.bytes().fold(0xcbf2_9ce4_8422_2325u64, |hash, byte| {
         (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
     })
-}
-
-/// Marks our advisory locks apart from users' `pg_advisory_lock` keys (which use 1 and 2).
-const QUEUE_LOCK_TAG: u16 = 0x504a;
-
-/// Takes the queue's transaction-level lock: shared by producers, exclusive by
-/// `jobs_drop_queue`, so a job is never inserted into a queue that is being dropped.
-///
-/// It is taken before the statement that reads `jobs.queue`, so that statement's snapshot sees
-/// a drop that committed while we waited.
-pub fn lock_queue(queue: &str, exclusive: bool) {
-    let hash = queue_hash(queue);
-    let mut tag = pg_sys::LOCKTAG {
-        // SAFETY: MyDatabaseId is set for the life of a connected backend.
-        locktag_field1: unsafe { pg_sys::MyDatabaseId }.into(),
-        locktag_field2: (hash >> 32) as u32,
-        locktag_field3: hash as u32,
-        locktag_field4: QUEUE_LOCK_TAG,
-        locktag_type: pg_sys::LockTagType::LOCKTAG_ADVISORY as u8,
-        locktag_lockmethodid: pg_sys::USER_LOCKMETHOD as u8,
-    };
-    let mode = if exclusive {
-        pg_sys::ExclusiveLock
-    } else {
-        pg_sys::ShareLock
-    };
-    // SAFETY: a fully initialised advisory lock tag; released at transaction end.
-    unsafe {
-        pg_sys::LockAcquire(&mut tag, mode as pg_sys::LOCKMODE, false, false);
-    }
 }
 
 /// Quotes a value for an error message the way SQL would.
@@ -246,16 +217,13 @@ fn jobs_drop_queue(queue: Option<&str>, force: default!(Option<bool>, "false")) 
     lock_queue(queue, true);
     with_client(|client| {
         let table = DROP_QUEUE.run(client, &[queue.into(), force.into()]);
-        let row = table.first();
-        let outcome: String = row
-            .get(1)
-            .expect("queue_drop.sql returns an outcome")
-            .expect("the outcome is never NULL");
+        let row = table.first().expect("queue_drop.sql returns one row");
+        let outcome: String = row.get(1).expect("queue_drop.sql returns an outcome");
         match outcome.as_str() {
             "dropped" => {}
             "unknown" => unknown_queue(queue),
             "busy" => {
-                let active: i64 = row.get(2).ok().flatten().unwrap_or(0);
+                let active: i64 = row.get(2).unwrap_or(0);
                 raise_with_hint(
                     QUEUE_IN_USE,
                     format!("queue {} has {active} queued or running jobs", quote(queue)),
@@ -263,7 +231,7 @@ fn jobs_drop_queue(queue: Option<&str>, force: default!(Option<bool>, "false")) 
                 )
             }
             _ => {
-                let referrer: String = row.get(3).ok().flatten().unwrap_or_default();
+                let referrer: String = row.get(3).unwrap_or_default();
                 raise_with_hint(
                     QUEUE_IN_USE,
                     format!(

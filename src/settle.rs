@@ -10,7 +10,12 @@ use pgrx::prelude::*;
 
 use crate::datum::Jsonb;
 use crate::errors::{check_interval, raise, required, BAD_ARGUMENT, DAY};
-use crate::spi::{server_now, timestamptz_arg, with_client, Statement};
+use std::collections::{HashMap, HashSet};
+
+use pgrx::spi::SpiClient;
+
+use crate::locks::lock_job;
+use crate::spi::{server_now, timestamptz_arg, with_client, Rows, Statement};
 use crate::wakeup;
 
 static COMPLETE: Statement = Statement {
@@ -20,6 +25,7 @@ static COMPLETE: Statement = Statement {
         pg_sys::UUIDOID,
         pg_sys::JSONBOID,
         pg_sys::TIMESTAMPTZOID,
+        pg_sys::TEXTOID,
     ],
 };
 
@@ -29,11 +35,12 @@ static COMPLETE_MANY: Statement = Statement {
         pg_sys::INT8ARRAYOID,
         pg_sys::UUIDARRAYOID,
         pg_sys::TIMESTAMPTZOID,
+        pg_sys::TEXTOID,
     ],
 };
 
-static LOST_OR_CANCELLED: Statement = Statement {
-    sql: include_str!("../sql/lost_or_cancelled.sql"),
+static HELD_STATE: Statement = Statement {
+    sql: include_str!("../sql/held_state.sql"),
     args: &[pg_sys::INT8ARRAYOID, pg_sys::UUIDARRAYOID],
 };
 
@@ -46,6 +53,7 @@ static FAIL: Statement = Statement {
         pg_sys::INTERVALOID,
         pg_sys::BOOLOID,
         pg_sys::TIMESTAMPTZOID,
+        pg_sys::TEXTOID,
     ],
 };
 
@@ -57,6 +65,7 @@ static RELEASE: Statement = Statement {
         pg_sys::TEXTOID,
         pg_sys::INTERVALOID,
         pg_sys::TIMESTAMPTZOID,
+        pg_sys::TEXTOID,
     ],
 };
 
@@ -68,17 +77,61 @@ static DEAD_LETTER: Statement = Statement {
 /// Longest `retry_in` accepted: far enough for any schedule, small enough to stay a timestamp.
 const MAX_RETRY_IN_DAYS: i128 = 100 * 365;
 
-/// The answer for a settle call that changed nothing.
-pub fn lost_or_cancelled(
-    client: &pgrx::spi::SpiClient<'_>,
+/// A settle call's handle on a job: its id and the lease the caller presents.
+type Held = (i64, pgrx::Uuid);
+
+/// The state of each job among `held` whose current lease is the one presented.
+fn held_states(client: &SpiClient<'_>, held: &[Held]) -> HashMap<Held, String> {
+    let (ids, leases): (Vec<i64>, Vec<pgrx::Uuid>) = held.iter().copied().unzip();
+    HELD_STATE
+        .run(client, &[ids.into(), leases.into()])
+        .iter()
+        .filter_map(|row| {
+            Some((
+                (row.get::<i64>(1)?, row.get::<pgrx::Uuid>(3)?),
+                row.get::<String>(2)?,
+            ))
+        })
+        .collect()
+}
+
+/// Runs a settle statement (whose last argument is the state it acts on) for the job held
+/// under (id, lease). First for a running job: the common case, which never meets a claim. If
+/// a reclaim put the job back in the queue under this lease and no claim followed, again for
+/// the queued job, under its job lock so no claim is taking it meanwhile ("done wins").
+/// Returns the rows of the run that acted, or the answer to a call that changed nothing.
+pub fn run_held(
+    client: &SpiClient<'_>,
+    statement: &'static Statement,
     id: i64,
     lease: pgrx::Uuid,
-) -> &'static str {
-    let cancelled = LOST_OR_CANCELLED.first::<i64>(client, &[vec![id].into(), vec![lease].into()]);
-    if cancelled.is_some() {
-        "cancelled"
-    } else {
-        "lost"
+    mut args: Vec<DatumWithOid<'_>>,
+) -> Result<Rows, &'static str> {
+    args.push("running".into());
+    let rows = statement.run(client, &args);
+    if rows.len() > 0 {
+        return Ok(rows);
+    }
+    let state = held_states(client, &[(id, lease)]).remove(&(id, lease));
+    match state.as_deref() {
+        Some("queued") => {
+            lock_job(id);
+            *args.last_mut().expect("the state argument") = "queued".into();
+            let rows = statement.run(client, &args);
+            if rows.len() > 0 {
+                return Ok(rows);
+            }
+            // A claim took it first: the lease is stale now, unless it was cancelled.
+            match held_states(client, &[(id, lease)])
+                .remove(&(id, lease))
+                .as_deref()
+            {
+                Some("cancelled") => Err("cancelled"),
+                _ => Err("lost"),
+            }
+        }
+        Some("cancelled") => Err("cancelled"),
+        _ => Err("lost"),
     }
 }
 
@@ -116,15 +169,15 @@ fn jobs_complete(
     let id = required(id, "id");
     let lease = required(lease, "lease");
     with_client(|client| {
-        let args: [DatumWithOid; 4] = [
+        let args = vec![
             id.into(),
             lease.into(),
             result.into(),
             timestamptz_arg(server_now()),
         ];
-        match COMPLETE.first::<bool>(client, &args) {
-            Some(_) => "succeeded",
-            None => lost_or_cancelled(client, id, lease),
+        match run_held(client, &COMPLETE, id, lease, args) {
+            Ok(_) => "succeeded",
+            Err(answer) => answer,
         }
     })
 }
@@ -157,41 +210,56 @@ fn jobs_complete_many(
         .enumerate()
         .map(|(i, lease)| required(lease, &format!("leases[{}]", i + 1)))
         .collect();
+    let pairs: Vec<Held> = ids.into_iter().zip(leases).collect();
     let outcomes = with_client(|client| {
-        // SAFETY: reading the current context pointer.
-        let context = unsafe { pg_sys::CurrentMemoryContext };
-        let args: [DatumWithOid; 3] = [
-            ids.clone().into(),
-            leases.clone().into(),
-            timestamptz_arg(server_now()),
-        ];
-        let done: std::collections::HashSet<i64> = COMPLETE_MANY
-            .collect::<i64>(client, &args, context)
-            .into_iter()
-            .collect();
-        let missed: Vec<usize> = (0..ids.len())
-            .filter(|&i| !done.contains(&ids[i]))
-            .collect();
-        let cancelled: std::collections::HashSet<i64> = if missed.is_empty() {
-            Default::default()
-        } else {
-            let missed_ids: Vec<i64> = missed.iter().map(|&i| ids[i]).collect();
-            let missed_leases: Vec<pgrx::Uuid> = missed.iter().map(|&i| leases[i]).collect();
-            LOST_OR_CANCELLED
-                .collect::<i64>(client, &[missed_ids.into(), missed_leases.into()], context)
-                .into_iter()
+        let now = server_now();
+        let complete = |held: &[Held], state: &str| -> HashSet<Held> {
+            let (ids, leases): (Vec<i64>, Vec<pgrx::Uuid>) = held.iter().copied().unzip();
+            let args: [DatumWithOid; 4] = [
+                ids.into(),
+                leases.into(),
+                timestamptz_arg(now),
+                state.into(),
+            ];
+            COMPLETE_MANY
+                .run(client, &args)
+                .iter()
+                .filter_map(|row| Some((row.get::<i64>(1)?, row.get::<pgrx::Uuid>(2)?)))
                 .collect()
         };
-        ids.iter()
-            .map(|id| {
-                let outcome = if done.contains(id) {
+        let missed = |done: &HashSet<Held>| -> Vec<Held> {
+            pairs
+                .iter()
+                .copied()
+                .filter(|pair| !done.contains(pair))
+                .collect()
+        };
+        let mut done = complete(&pairs, "running");
+        let mut states = held_states(client, &missed(&done));
+        // Jobs a reclaim put back in the queue under these leases: take their job locks (in id
+        // order, against deadlocks) and settle them as queued, as the single form does.
+        let mut reclaimed: Vec<Held> = states
+            .iter()
+            .filter(|(_, state)| state.as_str() == "queued")
+            .map(|(pair, _)| *pair)
+            .collect();
+        if !reclaimed.is_empty() {
+            reclaimed.sort_unstable();
+            reclaimed.iter().for_each(|(id, _)| lock_job(*id));
+            done.extend(complete(&reclaimed, "queued"));
+            states = held_states(client, &missed(&done));
+        }
+        pairs
+            .iter()
+            .map(|pair| {
+                let outcome = if done.contains(pair) {
                     "succeeded"
-                } else if cancelled.contains(id) {
+                } else if states.get(pair).map(String::as_str) == Some("cancelled") {
                     "cancelled"
                 } else {
                     "lost"
                 };
-                (*id, outcome.to_owned())
+                (pair.0, outcome.to_owned())
             })
             .collect::<Vec<_>>()
     });
@@ -216,7 +284,7 @@ fn jobs_fail(
     }
     with_client(|client| {
         let now = server_now();
-        let args: [DatumWithOid; 6] = [
+        let args = vec![
             id.into(),
             lease.into(),
             error.into(),
@@ -224,27 +292,17 @@ fn jobs_fail(
             retry.into(),
             timestamptz_arg(now),
         ];
-        let table = FAIL.run(client, &args);
-        if table.is_empty() {
-            return lost_or_cancelled(client, id, lease).to_owned();
-        }
-        let row = table.first();
-        let state: String = row
-            .get(1)
-            .ok()
-            .flatten()
-            .expect("fail.sql returns the state");
+        let table = match run_held(client, &FAIL, id, lease, args) {
+            Ok(rows) => rows,
+            Err(answer) => return answer.to_owned(),
+        };
+        let row = table.first().expect("fail.sql returned a row");
+        let state: String = row.get(1).expect("fail.sql returns the state");
         let run_at: i64 = row
             .get::<TimestampWithTimeZone>(2)
-            .ok()
-            .flatten()
             .map(i64::from)
             .expect("fail.sql returns run_at");
-        let queue: String = row
-            .get(3)
-            .ok()
-            .flatten()
-            .expect("fail.sql returns the queue");
+        let queue: String = row.get(3).expect("fail.sql returns the queue");
         if state == "failed" {
             dead_letter(client, vec![id]);
         } else if run_at <= now {
@@ -270,27 +328,21 @@ fn jobs_release(
     check_retry_in(&retry_in);
     with_client(|client| {
         let now = server_now();
-        let args: [DatumWithOid; 5] = [
+        let args = vec![
             id.into(),
             lease.into(),
             reason.into(),
             retry_in.into(),
             timestamptz_arg(now),
         ];
-        let table = RELEASE.run(client, &args);
-        if table.is_empty() {
-            return lost_or_cancelled(client, id, lease);
-        }
-        let row = table.first();
-        let queue: String = row
-            .get(1)
-            .ok()
-            .flatten()
-            .expect("release.sql returns the queue");
+        let table = match run_held(client, &RELEASE, id, lease, args) {
+            Ok(rows) => rows,
+            Err(answer) => return answer,
+        };
+        let row = table.first().expect("release.sql returned a row");
+        let queue: String = row.get(1).expect("release.sql returns the queue");
         let run_at: i64 = row
             .get::<TimestampWithTimeZone>(2)
-            .ok()
-            .flatten()
             .map(i64::from)
             .expect("release.sql returns run_at");
         if run_at <= now {

@@ -7,12 +7,12 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::mem::ManuallyDrop;
+use std::ffi::CString;
 
 use pgrx::datum::DatumWithOid;
-use pgrx::pg_sys::{self, PgOid};
-use pgrx::spi::{OwnedPreparedStatement, SpiClient, SpiTupleTable};
-use pgrx::{FromDatum, IntoDatum, PgMemoryContexts, Spi};
+use pgrx::pg_sys;
+use pgrx::spi::SpiClient;
+use pgrx::{FromDatum, PgMemoryContexts, Spi};
 
 /// One SQL statement of the extension, with the types of its parameters.
 pub struct Statement {
@@ -23,58 +23,95 @@ pub struct Statement {
 }
 
 thread_local! {
-    // Kept plans live for the whole session; ManuallyDrop keeps them from being freed from a
-    // thread-exit destructor after Postgres has torn its memory down.
-    static PLANS: RefCell<HashMap<usize, ManuallyDrop<OwnedPreparedStatement>>> =
-        RefCell::new(HashMap::new());
+    // Kept plans live for the whole session, keyed by the address of their Statement.
+    static PLANS: RefCell<HashMap<usize, pg_sys::SPIPlanPtr>> = RefCell::new(HashMap::new());
 }
 
 impl Statement {
-    /// Executes the statement with `args` and returns its rows.
-    pub fn run<'conn>(
-        &'static self,
-        client: &SpiClient<'conn>,
-        args: &[DatumWithOid<'_>],
-    ) -> SpiTupleTable<'conn> {
+    /// The statement's kept plan, prepared on first use in this session.
+    ///
+    /// Plans are generic: the statements are written so one plan serves every argument, and a
+    /// custom plan per call would cost more to plan (about a millisecond for the claim) than
+    /// to run.
+    fn plan(&'static self) -> pg_sys::SPIPlanPtr {
         let key = self as *const Statement as usize;
-        let plan = PLANS.with(|plans| {
-            let mut plans = plans.borrow_mut();
-            if !plans.contains_key(&key) {
-                let oids: Vec<PgOid> = self.args.iter().map(|&oid| PgOid::from(oid)).collect();
-                let prepared = client
-                    .prepare_mut(self.sql, &oids)
-                    .unwrap_or_else(|e| panic!("pg_jobs could not prepare a statement: {e}"))
-                    .keep();
-                plans.insert(key, ManuallyDrop::new(prepared));
+        PLANS.with(|plans| {
+            *plans.borrow_mut().entry(key).or_insert_with(|| {
+                let sql = CString::new(self.sql).expect("statement text has no NUL byte");
+                let mut types = self.args.to_vec();
+                // SAFETY: a valid statement and argument types; SPI is connected (with_client).
+                unsafe {
+                    let plan = pg_sys::SPI_prepare_cursor(
+                        sql.as_ptr(),
+                        types.len() as i32,
+                        types.as_mut_ptr(),
+                        pg_sys::CURSOR_OPT_GENERIC_PLAN as i32,
+                    );
+                    let status = pg_sys::SPI_result;
+                    assert!(
+                        !plan.is_null(),
+                        "pg_jobs could not prepare a statement (SPI error {status})"
+                    );
+                    pg_sys::SPI_keepplan(plan);
+                    plan
+                }
+            })
+        })
+    }
+
+    /// Executes the statement with `args` and returns its rows.
+    pub fn run(&'static self, _client: &SpiClient<'_>, args: &[DatumWithOid<'_>]) -> Rows {
+        assert_eq!(
+            args.len(),
+            self.args.len(),
+            "wrong number of arguments for a pg_jobs statement"
+        );
+        let mut values: Vec<pg_sys::Datum> = Vec::with_capacity(args.len());
+        let mut nulls: Vec<std::ffi::c_char> = Vec::with_capacity(args.len());
+        for arg in args {
+            match arg.datum() {
+                Some(datum) => {
+                    values.push(datum.sans_lifetime());
+                    nulls.push(b' ' as std::ffi::c_char);
+                }
+                None => {
+                    values.push(pg_sys::Datum::from(0));
+                    nulls.push(b'n' as std::ffi::c_char);
+                }
             }
-            // The plan is never removed from the map, so the pointer stays valid.
-            &**plans.get(&key).expect("plan was just inserted") as *const OwnedPreparedStatement
-        });
-        // SAFETY: kept plans are never dropped or moved out of their box in the map.
-        let plan: &OwnedPreparedStatement = unsafe { &*plan };
-        client
-            .select(plan, None, args)
-            .unwrap_or_else(|e| panic!("pg_jobs statement failed: {e}"))
+        }
+        // SAFETY: a kept plan with as many arguments as we pass; SPI is connected.
+        unsafe {
+            let status = pg_sys::SPI_execute_plan(
+                self.plan(),
+                values.as_mut_ptr(),
+                nulls.as_ptr(),
+                false,
+                0,
+            );
+            assert!(
+                status >= 0,
+                "pg_jobs statement failed with SPI status {status}"
+            );
+            let table = pg_sys::SPI_tuptable;
+            let count = if table.is_null() {
+                0
+            } else {
+                pg_sys::SPI_processed as usize
+            };
+            Rows { table, count }
+        }
     }
 
     /// Executes the statement and returns the first column of its first row, if any.
-    pub fn first<T: FromDatum + IntoDatum>(
+    pub fn first<T: FromDatum>(
         &'static self,
         client: &SpiClient<'_>,
         args: &[DatumWithOid<'_>],
     ) -> Option<T> {
-        let table = self.run(client, args);
-        if table.is_empty() {
-            return None;
-        }
-        table
-            .first()
-            .get::<T>(1)
-            .unwrap_or_else(|e| panic!("pg_jobs could not read a statement's result: {e}"))
+        self.run(client, args).first().and_then(|row| row.get(1))
     }
-}
 
-impl Statement {
     /// Executes the statement and copies the first column of every row into `context`, so the
     /// values outlive the SPI connection (and any subtransaction it ran in).
     pub fn collect<T: FromDatum>(
@@ -83,25 +120,77 @@ impl Statement {
         args: &[DatumWithOid<'_>],
         context: pg_sys::MemoryContext,
     ) -> Vec<T> {
-        let count = self.run(client, args).len();
-        let mut values = Vec::with_capacity(count);
-        // SAFETY: run() left its rows in SPI_tuptable; each value is copied out of it.
+        let rows = self.run(client, args);
+        (0..rows.count)
+            .filter_map(|row| rows.value_in(row, 1, Some(context)))
+            .collect()
+    }
+}
+
+/// The rows a statement returned, valid until the next statement or the end of the SPI
+/// connection.
+pub struct Rows {
+    table: *mut pg_sys::SPITupleTable,
+    count: usize,
+}
+
+/// One row of [`Rows`].
+#[derive(Clone, Copy)]
+pub struct Row<'a> {
+    rows: &'a Rows,
+    index: usize,
+}
+
+impl Rows {
+    /// How many rows there are.
+    pub fn len(&self) -> usize {
+        self.count
+    }
+
+    /// The first row, if any.
+    pub fn first(&self) -> Option<Row<'_>> {
+        self.iter().next()
+    }
+
+    /// Every row in order.
+    pub fn iter(&self) -> impl Iterator<Item = Row<'_>> {
+        (0..self.count).map(move |index| Row { rows: self, index })
+    }
+
+    /// Column `column` (1-based) of row `row`, copied into `context` when given (for values
+    /// that stay Postgres datums), else converted into a Rust value.
+    fn value_in<T: FromDatum>(
+        &self,
+        row: usize,
+        column: usize,
+        context: Option<pg_sys::MemoryContext>,
+    ) -> Option<T> {
+        // SAFETY: row < count and the table is the one SPI left for this statement.
         unsafe {
-            let table = pg_sys::SPI_tuptable;
-            for i in 0..count {
-                let mut is_null = false;
-                let datum =
-                    pg_sys::SPI_getbinval(*(*table).vals.add(i), (*table).tupdesc, 1, &mut is_null);
-                let type_oid = pg_sys::SPI_gettypeid((*table).tupdesc, 1);
-                values.extend(T::from_datum_in_memory_context(
+            let tupdesc = (*self.table).tupdesc;
+            let tuple = *(*self.table).vals.add(row);
+            let mut is_null = false;
+            let datum = pg_sys::SPI_getbinval(tuple, tupdesc, column as i32, &mut is_null);
+            let type_oid = pg_sys::SPI_gettypeid(tupdesc, column as i32);
+            match context {
+                Some(context) => T::from_datum_in_memory_context(
                     PgMemoryContexts::For(context),
                     datum,
                     is_null,
                     type_oid,
-                ));
+                ),
+                None => T::from_polymorphic_datum(datum, is_null, type_oid),
             }
         }
-        values
+    }
+}
+
+impl Row<'_> {
+    /// Column `column` (1-based), or `None` for NULL. Only for types that own their value
+    /// (numbers, text, uuid, timestamps); row and jsonb datums go through
+    /// [`Statement::collect`].
+    pub fn get<T: FromDatum>(&self, column: usize) -> Option<T> {
+        self.rows.value_in(self.index, column, None)
     }
 }
 

@@ -229,15 +229,14 @@ fn tick() -> TickReport {
         let now = server_now();
         let queues: Vec<String> = QUEUES
             .run(client, &[])
-            .filter_map(|row| row.get(1).ok().flatten())
+            .iter()
+            .filter_map(|row| row.get(1))
             .collect();
         for queue in queues.iter().filter(|q| wakeup::has_waiters(q)) {
             let earliest = EARLIEST_DUE
                 .run(client, &[queue.as_str().into()])
                 .first()
-                .get::<TimestampWithTimeZone>(2)
-                .ok()
-                .flatten()
+                .and_then(|row| row.get::<TimestampWithTimeZone>(2))
                 .map(i64::from);
             if earliest.is_some_and(|run_at| run_at <= now) {
                 wakeup::wake_queue(queue);
