@@ -1,0 +1,244 @@
+//! "Finished jobs must not slow claims": a claim reads the queued jobs of its queue through
+//! `job_claim_idx` and never walks the history of finished ones.
+//!
+//! The test puts 100,000 finished jobs into a queue, older (earlier `run_at`, same priority)
+//! than its queued ones, so that any plan that reaches jobs in claim order through anything but
+//! the partial index would have to step over all of them. It then runs real `jobs_claim` calls
+//! with `auto_explain` logging every statement they execute (`log_nested_statements`, with
+//! ANALYZE and BUFFERS, sent back to the client as NOTICEs) and compares against a queue with
+//! the same queued jobs and no history:
+//!
+//! * no statement of a claim scans `jobs.job` sequentially, and the claim uses `job_claim_idx`;
+//! * the shared buffers a claim touches (the claim call's own statement, which counts every
+//!   nested statement it ran) stay within 2× + 16 of the queue without history.
+//!
+//! Both for a claim that finds due jobs and for one that finds none (which also asks when the
+//! next job comes due), and both with the custom plans of a session's first calls and the
+//! generic plan a long-lived worker session ends up with (`plan_cache_mode`).
+
+use std::sync::{Arc, Mutex};
+
+use pg_jobs_tests::{unique_queue, Client, Cluster, NoTls};
+use serde_json::Value;
+
+/// Finished jobs in the queue with history.
+const FINISHED: i32 = 100_000;
+/// Queued jobs in each queue that has any.
+const QUEUED: i32 = 200;
+/// Jobs each measured claim asks for.
+const CLAIM_N: i32 = 10;
+
+/// A session whose NOTICEs are collected, with auto_explain logging every statement it runs.
+struct ExplainingSession {
+    client: Client,
+    notices: Arc<Mutex<Vec<String>>>,
+}
+
+impl ExplainingSession {
+    fn open(plan_cache_mode: &str) -> ExplainingSession {
+        let notices = Arc::new(Mutex::new(Vec::new()));
+        let mut config: postgres::Config = Cluster::shared()
+            .dsn("postgres")
+            .parse()
+            .expect("parse the DSN");
+        let sink = notices.clone();
+        config
+            .notice_callback(move |notice| sink.lock().unwrap().push(notice.message().to_owned()));
+        let mut client = config.connect(NoTls).expect("connect");
+        client
+            .batch_execute(&format!(
+                "LOAD 'auto_explain';
+                 SET auto_explain.log_min_duration = 0;
+                 SET auto_explain.log_analyze = on;
+                 SET auto_explain.log_buffers = on;
+                 SET auto_explain.log_timing = off;
+                 SET auto_explain.log_nested_statements = on;
+                 SET auto_explain.log_format = 'json';
+                 SET auto_explain.log_level = 'notice';
+                 SET client_min_messages = 'notice';
+                 SET plan_cache_mode = '{plan_cache_mode}';"
+            ))
+            .expect("set up auto_explain");
+        ExplainingSession { client, notices }
+    }
+
+    /// Claims up to [`CLAIM_N`] jobs of `queue` in a transaction that is rolled back, so every
+    /// call sees the same jobs, and returns what the claim did.
+    fn claim(&mut self, queue: &str) -> Claim {
+        self.notices.lock().unwrap().clear();
+        let mut transaction = self.client.transaction().expect("begin");
+        let claimed: i64 = transaction
+            .query_one(
+                "SELECT count(*) FROM jobs_claim($1, n => $2)",
+                &[&queue, &CLAIM_N],
+            )
+            .expect("claim")
+            .get(0);
+        transaction.rollback().expect("roll back");
+
+        let mut plans: Vec<Value> = self
+            .notices
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(|notice| {
+                let json = &notice[notice.find("plan:")?..];
+                serde_json::from_str(&json[json.find('{')?..]).ok()
+            })
+            .collect();
+        let call = plans
+            .iter()
+            .position(|p| {
+                p["Query Text"]
+                    .as_str()
+                    .unwrap_or("")
+                    .contains("count(*) FROM jobs_claim")
+            })
+            .expect("auto_explain logged the claim call itself");
+        let call = plans.remove(call);
+        Claim {
+            claimed,
+            buffers: buffers(&call["Plan"]),
+            nested: plans,
+        }
+    }
+}
+
+/// What one claim call did.
+struct Claim {
+    claimed: i64,
+    /// Shared buffers (hit + read) of the claim call, nested statements included.
+    buffers: i64,
+    /// The plans of the statements the claim executed.
+    nested: Vec<Value>,
+}
+
+/// Shared buffers a plan node touched, its children and nested statements included.
+fn buffers(node: &Value) -> i64 {
+    node["Shared Hit Blocks"].as_i64().unwrap_or(0)
+        + node["Shared Read Blocks"].as_i64().unwrap_or(0)
+}
+
+/// Every node of a plan tree.
+fn nodes(plan: &Value) -> Vec<&Value> {
+    let mut all = vec![plan];
+    if let Some(children) = plan["Plans"].as_array() {
+        for child in children {
+            all.extend(nodes(child));
+        }
+    }
+    all
+}
+
+impl Claim {
+    /// Checks the claim's plans: no sequential scan of jobs.job, and job_claim_idx used.
+    fn check_plans(&self, what: &str) {
+        assert!(
+            !self.nested.is_empty(),
+            "{what}: auto_explain logged no statement of the claim"
+        );
+        let all: Vec<&Value> = self.nested.iter().flat_map(|p| nodes(&p["Plan"])).collect();
+        let seq_scans: Vec<&&Value> = all
+            .iter()
+            .filter(|n| n["Node Type"] == "Seq Scan" && n["Relation Name"] == "job")
+            .collect();
+        assert!(
+            seq_scans.is_empty(),
+            "{what}: the claim scans jobs.job sequentially: {}",
+            self.render()
+        );
+        assert!(
+            all.iter().any(|n| n["Index Name"] == "job_claim_idx"),
+            "{what}: the claim does not use job_claim_idx: {}",
+            self.render()
+        );
+    }
+
+    /// The nested plans, for failure messages.
+    fn render(&self) -> String {
+        serde_json::to_string_pretty(&self.nested).unwrap_or_default()
+    }
+}
+
+/// Claims from `queue` once to warm the session up, then three times; checks every plan and
+/// returns the number of jobs claimed and the most buffers any measured call touched.
+fn measure(session: &mut ExplainingSession, queue: &str, what: &str) -> (i64, i64) {
+    session.claim(queue).check_plans(what);
+    let measured: Vec<Claim> = (0..3).map(|_| session.claim(queue)).collect();
+    for claim in &measured {
+        claim.check_plans(what);
+        assert_eq!(claim.claimed, measured[0].claimed, "{what}: claims differ");
+    }
+    let most = measured.iter().map(|c| c.buffers).max().unwrap_or(0);
+    (measured[0].claimed, most)
+}
+
+/// Inserts `count` succeeded jobs into `queue`, all due before any queued job of the queue.
+fn add_history(client: &mut Client, queue: &str, count: i32) {
+    client
+        .execute(
+            "INSERT INTO jobs.job (queue, payload, state, attempt, max_attempts, run_at,
+                                   created_at, started_at, finished_at, lease, worker, result)
+             SELECT $1, jsonb_build_object('n', g), 'succeeded', 1, 5,
+                    now() - interval '1 day' + g * interval '1 millisecond',
+                    now() - interval '1 day', now() - interval '1 hour',
+                    now() - interval '1 hour' + g * interval '1 millisecond',
+                    gen_random_uuid(), 'history', '{}'
+               FROM generate_series(1, $2) AS g",
+            &[&queue, &count],
+        )
+        .expect("insert finished jobs");
+}
+
+#[test]
+fn finished_jobs_do_not_slow_claims() {
+    let mut setup = Cluster::shared().connect();
+    let fresh = unique_queue(&mut setup, "fresh", "");
+    let history = unique_queue(&mut setup, "history", "");
+    let empty = unique_queue(&mut setup, "empty", "");
+    let history_only = unique_queue(&mut setup, "history-only", "");
+    for queue in [&fresh, &history] {
+        setup
+            .execute(
+                "SELECT count(*) FROM jobs_enqueue_batch($1, ARRAY(
+                     SELECT jsonb_build_object('n', g) FROM generate_series(1, $2) AS g))",
+                &[queue, &QUEUED],
+            )
+            .expect("enqueue");
+    }
+    add_history(&mut setup, &history, FINISHED);
+    add_history(&mut setup, &history_only, FINISHED);
+    setup
+        .batch_execute("VACUUM ANALYZE jobs.job")
+        .expect("vacuum");
+
+    let mut report = Vec::new();
+    for mode in ["force_custom_plan", "force_generic_plan"] {
+        let mut session = ExplainingSession::open(mode);
+        for (without, with, due) in [(&fresh, &history, CLAIM_N), (&empty, &history_only, 0)] {
+            let what = format!("{mode}, {due} due");
+            let (claimed_without, buffers_without) =
+                measure(&mut session, without, &format!("{what}, no history"));
+            let (claimed_with, buffers_with) = measure(
+                &mut session,
+                with,
+                &format!("{what}, {FINISHED} finished jobs"),
+            );
+            assert_eq!(
+                (claimed_without, claimed_with),
+                (i64::from(due), i64::from(due)),
+                "{what}: jobs claimed"
+            );
+            report.push(format!(
+                "{what}: {buffers_without} buffers without history, {buffers_with} with \
+                 {FINISHED} finished jobs"
+            ));
+            assert!(
+                buffers_with <= 2 * buffers_without + 16,
+                "{what}: a claim touched {buffers_with} shared buffers with {FINISHED} finished \
+                 jobs in the queue, {buffers_without} without"
+            );
+        }
+    }
+    println!("claim buffers:\n  {}", report.join("\n  "));
+}
