@@ -20,7 +20,8 @@ CREATE TABLE jobs.queue (
     paused            boolean NOT NULL DEFAULT false,
     rate_limit        double precision CHECK (rate_limit > 0),
     group_concurrency integer NOT NULL DEFAULT 1 CHECK (group_concurrency >= 1),
-    dead_letter       text REFERENCES jobs.queue (name) CHECK (dead_letter <> name),
+    dead_letter       text REFERENCES jobs.queue (name) DEFERRABLE INITIALLY DEFERRED
+                      CHECK (dead_letter <> name),
     created_at        timestamptz NOT NULL DEFAULT now(),
     updated_at        timestamptz NOT NULL DEFAULT now()
 );
