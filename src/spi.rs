@@ -93,13 +93,10 @@ impl Statement {
                 status >= 0,
                 "pg_jobs statement failed with SPI status {status}"
             );
-            let table = pg_sys::SPI_tuptable;
-            let count = if table.is_null() {
-                0
-            } else {
-                pg_sys::SPI_processed as usize
-            };
-            Rows { table, count }
+            Rows {
+                table: pg_sys::SPI_tuptable,
+                processed: pg_sys::SPI_processed as usize,
+            }
         }
     }
 
@@ -121,7 +118,7 @@ impl Statement {
         context: pg_sys::MemoryContext,
     ) -> Vec<T> {
         let rows = self.run(client, args);
-        (0..rows.count)
+        (0..rows.returned())
             .filter_map(|row| rows.value_in(row, 1, Some(context)))
             .collect()
     }
@@ -130,8 +127,10 @@ impl Statement {
 /// The rows a statement returned, valid until the next statement or the end of the SPI
 /// connection.
 pub struct Rows {
+    /// The returned rows; null for a statement without RETURNING.
     table: *mut pg_sys::SPITupleTable,
-    count: usize,
+    /// Rows the statement processed: returned, or changed when it returns none.
+    processed: usize,
 }
 
 /// One row of [`Rows`].
@@ -142,9 +141,18 @@ pub struct Row<'a> {
 }
 
 impl Rows {
-    /// How many rows there are.
+    /// How many rows the statement returned, or changed when it returns none.
     pub fn len(&self) -> usize {
-        self.count
+        self.processed
+    }
+
+    /// How many rows there are to read.
+    fn returned(&self) -> usize {
+        if self.table.is_null() {
+            0
+        } else {
+            self.processed
+        }
     }
 
     /// The first row, if any.
@@ -154,7 +162,7 @@ impl Rows {
 
     /// Every row in order.
     pub fn iter(&self) -> impl Iterator<Item = Row<'_>> {
-        (0..self.count).map(move |index| Row { rows: self, index })
+        (0..self.returned()).map(move |index| Row { rows: self, index })
     }
 
     /// Column `column` (1-based) of row `row`, copied into `context` when given (for values

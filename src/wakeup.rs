@@ -1,9 +1,10 @@
 //! Commit-driven wake-ups for claims that wait for work.
 //!
 //! A transaction that makes jobs claimable (enqueue, retry, release, a failure retried at once,
-//! reclaim, resume) notes the queue; when it commits, a transaction callback signals as many
-//! waiting claims on that queue's slot as jobs became claimable, so a commit of one job does not
-//! stampede a hundred waiters. Nothing is signalled on rollback, except for claims: rolling back
+//! reclaim, resume) notes the queue; when it commits, a callback signals as many waiting claims
+//! on that queue's slot as jobs became claimable, so a commit of one job does not stampede a
+//! hundred waiters. The signals go out after the transaction has released its locks: a waiter
+//! woken while the job locks of a finishing claim were still held would skip those jobs. Nothing is signalled on rollback, except for claims: rolling back
 //! a claim puts its jobs back, so that wakes waiters too. A delayed job lowers the slot's
 //! `next_due`, which waiting claims use to time their sleep.
 
@@ -83,10 +84,13 @@ pub fn jobs_claimed(queue: &str, count: u32) {
     PENDING.with(|p| add(&mut p.borrow_mut().on_abort, slot, count));
 }
 
-/// Installs the transaction callback; called from `_PG_init` in every process that loads us.
+/// Installs the callbacks; called from `_PG_init` in every process that loads us.
 pub fn register_callback() {
-    // SAFETY: the callback is a plain function that lives as long as the library.
-    unsafe { pg_sys::RegisterXactCallback(Some(on_xact_event), std::ptr::null_mut()) };
+    // SAFETY: the callbacks are plain functions that live as long as the library.
+    unsafe {
+        pg_sys::RegisterXactCallback(Some(on_xact_event), std::ptr::null_mut());
+        pg_sys::RegisterResourceReleaseCallback(Some(on_resource_release), std::ptr::null_mut());
+    }
 }
 
 #[pg_guard]
@@ -94,14 +98,24 @@ unsafe extern "C-unwind" fn on_xact_event(
     event: pg_sys::XactEvent::Type,
     _arg: *mut std::ffi::c_void,
 ) {
-    let commit = match event {
-        pg_sys::XactEvent::XACT_EVENT_COMMIT | pg_sys::XactEvent::XACT_EVENT_PARALLEL_COMMIT => true,
-        pg_sys::XactEvent::XACT_EVENT_ABORT
-        | pg_sys::XactEvent::XACT_EVENT_PARALLEL_ABORT
-        // A prepared transaction commits later, maybe elsewhere; the worker's tick covers it.
-        | pg_sys::XactEvent::XACT_EVENT_PREPARE => false,
-        _ => return,
-    };
+    // A prepared transaction commits later, maybe in another session; the worker's tick covers
+    // its jobs. Forget them here, before its resources are released as if it had committed.
+    if event == pg_sys::XactEvent::XACT_EVENT_PREPARE {
+        PENDING.with(|p| *p.borrow_mut() = Pending::default());
+    }
+}
+
+/// Fires the transaction's wake-ups once its locks are gone; it is visible to everyone by then.
+#[pg_guard]
+unsafe extern "C-unwind" fn on_resource_release(
+    phase: pg_sys::ResourceReleasePhase::Type,
+    commit: bool,
+    top_level: bool,
+    _arg: *mut std::ffi::c_void,
+) {
+    if phase != pg_sys::ResourceReleasePhase::RESOURCE_RELEASE_AFTER_LOCKS || !top_level {
+        return;
+    }
     let pending = PENDING.with(|p| std::mem::take(&mut *p.borrow_mut()));
     let Some(shared) = shared() else { return };
     if commit {
@@ -111,7 +125,7 @@ unsafe extern "C-unwind" fn on_xact_event(
         for (slot, count) in pending.on_commit {
             wake(&shared.slots[slot], count);
         }
-    } else if event != pg_sys::XactEvent::XACT_EVENT_PREPARE {
+    } else {
         for (slot, count) in pending.on_abort {
             wake(&shared.slots[slot], count);
         }

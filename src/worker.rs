@@ -187,6 +187,9 @@ fn run_tick() -> Result<TickReport, String> {
             }
             Err(_) => pg_sys::AbortCurrentTransaction(),
         }
+        // A background worker must flush its own statistics: without them autovacuum would
+        // never hear of the rows reclaim and purge leave dead.
+        pg_sys::pgstat_report_stat(false);
         pg_sys::pgstat_report_activity(pg_sys::BackendState::STATE_IDLE, std::ptr::null());
     }
     outcome

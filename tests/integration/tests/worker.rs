@@ -1,0 +1,639 @@
+//! The background worker against real servers: it reclaims the lease of a claimer whose session
+//! died, comes back after SIGKILL and SIGTERM, survives a failing tick, starts serving a
+//! database whose extension is created after start-up, purges only finished jobs past their
+//! queue's retention, and without the preload everything but the worker still works.
+//!
+//! Tests that kill processes, lock the job table or need other server settings run on a
+//! private cluster of their own, so the other tests of this binary (on [`Cluster::shared`])
+//! are not disturbed. Nothing here calls `jobs_reclaim()` except the test without the preload,
+//! so on the shared cluster every reclaim is the worker's.
+
+use std::thread;
+use std::time::{Duration, Instant, SystemTime};
+
+use pg_jobs_tests::{
+    claim, enqueue, scalar, state, unique_queue, wait_until, Claimed, Client, Cluster,
+    TEST_SETTINGS,
+};
+use serde_json::json;
+
+/// The key of a `postgresql.conf` line (`"pg_jobs.tick = '100ms'"` → `"pg_jobs.tick"`).
+fn setting_key(line: &str) -> &str {
+    line.split('=').next().unwrap_or_default().trim()
+}
+
+/// [`TEST_SETTINGS`] with each of `overrides` replacing the line of the same key (or added).
+fn settings_with(overrides: &[&'static str]) -> Vec<&'static str> {
+    let mut settings: Vec<&'static str> = TEST_SETTINGS
+        .iter()
+        .copied()
+        .filter(|line| {
+            overrides
+                .iter()
+                .all(|o| setting_key(o) != setting_key(line))
+        })
+        .collect();
+    settings.extend_from_slice(overrides);
+    settings
+}
+
+/// [`TEST_SETTINGS`] without the line setting `key`.
+fn settings_without(key: &str) -> Vec<&'static str> {
+    TEST_SETTINGS
+        .iter()
+        .copied()
+        .filter(|line| setting_key(line) != key)
+        .collect()
+}
+
+/// A private cluster with `settings` and the extension created in database `postgres`.
+fn private_cluster(name: &str, settings: &[&str]) -> (Cluster, Client) {
+    let cluster = Cluster::start(name, settings);
+    let mut client = cluster.connect();
+    client.batch_execute("CREATE EXTENSION pg_jobs").unwrap();
+    (cluster, client)
+}
+
+/// One row of `jobs_worker_status()`.
+#[derive(Debug, Clone)]
+struct WorkerStatus {
+    pid: Option<i32>,
+    started_at: Option<SystemTime>,
+    last_tick: Option<SystemTime>,
+    serving: bool,
+    ticks: i64,
+    reclaimed: i64,
+    purged: i64,
+    last_error: Option<String>,
+    last_error_at: Option<SystemTime>,
+}
+
+/// The worker status row of `database`, if there is one.
+fn worker_status(client: &mut Client, database: &str) -> Option<WorkerStatus> {
+    client
+        .query_opt(
+            "SELECT pid, started_at, last_tick, serving, ticks, reclaimed, purged, last_error,
+                    last_error_at
+               FROM jobs_worker_status() WHERE database = $1",
+            &[&database],
+        )
+        .expect("jobs_worker_status()")
+        .map(|row| WorkerStatus {
+            pid: row.get(0),
+            started_at: row.get(1),
+            last_tick: row.get(2),
+            serving: row.get(3),
+            ticks: row.get(4),
+            reclaimed: row.get(5),
+            purged: row.get(6),
+            last_error: row.get(7),
+            last_error_at: row.get(8),
+        })
+}
+
+/// Polls `jobs_worker_status()` until the row of `database` satisfies `condition` (30 s at
+/// most) and returns it.
+fn wait_for_worker(
+    client: &mut Client,
+    database: &str,
+    what: &str,
+    condition: impl Fn(&WorkerStatus) -> bool,
+) -> WorkerStatus {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let status = worker_status(client, database);
+        if let Some(status) = status.as_ref().filter(|s| condition(s)) {
+            return status.clone();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for the worker of {database}: {what}; last status {status:?}"
+        );
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Waits until the worker of `database` has ticked with the extension present.
+fn wait_for_serving_worker(client: &mut Client, database: &str) -> WorkerStatus {
+    wait_for_worker(client, database, "serving, with a pid", |s| {
+        s.serving && s.pid.is_some() && s.ticks > 0
+    })
+}
+
+/// The pids of `pg_jobs worker` backends connected to `database`, from pg_stat_activity.
+fn worker_backends(client: &mut Client, database: &str) -> Vec<i32> {
+    client
+        .query(
+            "SELECT pid FROM pg_stat_activity
+              WHERE backend_type = 'pg_jobs worker' AND datname = $1",
+            &[&database],
+        )
+        .expect("read pg_stat_activity")
+        .iter()
+        .map(|row| row.get(0))
+        .collect()
+}
+
+/// The `error` of the job's latest errors entry.
+fn last_error(client: &mut Client, id: i64) -> Option<String> {
+    scalar(
+        client,
+        "SELECT errors->-1->>'error' FROM jobs.job WHERE id = $1",
+        &[&id],
+    )
+}
+
+/// Claims a fresh job under a 1-second lease and lets the lease run out without calling
+/// `jobs_reclaim()`; asserts the worker puts the job back and returns how long that took
+/// from the claim.
+fn assert_worker_reclaims(client: &mut Client, prefix: &str) -> Duration {
+    let queue = unique_queue(client, prefix, "lease => '1 second'");
+    let id = enqueue(client, &queue, json!({"reclaim": prefix}));
+    let claimed = claim(client, &queue, 1, "");
+    let started = Instant::now();
+    assert_eq!(claimed.len(), 1);
+    assert_eq!(claimed[0].id, id);
+    wait_until(
+        Duration::from_secs(10),
+        "the worker to reclaim the expired lease",
+        || state(client, id) == "queued",
+    );
+    let took = started.elapsed();
+    assert_eq!(last_error(client, id).as_deref(), Some("lease expired"));
+    let attempt: i32 = scalar(client, "SELECT attempt FROM jobs.job WHERE id = $1", &[&id]);
+    assert_eq!(attempt, 1, "a reclaimed attempt stays spent");
+    took
+}
+
+/// A claimer's session is terminated while it holds two jobs under a 1-second lease: the
+/// worker, with nobody calling `jobs_reclaim()`, queues the one with attempts left again
+/// (attempt spent, `lease expired` recorded) and fails the one on its final attempt.
+#[test]
+fn lease_of_a_terminated_claimer_is_reclaimed_by_the_worker() {
+    let cluster = Cluster::shared();
+    let mut admin = cluster.connect();
+    let queue = unique_queue(&mut admin, "terminated", "lease => '1 second'");
+    let retried = enqueue(&mut admin, &queue, json!({"attempts": "five"}));
+    let final_attempt: i64 = scalar(
+        &mut admin,
+        "SELECT jobs_enqueue($1, '{\"attempts\": \"one\"}', max_attempts => 1)",
+        &[&queue],
+    );
+    let reclaimed_before = worker_status(&mut admin, "postgres").map_or(0, |s| s.reclaimed);
+
+    let mut claimer = cluster.connect();
+    let pid: i32 = scalar(&mut claimer, "SELECT pg_backend_pid()", &[]);
+    let mut held: Vec<i64> = claim(&mut claimer, &queue, 2, "")
+        .iter()
+        .map(|c| c.id)
+        .collect();
+    let claimed_at = Instant::now();
+    held.sort_unstable();
+    assert_eq!(held, [retried, final_attempt]);
+    let lease_until: SystemTime = scalar(
+        &mut admin,
+        "SELECT lease_until FROM jobs.job WHERE id = $1",
+        &[&retried],
+    );
+
+    let terminated: bool = scalar(&mut admin, "SELECT pg_terminate_backend($1)", &[&pid]);
+    assert!(terminated);
+    wait_until(
+        Duration::from_secs(10),
+        "the claimer's backend to exit",
+        || {
+            let alive: bool = scalar(
+                &mut admin,
+                "SELECT EXISTS (SELECT FROM pg_stat_activity WHERE pid = $1)",
+                &[&pid],
+            );
+            !alive
+        },
+    );
+    assert!(claimer.simple_query("SELECT 1").is_err());
+
+    wait_until(
+        Duration::from_secs(10),
+        "the worker to reclaim both leases",
+        || state(&mut admin, retried) != "running" && state(&mut admin, final_attempt) != "running",
+    );
+    let since_claim = claimed_at.elapsed();
+
+    // Attempts left: queued again, the attempt spent, the expiry recorded.
+    let row = admin
+        .query_one(
+            "SELECT state::text, attempt, lease_until, jsonb_array_length(errors),
+                    (errors->-1->>'at')::timestamptz
+               FROM jobs.job WHERE id = $1",
+            &[&retried],
+        )
+        .unwrap();
+    assert_eq!(row.get::<_, String>(0), "queued");
+    assert_eq!(row.get::<_, i32>(1), 1);
+    assert_eq!(row.get::<_, Option<SystemTime>>(2), None);
+    assert_eq!(row.get::<_, i32>(3), 1);
+    assert_eq!(
+        last_error(&mut admin, retried).as_deref(),
+        Some("lease expired")
+    );
+    let reclaimed_at: SystemTime = row.get(4);
+    let lag = reclaimed_at
+        .duration_since(lease_until)
+        .expect("reclaimed after the lease ran out");
+
+    // The final attempt: failed for good.
+    let row = admin
+        .query_one(
+            "SELECT state::text, attempt, finished_at IS NOT NULL FROM jobs.job WHERE id = $1",
+            &[&final_attempt],
+        )
+        .unwrap();
+    assert_eq!(row.get::<_, String>(0), "failed");
+    assert_eq!(row.get::<_, i32>(1), 1);
+    assert!(row.get::<_, bool>(2));
+    assert_eq!(
+        last_error(&mut admin, final_attempt).as_deref(),
+        Some("lease expired on the final attempt")
+    );
+
+    let reclaimed_after = worker_status(&mut admin, "postgres").map_or(0, |s| s.reclaimed);
+    assert!(
+        reclaimed_after >= reclaimed_before + 2,
+        "the worker counted its reclaims: {reclaimed_before} → {reclaimed_after}"
+    );
+    // The queued one is claimable again, on its second attempt.
+    let again = claim(&mut admin, &queue, 2, "");
+    assert_eq!(again.len(), 1);
+    assert_eq!((again[0].id, again[0].attempt), (retried, 2));
+
+    println!(
+        "reclaim after backend termination: {since_claim:?} from claim to both jobs settled \
+         (lease 1 s, tick 100 ms); server-side lease_until → reclaim: {lag:?}"
+    );
+}
+
+/// SIGKILL of the worker crash-restarts the server; the worker comes back with a new pid and
+/// reclaims expired leases again.
+#[test]
+fn worker_killed_with_sigkill_comes_back_and_reclaims() {
+    // Commits must survive the crash-restart: WAL buffers in shared memory are lost with it.
+    let settings = settings_with(&["synchronous_commit = on"]);
+    let (cluster, mut client) = private_cluster("worker-sigkill", &settings);
+    let before = wait_for_serving_worker(&mut client, "postgres");
+    let old_pid = before.pid.unwrap();
+    assert_eq!(worker_backends(&mut client, "postgres"), [old_pid]);
+
+    // SAFETY: sends a signal to a process of the cluster we started.
+    assert_eq!(unsafe { libc::kill(old_pid, libc::SIGKILL) }, 0);
+    // The postmaster ends every backend, ours too, and starts over.
+    wait_until(
+        Duration::from_secs(30),
+        "the crash restart to drop our connection",
+        || client.simple_query("SELECT 1").is_err(),
+    );
+    let mut client = cluster.connect();
+    let after = wait_for_worker(&mut client, "postgres", "back with a new pid", |s| {
+        s.pid.is_some_and(|pid| pid != old_pid) && s.serving && s.ticks > 0
+    });
+    let new_pid = after.pid.unwrap();
+    assert_eq!(worker_backends(&mut client, "postgres"), [new_pid]);
+
+    let took = assert_worker_reclaims(&mut client, "after-sigkill");
+    let status = worker_status(&mut client, "postgres").unwrap();
+    assert_eq!(status.pid, Some(new_pid));
+    assert!(status.reclaimed >= 1, "{status:?}");
+    println!("after SIGKILL: worker {old_pid} → {new_pid}; reclaim took {took:?} from claim");
+}
+
+/// SIGTERM (`pg_terminate_backend`) ends the worker alone; the postmaster starts it again
+/// and it reclaims expired leases. Client sessions are not disturbed.
+#[test]
+fn worker_terminated_with_sigterm_comes_back_and_reclaims() {
+    let (_cluster, mut client) = private_cluster("worker-sigterm", TEST_SETTINGS);
+    let before = wait_for_serving_worker(&mut client, "postgres");
+    let old_pid = before.pid.unwrap();
+    assert_eq!(worker_backends(&mut client, "postgres"), [old_pid]);
+
+    let terminated: bool = scalar(&mut client, "SELECT pg_terminate_backend($1)", &[&old_pid]);
+    assert!(terminated);
+    let after = wait_for_worker(&mut client, "postgres", "back with a new pid", |s| {
+        s.pid.is_some_and(|pid| pid != old_pid) && s.serving && s.ticks > 0
+    });
+    let new_pid = after.pid.unwrap();
+    assert!(
+        after.started_at > before.started_at,
+        "{before:?} / {after:?}"
+    );
+    assert_eq!(worker_backends(&mut client, "postgres"), [new_pid]);
+
+    let took = assert_worker_reclaims(&mut client, "after-sigterm");
+    let status = worker_status(&mut client, "postgres").unwrap();
+    assert_eq!(status.pid, Some(new_pid));
+    assert!(status.reclaimed >= 1, "{status:?}");
+    println!("after SIGTERM: worker {old_pid} → {new_pid}; reclaim took {took:?} from claim");
+}
+
+/// A session holds `jobs.job` in ACCESS EXCLUSIVE mode longer than the tick's 1 s lock
+/// timeout: the tick fails, the failure shows in `jobs_worker_status()`, the worker keeps its
+/// pid, and once the lock is gone it ticks again and reclaims the lease that ran out meanwhile.
+#[test]
+fn a_failing_tick_does_not_kill_the_worker() {
+    let (cluster, mut client) = private_cluster("worker-tick-error", TEST_SETTINGS);
+    let before = wait_for_serving_worker(&mut client, "postgres");
+    let queue = unique_queue(&mut client, "tick-error", "lease => '1 second'");
+    let id = enqueue(&mut client, &queue, json!({}));
+    assert_eq!(claim(&mut client, &queue, 1, "").len(), 1);
+
+    let mut locker = cluster.connect();
+    locker
+        .batch_execute("BEGIN; LOCK TABLE jobs.job IN ACCESS EXCLUSIVE MODE")
+        .unwrap();
+    let locked_at: SystemTime = scalar(&mut locker, "SELECT now()", &[]);
+    thread::sleep(Duration::from_millis(2500));
+
+    // jobs_worker_status() reads shared memory only, so it does not queue behind the lock.
+    let during = worker_status(&mut client, "postgres").unwrap();
+    assert_eq!(during.pid, before.pid, "the worker kept its pid");
+    let error = during.last_error.clone().unwrap_or_default();
+    assert!(error.contains("lock timeout"), "last_error: {during:?}");
+    assert!(
+        during.last_error_at.is_some_and(|at| at >= locked_at),
+        "last_error_at after the lock was taken: {during:?}"
+    );
+    assert_eq!(
+        worker_backends(&mut client, "postgres"),
+        [before.pid.unwrap()],
+        "one worker, the same process"
+    );
+    locker.batch_execute("COMMIT").unwrap();
+
+    wait_until(
+        Duration::from_secs(10),
+        "the worker to reclaim after the lock is gone",
+        || state(&mut client, id) == "queued",
+    );
+    assert_eq!(
+        last_error(&mut client, id).as_deref(),
+        Some("lease expired")
+    );
+    let after = wait_for_worker(&mut client, "postgres", "a successful tick", |s| {
+        s.ticks > during.ticks && s.last_tick > s.last_error_at
+    });
+    assert_eq!(after.pid, before.pid);
+    assert!(after.reclaimed >= 1, "{after:?}");
+    println!(
+        "failing tick recorded: {error:?}; worker pid {:?} kept",
+        after.pid
+    );
+}
+
+/// A database named in `pg_jobs.databases` that is created, and gets the extension, after
+/// the server started: the worker skips it quietly while the extension is missing, then
+/// serves it.
+#[test]
+fn worker_serves_a_database_whose_extension_is_created_later() {
+    let settings = settings_with(&["pg_jobs.databases = 'postgres, late'"]);
+    let (cluster, mut postgres) = private_cluster("worker-late", &settings);
+    postgres.batch_execute("CREATE DATABASE late").unwrap();
+    let mut late = cluster.connect_to("late");
+
+    // Status is in shared memory: read it from `postgres`, where the function exists.
+    let skipping = wait_for_worker(&mut postgres, "late", "connected, not serving", |s| {
+        s.pid.is_some() && s.ticks > 0
+    });
+    assert!(!skipping.serving, "{skipping:?}");
+    let pid = skipping.pid.unwrap();
+    assert_eq!(worker_backends(&mut postgres, "late"), [pid]);
+    assert!(worker_status(&mut postgres, "postgres").is_some());
+
+    late.batch_execute("CREATE EXTENSION pg_jobs").unwrap();
+    let took = assert_worker_reclaims(&mut late, "late");
+    let status = wait_for_worker(&mut late, "late", "serving", |s| s.serving);
+    assert_eq!(status.pid, Some(pid), "the same worker, no restart needed");
+    assert!(status.reclaimed >= 1, "{status:?}");
+    println!("late database: reclaim took {took:?} from claim");
+}
+
+/// How a job of the retention test ends.
+#[derive(Clone, Copy)]
+enum Ending {
+    Succeeded,
+    Failed,
+    Cancelled,
+}
+
+/// Enqueues a job on `queue` (which must have nothing else queued), ends it as `ending` and
+/// backdates its `finished_at` by `age`.
+fn finished_job(client: &mut Client, queue: &str, ending: Ending, age: &str) -> i64 {
+    let id = enqueue(client, queue, json!({"age": age}));
+    let outcome: String = match ending {
+        Ending::Cancelled => scalar(client, "SELECT jobs_cancel($1)", &[&id]),
+        Ending::Succeeded | Ending::Failed => {
+            let claimed: Vec<Claimed> = claim(client, queue, 1, "");
+            assert_eq!(claimed.len(), 1);
+            assert_eq!(claimed[0].id, id);
+            let lease = claimed[0].lease;
+            if matches!(ending, Ending::Succeeded) {
+                scalar(
+                    client,
+                    "SELECT jobs_complete($1::bigint, $2::uuid)",
+                    &[&id, &lease],
+                )
+            } else {
+                scalar(
+                    client,
+                    "SELECT jobs_fail($1, $2, 'boom', retry => false)",
+                    &[&id, &lease],
+                )
+            }
+        }
+    };
+    let expected = match ending {
+        Ending::Succeeded => "succeeded",
+        Ending::Failed => "failed",
+        Ending::Cancelled => "cancelled",
+    };
+    assert_eq!(outcome, expected);
+    backdate(client, id, "finished_at", age);
+    id
+}
+
+/// Sets `column` of job `id` to `now() - age` (test set-up edits the table directly).
+fn backdate(client: &mut Client, id: i64, column: &str, age: &str) {
+    client
+        .execute(
+            &format!("UPDATE jobs.job SET {column} = now() - $2::text::interval WHERE id = $1"),
+            &[&id, &age],
+        )
+        .unwrap_or_else(|e| panic!("backdate {column} of job {id}: {e}"));
+}
+
+/// The ids among `ids` that still exist.
+fn existing(client: &mut Client, ids: &[i64]) -> Vec<i64> {
+    let mut found: Vec<i64> = client
+        .query(
+            "SELECT id FROM jobs.job WHERE id = ANY ($1)",
+            &[&ids.to_vec()],
+        )
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    found.sort_unstable();
+    found
+}
+
+/// The worker purges finished jobs older than their queue's retention, and nothing else:
+/// not jobs finished within it, not queued or running jobs however old (even with a stale
+/// `finished_at`), not old jobs of a queue whose retention (the default 7 days) keeps them.
+#[test]
+fn retention_purge_removes_only_finished_jobs_past_their_queues_retention() {
+    let mut client = Cluster::shared().connect();
+    // A minute, not a second: the "recently finished" jobs must still be within retention
+    // when we look, however slow the machine.
+    let short = unique_queue(
+        &mut client,
+        "purge-short",
+        "retention => '1 minute', lease => '1 hour'",
+    );
+    let long = unique_queue(&mut client, "purge-default", "");
+    let purged_before = worker_status(&mut client, "postgres").unwrap().purged;
+
+    let mut purged = vec![
+        finished_job(&mut client, &short, Ending::Succeeded, "1 hour"),
+        finished_job(&mut client, &short, Ending::Failed, "1 hour"),
+        finished_job(&mut client, &short, Ending::Cancelled, "1 hour"),
+        finished_job(&mut client, &short, Ending::Succeeded, "2 minutes"),
+        finished_job(&mut client, &long, Ending::Succeeded, "8 days"),
+    ];
+    let mut kept = vec![
+        finished_job(&mut client, &short, Ending::Succeeded, "30 seconds"),
+        finished_job(&mut client, &short, Ending::Failed, "0 seconds"),
+        finished_job(&mut client, &long, Ending::Succeeded, "1 hour"),
+        finished_job(&mut client, &long, Ending::Failed, "6 days"),
+        finished_job(&mut client, &long, Ending::Cancelled, "6 days 23 hours"),
+    ];
+    // A running and a queued job, old in every way, with a stale finished_at as well.
+    let running = enqueue(&mut client, &short, json!({"old": "running"}));
+    assert_eq!(claim(&mut client, &short, 1, "")[0].id, running);
+    let queued: i64 = scalar(
+        &mut client,
+        "SELECT jobs_enqueue($1, run_at => now() - interval '1 day')",
+        &[&short],
+    );
+    for id in [running, queued] {
+        for column in ["created_at", "run_at", "finished_at"] {
+            backdate(&mut client, id, column, "1 day");
+        }
+    }
+    backdate(&mut client, running, "started_at", "1 day");
+    kept.extend([running, queued]);
+    purged.sort_unstable();
+    kept.sort_unstable();
+
+    wait_until(
+        Duration::from_secs(10),
+        "the worker to purge the finished jobs past retention",
+        || existing(&mut client, &purged).is_empty(),
+    );
+    // A couple more ticks change nothing for the rest.
+    let ticks = worker_status(&mut client, "postgres").unwrap().ticks;
+    wait_for_worker(&mut client, "postgres", "two more ticks", |s| {
+        s.ticks >= ticks + 2
+    });
+    assert_eq!(existing(&mut client, &kept), kept);
+    assert_eq!(state(&mut client, running), "running");
+    assert_eq!(state(&mut client, queued), "queued");
+
+    let purged_after = worker_status(&mut client, "postgres").unwrap().purged;
+    assert!(
+        purged_after >= purged_before + purged.len() as i64,
+        "purged counter {purged_before} → {purged_after}"
+    );
+}
+
+/// Without `shared_preload_libraries` there is no worker, and everything else works:
+/// enqueue, claim, complete, `jobs_reclaim()` on demand, and a waiting claim (which polls).
+#[test]
+fn without_the_preload_everything_but_the_worker_works() {
+    let settings = settings_without("shared_preload_libraries");
+    let (cluster, mut client) = private_cluster("worker-no-preload", &settings);
+    let preload: String = scalar(&mut client, "SHOW shared_preload_libraries", &[]);
+    assert_eq!(preload, "");
+    let workers: i64 = scalar(
+        &mut client,
+        "SELECT count(*) FROM jobs_worker_status()",
+        &[],
+    );
+    assert_eq!(workers, 0);
+    assert!(worker_backends(&mut client, "postgres").is_empty());
+
+    let queue = unique_queue(&mut client, "no-preload", "lease => '1 second'");
+    let id = enqueue(&mut client, &queue, json!({}));
+    let claimed = claim(&mut client, &queue, 1, "");
+    assert_eq!(claimed.len(), 1);
+    let outcome: String = scalar(
+        &mut client,
+        "SELECT jobs_complete($1::bigint, $2::uuid)",
+        &[&id, &claimed[0].lease],
+    );
+    assert_eq!(outcome, "succeeded");
+
+    // Nobody reclaims an expired lease until jobs_reclaim() is called.
+    let id = enqueue(&mut client, &queue, json!({}));
+    assert_eq!(claim(&mut client, &queue, 1, "")[0].id, id);
+    thread::sleep(Duration::from_millis(2000));
+    assert_eq!(state(&mut client, id), "running");
+    let reclaimed: i32 = scalar(&mut client, "SELECT jobs_reclaim()", &[]);
+    assert_eq!(reclaimed, 1);
+    assert_eq!(state(&mut client, id), "queued");
+    assert_eq!(
+        last_error(&mut client, id).as_deref(),
+        Some("lease expired")
+    );
+    let again = claim(&mut client, &queue, 1, "");
+    assert_eq!((again[0].id, again[0].attempt), (id, 2));
+    let outcome: String = scalar(
+        &mut client,
+        "SELECT jobs_complete($1::bigint, $2::uuid)",
+        &[&id, &again[0].lease],
+    );
+    assert_eq!(outcome, "succeeded");
+
+    // A waiting claim still gets a job another session commits while it waits.
+    let mut waiter = cluster.connect();
+    let waiter_pid: i32 = scalar(&mut waiter, "SELECT pg_backend_pid()", &[]);
+    let waiting_queue = queue.clone();
+    let started = Instant::now();
+    let handle = thread::spawn(move || {
+        let claimed = claim(&mut waiter, &waiting_queue, 1, ", wait => '10 seconds'");
+        (claimed, Instant::now())
+    });
+    wait_until(Duration::from_secs(10), "the claim to wait", || {
+        let waiting: Option<bool> = client
+            .query_opt(
+                "SELECT wait_event_type = 'Extension' FROM pg_stat_activity
+                  WHERE pid = $1 AND state = 'active'",
+                &[&waiter_pid],
+            )
+            .unwrap()
+            .and_then(|row| row.get(0));
+        waiting == Some(true)
+    });
+    thread::sleep(Duration::from_millis(300));
+    assert!(
+        !handle.is_finished(),
+        "the claim returned before any job existed"
+    );
+    let id = enqueue(&mut client, &queue, json!({"late": true}));
+    let committed = Instant::now();
+    let (claimed, returned) = handle.join().unwrap();
+    assert_eq!(claimed.iter().map(|c| c.id).collect::<Vec<_>>(), [id]);
+    let latency = returned.saturating_duration_since(committed);
+    assert!(
+        latency < Duration::from_secs(5),
+        "woke {latency:?} after the commit"
+    );
+    assert!(started.elapsed() < Duration::from_secs(10));
+    println!("without the preload: waiting claim returned {latency:?} after the commit (polling)");
+}
