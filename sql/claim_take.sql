@@ -1,7 +1,8 @@
 -- Claims the picked jobs that are still queued and due: each gets a fresh lease token and
 -- spends an attempt. We hold their job locks, so no other claim touches them; one that
 -- another claim took and committed before this statement's snapshot is simply not matched,
--- never locked. The rows come back in claim order.
+-- never locked. The rows come back in claim order, each with its claim position (for the
+-- claim floor).
 -- $1 ids, $2 worker, $3 lease (NULL: the queue's), $4 now, $5 queue
 WITH claimed AS (
     UPDATE jobs.job j
@@ -20,6 +21,7 @@ WITH claimed AS (
  RETURNING j.*
 )
 SELECT ROW(c.id, c.queue, c.kind, c.payload, c.headers, c.attempt, c.max_attempts, c.lease,
-           c.lease_until, c.priority, c.tenant, c.group_key, c.created_at, c.run_at)::jobs.claimed
+           c.lease_until, c.priority, c.tenant, c.group_key, c.created_at, c.run_at)::jobs.claimed,
+       c.priority, c.run_at, c.id
   FROM claimed c
  ORDER BY c.priority, c.run_at, c.id

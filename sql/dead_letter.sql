@@ -1,6 +1,6 @@
 -- Copies each job of $1 that ended failed into its queue's dead-letter queue, if it has one:
 -- same kind, payload and headers, with its origin (queue, id) and error history. Returns the
--- dead-letter queue of each copy.
+-- dead-letter queue and claim position of each copy.
 -- $1 ids
 INSERT INTO jobs.job (queue, kind, payload, headers, max_attempts, origin)
 SELECT d.name, f.kind, f.payload, f.headers, d.max_attempts,
@@ -9,4 +9,4 @@ SELECT d.name, f.kind, f.payload, f.headers, d.max_attempts,
   JOIN jobs.queue s ON s.name = f.queue
   JOIN jobs.queue d ON d.name = s.dead_letter
  WHERE f.id = ANY ($1) AND f.state = 'failed'
-RETURNING queue
+RETURNING queue, id, priority, run_at

@@ -1,3 +1,3 @@
 -- Locks a job and reads its latest committed state, for operations that decide by state.
 -- $1 id
-SELECT state::text FROM jobs.job WHERE id = $1 FOR UPDATE
+SELECT state::text, queue FROM jobs.job WHERE id = $1 FOR UPDATE

@@ -21,4 +21,4 @@ UPDATE jobs.job j
                          'error', CASE WHEN j.attempt < j.max_attempts THEN 'lease expired'
                                        ELSE 'lease expired on the final attempt' END))
 WHERE j.id = ANY (ARRAY(SELECT id FROM expired))
-RETURNING j.id, j.queue, j.state::text
+RETURNING j.id, j.queue, j.state::text, j.priority, j.run_at

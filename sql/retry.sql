@@ -5,4 +5,4 @@ UPDATE jobs.job
    SET state = 'queued', attempt = 0, run_at = $2, lease = NULL, lease_until = NULL,
        finished_at = NULL, result = NULL
  WHERE id = $1
-RETURNING queue
+RETURNING queue, priority

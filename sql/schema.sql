@@ -128,12 +128,13 @@ SELECT pg_catalog.pg_extension_config_dump('jobs.queue', 'WHERE name <> ''defaul
 SELECT pg_catalog.pg_extension_config_dump('jobs.job', '');
 SELECT pg_catalog.pg_extension_config_dump('jobs.job_id_seq', '');
 
--- The priorities that have queued jobs in a queue, lowest first, found by a loose index scan:
--- one probe of job_claim_idx per priority, however many jobs each holds. Claims read due jobs
--- priority by priority through it, so a pile of delayed jobs is never walked. It is a plain
--- SQL function without a SET clause so the planner inlines it into the statements that use
--- it; its operators are qualified instead.
-CREATE FUNCTION jobs.queued_priorities(queue_name text) RETURNS SETOF smallint
+-- The priorities above `above` (all of them when NULL) that have queued jobs in a queue,
+-- lowest first, found by a loose index scan: one probe of job_claim_idx per priority, however
+-- many jobs each holds. Claims read due jobs priority by priority through it, so a pile of
+-- delayed jobs is never walked. It is a plain SQL function without a SET clause so the planner
+-- inlines it into the statements that use it; its operators are qualified instead.
+CREATE FUNCTION jobs.queued_priorities(queue_name text, above smallint DEFAULT NULL)
+RETURNS SETOF smallint
 LANGUAGE sql STABLE PARALLEL SAFE
 AS $$
     WITH RECURSIVE priorities AS (
@@ -141,6 +142,7 @@ AS $$
            FROM jobs.job j
           WHERE j.queue OPERATOR(pg_catalog.=) queue_name
             AND j.state OPERATOR(pg_catalog.=) 'queued'::jobs.state
+            AND j.priority OPERATOR(pg_catalog.>=) coalesce(above::integer OPERATOR(pg_catalog.+) 1, -32768)
           ORDER BY j.priority
           LIMIT 1)
         UNION ALL

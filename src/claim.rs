@@ -9,7 +9,9 @@ use crate::datum::ClaimedRow;
 use crate::errors::{
     check_interval, check_range, raise, required, BAD_ARGUMENT, DAY, WAIT_NEEDS_READ_COMMITTED,
 };
+use crate::floor::{self, Key};
 use crate::guc;
+use crate::locks;
 use crate::queue::{queue_arg, unknown_queue, MAX_LEASE_DAYS};
 use crate::spi::{server_now, timestamptz_arg, with_client, Statement};
 use crate::wakeup::{self, Waiter};
@@ -24,6 +26,9 @@ static PICK: Statement = Statement {
         pg_sys::INT4OID,
         pg_sys::TEXTARRAYOID,
         pg_sys::TIMESTAMPTZOID,
+        pg_sys::INT2OID,
+        pg_sys::TIMESTAMPTZOID,
+        pg_sys::INT8OID,
     ],
 };
 
@@ -36,6 +41,11 @@ static TAKE: Statement = Statement {
         pg_sys::TIMESTAMPTZOID,
         pg_sys::TEXTOID,
     ],
+};
+
+static LOWEST_QUEUED_PRIORITY: Statement = Statement {
+    sql: include_str!("../sql/lowest_queued_priority.sql"),
+    args: &[pg_sys::TEXTOID],
 };
 
 static PROBE: Statement = Statement {
@@ -97,18 +107,28 @@ fn jobs_claim(
     // The SRF's own memory context: results copied here outlive SPI and any subtransaction.
     // SAFETY: reading the current context pointer.
     let result_context = unsafe { pg_sys::CurrentMemoryContext };
+    let slot = wakeup::slot(queue);
     let attempt = |now: pg_sys::TimestampTz| -> (Vec<ClaimedRow>, Option<Probe>) {
         with_client(|client| {
+            let seen = floor::read(slot, queue);
+            let start = seen.as_ref().and_then(|seen| seen.key);
             let mut rows: Vec<ClaimedRow> = Vec::new();
+            let mut taken_keys: Vec<Key> = Vec::new();
+            locks::clear_skipped();
             // A picked job that another claim took (and committed) after the pick's snapshot
             // is not taken; pick again, with a fresh snapshot, for the ones still missing.
             loop {
                 let wanted = n - rows.len() as i32;
-                let pick_args: [DatumWithOid; 4] = [
+                let pick_args: [DatumWithOid; 7] = [
                     queue.into(),
                     wanted.into(),
                     kinds.clone().into(),
                     timestamptz_arg(now),
+                    start.map(|k| k.priority).into(),
+                    start.map_or(DatumWithOid::null_oid(pg_sys::TIMESTAMPTZOID), |k| {
+                        timestamptz_arg(k.run_at)
+                    }),
+                    start.map(|k| k.id).into(),
                 ];
                 let picked: Vec<i64> = PICK.collect(client, &pick_args, result_context);
                 if picked.is_empty() {
@@ -121,11 +141,28 @@ fn jobs_claim(
                     timestamptz_arg(now),
                     queue.into(),
                 ];
-                let taken: Vec<ClaimedRow> = TAKE.collect(client, &take_args, result_context);
-                let complete = taken.len() == picked.len();
-                rows.extend(taken);
-                if complete || rows.len() as i32 >= n {
+                let taken = TAKE.run(client, &take_args);
+                for row in taken.iter() {
+                    rows.extend(row.get_in::<ClaimedRow>(1, result_context));
+                    let key = Key {
+                        priority: row.get(2).expect("claim_take.sql returns the priority"),
+                        run_at: row
+                            .get::<TimestampWithTimeZone>(3)
+                            .map(i64::from)
+                            .expect("claim_take.sql returns run_at"),
+                        id: row.get(4).expect("claim_take.sql returns the id"),
+                    };
+                    taken_keys.push(key);
+                }
+                if taken.len() == picked.len() || rows.len() as i32 >= n {
                     break;
+                }
+            }
+            // A claim of some kinds skipped other kinds' jobs, so only a claim of every kind
+            // may move the floor.
+            if let (None, Some(slot), Some(seen)) = (&kinds, slot, &seen) {
+                if let Some(to) = new_floor(client, queue, seen.key, &taken_keys) {
+                    floor::raise(slot, queue, seen, to);
                 }
             }
             if !rows.is_empty() {
@@ -189,6 +226,33 @@ fn jobs_claim(
         }
         waiter.sleep(wake_at, seen);
     }
+}
+
+/// Where the claim floor may move after a claim of every kind took `taken`: just past the last
+/// job taken in the lowest priority it took from, but not past a job it skipped because another
+/// transaction held it, and not to a priority above one that still has queued jobs (delayed
+/// ones come due later, in place).
+fn new_floor(
+    client: &pgrx::spi::SpiClient<'_>,
+    queue: &str,
+    floor: Option<Key>,
+    taken: &[Key],
+) -> Option<Key> {
+    let priority = taken.iter().map(|key| key.priority).min()?;
+    let skipped = locks::first_skipped();
+    let to = taken
+        .iter()
+        .copied()
+        .filter(|key| key.priority == priority && skipped.is_none_or(|skipped| *key < skipped))
+        .max()?;
+    // Within the floor's own priority no lower priority can hold jobs; elsewhere, ask.
+    if floor.is_none_or(|floor| floor.priority != priority) {
+        let lowest: Option<i16> = LOWEST_QUEUED_PRIORITY.first(client, &[queue.into()]);
+        if lowest.is_some_and(|lowest| lowest < priority) {
+            return None;
+        }
+    }
+    Some(to.successor())
 }
 
 /// The worker name a claim records when none is given: `application_name`, else the pid.

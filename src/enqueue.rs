@@ -8,10 +8,11 @@ use crate::datum::{Jsonb, JsonbArray};
 use crate::errors::{
     check_range, raise, raise_with_hint, required, BAD_ARGUMENT, NOT_SUPPORTED, PAYLOAD_TOO_LARGE,
 };
+use crate::floor::Key;
 use crate::guc;
 use crate::locks::lock_queue;
 use crate::queue::{queue_arg, unknown_queue, MAX_ATTEMPTS};
-use crate::spi::{server_now, with_client, Statement};
+use crate::spi::{with_client, Statement};
 use crate::wakeup;
 
 static ENQUEUE: Statement = Statement {
@@ -126,14 +127,15 @@ impl JobOptions {
         }
     }
 
-    /// Tells the wake-up machinery about `count` new jobs once the transaction commits.
-    fn announce(&self, queue: &str, count: usize) {
-        let run_at = i64::from(self.run_at);
-        if run_at <= server_now() {
-            wakeup::queue_changed(queue, u32::try_from(count).unwrap_or(u32::MAX));
-        } else {
-            wakeup::job_delayed(queue, run_at);
-        }
+    /// Tells the wake-up machinery about `count` new jobs, the first with id `first_id`, once
+    /// the transaction commits.
+    fn announce(&self, queue: &str, count: usize, first_id: i64) {
+        let first = Key {
+            priority: self.priority,
+            run_at: i64::from(self.run_at),
+            id: first_id,
+        };
+        wakeup::jobs_queued(queue, u32::try_from(count).unwrap_or(u32::MAX), first);
     }
 }
 
@@ -197,7 +199,7 @@ fn jobs_enqueue(
         ENQUEUE.first::<i64>(client, &args)
     });
     let Some(id) = id else { unknown_queue(queue) };
-    options.announce(queue, 1);
+    options.announce(queue, 1, id);
     id
 }
 
@@ -267,6 +269,8 @@ fn jobs_enqueue_batch(
         }
         ids
     });
-    options.announce(queue, ids.len());
+    if let Some(&first) = ids.first() {
+        options.announce(queue, ids.len(), first);
+    }
     SetOfIterator::new(ids)
 }

@@ -11,6 +11,7 @@ mod claim;
 mod datum;
 mod enqueue;
 mod errors;
+mod floor;
 mod guc;
 mod lease;
 mod locks;

@@ -9,6 +9,7 @@ use crate::datum::JobRow;
 use crate::errors::{
     check_range, raise, raise_with_hint, required, BAD_ARGUMENT, UNKNOWN_JOB, WRONG_STATE,
 };
+use crate::floor::Key;
 use crate::locks;
 use crate::queue::check_queue_name;
 use crate::settle::dead_letter;
@@ -57,10 +58,15 @@ pub const STATES: [&str; 5] = ["queued", "running", "succeeded", "failed", "canc
 /// Most rows one `jobs_list` call returns.
 pub const MAX_LIST: i64 = 10_000;
 
-/// Locks job `id` and returns its latest committed state, raising P0002 when there is none.
-fn lock_job_row(client: &pgrx::spi::SpiClient<'_>, id: i64) -> String {
-    match JOB_STATE_FOR_UPDATE.first::<String>(client, &[id.into()]) {
-        Some(state) => state,
+/// Locks job `id`'s row and returns its latest committed state and its queue, raising P0002
+/// when there is none.
+fn lock_job_row(client: &pgrx::spi::SpiClient<'_>, id: i64) -> (String, String) {
+    let rows = JOB_STATE_FOR_UPDATE.run(client, &[id.into()]);
+    match rows
+        .first()
+        .and_then(|row| Some((row.get::<String>(1)?, row.get::<String>(2)?)))
+    {
+        Some(found) => found,
         None => raise(UNKNOWN_JOB, format!("no job has id {id}")),
     }
 }
@@ -74,7 +80,8 @@ fn jobs_cancel(id: Option<i64>) -> String {
     // claim (and makes later claims skip the job) instead of a claim waiting on our row lock.
     locks::lock_job(id);
     with_client(|client| {
-        let state = lock_job_row(client, id);
+        let (state, queue) = lock_job_row(client, id);
+        wakeup::job_locked(&queue);
         if state != "queued" && state != "running" {
             return state;
         }
@@ -92,7 +99,7 @@ fn jobs_retry(
     let id = required(id, "id");
     let run_at = required(run_at, "run_at");
     with_client(|client| {
-        let state = lock_job_row(client, id);
+        let (state, _) = lock_job_row(client, id);
         if state != "failed" && state != "cancelled" {
             raise_with_hint(
                 WRONG_STATE,
@@ -100,15 +107,19 @@ fn jobs_retry(
                 "Cancel it first if it must start over.",
             );
         }
-        let queue: String = RETRY
-            .first(client, &[id.into(), run_at.into()])
-            .expect("retry.sql returns the queue of the locked job");
-        let run_at = i64::from(run_at);
-        if run_at <= server_now() {
-            wakeup::queue_changed(&queue, 1);
-        } else {
-            wakeup::job_delayed(&queue, run_at);
-        }
+        let rows = RETRY.run(client, &[id.into(), run_at.into()]);
+        let row = rows.first().expect("retry.sql updates the locked job");
+        let queue: String = row.get(1).expect("retry.sql returns the queue");
+        let priority: i16 = row.get(2).expect("retry.sql returns the priority");
+        wakeup::jobs_queued(
+            &queue,
+            1,
+            Key {
+                priority,
+                run_at: i64::from(run_at),
+                id,
+            },
+        );
         "queued"
     })
 }
@@ -118,7 +129,7 @@ fn jobs_retry(
 pub fn reclaim_batch(client: &pgrx::spi::SpiClient<'_>, batch: i32) -> usize {
     let table = RECLAIM.run(client, &[timestamptz_arg(server_now()), batch.into()]);
     let mut failed = Vec::new();
-    let mut requeued: Vec<(String, u32)> = Vec::new();
+    let mut requeued = 0;
     for row in table.iter() {
         let id: i64 = row.get(1).expect("reclaim.sql returns ids");
         let queue: String = row.get(2).expect("reclaim.sql returns queues");
@@ -126,16 +137,24 @@ pub fn reclaim_batch(client: &pgrx::spi::SpiClient<'_>, batch: i32) -> usize {
         if state == "failed" {
             failed.push(id);
         } else {
-            match requeued.iter_mut().find(|(q, _)| *q == queue) {
-                Some((_, count)) => *count += 1,
-                None => requeued.push((queue, 1)),
-            }
+            let priority: i16 = row.get(4).expect("reclaim.sql returns priorities");
+            let run_at = row
+                .get::<TimestampWithTimeZone>(5)
+                .map(i64::from)
+                .expect("reclaim.sql returns run_at");
+            wakeup::jobs_queued(
+                &queue,
+                1,
+                Key {
+                    priority,
+                    run_at,
+                    id,
+                },
+            );
+            requeued += 1;
         }
     }
-    let total = failed.len() + requeued.iter().map(|(_, c)| *c as usize).sum::<usize>();
-    for (queue, count) in &requeued {
-        wakeup::queue_changed(queue, *count);
-    }
+    let total = failed.len() + requeued;
     dead_letter(client, failed);
     total
 }

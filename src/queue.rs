@@ -262,7 +262,7 @@ fn set_paused(queue: Option<&str>, paused: bool) {
         unknown_queue(queue);
     }
     if !paused {
-        wakeup::queue_changed(queue, wakeup::WAKE_ALL);
+        wakeup::queue_resumed(queue);
     }
 }
 

@@ -14,6 +14,7 @@ use std::collections::{HashMap, HashSet};
 
 use pgrx::spi::SpiClient;
 
+use crate::floor::Key;
 use crate::locks::lock_job;
 use crate::spi::{server_now, timestamptz_arg, with_client, Rows, Statement};
 use crate::wakeup;
@@ -80,8 +81,8 @@ const MAX_RETRY_IN_DAYS: i128 = 100 * 365;
 /// A settle call's handle on a job: its id and the lease the caller presents.
 type Held = (i64, pgrx::Uuid);
 
-/// The state of each job among `held` whose current lease is the one presented.
-fn held_states(client: &SpiClient<'_>, held: &[Held]) -> HashMap<Held, String> {
+/// The state and queue of each job among `held` whose current lease is the one presented.
+fn held_states(client: &SpiClient<'_>, held: &[Held]) -> HashMap<Held, (String, String)> {
     let (ids, leases): (Vec<i64>, Vec<pgrx::Uuid>) = held.iter().copied().unzip();
     HELD_STATE
         .run(client, &[ids.into(), leases.into()])
@@ -89,10 +90,16 @@ fn held_states(client: &SpiClient<'_>, held: &[Held]) -> HashMap<Held, String> {
         .filter_map(|row| {
             Some((
                 (row.get::<i64>(1)?, row.get::<pgrx::Uuid>(3)?),
-                row.get::<String>(2)?,
+                (row.get::<String>(2)?, row.get::<String>(4)?),
             ))
         })
         .collect()
+}
+
+/// Takes the job lock of a job a reclaim put back in the queue, before acting on it.
+fn lock_reclaimed(id: i64, queue: &str) {
+    lock_job(id);
+    wakeup::job_locked(queue);
 }
 
 /// Runs a settle statement (whose last argument is the state it acts on) for the job held
@@ -112,25 +119,22 @@ pub fn run_held(
     if rows.len() > 0 {
         return Ok(rows);
     }
-    let state = held_states(client, &[(id, lease)]).remove(&(id, lease));
-    match state.as_deref() {
-        Some("queued") => {
-            lock_job(id);
+    let held = held_states(client, &[(id, lease)]).remove(&(id, lease));
+    match held.as_ref().map(|(state, queue)| (state.as_str(), queue)) {
+        Some(("queued", queue)) => {
+            lock_reclaimed(id, queue);
             *args.last_mut().expect("the state argument") = "queued".into();
             let rows = statement.run(client, &args);
             if rows.len() > 0 {
                 return Ok(rows);
             }
             // A claim took it first: the lease is stale now, unless it was cancelled.
-            match held_states(client, &[(id, lease)])
-                .remove(&(id, lease))
-                .as_deref()
-            {
-                Some("cancelled") => Err("cancelled"),
+            match held_states(client, &[(id, lease)]).remove(&(id, lease)) {
+                Some((state, _)) if state == "cancelled" => Err("cancelled"),
                 _ => Err("lost"),
             }
         }
-        Some("cancelled") => Err("cancelled"),
+        Some(("cancelled", _)) => Err("cancelled"),
         _ => Err("lost"),
     }
 }
@@ -140,11 +144,23 @@ pub fn dead_letter(client: &pgrx::spi::SpiClient<'_>, failed: Vec<i64>) {
     if failed.is_empty() {
         return;
     }
-    // SAFETY: reading the current context pointer.
-    let context = unsafe { pg_sys::CurrentMemoryContext };
-    let queues: Vec<String> = DEAD_LETTER.collect(client, &[failed.into()], context);
-    for queue in &queues {
-        wakeup::queue_changed(queue, 1);
+    for row in DEAD_LETTER.run(client, &[failed.into()]).iter() {
+        let queue: String = row.get(1).expect("dead_letter.sql returns the queue");
+        let id: i64 = row.get(2).expect("dead_letter.sql returns the id");
+        let priority: i16 = row.get(3).expect("dead_letter.sql returns the priority");
+        let run_at = row
+            .get::<TimestampWithTimeZone>(4)
+            .map(i64::from)
+            .expect("dead_letter.sql returns run_at");
+        wakeup::jobs_queued(
+            &queue,
+            1,
+            Key {
+                priority,
+                run_at,
+                id,
+            },
+        );
     }
 }
 
@@ -238,14 +254,17 @@ fn jobs_complete_many(
         let mut states = held_states(client, &missed(&done));
         // Jobs a reclaim put back in the queue under these leases: take their job locks (in id
         // order, against deadlocks) and settle them as queued, as the single form does.
-        let mut reclaimed: Vec<Held> = states
+        let mut reclaimed: Vec<(Held, &str)> = states
             .iter()
-            .filter(|(_, state)| state.as_str() == "queued")
-            .map(|(pair, _)| *pair)
+            .filter(|(_, (state, _))| state.as_str() == "queued")
+            .map(|(pair, (_, queue))| (*pair, queue.as_str()))
             .collect();
         if !reclaimed.is_empty() {
             reclaimed.sort_unstable();
-            reclaimed.iter().for_each(|(id, _)| lock_job(*id));
+            reclaimed
+                .iter()
+                .for_each(|((id, _), queue)| lock_reclaimed(*id, queue));
+            let reclaimed: Vec<Held> = reclaimed.into_iter().map(|(pair, _)| pair).collect();
             done.extend(complete(&reclaimed, "queued"));
             states = held_states(client, &missed(&done));
         }
@@ -254,7 +273,10 @@ fn jobs_complete_many(
             .map(|pair| {
                 let outcome = if done.contains(pair) {
                     "succeeded"
-                } else if states.get(pair).map(String::as_str) == Some("cancelled") {
+                } else if states
+                    .get(pair)
+                    .is_some_and(|(state, _)| state == "cancelled")
+                {
                     "cancelled"
                 } else {
                     "lost"
@@ -303,12 +325,19 @@ fn jobs_fail(
             .map(i64::from)
             .expect("fail.sql returns run_at");
         let queue: String = row.get(3).expect("fail.sql returns the queue");
+        let priority: i16 = row.get(4).expect("fail.sql returns the priority");
         if state == "failed" {
             dead_letter(client, vec![id]);
-        } else if run_at <= now {
-            wakeup::queue_changed(&queue, 1);
         } else {
-            wakeup::job_delayed(&queue, run_at);
+            wakeup::jobs_queued(
+                &queue,
+                1,
+                Key {
+                    priority,
+                    run_at,
+                    id,
+                },
+            );
         }
         state
     })
@@ -345,11 +374,16 @@ fn jobs_release(
             .get::<TimestampWithTimeZone>(2)
             .map(i64::from)
             .expect("release.sql returns run_at");
-        if run_at <= now {
-            wakeup::queue_changed(&queue, 1);
-        } else {
-            wakeup::job_delayed(&queue, run_at);
-        }
+        let priority: i16 = row.get(3).expect("release.sql returns the priority");
+        wakeup::jobs_queued(
+            &queue,
+            1,
+            Key {
+                priority,
+                run_at,
+                id,
+            },
+        );
         "queued"
     })
 }

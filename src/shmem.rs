@@ -30,6 +30,8 @@ pub struct Slot {
     /// The earliest `run_at` of a delayed job committed here that may not have come due yet,
     /// or `i64::MAX` when none is known.
     pub next_due: AtomicI64,
+    /// Where claims on this slot's queue may start scanning.
+    pub floor: crate::floor::FloorCell,
 }
 
 /// One background worker's report, read by `jobs_worker_status()`.

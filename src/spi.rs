@@ -195,10 +195,15 @@ impl Rows {
 
 impl Row<'_> {
     /// Column `column` (1-based), or `None` for NULL. Only for types that own their value
-    /// (numbers, text, uuid, timestamps); row and jsonb datums go through
-    /// [`Statement::collect`].
+    /// (numbers, text, uuid, timestamps); row and jsonb datums need [`Row::get_in`].
     pub fn get<T: FromDatum>(&self, column: usize) -> Option<T> {
         self.rows.value_in(self.index, column, None)
+    }
+
+    /// Column `column` (1-based) copied into `context`, for values that stay Postgres datums
+    /// and must outlive the SPI connection.
+    pub fn get_in<T: FromDatum>(&self, column: usize, context: pg_sys::MemoryContext) -> Option<T> {
+        self.rows.value_in(self.index, column, Some(context))
     }
 }
 

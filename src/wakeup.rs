@@ -1,12 +1,15 @@
-//! Commit-driven wake-ups for claims that wait for work.
+//! Commit-driven wake-ups for claims that wait for work, and the other effects a transaction
+//! has on shared memory when it ends.
 //!
 //! A transaction that makes jobs claimable (enqueue, retry, release, a failure retried at once,
 //! reclaim, resume) notes the queue; when it commits, a callback signals as many waiting claims
 //! on that queue's slot as jobs became claimable, so a commit of one job does not stampede a
-//! hundred waiters. The signals go out after the transaction has released its locks: a waiter
-//! woken while the job locks of a finishing claim were still held would skip those jobs. Nothing is signalled on rollback, except for claims: rolling back
-//! a claim puts its jobs back, so that wakes waiters too. A delayed job lowers the slot's
-//! `next_due`, which waiting claims use to time their sleep.
+//! hundred waiters, and lowers the queue's claim floor (see `floor`) to those jobs. The
+//! signals go out after the transaction has released its locks: a waiter woken while the job
+//! locks of a finishing claim were still held would skip those jobs. Nothing is signalled on
+//! rollback, except for transactions that held job locks: a rolled-back claim puts its jobs
+//! back, so it wakes waiters and resets the floor. A delayed job lowers the slot's `next_due`,
+//! which waiting claims use to time their sleep.
 
 use std::cell::RefCell;
 use std::sync::atomic::Ordering;
@@ -14,6 +17,7 @@ use std::sync::atomic::Ordering;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
+use crate::floor::{self, Key};
 use crate::queue::queue_hash;
 use crate::shmem::{shared, Slot, SLOTS};
 use crate::spi::server_now;
@@ -24,64 +28,99 @@ pub const WAKE_ALL: u32 = u32::MAX;
 /// How often a waiting claim re-checks when pg_jobs is not preloaded and has no shared memory.
 const POLL_WITHOUT_SHMEM_MS: i64 = 200;
 
-#[derive(Default)]
-struct Pending {
-    /// Per slot: how many waiters to wake when this transaction commits.
-    on_commit: Vec<(usize, u32)>,
-    /// Per slot: the earliest run_at of a delayed job this transaction enqueued.
-    due: Vec<(usize, i64)>,
-    /// Per slot: jobs this transaction claimed, which a rollback hands back.
-    on_abort: Vec<(usize, u32)>,
+/// What this transaction does to one queue's shared state when it ends.
+struct QueueEffects {
+    queue: String,
+    slot: usize,
+    /// Waiters to wake on commit: one per job that became claimable.
+    wake_on_commit: u32,
+    /// The earliest run_at of a delayed job that became queued (i64::MAX: none).
+    earliest_due: i64,
+    /// The lowest position of a job that became queued, for the floor.
+    lowest: Option<Key>,
+    /// Jobs this transaction claimed, which a rollback hands back.
+    wake_on_abort: u32,
+    /// Whether this transaction held job locks here, so a rollback must reset the floor.
+    reset_on_abort: bool,
 }
 
 thread_local! {
-    static PENDING: RefCell<Pending> = RefCell::new(Pending::default());
+    static PENDING: RefCell<Vec<QueueEffects>> = const { RefCell::new(Vec::new()) };
 }
 
-fn slot_index(queue: &str) -> usize {
+/// The slot of `queue` in this database.
+pub fn slot_index(queue: &str) -> usize {
     // SAFETY: MyDatabaseId is fixed for the life of a connected backend.
     let database = u64::from(u32::from(unsafe { pg_sys::MyDatabaseId }));
     ((queue_hash(queue) ^ database.wrapping_mul(0x9e37_79b9_7f4a_7c15)) % SLOTS as u64) as usize
 }
 
-fn add(list: &mut Vec<(usize, u32)>, slot: usize, count: u32) {
-    match list.iter_mut().find(|(s, _)| *s == slot) {
-        Some((_, total)) => *total = total.saturating_add(count),
-        None => list.push((slot, count)),
-    }
+/// The shared slot of `queue`, when pg_jobs has shared memory.
+pub fn slot(queue: &str) -> Option<&'static Slot> {
+    shared().map(|s| &s.slots[slot_index(queue)])
 }
 
-/// Notes that `count` jobs of `queue` become claimable when this transaction commits.
-pub fn queue_changed(queue: &str, count: u32) {
-    if shared().is_none() || count == 0 {
-        return;
-    }
-    let slot = slot_index(queue);
-    PENDING.with(|p| add(&mut p.borrow_mut().on_commit, slot, count));
-}
-
-/// Notes a delayed job of `queue` that comes due at `run_at`.
-pub fn job_delayed(queue: &str, run_at: pg_sys::TimestampTz) {
+/// Runs `change` on this transaction's pending effects for `queue` (nothing without shared
+/// memory).
+fn note(queue: &str, change: impl FnOnce(&mut QueueEffects)) {
     if shared().is_none() {
         return;
     }
-    let slot = slot_index(queue);
-    PENDING.with(|p| {
-        let due = &mut p.borrow_mut().due;
-        match due.iter_mut().find(|(s, _)| *s == slot) {
-            Some((_, earliest)) => *earliest = (*earliest).min(run_at),
-            None => due.push((slot, run_at)),
+    PENDING.with(|pending| {
+        let mut pending = pending.borrow_mut();
+        let index = match pending.iter().position(|e| e.queue == queue) {
+            Some(index) => index,
+            None => {
+                pending.push(QueueEffects {
+                    queue: queue.to_owned(),
+                    slot: slot_index(queue),
+                    wake_on_commit: 0,
+                    earliest_due: i64::MAX,
+                    lowest: None,
+                    wake_on_abort: 0,
+                    reset_on_abort: false,
+                });
+                pending.len() - 1
+            }
+        };
+        change(&mut pending[index]);
+    });
+}
+
+/// Notes that `count` jobs of `queue` become queued when this transaction commits, the first
+/// of them (in claim order) at `first`.
+pub fn jobs_queued(queue: &str, count: u32, first: Key) {
+    if count == 0 {
+        return;
+    }
+    let now = server_now();
+    note(queue, |e| {
+        e.lowest = Some(e.lowest.map_or(first, |lowest| lowest.min(first)));
+        if first.run_at <= now {
+            e.wake_on_commit = e.wake_on_commit.saturating_add(count);
+        } else {
+            e.earliest_due = e.earliest_due.min(first.run_at);
         }
     });
 }
 
+/// Notes that a resume makes every queued job of `queue` claimable again.
+pub fn queue_resumed(queue: &str) {
+    note(queue, |e| e.wake_on_commit = WAKE_ALL);
+}
+
 /// Notes that this transaction claimed `count` jobs of `queue`, which a rollback gives back.
 pub fn jobs_claimed(queue: &str, count: u32) {
-    if shared().is_none() || count == 0 {
-        return;
-    }
-    let slot = slot_index(queue);
-    PENDING.with(|p| add(&mut p.borrow_mut().on_abort, slot, count));
+    note(queue, |e| {
+        e.wake_on_abort = e.wake_on_abort.saturating_add(count);
+        e.reset_on_abort = true;
+    });
+}
+
+/// Notes that this transaction holds the job lock of a queued job of `queue` (a cancel, a late
+/// holder's settle): claims skip that job meanwhile, so a rollback must reset the floor.
+pub fn job_locked(queue: &str) {
+    note(queue, |e| e.reset_on_abort = true);
 }
 
 /// Installs the callbacks; called from `_PG_init` in every process that loads us.
@@ -101,7 +140,7 @@ unsafe extern "C-unwind" fn on_xact_event(
     // A prepared transaction commits later, maybe in another session; the worker's tick covers
     // its jobs. Forget them here, before its resources are released as if it had committed.
     if event == pg_sys::XactEvent::XACT_EVENT_PREPARE {
-        PENDING.with(|p| *p.borrow_mut() = Pending::default());
+        PENDING.with(|p| p.borrow_mut().clear());
     }
 }
 
@@ -118,16 +157,21 @@ unsafe extern "C-unwind" fn on_resource_release(
     }
     let pending = PENDING.with(|p| std::mem::take(&mut *p.borrow_mut()));
     let Some(shared) = shared() else { return };
-    if commit {
-        for (slot, earliest) in pending.due {
-            lower_next_due(&shared.slots[slot], earliest);
-        }
-        for (slot, count) in pending.on_commit {
-            wake(&shared.slots[slot], count);
-        }
-    } else {
-        for (slot, count) in pending.on_abort {
-            wake(&shared.slots[slot], count);
+    for effects in pending {
+        let slot = &shared.slots[effects.slot];
+        if commit {
+            if let Some(lowest) = effects.lowest {
+                floor::lower(slot, &effects.queue, lowest);
+            }
+            if effects.earliest_due != i64::MAX {
+                lower_next_due(slot, effects.earliest_due);
+            }
+            wake(slot, effects.wake_on_commit);
+        } else {
+            if effects.reset_on_abort {
+                floor::reset(slot, &effects.queue);
+            }
+            wake(slot, effects.wake_on_abort);
         }
     }
 }
@@ -157,6 +201,9 @@ fn lower_next_due(slot: &Slot, run_at: pg_sys::TimestampTz) {
 /// generation bump tells a claim that is between attempts (not yet on the wait list) to look
 /// again instead of sleeping.
 fn wake(slot: &Slot, count: u32) {
+    if count == 0 {
+        return;
+    }
     slot.generation.fetch_add(1, Ordering::AcqRel);
     let waiters = slot.waiters.load(Ordering::Acquire);
     if waiters == 0 {

@@ -323,3 +323,68 @@ pub fn scalar<T: for<'a> postgres::types::FromSql<'a>>(
         .unwrap_or_else(|e| panic!("{sql}: {e}"))
         .get(0)
 }
+
+/// A session that logs the plan of every statement it runs, nested ones included
+/// (`auto_explain` with ANALYZE and BUFFERS, sent back as NOTICEs), for tests about what a
+/// call touches rather than how long it takes.
+pub struct ExplainingSession {
+    /// The connection; statements run on it are logged.
+    pub client: Client,
+    notices: std::sync::Arc<Mutex<Vec<String>>>,
+}
+
+impl ExplainingSession {
+    /// Connects to `cluster` with auto_explain on; `settings` are extra `SET` statements.
+    pub fn open(cluster: &Cluster, settings: &str) -> ExplainingSession {
+        let notices = std::sync::Arc::new(Mutex::new(Vec::new()));
+        let mut config: postgres::Config = cluster.dsn("postgres").parse().expect("parse the DSN");
+        let sink = notices.clone();
+        config
+            .notice_callback(move |notice| sink.lock().unwrap().push(notice.message().to_owned()));
+        let mut client = config.connect(NoTls).expect("connect");
+        client
+            .batch_execute(&format!(
+                "LOAD 'auto_explain';
+                 SET auto_explain.log_min_duration = 0;
+                 SET auto_explain.log_analyze = on;
+                 SET auto_explain.log_buffers = on;
+                 SET auto_explain.log_timing = off;
+                 SET auto_explain.log_nested_statements = on;
+                 SET auto_explain.log_format = 'json';
+                 SET auto_explain.log_level = 'notice';
+                 SET client_min_messages = 'notice';
+                 {settings}"
+            ))
+            .expect("set up auto_explain");
+        ExplainingSession { client, notices }
+    }
+
+    /// The plans logged since the last call, oldest first.
+    pub fn take_plans(&self) -> Vec<serde_json::Value> {
+        std::mem::take(&mut *self.notices.lock().unwrap())
+            .iter()
+            .filter_map(|notice| {
+                let json = &notice[notice.find("plan:")?..];
+                serde_json::from_str(&json[json.find('{')?..]).ok()
+            })
+            .collect()
+    }
+}
+
+/// Shared buffers (hit + read) a plan node touched, its children and nested statements
+/// included.
+pub fn plan_buffers(node: &serde_json::Value) -> i64 {
+    node["Shared Hit Blocks"].as_i64().unwrap_or(0)
+        + node["Shared Read Blocks"].as_i64().unwrap_or(0)
+}
+
+/// Every node of a plan tree.
+pub fn plan_nodes(plan: &serde_json::Value) -> Vec<&serde_json::Value> {
+    let mut all = vec![plan];
+    if let Some(children) = plan["Plans"].as_array() {
+        for child in children {
+            all.extend(plan_nodes(child));
+        }
+    }
+    all
+}

@@ -16,9 +16,7 @@
 //! next job comes due), and both with the custom plans of a session's first calls and the
 //! generic plan a long-lived worker session ends up with (`plan_cache_mode`).
 
-use std::sync::{Arc, Mutex};
-
-use pg_jobs_tests::{unique_queue, Client, Cluster, NoTls};
+use pg_jobs_tests::{plan_buffers, plan_nodes, unique_queue, Client, Cluster};
 use serde_json::Value;
 
 /// Finished jobs in the queue with history.
@@ -28,45 +26,22 @@ const QUEUED: i32 = 200;
 /// Jobs each measured claim asks for.
 const CLAIM_N: i32 = 10;
 
-/// A session whose NOTICEs are collected, with auto_explain logging every statement it runs.
-struct ExplainingSession {
-    client: Client,
-    notices: Arc<Mutex<Vec<String>>>,
-}
+/// The claims of one session with auto_explain on.
+struct ExplainingSession(pg_jobs_tests::ExplainingSession);
 
 impl ExplainingSession {
     fn open(plan_cache_mode: &str) -> ExplainingSession {
-        let notices = Arc::new(Mutex::new(Vec::new()));
-        let mut config: postgres::Config = Cluster::shared()
-            .dsn("postgres")
-            .parse()
-            .expect("parse the DSN");
-        let sink = notices.clone();
-        config
-            .notice_callback(move |notice| sink.lock().unwrap().push(notice.message().to_owned()));
-        let mut client = config.connect(NoTls).expect("connect");
-        client
-            .batch_execute(&format!(
-                "LOAD 'auto_explain';
-                 SET auto_explain.log_min_duration = 0;
-                 SET auto_explain.log_analyze = on;
-                 SET auto_explain.log_buffers = on;
-                 SET auto_explain.log_timing = off;
-                 SET auto_explain.log_nested_statements = on;
-                 SET auto_explain.log_format = 'json';
-                 SET auto_explain.log_level = 'notice';
-                 SET client_min_messages = 'notice';
-                 SET plan_cache_mode = '{plan_cache_mode}';"
-            ))
-            .expect("set up auto_explain");
-        ExplainingSession { client, notices }
+        ExplainingSession(pg_jobs_tests::ExplainingSession::open(
+            Cluster::shared(),
+            &format!("SET plan_cache_mode = '{plan_cache_mode}';"),
+        ))
     }
 
     /// Claims up to [`CLAIM_N`] jobs of `queue` in a transaction that is rolled back, so every
     /// call sees the same jobs, and returns what the claim did.
     fn claim(&mut self, queue: &str) -> Claim {
-        self.notices.lock().unwrap().clear();
-        let mut transaction = self.client.transaction().expect("begin");
+        self.0.take_plans();
+        let mut transaction = self.0.client.transaction().expect("begin");
         let claimed: i64 = transaction
             .query_one(
                 "SELECT count(*) FROM jobs_claim($1, n => $2)",
@@ -76,16 +51,7 @@ impl ExplainingSession {
             .get(0);
         transaction.rollback().expect("roll back");
 
-        let mut plans: Vec<Value> = self
-            .notices
-            .lock()
-            .unwrap()
-            .iter()
-            .filter_map(|notice| {
-                let json = &notice[notice.find("plan:")?..];
-                serde_json::from_str(&json[json.find('{')?..]).ok()
-            })
-            .collect();
+        let mut plans: Vec<Value> = self.0.take_plans();
         let call = plans
             .iter()
             .position(|p| {
@@ -98,7 +64,7 @@ impl ExplainingSession {
         let call = plans.remove(call);
         Claim {
             claimed,
-            buffers: buffers(&call["Plan"]),
+            buffers: plan_buffers(&call["Plan"]),
             nested: plans,
         }
     }
@@ -113,23 +79,6 @@ struct Claim {
     nested: Vec<Value>,
 }
 
-/// Shared buffers a plan node touched, its children and nested statements included.
-fn buffers(node: &Value) -> i64 {
-    node["Shared Hit Blocks"].as_i64().unwrap_or(0)
-        + node["Shared Read Blocks"].as_i64().unwrap_or(0)
-}
-
-/// Every node of a plan tree.
-fn nodes(plan: &Value) -> Vec<&Value> {
-    let mut all = vec![plan];
-    if let Some(children) = plan["Plans"].as_array() {
-        for child in children {
-            all.extend(nodes(child));
-        }
-    }
-    all
-}
-
 impl Claim {
     /// Checks the claim's plans: no sequential scan of jobs.job, and job_claim_idx used.
     fn check_plans(&self, what: &str) {
@@ -137,7 +86,11 @@ impl Claim {
             !self.nested.is_empty(),
             "{what}: auto_explain logged no statement of the claim"
         );
-        let all: Vec<&Value> = self.nested.iter().flat_map(|p| nodes(&p["Plan"])).collect();
+        let all: Vec<&Value> = self
+            .nested
+            .iter()
+            .flat_map(|p| plan_nodes(&p["Plan"]))
+            .collect();
         let seq_scans: Vec<&&Value> = all
             .iter()
             .filter(|n| n["Node Type"] == "Seq Scan" && n["Relation Name"] == "job")

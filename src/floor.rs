@@ -1,0 +1,157 @@
+//! Claim floors: for each queue, a position in claim order (priority, run_at, id) below which no
+//! job is claimable, so a claim starts its index scan there instead of at the head of the
+//! queue's part of the claim index.
+//!
+//! Why: a claimed job leaves a dead entry at the head of the claim index, and while any
+//! snapshot older than the claim is open (a long report, a replica's feedback, a forgotten
+//! `BEGIN`), vacuum cannot remove it and scans cannot mark it dead. Without a floor every claim
+//! walks all of them, so claims get slower with every job claimed for as long as the snapshot
+//! lives. With a floor a claim skips them.
+//!
+//! Soundness: a claim that takes jobs of every kind raises the floor to just past the last job
+//! it took,
+//! but only if nothing lowered it since the claim read it (a generation counter); every commit
+//! that makes a job queued lowers it to that job's position; every rollback of a transaction
+//! that held job locks (a claim, a cancel) resets it. Jobs a claim skipped because another
+//! transaction held them are either taken by that transaction or come back through its
+//! rollback. The floor lives in shared memory, so a restart simply forgets it.
+
+use std::cell::UnsafeCell;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use pgrx::pg_sys;
+
+use crate::shmem::Slot;
+
+/// A position in claim order. A floor is inclusive: a claim scans from the floor itself.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Key {
+    /// The job's priority (lower runs first).
+    pub priority: i16,
+    /// Its run_at, in microseconds since the Postgres epoch.
+    pub run_at: i64,
+    /// Its id.
+    pub id: i64,
+}
+
+/// One queue's floor, guarded by a spin lock; its slot may serve another queue meanwhile.
+#[repr(C)]
+pub struct FloorCell {
+    lock: AtomicBool,
+    data: UnsafeCell<FloorData>,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct FloorData {
+    /// Bumped by every change but a raise, so a claim can tell whether its reading still holds.
+    generation: u64,
+    database: u32,
+    name_len: u8,
+    name: [u8; 64],
+    has_key: bool,
+    key: Key,
+}
+
+impl Key {
+    /// The next position in claim order: ids are integers, so nothing lies strictly between.
+    pub fn successor(self) -> Key {
+        Key {
+            id: self.id.saturating_add(1),
+            ..self
+        }
+    }
+}
+
+impl FloorData {
+    fn owned_by(&self, database: u32, queue: &str) -> bool {
+        self.database == database && &self.name[..self.name_len as usize] == queue.as_bytes()
+    }
+}
+
+/// What a claim read of its queue's floor before it started.
+pub struct Seen {
+    generation: u64,
+    /// Where to start, if the floor is known.
+    pub key: Option<Key>,
+}
+
+fn database() -> u32 {
+    // SAFETY: MyDatabaseId is fixed for the life of a connected backend.
+    u32::from(unsafe { pg_sys::MyDatabaseId })
+}
+
+impl FloorCell {
+    fn with<R>(&self, body: impl FnOnce(&mut FloorData) -> R) -> R {
+        while self
+            .lock
+            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            std::hint::spin_loop();
+        }
+        // SAFETY: the spin lock gives us the only reference; the body only copies plain data
+        // and cannot unwind.
+        let result = body(unsafe { &mut *self.data.get() });
+        self.lock.store(false, Ordering::Release);
+        result
+    }
+}
+
+/// Reads the queue's floor; `None` without shared memory.
+pub fn read(slot: Option<&Slot>, queue: &str) -> Option<Seen> {
+    let database = database();
+    slot.map(|slot| {
+        slot.floor.with(|data| Seen {
+            generation: data.generation,
+            key: (data.has_key && data.owned_by(database, queue)).then_some(data.key),
+        })
+    })
+}
+
+/// Raises the queue's floor to `to` (the last job a claim of every kind took), unless it was
+/// lowered or reset since `seen` was read.
+pub fn raise(slot: &Slot, queue: &str, seen: &Seen, to: Key) {
+    let database = database();
+    slot.floor.with(|data| {
+        if data.generation != seen.generation {
+            return;
+        }
+        if data.owned_by(database, queue) {
+            if !data.has_key || data.key < to {
+                data.key = to;
+                data.has_key = true;
+            }
+        } else if queue.len() < data.name.len() {
+            // The slot served another queue (or none); it serves this one from now on.
+            data.database = database;
+            data.name_len = queue.len() as u8;
+            data.name[..queue.len()].copy_from_slice(queue.as_bytes());
+            data.key = to;
+            data.has_key = true;
+            data.generation += 1;
+        }
+    });
+}
+
+/// Lowers the queue's floor to `key`: a job became queued there.
+pub fn lower(slot: &Slot, queue: &str, key: Key) {
+    let database = database();
+    slot.floor.with(|data| {
+        data.generation += 1;
+        if data.owned_by(database, queue) && data.has_key && key < data.key {
+            data.key = key;
+        }
+    });
+}
+
+/// Forgets the queue's floor: jobs may be claimable anywhere again.
+pub fn reset(slot: &Slot, queue: &str) {
+    let database = database();
+    slot.floor.with(|data| {
+        data.generation += 1;
+        if data.owned_by(database, queue) {
+            data.has_key = false;
+        }
+    });
+}

@@ -1,0 +1,116 @@
+//! A snapshot held open for a long time (a report, a forgotten `BEGIN`, a replica's feedback)
+//! keeps vacuum from removing the dead index entries claimed jobs leave at the head of the claim
+//! index. A claim must not walk them: the queue's claim floor lets it start past them.
+//!
+//! The test holds a snapshot, burns down most of a queue, and measures (with `auto_explain`'s
+//! BUFFERS) what one claim touches: a handful of buffers. As a control it then resets the floor
+//! (a claim rolled back does that, since its jobs come back) and shows that the next claim,
+//! which has to find its way from the head of the index again, touches hundreds; and that the
+//! floor is back for the claim after it.
+
+use pg_jobs_tests::{plan_buffers, unique_queue, Cluster, ExplainingSession};
+
+/// Jobs burnt down while the snapshot is held.
+const BURNT: i32 = 20_000;
+/// Jobs left queued for the measured claims.
+const LEFT: i32 = 10;
+
+/// Runs one claim of one job that commits, and returns the buffers its statements touched.
+fn measured_claim(session: &mut ExplainingSession, queue: &str) -> i64 {
+    session.take_plans();
+    let row = session
+        .client
+        .query_one("SELECT id, lease FROM jobs_claim($1)", &[&queue])
+        .expect("claim");
+    let (id, lease): (i64, uuid::Uuid) = (row.get(0), row.get(1));
+    let plans = session.take_plans();
+    let call = plans
+        .iter()
+        .find(|p| {
+            p["Query Text"]
+                .as_str()
+                .unwrap_or("")
+                .contains("FROM jobs_claim")
+        })
+        .expect("auto_explain logged the claim call");
+    let buffers = plan_buffers(&call["Plan"]);
+    let outcome: String = session
+        .client
+        .query_one("SELECT jobs_complete($1::bigint, $2::uuid)", &[&id, &lease])
+        .expect("complete")
+        .get(0);
+    assert_eq!(outcome, "succeeded");
+    buffers
+}
+
+#[test]
+fn claims_do_not_walk_dead_entries_a_held_snapshot_keeps() {
+    let cluster = Cluster::shared();
+    let mut worker = cluster.connect();
+    let queue = unique_queue(&mut worker, "held", "");
+    worker
+        .execute(
+            "SELECT count(*) FROM jobs_enqueue_batch($1, array_fill('{}'::jsonb, ARRAY[$2::int]))",
+            &[&queue, &(BURNT + LEFT)],
+        )
+        .unwrap();
+    worker.batch_execute("VACUUM ANALYZE jobs.job").unwrap();
+
+    // The snapshot that keeps every claimed job's dead index entry alive.
+    let mut holder = cluster.connect();
+    holder
+        .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM jobs.job;")
+        .unwrap();
+
+    let mut burnt = 0;
+    while burnt < BURNT {
+        let rows = worker
+            .query("SELECT id, lease FROM jobs_claim($1, n => 100)", &[&queue])
+            .unwrap();
+        let ids: Vec<i64> = rows.iter().map(|r| r.get(0)).collect();
+        let leases: Vec<uuid::Uuid> = rows.iter().map(|r| r.get(1)).collect();
+        worker
+            .execute(
+                "SELECT count(*) FROM jobs_complete($1::bigint[], $2::uuid[])",
+                &[&ids, &leases],
+            )
+            .unwrap();
+        burnt += ids.len() as i32;
+    }
+
+    let mut session = ExplainingSession::open(cluster, "");
+    // The session's first claim prepares its plans; planning looks at the index's ends, dead
+    // entries and all, once per session. Measure the claims after it.
+    measured_claim(&mut session, &queue);
+    let with_floor = measured_claim(&mut session, &queue);
+
+    // Control: a rolled-back claim gives its job back and resets the floor...
+    let mut rollback = cluster.connect();
+    rollback
+        .batch_execute(&format!(
+            "BEGIN; SELECT count(*) FROM jobs_claim('{queue}'); ROLLBACK;"
+        ))
+        .unwrap();
+    // ...so the next claim starts at the head of the index, among the dead entries...
+    let without_floor = measured_claim(&mut session, &queue);
+    // ...and sets the floor again for the one after it.
+    let floor_again = measured_claim(&mut session, &queue);
+    holder.batch_execute("COMMIT").unwrap();
+
+    println!(
+        "held snapshot, {BURNT} jobs burnt down: a claim touched {with_floor} buffers with the \
+         floor, {without_floor} without it, {floor_again} with it again"
+    );
+    assert!(
+        with_floor < 60,
+        "a claim walked dead entries: {with_floor} buffers"
+    );
+    assert!(
+        floor_again < 60,
+        "the floor did not come back: {floor_again} buffers"
+    );
+    assert!(
+        without_floor > 5 * with_floor.max(20),
+        "the control should walk the dead entries: {without_floor} buffers vs {with_floor}"
+    );
+}
