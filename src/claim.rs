@@ -19,8 +19,8 @@ use crate::wakeup::{self, Waiter};
 /// Most jobs one claim may take.
 pub const MAX_CLAIM: i64 = 1000;
 
-static PICK: Statement = Statement {
-    sql: include_str!("../sql/claim_pick.sql"),
+static CANDIDATES: Statement = Statement {
+    sql: include_str!("../sql/claim_candidates.sql"),
     args: &[
         pg_sys::TEXTOID,
         pg_sys::INT4OID,
@@ -111,26 +111,25 @@ fn jobs_claim(
     let attempt = |now: pg_sys::TimestampTz| -> (Vec<ClaimedRow>, Option<Probe>) {
         with_client(|client| {
             let seen = floor::read(slot, queue);
-            let start = seen.as_ref().and_then(|seen| seen.key);
             let mut rows: Vec<ClaimedRow> = Vec::new();
             let mut taken_keys: Vec<Key> = Vec::new();
-            locks::clear_skipped();
-            // A picked job that another claim took (and committed) after the pick's snapshot
-            // is not taken; pick again, with a fresh snapshot, for the ones still missing.
+            let mut first_skipped: Option<Key> = None;
+            // A picked job that another claim took (and committed) after the candidates'
+            // snapshot is not taken; pick again, with a fresh snapshot, for the ones missing.
             loop {
-                let wanted = n - rows.len() as i32;
-                let pick_args: [DatumWithOid; 7] = [
-                    queue.into(),
-                    wanted.into(),
-                    kinds.clone().into(),
-                    timestamptz_arg(now),
-                    start.map(|k| k.priority).into(),
-                    start.map_or(DatumWithOid::null_oid(pg_sys::TIMESTAMPTZOID), |k| {
-                        timestamptz_arg(k.run_at)
-                    }),
-                    start.map(|k| k.id).into(),
-                ];
-                let picked: Vec<i64> = PICK.collect(client, &pick_args, result_context);
+                let wanted = n as usize - rows.len();
+                let (picked, skipped) = pick(
+                    client,
+                    queue,
+                    wanted,
+                    &kinds,
+                    now,
+                    seen.as_ref().and_then(|s| s.key),
+                );
+                first_skipped = match (first_skipped, skipped) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                };
                 if picked.is_empty() {
                     break;
                 }
@@ -144,24 +143,23 @@ fn jobs_claim(
                 let taken = TAKE.run(client, &take_args);
                 for row in taken.iter() {
                     rows.extend(row.get_in::<ClaimedRow>(1, result_context));
-                    let key = Key {
+                    taken_keys.push(Key {
                         priority: row.get(2).expect("claim_take.sql returns the priority"),
                         run_at: row
                             .get::<TimestampWithTimeZone>(3)
                             .map(i64::from)
                             .expect("claim_take.sql returns run_at"),
                         id: row.get(4).expect("claim_take.sql returns the id"),
-                    };
-                    taken_keys.push(key);
+                    });
                 }
-                if taken.len() == picked.len() || rows.len() as i32 >= n {
+                if taken.len() == picked.len() || rows.len() >= n as usize {
                     break;
                 }
             }
             // A claim of some kinds skipped other kinds' jobs, so only a claim of every kind
             // may move the floor.
             if let (None, Some(slot), Some(seen)) = (&kinds, slot, &seen) {
-                if let Some(to) = new_floor(client, queue, seen.key, &taken_keys) {
+                if let Some(to) = new_floor(client, queue, seen.key, &taken_keys, first_skipped) {
                     floor::raise(slot, queue, seen, to);
                 }
             }
@@ -237,9 +235,9 @@ fn new_floor(
     queue: &str,
     floor: Option<Key>,
     taken: &[Key],
+    skipped: Option<Key>,
 ) -> Option<Key> {
     let priority = taken.iter().map(|key| key.priority).min()?;
-    let skipped = locks::first_skipped();
     let to = taken
         .iter()
         .copied()
@@ -253,6 +251,64 @@ fn new_floor(
         }
     }
     Some(to.successor())
+}
+
+/// Picks up to `wanted` due jobs in claim order, from `start` on, taking each one's job lock
+/// and skipping those another transaction holds. Returns the ids picked and the position of
+/// the first job skipped.
+fn pick(
+    client: &pgrx::spi::SpiClient<'_>,
+    queue: &str,
+    wanted: usize,
+    kinds: &Option<Vec<Option<String>>>,
+    now: pg_sys::TimestampTz,
+    mut start: Option<Key>,
+) -> (Vec<i64>, Option<Key>) {
+    // Read a few more candidates than needed: the head of a busy queue is usually held by
+    // other claims in flight.
+    let limit = (wanted * 2 + 8) as i32;
+    let mut picked = Vec::with_capacity(wanted);
+    let mut first_skipped = None;
+    loop {
+        let args: [DatumWithOid; 7] = [
+            queue.into(),
+            limit.into(),
+            kinds.clone().into(),
+            timestamptz_arg(now),
+            start.map(|k| k.priority).into(),
+            start.map_or(DatumWithOid::null_oid(pg_sys::TIMESTAMPTZOID), |k| {
+                timestamptz_arg(k.run_at)
+            }),
+            start.map(|k| k.id).into(),
+        ];
+        let candidates = CANDIDATES.run(client, &args);
+        let mut last = None;
+        for row in candidates.iter() {
+            let key = Key {
+                priority: row
+                    .get(2)
+                    .expect("claim_candidates.sql returns the priority"),
+                run_at: row
+                    .get::<TimestampWithTimeZone>(3)
+                    .map(i64::from)
+                    .expect("claim_candidates.sql returns run_at"),
+                id: row.get(1).expect("claim_candidates.sql returns the id"),
+            };
+            last = Some(key);
+            if locks::try_lock_job(key.id) {
+                picked.push(key.id);
+                if picked.len() == wanted {
+                    return (picked, first_skipped);
+                }
+            } else if first_skipped.is_none() {
+                first_skipped = Some(key);
+            }
+        }
+        match last {
+            Some(last) if candidates.len() == limit as usize => start = Some(last.successor()),
+            _ => return (picked, first_skipped),
+        }
+    }
 }
 
 /// The worker name a claim records when none is given: `application_name`, else the pid.

@@ -3,15 +3,13 @@
 //!
 //! * A queue lock: shared by producers, exclusive by `jobs_drop_queue`, so a job is never
 //!   inserted into a queue that is being dropped.
-//! * A job lock: a claim takes it (without waiting) on each job it picks before updating the
-//!   job, so claims never touch a row another claim is taking and never lock rows they do not
-//!   hand out. Calls that change a queued job by other paths (cancel, a late holder's settle
+//! * A job lock: a claim takes it (without waiting) on each candidate before updating the job,
+//!   so claims never touch a row another claim is taking and never lock rows they do not hand
+//!   out. Calls that change a queued job by other paths (cancel, a late holder's settle
 //!   after a reclaim) take it too, waiting, so a claim skips the job instead of waiting on them.
 
 use pgrx::pg_sys;
-use pgrx::prelude::*;
 
-use crate::floor::Key;
 use crate::queue::queue_hash;
 
 /// `locktag_field4` of our locks; users' advisory locks use 1 and 2.
@@ -54,48 +52,8 @@ pub fn lock_job(id: i64) {
     acquire(JOB_LOCK, id as u64, pg_sys::ExclusiveLock, true);
 }
 
-thread_local! {
-    /// The first job (in claim order) a claim skipped because another transaction held it.
-    static FIRST_SKIPPED: std::cell::Cell<Option<Key>> = const { std::cell::Cell::new(None) };
-}
-
-/// Forgets the jobs skipped so far; a claim calls it before it picks.
-pub fn clear_skipped() {
-    FIRST_SKIPPED.with(|first| first.set(None));
-}
-
-/// The first job (in claim order) skipped since [`clear_skipped`], if any.
-pub fn first_skipped() -> Option<Key> {
-    FIRST_SKIPPED.with(|first| first.get())
-}
-
-/// SQL functions in the extension's own schema.
-#[pg_schema]
-mod jobs {
-    use pgrx::prelude::*;
-
-    use crate::floor::Key;
-
-    /// Takes job `id`'s lock if no other transaction holds it; a claim calls it on each
-    /// candidate, in claim order, and skips the ones it cannot get. The position of the first
-    /// one skipped is remembered: the claim floor must not pass it.
-    #[pg_extern(volatile, parallel_unsafe)]
-    fn try_lock_job(id: i64, priority: i16, run_at: TimestampWithTimeZone) -> bool {
-        let got = super::acquire(
-            super::JOB_LOCK,
-            id as u64,
-            pgrx::pg_sys::ExclusiveLock,
-            false,
-        );
-        if !got {
-            let key = Key {
-                priority,
-                run_at: i64::from(run_at),
-                id,
-            };
-            super::FIRST_SKIPPED
-                .with(|first| first.set(Some(first.get().map_or(key, |f| f.min(key)))));
-        }
-        got
-    }
+/// Takes job `id`'s lock if no other transaction holds it; a claim calls it on each candidate
+/// in claim order and skips the ones it cannot get.
+pub fn try_lock_job(id: i64) -> bool {
+    acquire(JOB_LOCK, id as u64, pg_sys::ExclusiveLock, false)
 }
