@@ -19,7 +19,7 @@ const JOB_LOCK: u16 = 0x504b;
 /// Takes lock `key` of kind `tag` in `mode`; returns whether it was granted (always true when
 /// waiting).
 fn acquire(tag: u16, key: u64, mode: u32, wait: bool) -> bool {
-    let mut locktag = pg_sys::LOCKTAG {
+    let locktag = pg_sys::LOCKTAG {
         // SAFETY: MyDatabaseId is set for the life of a connected backend.
         locktag_field1: unsafe { pg_sys::MyDatabaseId }.into(),
         locktag_field2: (key >> 32) as u32,
@@ -30,7 +30,7 @@ fn acquire(tag: u16, key: u64, mode: u32, wait: bool) -> bool {
     };
     // SAFETY: a fully initialised advisory lock tag; held until transaction end.
     let result =
-        unsafe { pg_sys::LockAcquire(&mut locktag, mode as pg_sys::LOCKMODE, false, !wait) };
+        unsafe { pg_sys::LockAcquire(&locktag, mode as pg_sys::LOCKMODE, false, !wait) };
     result != pg_sys::LockAcquireResult::LOCKACQUIRE_NOT_AVAIL
 }
 

@@ -254,6 +254,8 @@ fn tick() -> TickReport {
 }
 
 /// One row per worker: which database it serves, its pid, its last tick and last error.
+// pgrx reads the column names from `name!` in the signature, so the type cannot be an alias.
+#[allow(clippy::type_complexity)]
 #[pg_extern(volatile, parallel_restricted)]
 fn jobs_worker_status() -> TableIterator<
     'static,
