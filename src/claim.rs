@@ -266,7 +266,7 @@ fn pick(
 ) -> (Vec<i64>, Option<Key>) {
     // Read a few more candidates than needed: the head of a busy queue is usually held by
     // other claims in flight.
-    let limit = (wanted * 2 + 8) as i32;
+    let limit = (wanted + 16) as i32;
     let mut picked = Vec::with_capacity(wanted);
     let mut first_skipped = None;
     loop {

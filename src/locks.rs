@@ -29,8 +29,7 @@ fn acquire(tag: u16, key: u64, mode: u32, wait: bool) -> bool {
         locktag_lockmethodid: pg_sys::USER_LOCKMETHOD as u8,
     };
     // SAFETY: a fully initialised advisory lock tag; held until transaction end.
-    let result =
-        unsafe { pg_sys::LockAcquire(&locktag, mode as pg_sys::LOCKMODE, false, !wait) };
+    let result = unsafe { pg_sys::LockAcquire(&locktag, mode as pg_sys::LOCKMODE, false, !wait) };
     result != pg_sys::LockAcquireResult::LOCKACQUIRE_NOT_AVAIL
 }
 
