@@ -15,4 +15,4 @@ UPDATE jobs.job j
        errors      = j.errors || jsonb_build_array(jsonb_build_object('attempt', j.attempt, 'at', $6, 'error', $3))
   FROM jobs.queue q
  WHERE j.id = $1 AND j.lease = $2 AND j.state = $7::jobs.state AND q.name = j.queue
-RETURNING j.state::text, j.run_at, j.queue, j.priority
+RETURNING j.state::text, j.run_at, j.queue, j.priority, j.id

@@ -10,4 +10,4 @@ UPDATE jobs.job
        lease_until    = NULL,
        release_reason = $3
  WHERE id = $1 AND lease = $2 AND state = $6::jobs.state
-RETURNING queue, run_at, priority
+RETURNING queue, run_at, priority, id

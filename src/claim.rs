@@ -7,12 +7,12 @@ use pgrx::PgTryBuilder;
 
 use crate::datum::ClaimedRow;
 use crate::errors::{
-    check_interval, check_range, raise, required, BAD_ARGUMENT, DAY, WAIT_NEEDS_READ_COMMITTED,
+    check_interval, check_range, raise, required, BAD_ARGUMENT, WAIT_NEEDS_READ_COMMITTED,
 };
 use crate::floor::{self, Key};
 use crate::guc;
 use crate::locks;
-use crate::queue::{queue_arg, unknown_queue, MAX_LEASE_DAYS};
+use crate::queue::{check_lease, queue_arg, unknown_queue};
 use crate::spi::{server_now, timestamptz_arg, with_client, Statement};
 use crate::wakeup::{self, Waiter};
 
@@ -77,13 +77,7 @@ fn jobs_claim(
     let n = required(n, "n");
     check_range(n.into(), "n", 1, MAX_CLAIM);
     if let Some(lease) = &lease {
-        check_interval(
-            lease,
-            "lease",
-            true,
-            MAX_LEASE_DAYS * DAY,
-            "greater than 0 and at most 7 days",
-        );
+        check_lease(lease, "lease");
     }
     if let Some(kinds) = &kinds {
         if kinds.iter().flatten().next().is_none() {
@@ -143,14 +137,7 @@ fn jobs_claim(
                 let taken = TAKE.run(client, &take_args);
                 for row in taken.iter() {
                     rows.extend(row.get_in::<ClaimedRow>(1, result_context));
-                    taken_keys.push(Key {
-                        priority: row.get(2).expect("claim_take.sql returns the priority"),
-                        run_at: row
-                            .get::<TimestampWithTimeZone>(3)
-                            .map(i64::from)
-                            .expect("claim_take.sql returns run_at"),
-                        id: row.get(4).expect("claim_take.sql returns the id"),
-                    });
+                    taken_keys.push(Key::from_row(&row, 2, 3, 4));
                 }
                 if taken.len() == picked.len() || rows.len() >= n as usize {
                     break;
@@ -284,16 +271,7 @@ fn pick(
         let candidates = CANDIDATES.run(client, &args);
         let mut last = None;
         for row in candidates.iter() {
-            let key = Key {
-                priority: row
-                    .get(2)
-                    .expect("claim_candidates.sql returns the priority"),
-                run_at: row
-                    .get::<TimestampWithTimeZone>(3)
-                    .map(i64::from)
-                    .expect("claim_candidates.sql returns run_at"),
-                id: row.get(1).expect("claim_candidates.sql returns the id"),
-            };
+            let key = Key::from_row(&row, 2, 3, 1);
             last = Some(key);
             if locks::try_lock_job(key.id) {
                 picked.push(key.id);

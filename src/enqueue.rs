@@ -127,6 +127,24 @@ impl JobOptions {
         }
     }
 
+    /// The arguments of enqueue.sql and enqueue_batch.sql: the queue, the payload (one jsonb or
+    /// a jsonb[]) and these options.
+    fn statement_args<'a>(
+        &'a self,
+        queue: &'a str,
+        payload: DatumWithOid<'a>,
+    ) -> [DatumWithOid<'a>; 7] {
+        [
+            queue.into(),
+            payload,
+            self.kind.as_str().into(),
+            self.run_at.into(),
+            self.priority.into(),
+            self.max_attempts.into(),
+            self.headers.into(),
+        ]
+    }
+
     /// Tells the wake-up machinery about `count` new jobs, the first with id `first_id`, once
     /// the transaction commits.
     fn announce(&self, queue: &str, count: usize, first_id: i64) {
@@ -187,15 +205,7 @@ fn jobs_enqueue(
     );
     lock_queue(queue, false);
     let id = with_client(|client| {
-        let args: [DatumWithOid; 7] = [
-            queue.into(),
-            payload.into(),
-            options.kind.as_str().into(),
-            options.run_at.into(),
-            options.priority.into(),
-            options.max_attempts.into(),
-            options.headers.into(),
-        ];
+        let args = options.statement_args(queue, payload.into());
         ENQUEUE.first::<i64>(client, &args)
     });
     let Some(id) = id else { unknown_queue(queue) };
@@ -250,15 +260,7 @@ fn jobs_enqueue_batch(
     // SAFETY: reading the current context pointer.
     let result_context = unsafe { pg_sys::CurrentMemoryContext };
     let ids: Vec<i64> = with_client(|client| {
-        let args: [DatumWithOid; 7] = [
-            queue.into(),
-            payloads.into(),
-            options.kind.as_str().into(),
-            options.run_at.into(),
-            options.priority.into(),
-            options.max_attempts.into(),
-            options.headers.into(),
-        ];
+        let args = options.statement_args(queue, payloads.into());
         let ids: Vec<i64> = ENQUEUE_BATCH.collect(client, &args, result_context);
         if ids.is_empty()
             && QUEUE_EXISTS

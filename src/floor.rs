@@ -54,6 +54,18 @@ struct FloorData {
 }
 
 impl Key {
+    /// Reads a position from columns `priority`, `run_at` and `id` (1-based) of a row.
+    pub fn from_row(row: &crate::spi::Row<'_>, priority: usize, run_at: usize, id: usize) -> Key {
+        Key {
+            priority: row.get(priority).expect("a job's priority is never NULL"),
+            run_at: row
+                .get::<pgrx::datum::TimestampWithTimeZone>(run_at)
+                .map(i64::from)
+                .expect("a job's run_at is never NULL"),
+            id: row.get(id).expect("a job's id is never NULL"),
+        }
+    }
+
     /// The next position in claim order: ids are integers, so nothing lies strictly between.
     pub fn successor(self) -> Key {
         Key {

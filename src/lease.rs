@@ -4,8 +4,8 @@ use pgrx::pg_sys;
 use pgrx::prelude::*;
 
 use crate::datum::Jsonb;
-use crate::errors::{check_interval, required, DAY};
-use crate::queue::MAX_LEASE_DAYS;
+use crate::errors::required;
+use crate::queue::check_lease;
 use crate::settle::run_held;
 use crate::spi::{server_now, timestamptz_arg, with_client, Statement};
 
@@ -33,13 +33,7 @@ fn jobs_heartbeat(
     let id = required(id, "id");
     let lease = required(lease, "lease");
     if let Some(extend) = &extend {
-        check_interval(
-            extend,
-            "extend",
-            true,
-            MAX_LEASE_DAYS * DAY,
-            "greater than 0 and at most 7 days",
-        );
+        check_lease(extend, "extend");
     }
     with_client(|client| {
         let args = vec![

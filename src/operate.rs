@@ -137,20 +137,7 @@ pub fn reclaim_batch(client: &pgrx::spi::SpiClient<'_>, batch: i32) -> usize {
         if state == "failed" {
             failed.push(id);
         } else {
-            let priority: i16 = row.get(4).expect("reclaim.sql returns priorities");
-            let run_at = row
-                .get::<TimestampWithTimeZone>(5)
-                .map(i64::from)
-                .expect("reclaim.sql returns run_at");
-            wakeup::jobs_queued(
-                &queue,
-                1,
-                Key {
-                    priority,
-                    run_at,
-                    id,
-                },
-            );
+            wakeup::jobs_queued(&queue, 1, Key::from_row(&row, 4, 5, 1));
             requeued += 1;
         }
     }

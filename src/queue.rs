@@ -19,6 +19,17 @@ pub const MAX_LEASE_DAYS: i128 = 7;
 /// Most attempts a job may have.
 pub const MAX_ATTEMPTS: i64 = 10_000;
 
+/// Checks a lease-length argument (`lease`, `extend`): greater than 0 and at most 7 days.
+pub fn check_lease(lease: &Interval, argument: &str) {
+    check_interval(
+        lease,
+        argument,
+        true,
+        MAX_LEASE_DAYS * DAY,
+        "greater than 0 and at most 7 days",
+    );
+}
+
 /// Checks a queue name: 1–63 characters of `A–Z a–z 0–9 _ - . :`.
 pub fn check_queue_name(name: &str) {
     let valid_chars = name
@@ -109,13 +120,7 @@ fn jobs_create_queue(
 ) -> QueueRow {
     let queue = queue_arg(queue);
     if let Some(lease) = &lease {
-        check_interval(
-            lease,
-            "lease",
-            true,
-            MAX_LEASE_DAYS * DAY,
-            "greater than 0 and at most 7 days",
-        );
+        check_lease(lease, "lease");
     }
     if let Some(max_attempts) = max_attempts {
         check_range(max_attempts.into(), "max_attempts", 1, MAX_ATTEMPTS);

@@ -146,21 +146,7 @@ pub fn dead_letter(client: &pgrx::spi::SpiClient<'_>, failed: Vec<i64>) {
     }
     for row in DEAD_LETTER.run(client, &[failed.into()]).iter() {
         let queue: String = row.get(1).expect("dead_letter.sql returns the queue");
-        let id: i64 = row.get(2).expect("dead_letter.sql returns the id");
-        let priority: i16 = row.get(3).expect("dead_letter.sql returns the priority");
-        let run_at = row
-            .get::<TimestampWithTimeZone>(4)
-            .map(i64::from)
-            .expect("dead_letter.sql returns run_at");
-        wakeup::jobs_queued(
-            &queue,
-            1,
-            Key {
-                priority,
-                run_at,
-                id,
-            },
-        );
+        wakeup::jobs_queued(&queue, 1, Key::from_row(&row, 3, 4, 2));
     }
 }
 
@@ -320,24 +306,11 @@ fn jobs_fail(
         };
         let row = table.first().expect("fail.sql returned a row");
         let state: String = row.get(1).expect("fail.sql returns the state");
-        let run_at: i64 = row
-            .get::<TimestampWithTimeZone>(2)
-            .map(i64::from)
-            .expect("fail.sql returns run_at");
         let queue: String = row.get(3).expect("fail.sql returns the queue");
-        let priority: i16 = row.get(4).expect("fail.sql returns the priority");
         if state == "failed" {
             dead_letter(client, vec![id]);
         } else {
-            wakeup::jobs_queued(
-                &queue,
-                1,
-                Key {
-                    priority,
-                    run_at,
-                    id,
-                },
-            );
+            wakeup::jobs_queued(&queue, 1, Key::from_row(&row, 4, 2, 5));
         }
         state
     })
@@ -370,20 +343,7 @@ fn jobs_release(
         };
         let row = table.first().expect("release.sql returned a row");
         let queue: String = row.get(1).expect("release.sql returns the queue");
-        let run_at: i64 = row
-            .get::<TimestampWithTimeZone>(2)
-            .map(i64::from)
-            .expect("release.sql returns run_at");
-        let priority: i16 = row.get(3).expect("release.sql returns the priority");
-        wakeup::jobs_queued(
-            &queue,
-            1,
-            Key {
-                priority,
-                run_at,
-                id,
-            },
-        );
+        wakeup::jobs_queued(&queue, 1, Key::from_row(&row, 3, 2, 4));
         "queued"
     })
 }
