@@ -1,0 +1,1 @@
+//! Empty: this crate exists only to be fetched (see Cargo.toml).

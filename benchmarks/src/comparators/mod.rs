@@ -1,0 +1,93 @@
+//! The queues under test, behind one interface so every scenario runs the same work on each.
+//!
+//! A [`Comparator`] owns its schema (reset, bulk loads for set-up) and hands out producers and
+//! workers over connections of the load generator. SQL-driven queues (pg_jobs, the hand-rolled
+//! SKIP LOCKED queue, pgmq) consume through [`Worker`]s on threads of this process; Graphile
+//! Worker consumes in its own Node process ([`graphile::Graphile`]).
+
+pub mod graphile;
+pub mod handrolled;
+pub mod pg_jobs;
+pub mod pgmq;
+
+use anyhow::Result;
+use postgres::{CancelToken, Client};
+use serde_json::Value;
+use uuid::Uuid;
+
+/// A claimed job: its id and, for queues with fencing tokens, the lease.
+#[derive(Clone, Copy, Debug)]
+pub struct Claimed {
+    pub id: i64,
+    pub lease: Option<Uuid>,
+}
+
+/// Enqueues jobs, each call in its own transaction (autocommit).
+pub trait Producer: Send {
+    /// Enqueues one job and returns its id.
+    fn enqueue(&mut self, payload: &Value) -> Result<i64>;
+    /// Enqueues one job per payload in one call.
+    fn enqueue_batch(&mut self, payloads: &[Value]) -> Result<()>;
+}
+
+/// Claims and completes jobs, each call in its own transaction (autocommit).
+pub trait Worker: Send {
+    /// Claims up to `n` due jobs without waiting.
+    fn claim(&mut self, n: i32) -> Result<Vec<Claimed>>;
+    /// Completes jobs: one call for one job, one batched call for several.
+    fn complete(&mut self, jobs: &[Claimed]) -> Result<()>;
+    /// One step of the queue's natural way of waiting for work; may return nothing.
+    fn wait_claim(&mut self, n: i32) -> Result<Vec<Claimed>>;
+    /// Cancels a statement this worker is running (stops a waiting claim).
+    fn cancel_token(&self) -> CancelToken;
+}
+
+pub trait Comparator: Sync {
+    /// Short name used in the report.
+    fn name(&self) -> &str;
+    /// How its workers wait for work (for the report).
+    fn waiting_mode(&self) -> String;
+    /// For queues whose idle workers poll: how often. Waiting workers start spread over one
+    /// interval, so their polls are evenly spaced rather than in lockstep (their best case).
+    fn poll_interval(&self) -> Option<std::time::Duration> {
+        None
+    }
+    /// The table its jobs live in (VACUUM target, read by the held snapshot).
+    fn table(&self) -> &'static str;
+    /// Empties the queue: no jobs of any state.
+    fn reset(&self, admin: &mut Client) -> Result<()>;
+    /// Set-up, not measured: adds `n` queued jobs as fast as the queue allows.
+    fn load_queued(&self, admin: &mut Client, n: u64) -> Result<()>;
+    /// Set-up, not measured: adds `n` finished jobs that stay in the table; `false` when the
+    /// queue keeps no finished jobs.
+    fn load_finished(&self, admin: &mut Client, n: u64) -> Result<bool>;
+    /// Jobs still waiting to be done (queued or running).
+    fn pending(&self, admin: &mut Client) -> Result<i64>;
+    fn producer(&self, conn: Client) -> Result<Box<dyn Producer>>;
+    /// A worker over `conn`, for the queues consumed from this process.
+    fn worker(&self, conn: Client) -> Result<Box<dyn Worker>>;
+    /// The external worker process, for Graphile Worker.
+    fn external(&self) -> Option<&graphile::Graphile> {
+        None
+    }
+}
+
+/// Chunk size of the set-up loads.
+pub const LOAD_CHUNK: u64 = 10_000;
+
+/// Calls `load(first, last)` for consecutive ranges of at most [`LOAD_CHUNK`] numbers, each
+/// in its own transaction.
+pub fn load_in_chunks(n: u64, mut load: impl FnMut(i64, i64) -> Result<()>) -> Result<()> {
+    let mut first = 1;
+    while first <= n {
+        let last = (first + LOAD_CHUNK - 1).min(n);
+        load(first as i64, last as i64)?;
+        first = last + 1;
+    }
+    Ok(())
+}
+
+/// The payload of job number `n`: the same small document for every queue.
+pub fn payload(n: u64) -> Value {
+    serde_json::json!({ "n": n })
+}

@@ -1,0 +1,150 @@
+//! pgmq, installed as plain SQL from the script the `pgmq` crate embeds: pgmq.send /
+//! send_batch, pgmq.read(queue, vt, qty), pgmq.delete (one id or an array); waiting workers
+//! call pgmq.read_with_poll with its defaults (5 s, polling every 100 ms inside the server).
+
+use anyhow::Result;
+use postgres::{CancelToken, Client, Statement};
+use serde_json::Value;
+
+use super::{load_in_chunks, Claimed, Comparator, Producer, Worker};
+
+pub const QUEUE: &str = "bench";
+/// Visibility timeout of a read, in seconds: the lease.
+const VT: i32 = 30;
+
+pub struct Pgmq;
+
+struct PgmqProducer {
+    conn: Client,
+    one: Statement,
+    many: Statement,
+}
+
+impl Producer for PgmqProducer {
+    fn enqueue(&mut self, payload: &Value) -> Result<i64> {
+        Ok(self.conn.query_one(&self.one, &[payload])?.get(0))
+    }
+
+    fn enqueue_batch(&mut self, payloads: &[Value]) -> Result<()> {
+        self.conn.query_one(&self.many, &[&payloads])?;
+        Ok(())
+    }
+}
+
+struct PgmqWorker {
+    conn: Client,
+    read: Statement,
+    read_with_poll: Statement,
+    delete_one: Statement,
+    delete_many: Statement,
+}
+
+fn ids(rows: Vec<postgres::Row>) -> Vec<Claimed> {
+    rows.iter()
+        .map(|r| Claimed {
+            id: r.get(0),
+            lease: None,
+        })
+        .collect()
+}
+
+impl Worker for PgmqWorker {
+    fn claim(&mut self, n: i32) -> Result<Vec<Claimed>> {
+        Ok(ids(self.conn.query(&self.read, &[&n])?))
+    }
+
+    fn complete(&mut self, jobs: &[Claimed]) -> Result<()> {
+        if let [job] = jobs {
+            self.conn.query_one(&self.delete_one, &[&job.id])?;
+        } else if !jobs.is_empty() {
+            let ids: Vec<i64> = jobs.iter().map(|j| j.id).collect();
+            self.conn.query_one(&self.delete_many, &[&ids])?;
+        }
+        Ok(())
+    }
+
+    fn wait_claim(&mut self, n: i32) -> Result<Vec<Claimed>> {
+        Ok(ids(self.conn.query(&self.read_with_poll, &[&n])?))
+    }
+
+    fn cancel_token(&self) -> CancelToken {
+        self.conn.cancel_token()
+    }
+}
+
+impl Comparator for Pgmq {
+    fn name(&self) -> &str {
+        "pgmq"
+    }
+
+    fn waiting_mode(&self) -> String {
+        "pgmq.read_with_poll(queue, 30, 1) with its defaults: up to 5 s, re-reading every 100 ms inside the server".into()
+    }
+
+    fn poll_interval(&self) -> Option<std::time::Duration> {
+        // read_with_poll's default poll_interval_ms.
+        Some(std::time::Duration::from_millis(100))
+    }
+
+    fn table(&self) -> &'static str {
+        "pgmq.q_bench"
+    }
+
+    fn reset(&self, admin: &mut Client) -> Result<()> {
+        admin.batch_execute(&format!(
+            "SELECT pgmq.drop_queue(queue_name) FROM pgmq.meta WHERE queue_name = '{QUEUE}';
+             SELECT pgmq.create('{QUEUE}');"
+        ))?;
+        Ok(())
+    }
+
+    fn load_queued(&self, admin: &mut Client, n: u64) -> Result<()> {
+        let load = admin.prepare(&format!(
+            "SELECT count(*) FROM pgmq.send_batch('{QUEUE}',
+                 ARRAY(SELECT jsonb_build_object('n', g) FROM generate_series($1::bigint, $2::bigint) g))"
+        ))?;
+        load_in_chunks(n, |first, last| {
+            admin.query_one(&load, &[&first, &last])?;
+            Ok(())
+        })
+    }
+
+    fn load_finished(&self, _admin: &mut Client, _n: u64) -> Result<bool> {
+        // pgmq.delete removes a message: no finished messages stay in the queue's table.
+        Ok(false)
+    }
+
+    fn pending(&self, admin: &mut Client) -> Result<i64> {
+        Ok(admin
+            .query_one(&format!("SELECT count(*) FROM pgmq.q_{QUEUE}"), &[])?
+            .get(0))
+    }
+
+    fn producer(&self, mut conn: Client) -> Result<Box<dyn Producer>> {
+        let one = conn.prepare(&format!("SELECT * FROM pgmq.send('{QUEUE}', $1::jsonb)"))?;
+        let many = conn.prepare(&format!(
+            "SELECT count(*) FROM pgmq.send_batch('{QUEUE}', $1::jsonb[])"
+        ))?;
+        Ok(Box::new(PgmqProducer { conn, one, many }))
+    }
+
+    fn worker(&self, mut conn: Client) -> Result<Box<dyn Worker>> {
+        let read = conn.prepare(&format!(
+            "SELECT msg_id FROM pgmq.read('{QUEUE}', {VT}, $1::int)"
+        ))?;
+        let read_with_poll = conn.prepare(&format!(
+            "SELECT msg_id FROM pgmq.read_with_poll('{QUEUE}', {VT}, $1::int)"
+        ))?;
+        let delete_one = conn.prepare(&format!("SELECT pgmq.delete('{QUEUE}', $1::bigint)"))?;
+        let delete_many = conn.prepare(&format!(
+            "SELECT count(*) FROM pgmq.delete('{QUEUE}', $1::bigint[])"
+        ))?;
+        Ok(Box::new(PgmqWorker {
+            conn,
+            read,
+            read_with_poll,
+            delete_one,
+            delete_many,
+        }))
+    }
+}

@@ -1,0 +1,158 @@
+//! Settings of one run, read from environment variables that `benchmarks/run` sets, and the
+//! sizes of each scenario at the chosen scale (`BENCH_SCALE=full`, the default, or `small`).
+
+use std::env;
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+
+/// Sizes of the scenarios. `full` is what issue 4 asks for; `small` is for iterating.
+#[derive(Clone, Debug)]
+pub struct Scale {
+    pub name: &'static str,
+    /// a: seconds each enqueue variant runs.
+    pub enqueue_secs: u64,
+    /// b and e: jobs burnt down.
+    pub burn_jobs: u64,
+    /// c: seconds of one-job-every-10-ms traffic.
+    pub latency_secs: u64,
+    /// d: rounds of 1,000 queued jobs burnt down for the small-backlog rate.
+    pub backlog_rounds: u64,
+    /// d: jobs queued (or finished) in the table for the large-backlog rates.
+    pub backlog_large: u64,
+    /// d: jobs burnt down out of the large backlog.
+    pub backlog_burn: u64,
+    /// f: jobs whose whole lifecycle is measured.
+    pub wal_jobs: u64,
+    /// g: seconds the waiting workers are watched.
+    pub idle_secs: u64,
+    /// pgbench -T.
+    pub pgbench_secs: u64,
+}
+
+impl Scale {
+    pub fn full() -> Scale {
+        Scale {
+            name: "full",
+            enqueue_secs: 15,
+            burn_jobs: 100_000,
+            latency_secs: 30,
+            backlog_rounds: 50,
+            backlog_large: 1_000_000,
+            backlog_burn: 50_000,
+            wal_jobs: 10_000,
+            idle_secs: 30,
+            pgbench_secs: 20,
+        }
+    }
+
+    pub fn small() -> Scale {
+        Scale {
+            name: "small",
+            enqueue_secs: 3,
+            burn_jobs: 10_000,
+            latency_secs: 5,
+            backlog_rounds: 5,
+            backlog_large: 100_000,
+            backlog_burn: 5_000,
+            wal_jobs: 1_000,
+            idle_secs: 5,
+            pgbench_secs: 5,
+        }
+    }
+}
+
+/// Concurrency fixed by issue 4.
+pub const WORKERS: usize = 8;
+pub const PRODUCERS: usize = 8;
+pub const IDLE_WORKERS: usize = 16;
+/// c: one job every this many milliseconds.
+pub const LATENCY_INTERVAL_MS: u64 = 10;
+/// Small backlog of d.
+pub const SMALL_BACKLOG: u64 = 1_000;
+
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Connection of the load generator's sessions (role `bench`, so pg_stat_statements can
+    /// tell its statements from the measuring session's and the background worker's).
+    pub dsn: String,
+    /// Connection of the measuring session (role `postgres`).
+    pub admin_dsn: String,
+    /// The same database as a URL, for Node.
+    pub database_url: String,
+    /// Data directory of the bench cluster (its postmaster.pid names the server's processes).
+    pub data_dir: PathBuf,
+    pub socket_dir: String,
+    pub port: String,
+    pub node: PathBuf,
+    pub graphile_script: PathBuf,
+    pub pgbench: PathBuf,
+    pub report: PathBuf,
+    pub json: PathBuf,
+    pub scale: Scale,
+    /// Comparators to run (all by default).
+    pub comparators: Vec<String>,
+    /// Scenarios to run, as letters: p (pgbench), a..g (all by default).
+    pub scenarios: String,
+    /// Versions of the comparators, for the report.
+    pub graphile_version: String,
+    pub node_version: String,
+    pub pgmq_version: String,
+}
+
+fn var(name: &str) -> Result<String> {
+    env::var(name)
+        .with_context(|| format!("{name} is not set (run the suite through benchmarks/run)"))
+}
+
+fn var_or(name: &str, default: &str) -> String {
+    env::var(name).unwrap_or_else(|_| default.to_owned())
+}
+
+impl Config {
+    pub fn from_env() -> Result<Config> {
+        let scale = match var_or("BENCH_SCALE", "full").as_str() {
+            "full" => Scale::full(),
+            "small" => Scale::small(),
+            other => bail!("BENCH_SCALE must be full or small, not {other:?}"),
+        };
+        let socket_dir = var("BENCH_SOCKETS")?;
+        let port = var("BENCH_PORT")?;
+        let db = var_or("BENCH_DB", "bench");
+        let comparators = var_or("BENCH_COMPARATORS", "pg_jobs,handrolled,pgmq,graphile")
+            .split(',')
+            .map(|s| s.trim().to_owned())
+            .filter(|s| !s.is_empty())
+            .collect();
+        Ok(Config {
+            dsn: format!("host={socket_dir} port={port} user=bench dbname={db}"),
+            admin_dsn: format!("host={socket_dir} port={port} user=postgres dbname={db}"),
+            database_url: format!("postgres:///{db}?host={socket_dir}&port={port}&user=bench"),
+            data_dir: PathBuf::from(var("BENCH_DATA")?),
+            socket_dir,
+            port,
+            node: PathBuf::from(var("BENCH_NODE")?),
+            graphile_script: PathBuf::from(var("BENCH_GRAPHILE_SCRIPT")?),
+            pgbench: PathBuf::from(var_or(
+                "BENCH_PGBENCH",
+                "/usr/lib/postgresql/15/bin/pgbench",
+            )),
+            report: PathBuf::from(var("BENCH_REPORT")?),
+            json: PathBuf::from(var("BENCH_JSON")?),
+            scale,
+            comparators,
+            scenarios: var_or("BENCH_SCENARIOS", "pabcdefg"),
+            graphile_version: var_or("BENCH_GRAPHILE_VERSION", "?"),
+            node_version: var_or("BENCH_NODE_VERSION", "?"),
+            pgmq_version: var_or("BENCH_PGMQ_VERSION", "?"),
+        })
+    }
+
+    pub fn runs(&self, scenario: char) -> bool {
+        self.scenarios.contains(scenario)
+    }
+
+    pub fn wants(&self, comparator: &str) -> bool {
+        self.comparators.iter().any(|c| c == comparator)
+    }
+}

@@ -1,0 +1,41 @@
+//! a. Enqueue: 8 sessions enqueue for a fixed time, one job per transaction, then 1,000 jobs
+//! per call; jobs per second and server CPU per 1,000 jobs.
+
+use std::time::Duration;
+
+use anyhow::Result;
+use postgres::Client;
+
+use super::{attempt, produce, Ctx, Measurement};
+use crate::comparators::Comparator;
+use crate::db::{self, Window};
+
+pub const VARIANTS: [(&str, usize); 2] = [("1 per transaction", 1), ("1,000 per call", 1000)];
+
+pub fn run(ctx: &Ctx, admin: &mut Client, c: &dyn Comparator) -> Vec<Measurement> {
+    VARIANTS
+        .iter()
+        .map(|&(variant, batch)| {
+            attempt("a", variant, c.name(), || {
+                c.reset(admin)?;
+                db::checkpoint(admin)?;
+                one(ctx, admin, c, batch, variant)
+            })
+        })
+        .collect()
+}
+
+fn one(
+    ctx: &Ctx,
+    admin: &mut Client,
+    c: &dyn Comparator,
+    batch: usize,
+    variant: &str,
+) -> Result<Measurement> {
+    let duration = Duration::from_secs(ctx.cfg.scale.enqueue_secs);
+    let window = Window::open(&ctx.server, admin)?;
+    let jobs = produce(ctx, c, None, Some(duration), batch)?;
+    let span = window.close(&ctx.server, admin, 0.0)?;
+    c.reset(admin)?;
+    Ok(Measurement::new("a", variant, c.name()).throughput(jobs, &span))
+}

@@ -1,0 +1,124 @@
+//! g. Idle: 16 workers wait on an empty queue, each in its queue's natural waiting mode, and
+//! for the configured time (30 s at full scale) we count statements per second (pg_stat_statements
+//! calls by the load generator's role, nested statements included: pg_stat_statements.track =
+//! 'all' is set for the role during this scenario), commits per second (pg_stat_database) and
+//! server CPU. A baseline run without workers shows what the cluster does on its own (the
+//! pg_jobs background worker's tick, autovacuum).
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use anyhow::{anyhow, Result};
+use postgres::{Client, NoTls};
+
+use super::{attempt, connect_workers, Ctx, Measurement};
+use crate::comparators::graphile::GwOptions;
+use crate::comparators::Comparator;
+use crate::config::IDLE_WORKERS;
+use crate::db::{self, Span, Window};
+
+pub const VARIANT: &str = "16 waiting workers";
+pub const BASELINE: &str = "no workers (baseline)";
+
+/// Time the workers get to settle into waiting before the window opens.
+const SETTLE: Duration = Duration::from_secs(3);
+
+fn figures(m: Measurement, span: &Span) -> Measurement {
+    let mut m = m;
+    m.seconds = span.seconds;
+    m.server_cpu_s = Some(span.server_cpu);
+    m.client_cpu_s = Some(span.client_cpu);
+    m.statements_per_s = Some(span.statements as f64 / span.seconds);
+    m.commits_per_s = Some(span.commits as f64 / span.seconds);
+    m
+}
+
+pub fn baseline(ctx: &Ctx, admin: &mut Client) -> Measurement {
+    attempt("g", BASELINE, "-", || {
+        db::checkpoint(admin)?;
+        std::thread::sleep(SETTLE);
+        let window = Window::open(&ctx.server, admin)?;
+        std::thread::sleep(Duration::from_secs(ctx.cfg.scale.idle_secs));
+        let span = window.close(&ctx.server, admin, 0.0)?;
+        Ok(figures(Measurement::new("g", BASELINE, "-"), &span))
+    })
+}
+
+pub fn run(ctx: &Ctx, admin: &mut Client, c: &dyn Comparator) -> Vec<Measurement> {
+    vec![attempt("g", VARIANT, c.name(), || {
+        c.reset(admin)?;
+        db::checkpoint(admin)?;
+        admin.batch_execute("ALTER ROLE bench SET pg_stat_statements.track = 'all'")?;
+        let span = if c.external().is_some() {
+            graphile(ctx, admin, c)
+        } else {
+            sql(ctx, admin, c)
+        };
+        admin.batch_execute("ALTER ROLE bench RESET pg_stat_statements.track")?;
+        let m = figures(Measurement::new("g", VARIANT, c.name()), &span?);
+        Ok(m.note(c.waiting_mode()))
+    })]
+}
+
+fn watch(ctx: &Ctx, admin: &mut Client, extra_cpu: impl Fn() -> f64) -> Result<Span> {
+    std::thread::sleep(SETTLE);
+    let cpu0 = extra_cpu();
+    let window = Window::open(&ctx.server, admin)?;
+    std::thread::sleep(Duration::from_secs(ctx.cfg.scale.idle_secs));
+    window.close(&ctx.server, admin, extra_cpu() - cpu0)
+}
+
+fn sql(ctx: &Ctx, admin: &mut Client, c: &dyn Comparator) -> Result<Span> {
+    let mut workers = connect_workers(ctx, c, IDLE_WORKERS)?;
+    let tokens: Vec<_> = workers.iter().map(|w| w.cancel_token()).collect();
+    let stop = AtomicBool::new(false);
+    let running = AtomicUsize::new(workers.len());
+    let stagger = super::stagger(c, workers.len());
+    std::thread::scope(|s| {
+        let handles: Vec<_> = workers
+            .iter_mut()
+            .enumerate()
+            .map(|(i, w)| {
+                let (stop, running) = (&stop, &running);
+                s.spawn(move || -> Result<()> {
+                    std::thread::sleep(stagger * i as u32);
+                    let outcome = (|| loop {
+                        if stop.load(Ordering::Relaxed) {
+                            return Ok(());
+                        }
+                        match w.wait_claim(1) {
+                            Ok(jobs) => w.complete(&jobs)?,
+                            Err(e) if stop.load(Ordering::Relaxed) && db::is_cancel(&e) => {
+                                return Ok(())
+                            }
+                            Err(e) => return Err(e),
+                        }
+                    })();
+                    running.fetch_sub(1, Ordering::Relaxed);
+                    outcome
+                })
+            })
+            .collect();
+        let span = watch(ctx, admin, || 0.0);
+        stop.store(true, Ordering::Relaxed);
+        while running.load(Ordering::Relaxed) > 0 {
+            for token in &tokens {
+                let _ = token.cancel_query(NoTls);
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        for h in handles {
+            h.join()
+                .map_err(|_| anyhow!("a worker thread panicked"))??;
+        }
+        span
+    })
+}
+
+fn graphile(ctx: &Ctx, admin: &mut Client, c: &dyn Comparator) -> Result<Span> {
+    let g = c.external().expect("Graphile");
+    let process = g.start(GwOptions::one_per_claim(IDLE_WORKERS, 0))?;
+    let span = watch(ctx, admin, || process.cpu_seconds());
+    process.stop()?;
+    span
+}
