@@ -30,6 +30,9 @@ COMMENT ON TABLE jobs.queue IS 'pg_jobs queues and their settings; change them w
 -- No foreign key to jobs.queue: its check would lock the queue row (FOR KEY SHARE) on every
 -- enqueue and turn concurrent producers into MultiXact traffic. The enqueue statement reads the
 -- queue row in the same statement instead, and jobs_drop_queue locks this table out.
+-- Column order matters for WAL: an update logs only the bytes between the longest unchanged
+-- prefix and suffix of the row. So what never changes comes first, then what retries and
+-- heartbeats change, and last what every claim and settle changes.
 CREATE TABLE jobs.job (
     id             bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     queue          text NOT NULL,
@@ -37,26 +40,26 @@ CREATE TABLE jobs.job (
     payload        jsonb NOT NULL DEFAULT '{}',
     headers        jsonb,
     priority       smallint NOT NULL DEFAULT 0,
-    run_at         timestamptz NOT NULL DEFAULT now(),
-    state          jobs.state NOT NULL DEFAULT 'queued',
-    attempt        integer NOT NULL DEFAULT 0,
     max_attempts   integer NOT NULL,
-    lease          uuid,
-    lease_until    timestamptz,
-    lease_duration interval,
-    worker         text,
     tenant         text,
     group_key      text,
     unique_key     text,
-    progress       jsonb,
-    result         jsonb,
-    errors         jsonb NOT NULL DEFAULT '[]',
-    release_reason text,
     origin         jsonb,
     created_at     timestamptz NOT NULL DEFAULT now(),
+    run_at         timestamptz NOT NULL DEFAULT now(),
+    errors         jsonb NOT NULL DEFAULT '[]',
+    release_reason text,
+    progress       jsonb,
+    state          jobs.state NOT NULL DEFAULT 'queued',
+    attempt        integer NOT NULL DEFAULT 0,
+    worker         text,
+    lease          uuid,
+    lease_duration interval,
     started_at     timestamptz,
+    lease_until    timestamptz,
     heartbeat_at   timestamptz,
     finished_at    timestamptz,
+    result         jsonb,
     CHECK (attempt BETWEEN 0 AND max_attempts)
 )
 -- Every job is updated at least twice (claim, settle). Room on its page lets the new version

@@ -36,6 +36,7 @@ static TAKE: Statement = Statement {
     sql: include_str!("../sql/claim_take.sql"),
     args: &[
         pg_sys::INT8ARRAYOID,
+        pg_sys::UUIDARRAYOID,
         pg_sys::TEXTOID,
         pg_sys::INTERVALOID,
         pg_sys::TIMESTAMPTZOID,
@@ -105,13 +106,12 @@ fn jobs_claim(
     let attempt = |now: pg_sys::TimestampTz| -> (Vec<ClaimedRow>, Option<Probe>) {
         with_client(|client| {
             let seen = floor::read(slot, queue);
-            let mut rows: Vec<ClaimedRow> = Vec::new();
-            let mut taken_keys: Vec<Key> = Vec::new();
+            let mut claimed_rows: Vec<(Key, ClaimedRow)> = Vec::new();
             let mut first_skipped: Option<Key> = None;
             // A picked job that another claim took (and committed) after the candidates'
             // snapshot is not taken; pick again, with a fresh snapshot, for the ones missing.
             loop {
-                let wanted = n as usize - rows.len();
+                let wanted = n as usize - claimed_rows.len();
                 let (picked, skipped) = pick(
                     client,
                     queue,
@@ -127,8 +127,10 @@ fn jobs_claim(
                 if picked.is_empty() {
                     break;
                 }
-                let take_args: [DatumWithOid; 5] = [
+                let leases: Vec<pgrx::Uuid> = picked.iter().map(|_| lease_token()).collect();
+                let take_args: [DatumWithOid; 6] = [
                     picked.clone().into(),
+                    leases.into(),
                     worker.as_str().into(),
                     lease.into(),
                     timestamptz_arg(now),
@@ -136,23 +138,27 @@ fn jobs_claim(
                 ];
                 let taken = TAKE.run(client, &take_args);
                 for row in taken.iter() {
-                    rows.extend(row.get_in::<ClaimedRow>(1, result_context));
-                    taken_keys.push(Key::from_row(&row, 2, 3, 4));
+                    if let Some(claimed) = row.get_in::<ClaimedRow>(1, result_context) {
+                        claimed_rows.push((Key::from_row(&row, 2, 3, 4), claimed));
+                    }
                 }
-                if taken.len() == picked.len() || rows.len() >= n as usize {
+                if taken.len() == picked.len() || claimed_rows.len() >= n as usize {
                     break;
                 }
             }
             // A claim of some kinds skipped other kinds' jobs, so only a claim of every kind
             // may move the floor.
             if let (None, Some(slot), Some(seen)) = (&kinds, slot, &seen) {
+                let taken_keys: Vec<Key> = claimed_rows.iter().map(|(key, _)| *key).collect();
                 if let Some(to) = new_floor(client, queue, seen.key, &taken_keys, first_skipped) {
                     floor::raise(slot, queue, seen, to);
                 }
             }
-            if !rows.is_empty() {
-                wakeup::jobs_claimed(queue, rows.len() as u32);
-                return (rows, None);
+            if !claimed_rows.is_empty() {
+                wakeup::jobs_claimed(queue, claimed_rows.len() as u32);
+                // Claim order: priority, then run_at, then id.
+                claimed_rows.sort_unstable_by_key(|(key, _)| *key);
+                return (claimed_rows.into_iter().map(|(_, row)| row).collect(), None);
             }
             let probe = PROBE.run(client, &[queue.into()]);
             let Some(probe) = probe.first() else {
@@ -161,7 +167,7 @@ fn jobs_claim(
             let paused: bool = probe.get(1).unwrap_or(false);
             let earliest_run_at: Option<i64> = probe.get::<TimestampWithTimeZone>(2).map(i64::from);
             (
-                rows,
+                Vec::new(),
                 Some(Probe {
                     paused,
                     earliest_run_at,
@@ -287,6 +293,45 @@ fn pick(
             _ => return (picked, first_skipped),
         }
     }
+}
+
+thread_local! {
+    /// This backend's lease-token generator, seeded from the server's strong random source.
+    static TOKENS: std::cell::Cell<u64> = std::cell::Cell::new(strong_seed());
+}
+
+fn strong_seed() -> u64 {
+    let mut bytes = [0u8; 8];
+    // SAFETY: fills our own buffer.
+    let ok = unsafe { pg_sys::pg_strong_random(bytes.as_mut_ptr().cast(), bytes.len()) };
+    assert!(
+        ok,
+        "pg_jobs could not read the server's random source to seed lease tokens"
+    );
+    u64::from_le_bytes(bytes)
+}
+
+/// A fresh lease token (a version-4 UUID). Tokens fence stale holders off; they are not
+/// secrets (anyone who may read jobs.job sees them), so a fast generator seeded from the
+/// strong source serves: a claim of 100 jobs would otherwise read the system's random source
+/// 100 times.
+fn lease_token() -> pgrx::Uuid {
+    // splitmix64: a full-period 64-bit generator with good mixing.
+    let next = || {
+        TOKENS.with(|state| {
+            let z = state.get().wrapping_add(0x9e37_79b9_7f4a_7c15);
+            state.set(z);
+            let z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            let z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            z ^ (z >> 31)
+        })
+    };
+    let mut bytes = [0u8; 16];
+    bytes[..8].copy_from_slice(&next().to_le_bytes());
+    bytes[8..].copy_from_slice(&next().to_le_bytes());
+    bytes[6] = (bytes[6] & 0x0f) | 0x40; // version 4
+    bytes[8] = (bytes[8] & 0x3f) | 0x80; // RFC 4122 variant
+    pgrx::Uuid::from_bytes(bytes)
 }
 
 /// The worker name a claim records when none is given: `application_name`, else the pid.
