@@ -258,8 +258,9 @@ fn pick(
     mut start: Option<Key>,
 ) -> (Vec<i64>, Option<Key>) {
     // Read a few more candidates than needed: the head of a busy queue is usually held by
-    // other claims in flight.
-    let limit = (wanted + 16) as i32;
+    // other claims in flight. Each further batch is twice as large, so a claim behind many
+    // others catches up in a few statements.
+    let mut limit = (wanted + 16) as i32;
     let mut picked = Vec::with_capacity(wanted);
     let mut first_skipped = None;
     loop {
@@ -289,7 +290,10 @@ fn pick(
             }
         }
         match last {
-            Some(last) if candidates.len() == limit as usize => start = Some(last.successor()),
+            Some(last) if candidates.len() == limit as usize => {
+                start = Some(last.successor());
+                limit = limit.saturating_mul(2).min(10_000);
+            }
             _ => return (picked, first_skipped),
         }
     }
