@@ -8,14 +8,20 @@ use std::process::Command;
 use pg_jobs_tests::{Cluster, TEST_SETTINGS};
 
 /// Where Debian's postgresql-server-dev-15 ships the isolation tester.
-const ISOLATION_REGRESS: &str = "/usr/lib/postgresql/15/lib/pgxs/src/test/isolation/pg_isolation_regress";
+const ISOLATION_REGRESS: &str =
+    "/usr/lib/postgresql/15/lib/pgxs/src/test/isolation/pg_isolation_regress";
 
 #[test]
 fn isolation_specs_match_their_expected_interleavings() {
     let cluster = Cluster::start("isolation", TEST_SETTINGS);
     let mut admin = cluster.connect();
-    admin.batch_execute("CREATE DATABASE pg_jobs_isolation").unwrap();
-    cluster.connect_to("pg_jobs_isolation").batch_execute("CREATE EXTENSION pg_jobs").unwrap();
+    admin
+        .batch_execute("CREATE DATABASE pg_jobs_isolation")
+        .unwrap();
+    cluster
+        .connect_to("pg_jobs_isolation")
+        .batch_execute("CREATE EXTENSION pg_jobs")
+        .unwrap();
 
     let specs = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../isolation");
     let output = cluster.base.join("isolation");
