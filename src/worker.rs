@@ -45,10 +45,12 @@ static PURGE: Statement = Statement {
     args: &[pg_sys::INT8OID, pg_sys::INT4OID],
 };
 
-/// Jobs the retention sweep looks at per statement, and statements per tick: a table of a
-/// million jobs is swept in about 50 ticks.
-const PURGE_WINDOW: i32 = 5_000;
-const PURGE_WINDOWS_PER_TICK: usize = 4;
+/// Jobs the retention sweep looks at per statement. A tick sweeps one window, and goes on to
+/// the next (up to the cap) only while windows have jobs to purge: an idle sweep costs a
+/// millisecond a tick, and a table that fills with expired jobs faster than that is swept
+/// faster.
+const PURGE_WINDOW: i32 = 2_000;
+const PURGE_WINDOWS_PER_TICK: usize = 20;
 
 thread_local! {
     /// The last job id the retention sweep looked at.
@@ -237,13 +239,17 @@ fn tick() -> TickReport {
                 &[PURGE_POSITION.with(|p| p.get()).into(), PURGE_WINDOW.into()],
             );
             let row = rows.first().expect("purge.sql returns one row");
-            purged += row.get::<i64>(2).unwrap_or(0) as usize;
+            let purged_here = row.get::<i64>(2).unwrap_or(0) as usize;
+            purged += purged_here;
             match row.get::<i64>(1) {
                 Some(last) => PURGE_POSITION.with(|p| p.set(last)),
                 None => {
                     PURGE_POSITION.with(|p| p.set(0));
                     break;
                 }
+            }
+            if purged_here == 0 {
+                break;
             }
         }
 
