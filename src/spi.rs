@@ -3,7 +3,8 @@
 //! The statements live in `sql/*.sql`. Each is prepared once per session and kept, so a call
 //! costs one execution of a cached plan. They run under a search path pinned to `pg_catalog`
 //! (plans are analysed and re-validated under the same path), so no object a user creates
-//! (a table, function or operator in their own schema) can capture a name they use.
+//! (a table, function or operator in their own schema) can capture a name they use, and with
+//! sequential scans off, so a plan made while `jobs.job` was small stays an index plan.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -207,66 +208,86 @@ impl Row<'_> {
     }
 }
 
-/// Runs `body` connected to SPI, with the search path pinned to `pg_catalog`.
+/// Runs `body` connected to SPI, under the settings every statement of the extension runs
+/// under (see [`StatementSettings`]).
 pub fn with_client<R>(body: impl FnOnce(&SpiClient<'_>) -> R) -> R {
-    let _pin = PinnedSearchPath::push();
+    let _settings = StatementSettings::push();
     Spi::connect(body)
 }
 
-/// Keeps the search path at `pg_catalog` until dropped.
-struct PinnedSearchPath {
-    #[cfg(any(feature = "pg17", feature = "pg18"))]
+/// The settings the extension's statements run (and are planned) under, until dropped: the
+/// search path pinned to `pg_catalog`, sequential scans off, and no JIT.
+///
+/// Why no sequential scans: a kept plan is made once and then reused until something
+/// invalidates it, and it is often made when `jobs.job` is nearly empty (a new install, a
+/// session that started on an idle queue, a TRUNCATE), where reading the table's one page
+/// costs less than an index. That plan then reads the whole table on every call as the table
+/// grows (a complete reading 60 pages after 3,000 jobs). Every statement here reaches its rows
+/// through an index, so planning as if the table were big is right at every size.
+///
+/// Why no JIT: where no index serves (the worker's look at the few rows of `jobs.queue`), the
+/// sequential scan that remains carries the planner's penalty for disabled paths, which is far
+/// above `jit_above_cost`: each call would spend tens of milliseconds compiling.
+struct StatementSettings {
     nest_level: i32,
 }
 
-impl PinnedSearchPath {
-    #[cfg(not(any(feature = "pg17", feature = "pg18")))]
-    fn push() -> Self {
-        let mut path = pg_sys::OverrideSearchPath {
-            schemas: std::ptr::null_mut(),
-            addCatalog: true,
-            addTemp: false,
-            generation: 0,
-        };
-        // SAFETY: PushOverrideSearchPath copies the struct into its own memory.
-        unsafe { pg_sys::PushOverrideSearchPath(&mut path) };
-        PinnedSearchPath {}
-    }
+/// Sets `name` to `value` until the GUC nest level the caller opened is closed.
+///
+/// # Safety
+/// A GUC nest level must be open (NewGUCNestLevel) and `name` a settable user setting.
+unsafe fn set_for_statement(name: &std::ffi::CStr, value: &std::ffi::CStr) {
+    pg_sys::set_config_option(
+        name.as_ptr(),
+        value.as_ptr(),
+        pg_sys::GucContext::PGC_USERSET,
+        pg_sys::GucSource::PGC_S_SESSION,
+        pg_sys::GucAction::GUC_ACTION_SAVE,
+        true,
+        0,
+        false,
+    );
+}
 
-    #[cfg(any(feature = "pg17", feature = "pg18"))]
+impl StatementSettings {
     fn push() -> Self {
-        // Postgres 17 removed override search paths; a GUC nest level does the same job.
+        // SAFETY: a nest level closed in drop (or by transaction abort on an ERROR); all are
+        // user settings.
         unsafe {
             let nest_level = pg_sys::NewGUCNestLevel();
-            pg_sys::set_config_option(
-                c"search_path".as_ptr(),
-                c"pg_catalog".as_ptr(),
-                pg_sys::GucContext::PGC_USERSET,
-                pg_sys::GucSource::PGC_S_SESSION,
-                pg_sys::GucAction::GUC_ACTION_SAVE,
-                true,
-                0,
-                false,
-            );
-            PinnedSearchPath { nest_level }
+            set_for_statement(c"enable_seqscan", c"off");
+            set_for_statement(c"jit", c"off");
+            #[cfg(any(feature = "pg17", feature = "pg18"))]
+            // Postgres 17 removed override search paths; the nest level does the same job.
+            set_for_statement(c"search_path", c"pg_catalog");
+            #[cfg(not(any(feature = "pg17", feature = "pg18")))]
+            {
+                let mut path = pg_sys::OverrideSearchPath {
+                    schemas: std::ptr::null_mut(),
+                    addCatalog: true,
+                    addTemp: false,
+                    generation: 0,
+                };
+                // PushOverrideSearchPath copies the struct into its own memory.
+                pg_sys::PushOverrideSearchPath(&mut path);
+            }
+            StatementSettings { nest_level }
         }
     }
 }
 
-impl Drop for PinnedSearchPath {
+impl Drop for StatementSettings {
     fn drop(&mut self) {
-        // While an ERROR unwinds, leave the entry to (sub)transaction abort, which pops it.
+        // While an ERROR unwinds, leave both to (sub)transaction abort, which pops them.
         if std::thread::panicking() {
             return;
         }
-        #[cfg(not(any(feature = "pg17", feature = "pg18")))]
+        // SAFETY: undoes exactly what push did, innermost first.
         unsafe {
-            pg_sys::PopOverrideSearchPath()
-        };
-        #[cfg(any(feature = "pg17", feature = "pg18"))]
-        unsafe {
-            pg_sys::AtEOXact_GUC(true, self.nest_level)
-        };
+            #[cfg(not(any(feature = "pg17", feature = "pg18")))]
+            pg_sys::PopOverrideSearchPath();
+            pg_sys::AtEOXact_GUC(true, self.nest_level);
+        }
     }
 }
 

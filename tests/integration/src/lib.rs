@@ -336,8 +336,14 @@ pub struct ExplainingSession {
 impl ExplainingSession {
     /// Connects to `cluster` with auto_explain on; `settings` are extra `SET` statements.
     pub fn open(cluster: &Cluster, settings: &str) -> ExplainingSession {
+        ExplainingSession::open_in(cluster, "postgres", settings)
+    }
+
+    /// Connects to `database` of `cluster` with auto_explain on; `settings` are extra `SET`
+    /// statements.
+    pub fn open_in(cluster: &Cluster, database: &str, settings: &str) -> ExplainingSession {
         let notices = std::sync::Arc::new(Mutex::new(Vec::new()));
-        let mut config: postgres::Config = cluster.dsn("postgres").parse().expect("parse the DSN");
+        let mut config: postgres::Config = cluster.dsn(database).parse().expect("parse the DSN");
         let sink = notices.clone();
         config
             .notice_callback(move |notice| sink.lock().unwrap().push(notice.message().to_owned()));

@@ -1,0 +1,131 @@
+//! A session keeps the plans of pg_jobs's statements for its whole life, and it often makes them
+//! while `jobs.job` is nearly empty: a new install, a worker that connected to an idle queue, a
+//! table just truncated. There a sequential scan is the cheapest plan, and a plan that reads
+//! the whole table on every call as the table grows is the bug this test catches (the
+//! benchmark found it: a complete read 64 pages after 3,000 jobs, a claim 116).
+//!
+//! In a database of its own, so that `jobs.job` really is empty when the session plans (emptied
+//! by a TRUNCATE after an ANALYZE: a table that was never analysed is costed as ten pages at
+//! least, one that is known to be empty as the one page it has), with autovacuum off for the
+//! table, so no ANALYZE invalidates the plans behind the test's back:
+//! one session claims and completes a job while the table holds only that job, the table then
+//! grows to 20,000 jobs, and the same session claims and completes again under auto_explain.
+//! No statement may scan `jobs.job` sequentially, and the complete (a lookup by id) stays
+//! within a few dozen buffers where a sequential scan reads hundreds of pages.
+//!
+//! Not asserted: the buffers of the claim. Its plan, made on a table of one job and never
+//! analysed since, may reach the job it locked by walking the queue's queued jobs instead of
+//! through the primary key; that plan is made again as soon as the table is analysed, which
+//! autovacuum does after 50 changed rows and on every 10% of growth.
+
+use pg_jobs_tests::{plan_buffers, plan_nodes, Cluster, ExplainingSession};
+use serde_json::Value;
+use uuid::Uuid;
+
+/// Jobs the table grows by after the session made its plans.
+const GROWTH: i32 = 20_000;
+/// The most shared buffers a complete of a single job may touch, nested statements included
+/// (about 10 with an index plan; a sequential scan of the grown table reads over 600).
+const MOST_BUFFERS: i64 = 40;
+
+/// Claims one job of `queue` and completes it in `session`; returns the plans auto_explain
+/// logged for the two calls and the statements they ran.
+fn claim_and_complete(session: &mut ExplainingSession, queue: &str) -> Vec<Value> {
+    session.take_plans();
+    let row = session
+        .client
+        .query_one("SELECT id, lease FROM jobs_claim($1, n => 1)", &[&queue])
+        .expect("claim one job");
+    let (id, lease): (i64, Uuid) = (row.get(0), row.get(1));
+    let done: String = session
+        .client
+        .query_one(
+            "SELECT jobs_complete($1::bigint, $2::uuid)::text",
+            &[&id, &lease],
+        )
+        .expect("complete it")
+        .get(0);
+    assert_eq!(done, "succeeded");
+    session.take_plans()
+}
+
+#[test]
+fn plans_made_on_an_empty_table_stay_index_plans_as_it_grows() {
+    let cluster = Cluster::shared();
+    let database = format!("kept_plans_{}", std::process::id());
+    let mut admin = cluster.connect();
+    for statement in [
+        format!("DROP DATABASE IF EXISTS {database}"),
+        format!("CREATE DATABASE {database}"),
+    ] {
+        admin
+            .batch_execute(&statement)
+            .expect("create a database of its own");
+    }
+    let mut setup = cluster.connect_to(&database);
+    setup
+        .batch_execute(
+            "CREATE EXTENSION pg_jobs;
+             ALTER TABLE jobs.job SET (autovacuum_enabled = off);
+             SELECT jobs_create_queue('kept');
+             ANALYZE jobs.job;
+             TRUNCATE jobs.job;",
+        )
+        .expect("set up the database");
+
+    // The session's first claim and complete plan every statement they run on a table of one job.
+    let mut session = ExplainingSession::open_in(cluster, &database, "");
+    setup
+        .batch_execute("SELECT jobs_enqueue('kept', '{}')")
+        .expect("enqueue");
+    claim_and_complete(&mut session, "kept");
+
+    setup
+        .execute(
+            "SELECT count(*) FROM jobs_enqueue_batch('kept', ARRAY(
+                 SELECT jsonb_build_object('n', g) FROM generate_series(1, $1) AS g))",
+            &[&GROWTH],
+        )
+        .expect("grow the table");
+    let pages: i64 = setup
+        .query_one("SELECT pg_relation_size('jobs.job') / 8192", &[])
+        .expect("table size")
+        .get(0);
+    assert!(
+        pages > 3 * MOST_BUFFERS,
+        "the table grew to only {pages} pages"
+    );
+
+    let plans = claim_and_complete(&mut session, "kept");
+    let text = |plan: &Value| plan["Query Text"].as_str().unwrap_or("").to_owned();
+    let seq_scans: Vec<String> = plans
+        .iter()
+        .filter(|plan| {
+            plan_nodes(&plan["Plan"])
+                .iter()
+                .any(|n| n["Node Type"] == "Seq Scan" && n["Relation Name"] == "job")
+        })
+        .map(text)
+        .collect();
+    assert!(
+        seq_scans.is_empty(),
+        "statements planned on an empty table scan all {pages} pages of jobs.job: {seq_scans:#?}"
+    );
+    for call in ["jobs_complete("] {
+        let plan = plans
+            .iter()
+            .find(|plan| text(plan).contains(call) && text(plan).starts_with("SELECT"))
+            .unwrap_or_else(|| panic!("auto_explain logged no `{call}` call"));
+        let buffers = plan_buffers(&plan["Plan"]);
+        assert!(
+            buffers <= MOST_BUFFERS,
+            "`{call}` touched {buffers} shared buffers on a table of {pages} pages"
+        );
+    }
+
+    drop(session);
+    drop(setup);
+    admin
+        .batch_execute(&format!("DROP DATABASE {database} WITH (FORCE)"))
+        .expect("drop the database");
+}
