@@ -157,14 +157,17 @@ impl JobOptions {
     }
 }
 
-/// Refuses a payload above `pg_jobs.max_payload_bytes`.
-fn check_payload_size(payload: Jsonb, argument: &str) {
+/// Refuses a payload above `pg_jobs.max_payload_bytes`; `argument` names it in the error.
+fn check_payload_size(payload: Jsonb, argument: impl Fn() -> String) {
     let limit = guc::MAX_PAYLOAD_BYTES.get();
     let size = payload.size_bytes();
     if size > limit as usize {
         raise_with_hint(
             PAYLOAD_TOO_LARGE,
-            format!("{argument} is {size} bytes, above pg_jobs.max_payload_bytes ({limit} bytes)"),
+            format!(
+                "{} is {size} bytes, above pg_jobs.max_payload_bytes ({limit} bytes)",
+                argument()
+            ),
             "Store large data elsewhere and enqueue a reference to it, or raise pg_jobs.max_payload_bytes.",
         );
     }
@@ -190,7 +193,7 @@ fn jobs_enqueue(
 ) -> i64 {
     let queue = queue_arg(queue);
     let payload = required(payload, "payload");
-    check_payload_size(payload, "payload");
+    check_payload_size(payload, || "payload".to_owned());
     let options = JobOptions::check(
         kind,
         run_at,
@@ -234,13 +237,14 @@ fn jobs_enqueue_batch(
     let payloads = required(payloads, "payloads");
     let elements = payloads.elements();
     for (i, payload) in elements.iter().enumerate() {
-        // Report positions the way SQL indexes arrays.
-        let argument = format!("payloads[{}]", i + 1);
+        // Report positions the way SQL indexes arrays; named only when there is something to
+        // report, as a batch holds thousands.
+        let argument = || format!("payloads[{}]", i + 1);
         match payload {
-            Some(payload) => check_payload_size(*payload, &argument),
+            Some(payload) => check_payload_size(*payload, argument),
             None => raise(
                 crate::errors::NULL_ARGUMENT,
-                format!("{argument} must not be NULL"),
+                format!("{} must not be NULL", argument()),
             ),
         }
     }
