@@ -152,7 +152,13 @@ unsafe extern "C-unwind" fn on_resource_release(
     top_level: bool,
     _arg: *mut std::ffi::c_void,
 ) {
-    if phase != pg_sys::ResourceReleasePhase::RESOURCE_RELEASE_AFTER_LOCKS || !top_level {
+    if phase != pg_sys::ResourceReleasePhase::RESOURCE_RELEASE_AFTER_LOCKS {
+        return;
+    }
+    if !top_level {
+        if !commit {
+            subtransaction_aborted();
+        }
         return;
     }
     let pending = PENDING.with(|p| std::mem::take(&mut *p.borrow_mut()));
@@ -174,6 +180,25 @@ unsafe extern "C-unwind" fn on_resource_release(
             wake(slot, effects.wake_on_abort);
         }
     }
+}
+
+/// A subtransaction (a savepoint rolled back to, a PL/pgSQL exception block) was rolled back:
+/// jobs a claim or cancel in it held are queued again, below where that claim may have raised
+/// the floor, so the floors of the queues this transaction touched are forgotten. The
+/// transaction's own outcome is still to come, so its effects stay pending. Which queue the
+/// rolled-back part touched is not tracked; resetting a floor it did not move costs the next
+/// claim only a scan from the head of its queue.
+///
+/// Waiters are not woken here: a waiting claim's own empty attempts end this way, and waking
+/// would wake the claim itself into a loop. The worker's tick wakes them for the jobs that came
+/// back.
+fn subtransaction_aborted() {
+    let Some(shared) = shared() else { return };
+    PENDING.with(|pending| {
+        for effects in pending.borrow().iter().filter(|e| e.reset_on_abort) {
+            floor::reset(&shared.slots[effects.slot], &effects.queue);
+        }
+    });
 }
 
 /// Lowers the slot's next known due time to `run_at`, waking its waiters to re-time their

@@ -931,6 +931,50 @@ fn rolled_back_calls_leave_no_trace() {
     assert_eq!(complete(&mut client, id, held.lease), "succeeded");
 }
 
+/// A claim rolled back to a savepoint (or by an exception block) gives its jobs back, and
+/// the next claims find them: the claim had raised its queue's claim floor past them, and the
+/// floor must not outlive the part of the transaction that moved it.
+#[test]
+fn jobs_of_a_claim_rolled_back_to_a_savepoint_are_claimable_again() {
+    let mut client = Cluster::shared().connect();
+    let queue = unique_queue(&mut client, "savepoint", "");
+    let ids: Vec<i64> = (1..=4)
+        .map(|n| enqueue(&mut client, &queue, json!({ "n": n })))
+        .collect();
+    // A first claim that commits puts a floor on the queue.
+    assert_eq!(claim_one(&mut client, &queue, "").id, ids[0]);
+
+    let mut tx = client.transaction().unwrap();
+    tx.batch_execute("SAVEPOINT before_claim").unwrap();
+    let claimed: i64 = tx
+        .query_one("SELECT id FROM jobs_claim($1::text)", &[&queue])
+        .unwrap()
+        .get(0);
+    assert_eq!(claimed, ids[1]);
+    tx.batch_execute("ROLLBACK TO SAVEPOINT before_claim")
+        .unwrap();
+    tx.commit().unwrap();
+
+    let in_exception_block = format!(
+        "DO $$ BEGIN
+             PERFORM jobs_claim('{queue}');
+             RAISE EXCEPTION 'the job cannot run now';
+         EXCEPTION WHEN raise_exception THEN NULL;
+         END $$"
+    );
+    client.batch_execute(&in_exception_block).unwrap();
+
+    let again: Vec<i64> = claim(&mut client, &queue, 10, "")
+        .iter()
+        .map(|c| c.id)
+        .collect();
+    assert_eq!(
+        again,
+        ids[1..].to_vec(),
+        "jobs given back by a rolled-back savepoint were not claimable"
+    );
+}
+
 /// The dead-letter copies of job `id` in queue `dead_letter`, as full rows.
 fn dead_letter_copies(client: &mut Client, dead_letter: &str, id: i64) -> Vec<Value> {
     client
