@@ -112,14 +112,8 @@ fn jobs_claim(
             // snapshot is not taken; pick again, with a fresh snapshot, for the ones missing.
             loop {
                 let wanted = n as usize - claimed_rows.len();
-                let (picked, skipped) = pick(
-                    client,
-                    queue,
-                    wanted,
-                    &kinds,
-                    now,
-                    seen.as_ref().and_then(|s| s.key),
-                );
+                let (picked, skipped) =
+                    pick_jobs(client, slot, queue, wanted, &kinds, now, seen.as_ref());
                 first_skipped = match (first_skipped, skipped) {
                     (Some(a), Some(b)) => Some(a.min(b)),
                     (a, b) => a.or(b),
@@ -246,9 +240,95 @@ fn new_floor(
     Some(to.successor())
 }
 
+/// Picks up to `wanted` due jobs for a claim that read `seen`, holding their job locks;
+/// returns their ids and the position of the first job skipped or left unexamined (the floor
+/// may not rise past it).
+///
+/// A claim of every kind that knows its queue's reach (see [`floor::extend_reach`]) starts
+/// just past it, where the jobs are not held by the claims in flight, and goes back to the
+/// floor only for what it still lacks. Without that, concurrent claims all start at the floor
+/// and each tries the locks of the jobs the others hold first: a claim of 100 among 8 tried
+/// about 660. A claim of every kind then extends the reach to the last job it picked in the
+/// floor's priority (jobs of later priorities may lie past delayed jobs of that one, which
+/// come due in place).
+fn pick_jobs(
+    client: &pgrx::spi::SpiClient<'_>,
+    slot: Option<&crate::shmem::Slot>,
+    queue: &str,
+    wanted: usize,
+    kinds: &Option<Vec<Option<String>>>,
+    now: pg_sys::TimestampTz,
+    seen: Option<&floor::Seen>,
+) -> (Vec<i64>, Option<Key>) {
+    let floor_key = seen.and_then(|s| s.key);
+    let reach = seen
+        .filter(|_| kinds.is_none())
+        .and_then(|s| s.reach)
+        .filter(|reach| floor_key.is_some_and(|floor| *reach >= floor));
+    let nothing_picked = std::collections::HashSet::new();
+    let (mut picked, mut skipped) = match reach {
+        Some(reach) => {
+            let past_reach = reach.successor();
+            let (picked, skipped) = pick(
+                client,
+                queue,
+                wanted,
+                kinds,
+                now,
+                Some(past_reach),
+                &nothing_picked,
+            );
+            // What lies between the floor and the reach was not examined.
+            (
+                picked,
+                Some(skipped.map_or(past_reach, |s| s.min(past_reach))),
+            )
+        }
+        None => pick(
+            client,
+            queue,
+            wanted,
+            kinds,
+            now,
+            floor_key,
+            &nothing_picked,
+        ),
+    };
+    if reach.is_some() && picked.len() < wanted {
+        let already: std::collections::HashSet<i64> = picked.iter().map(|k| k.id).collect();
+        let (more, skipped_here) = pick(
+            client,
+            queue,
+            wanted - picked.len(),
+            kinds,
+            now,
+            floor_key,
+            &already,
+        );
+        picked.extend(more);
+        skipped = match (skipped, skipped_here) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+    }
+    if let (None, Some(slot), Some(seen), Some(floor_key)) = (kinds, slot, seen, floor_key) {
+        let furthest = picked
+            .iter()
+            .filter(|key| key.priority == floor_key.priority)
+            .max();
+        if let Some(furthest) = furthest {
+            // Should this transaction roll back, the jobs come back below the reach: the
+            // rollback must reset the floor, and the reach with it.
+            wakeup::job_locked(queue);
+            floor::extend_reach(slot, queue, seen, *furthest);
+        }
+    }
+    (picked.iter().map(|key| key.id).collect(), skipped)
+}
+
 /// Picks up to `wanted` due jobs in claim order, from `start` on, taking each one's job lock
-/// and skipping those another transaction holds. Returns the ids picked and the position of
-/// the first job skipped.
+/// and skipping those another transaction holds and those in `already` (picked before).
+/// Returns the positions picked and the position of the first job skipped.
 fn pick(
     client: &pgrx::spi::SpiClient<'_>,
     queue: &str,
@@ -256,7 +336,8 @@ fn pick(
     kinds: &Option<Vec<Option<String>>>,
     now: pg_sys::TimestampTz,
     mut start: Option<Key>,
-) -> (Vec<i64>, Option<Key>) {
+    already: &std::collections::HashSet<i64>,
+) -> (Vec<Key>, Option<Key>) {
     // Read a few more candidates than needed: the head of a busy queue is usually held by
     // other claims in flight. Each further batch is twice as large, so a claim behind many
     // others catches up in a few statements.
@@ -280,8 +361,11 @@ fn pick(
         for row in candidates.iter() {
             let key = Key::from_row(&row, 2, 3, 1);
             last = Some(key);
+            if already.contains(&key.id) {
+                continue;
+            }
             if locks::try_lock_job(key.id) {
-                picked.push(key.id);
+                picked.push(key);
                 if picked.len() == wanted {
                     return (picked, first_skipped);
                 }

@@ -15,6 +15,10 @@
 //! that held job locks (a claim, a cancel) resets it. Jobs a claim skipped because another
 //! transaction held them are either taken by that transaction or come back through its
 //! rollback. The floor lives in shared memory, so a restart simply forgets it.
+//!
+//! Next to the floor each queue has a reach: how far claims in flight have picked. Concurrent
+//! claims start past it instead of all trying the same held jobs at the floor
+//! ([`extend_reach`] says why that is sound, [`forget_reaches`] what bounds it).
 
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -51,6 +55,11 @@ struct FloorData {
     name: [u8; 64],
     has_key: bool,
     key: Key,
+    /// The reach: the furthest position that claims of every kind picked while `generation`
+    /// was `reach_generation`. Valid only while the two are equal.
+    has_reach: bool,
+    reach_generation: u64,
+    reach: Key,
 }
 
 impl Key {
@@ -76,6 +85,10 @@ impl Key {
 }
 
 impl FloorData {
+    fn reach_valid(&self) -> bool {
+        self.has_reach && self.reach_generation == self.generation
+    }
+
     fn owned_by(&self, database: u32, queue: &str) -> bool {
         self.database == database && &self.name[..self.name_len as usize] == queue.as_bytes()
     }
@@ -86,6 +99,8 @@ pub struct Seen {
     generation: u64,
     /// Where to start, if the floor is known.
     pub key: Option<Key>,
+    /// The furthest position claims in flight picked, if known (see [`extend_reach`]).
+    pub reach: Option<Key>,
 }
 
 fn database() -> u32 {
@@ -114,9 +129,13 @@ impl FloorCell {
 pub fn read(slot: Option<&Slot>, queue: &str) -> Option<Seen> {
     let database = database();
     slot.map(|slot| {
-        slot.floor.with(|data| Seen {
-            generation: data.generation,
-            key: (data.has_key && data.owned_by(database, queue)).then_some(data.key),
+        slot.floor.with(|data| {
+            let owned = data.owned_by(database, queue);
+            Seen {
+                generation: data.generation,
+                key: (owned && data.has_key).then_some(data.key),
+                reach: (owned && data.has_key && data.reach_valid()).then_some(data.reach),
+            }
         })
     })
 }
@@ -150,9 +169,38 @@ pub fn raise(slot: &Slot, queue: &str, seen: &Seen, to: Key) {
 pub fn lower(slot: &Slot, queue: &str, key: Key) {
     let database = database();
     slot.floor.with(|data| {
+        // A reach before the new job still holds; claims that read the old generation may not
+        // extend it, as they did not see the job.
+        let reach_holds = data.reach_valid() && data.reach < key;
         data.generation += 1;
+        if reach_holds {
+            data.reach_generation = data.generation;
+        }
         if data.owned_by(database, queue) && data.has_key && key < data.key {
             data.key = key;
+        }
+    });
+}
+
+/// Records that a claim of every kind, which read `seen`, picked (holds the job locks of) jobs
+/// up to `to`, skipping only jobs other transactions held.
+///
+/// The reach is a hint that lets the next claims start past the jobs claims in flight hold,
+/// instead of each trying the same held jobs' locks first. Between the floor and the reach,
+/// every job is held by a claim in flight or already taken: a claim's jobs come back only
+/// through its rollback (which resets the floor and with it the reach) and any other way a job
+/// becomes queued lowers the floor (which forgets a reach past that job). So it only moves
+/// when nothing changed since the claim read `seen`.
+pub fn extend_reach(slot: &Slot, queue: &str, seen: &Seen, to: Key) {
+    let database = database();
+    slot.floor.with(|data| {
+        if data.generation != seen.generation || !data.owned_by(database, queue) || !data.has_key {
+            return;
+        }
+        if !data.reach_valid() || data.reach < to {
+            data.reach = to;
+            data.has_reach = true;
+            data.reach_generation = data.generation;
         }
     });
 }
@@ -166,4 +214,14 @@ pub fn reset(slot: &Slot, queue: &str) {
             data.has_key = false;
         }
     });
+}
+
+/// Forgets every queue's reach; the worker does this each tick. A job the reach passed while
+/// a transaction that was not a claim held it (a cancel or a late settle that then left the
+/// job queued) would otherwise wait until claims run out of jobs past the reach; this way it
+/// waits at most a tick.
+pub fn forget_reaches(slots: &[Slot]) {
+    for slot in slots {
+        slot.floor.with(|data| data.has_reach = false);
+    }
 }

@@ -220,6 +220,9 @@ fn tick() -> TickReport {
             };
         }
         TICK_SETTINGS.run(client, &[]);
+        if let Some(shared) = crate::shmem::shared() {
+            crate::floor::forget_reaches(&shared.slots);
+        }
 
         let mut reclaimed = 0;
         for _ in 0..BATCHES_PER_TICK {

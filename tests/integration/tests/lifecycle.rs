@@ -975,6 +975,51 @@ fn jobs_of_a_claim_rolled_back_to_a_savepoint_are_claimable_again() {
     );
 }
 
+/// Claims start past the jobs that claims in flight hold (the queue's reach), but a job
+/// enqueued before them in claim order, and the jobs of such a claim that rolls back, are
+/// claimed first.
+#[test]
+fn jobs_of_a_rolled_back_claim_come_before_later_ones() {
+    let mut holder = Cluster::shared().connect();
+    let mut client = Cluster::shared().connect();
+    let queue = unique_queue(&mut client, "reach", "");
+    let ids: Vec<i64> = (1..=20)
+        .map(|n| enqueue(&mut client, &queue, json!({ "n": n })))
+        .collect();
+    let ids_of = |claimed: Vec<Claimed>| -> Vec<i64> { claimed.iter().map(|c| c.id).collect() };
+    // A committed claim puts a floor on the queue.
+    assert_eq!(ids_of(claim(&mut client, &queue, 2, "")), ids[0..2]);
+
+    let mut tx = holder.transaction().unwrap();
+    let held: Vec<i64> = tx
+        .query("SELECT id FROM jobs_claim($1::text, n => 5)", &[&queue])
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    assert_eq!(held, ids[2..7]);
+    assert_eq!(
+        ids_of(claim(&mut client, &queue, 5, "")),
+        ids[7..12],
+        "a claim while another holds the head"
+    );
+    // A job that comes before the jobs claims in flight hold is claimed first.
+    let urgent = enqueue_with(
+        &mut client,
+        &queue,
+        json!({"urgent": true}),
+        ", priority => -1",
+    );
+    assert_eq!(ids_of(claim(&mut client, &queue, 1, "")), [urgent]);
+    tx.rollback().unwrap();
+    assert_eq!(
+        ids_of(claim(&mut client, &queue, 5, "")),
+        ids[2..7],
+        "the rolled-back claim's jobs were not claimed next"
+    );
+    assert_eq!(ids_of(claim(&mut client, &queue, 10, "")), ids[12..20]);
+}
+
 /// The dead-letter copies of job `id` in queue `dead_letter`, as full rows.
 fn dead_letter_copies(client: &mut Client, dead_letter: &str, id: i64) -> Vec<Value> {
     client
