@@ -443,6 +443,31 @@ fn note_cell(m: &Measurement) -> String {
     cell(m.note.as_deref().unwrap_or_default())
 }
 
+/// Starts a Markdown table with `columns`.
+fn table_header(out: &mut String, columns: &[&str]) {
+    let _ = writeln!(out, "| {} |", columns.join(" | "));
+    let _ = writeln!(out, "|{}", "---|".repeat(columns.len()));
+}
+
+/// Writes one row of a table `width` columns wide: the `lead` cells, then `m`'s figures from
+/// `figures`, or, when `m` is missing, a dash per figure and why in the last column.
+fn measurement_row(
+    out: &mut String,
+    width: usize,
+    lead: &[&str],
+    m: &Measurement,
+    figures: impl FnOnce() -> Vec<String>,
+) {
+    let mut row: Vec<String> = lead.iter().map(|c| c.to_string()).collect();
+    if m.missing.is_some() {
+        row.extend(std::iter::repeat_n("–".to_owned(), width - lead.len() - 1));
+        row.push(missing_cell(m));
+    } else {
+        row.extend(figures());
+    }
+    let _ = writeln!(out, "| {} |", row.join(" | "));
+}
+
 fn throughput_table(out: &mut String, run: &Run, scenario: &str, variant: &str) {
     let rows = run.comparators(scenario, variant);
     if rows.is_empty() {
@@ -453,56 +478,54 @@ fn throughput_table(out: &mut String, run: &Run, scenario: &str, variant: &str) 
         return;
     }
     let _ = writeln!(out, "**{variant}**\n");
-    out.push_str("| comparator | jobs | seconds | jobs/s | server CPU s / 1,000 jobs | client CPU s / 1,000 jobs | empty claims | notes |\n|---|---|---|---|---|---|---|---|\n");
+    let columns = [
+        "comparator",
+        "jobs",
+        "seconds",
+        "jobs/s",
+        "server CPU s / 1,000 jobs",
+        "client CPU s / 1,000 jobs",
+        "empty claims",
+        "notes",
+    ];
+    table_header(out, &columns);
     for m in rows {
-        if m.missing.is_some() {
-            let _ = writeln!(
-                out,
-                "| {} | – | – | – | – | – | – | {} |",
-                m.comparator,
-                missing_cell(m)
-            );
-            continue;
-        }
-        let _ = writeln!(
-            out,
-            "| {} | {} | {:.1} | {} | {} | {} | {} | {} |",
-            m.comparator,
-            int(m.jobs as f64),
-            m.seconds,
-            opt(m.rate, int),
-            opt(m.server_cpu_per_1000(), cpu),
-            opt(m.client_cpu_per_1000(), cpu),
-            m.empty_claims.map_or_else(|| "–".into(), |e| int(e as f64)),
-            note_cell(m)
-        );
+        measurement_row(out, columns.len(), &[&m.comparator], m, || {
+            vec![
+                int(m.jobs as f64),
+                format!("{:.1}", m.seconds),
+                opt(m.rate, int),
+                opt(m.server_cpu_per_1000(), cpu),
+                opt(m.client_cpu_per_1000(), cpu),
+                m.empty_claims.map_or_else(|| "–".into(), |e| int(e as f64)),
+                note_cell(m),
+            ]
+        });
     }
     out.push('\n');
 }
 
 fn enqueue_table(out: &mut String, variant: &str, rows: &[&Measurement]) {
     let _ = writeln!(out, "**{variant}**\n");
-    out.push_str("| comparator | jobs | seconds | jobs/s | server CPU s / 1,000 jobs | client CPU s / 1,000 jobs |\n|---|---|---|---|---|---|\n");
+    let columns = [
+        "comparator",
+        "jobs",
+        "seconds",
+        "jobs/s",
+        "server CPU s / 1,000 jobs",
+        "client CPU s / 1,000 jobs",
+    ];
+    table_header(out, &columns);
     for m in rows {
-        if m.missing.is_some() {
-            let _ = writeln!(
-                out,
-                "| {} | – | – | – | – | {} |",
-                m.comparator,
-                missing_cell(m)
-            );
-            continue;
-        }
-        let _ = writeln!(
-            out,
-            "| {} | {} | {:.1} | {} | {} | {} |",
-            m.comparator,
-            int(m.jobs as f64),
-            m.seconds,
-            opt(m.rate, int),
-            opt(m.server_cpu_per_1000(), cpu),
-            opt(m.client_cpu_per_1000(), cpu),
-        );
+        measurement_row(out, columns.len(), &[&m.comparator], m, || {
+            vec![
+                int(m.jobs as f64),
+                format!("{:.1}", m.seconds),
+                opt(m.rate, int),
+                opt(m.server_cpu_per_1000(), cpu),
+                opt(m.client_cpu_per_1000(), cpu),
+            ]
+        });
     }
     out.push('\n');
 }
@@ -541,28 +564,27 @@ fn absolute(out: &mut String, run: &Run) {
     out.push_str(
         "From the client's return from the enqueue's COMMIT to the job in a worker's hands.\n\n",
     );
-    out.push_str("| comparator | jobs | p50 | p99 | max | server CPU s / 1,000 jobs | how workers wait |\n|---|---|---|---|---|---|---|\n");
+    let columns = [
+        "comparator",
+        "jobs",
+        "p50",
+        "p99",
+        "max",
+        "server CPU s / 1,000 jobs",
+        "how workers wait",
+    ];
+    table_header(out, &columns);
     for m in run.comparators("c", latency::VARIANT) {
-        if m.missing.is_some() {
-            let _ = writeln!(
-                out,
-                "| {} | – | – | – | – | – | {} |",
-                m.comparator,
-                missing_cell(m)
-            );
-            continue;
-        }
-        let _ = writeln!(
-            out,
-            "| {} | {} | {} | {} | {} | {} | {} |",
-            m.comparator,
-            int(m.jobs as f64),
-            opt(m.p50_ms, ms),
-            opt(m.p99_ms, ms),
-            opt(m.max_ms, ms),
-            opt(m.server_cpu_per_1000(), cpu),
-            note_cell(m)
-        );
+        measurement_row(out, columns.len(), &[&m.comparator], m, || {
+            vec![
+                int(m.jobs as f64),
+                opt(m.p50_ms, ms),
+                opt(m.p99_ms, ms),
+                opt(m.max_ms, ms),
+                opt(m.server_cpu_per_1000(), cpu),
+                note_cell(m),
+            ]
+        });
     }
     out.push('\n');
     out.push_str("### d. Backlog (one job per claim)\n\n");
@@ -576,27 +598,25 @@ fn absolute(out: &mut String, run: &Run) {
     out.push_str(
         "### f. WAL and commits per job over a whole lifecycle (enqueue + claim + complete)\n\n",
     );
-    out.push_str("| comparator | batch | jobs | WAL bytes / job | commits / job | server CPU s / 1,000 jobs |\n|---|---|---|---|---|---|\n");
+    let columns = [
+        "comparator",
+        "batch",
+        "jobs",
+        "WAL bytes / job",
+        "commits / job",
+        "server CPU s / 1,000 jobs",
+    ];
+    table_header(out, &columns);
     for (variant, _) in wal::VARIANTS {
         for m in run.comparators("f", variant) {
-            if m.missing.is_some() {
-                let _ = writeln!(
-                    out,
-                    "| {} | {variant} | – | – | – | {} |",
-                    m.comparator,
-                    missing_cell(m)
-                );
-                continue;
-            }
-            let _ = writeln!(
-                out,
-                "| {} | {variant} | {} | {} | {} | {} |",
-                m.comparator,
-                int(m.jobs as f64),
-                opt(m.wal_bytes_per_job, int),
-                opt(m.commits_per_job, |v| format!("{v:.2}")),
-                opt(m.server_cpu_per_1000(), cpu),
-            );
+            measurement_row(out, columns.len(), &[&m.comparator, variant], m, || {
+                vec![
+                    int(m.jobs as f64),
+                    opt(m.wal_bytes_per_job, int),
+                    opt(m.commits_per_job, |v| format!("{v:.2}")),
+                    opt(m.server_cpu_per_1000(), cpu),
+                ]
+            });
         }
     }
     out.push('\n');
@@ -607,35 +627,35 @@ fn absolute(out: &mut String, run: &Run) {
          what the cluster does without workers: the pg_jobs background worker's tick, autovacuum). \
          CPU as a percentage of one core.\n\n",
     );
-    out.push_str("| comparator | seconds | statements/s | commits/s | server CPU | client CPU | how workers wait |\n|---|---|---|---|---|---|---|\n");
+    let columns = [
+        "comparator",
+        "seconds",
+        "statements/s",
+        "commits/s",
+        "server CPU",
+        "client CPU",
+        "how workers wait",
+    ];
+    table_header(out, &columns);
     let mut idle_rows = run.comparators("g", idle::BASELINE);
     idle_rows.extend(run.comparators("g", idle::VARIANT));
     for m in idle_rows {
-        if m.missing.is_some() {
-            let _ = writeln!(
-                out,
-                "| {} | – | – | – | – | – | {} |",
-                m.comparator,
-                missing_cell(m)
-            );
-            continue;
-        }
+        let label = if m.comparator == "-" {
+            idle::BASELINE
+        } else {
+            &m.comparator
+        };
         let pct = |v: Option<f64>| opt(v, |c| format!("{:.1}%", 100.0 * c / m.seconds));
-        let _ = writeln!(
-            out,
-            "| {} | {:.0} | {} | {} | {} | {} | {} |",
-            if m.comparator == "-" {
-                idle::BASELINE
-            } else {
-                &m.comparator
-            },
-            m.seconds,
-            opt(m.statements_per_s, |v| format!("{v:.2}")),
-            opt(m.commits_per_s, |v| format!("{v:.2}")),
-            pct(m.server_cpu_s),
-            pct(m.client_cpu_s),
-            note_cell(m)
-        );
+        measurement_row(out, columns.len(), &[label], m, || {
+            vec![
+                format!("{:.0}", m.seconds),
+                opt(m.statements_per_s, |v| format!("{v:.2}")),
+                opt(m.commits_per_s, |v| format!("{v:.2}")),
+                pct(m.server_cpu_s),
+                pct(m.client_cpu_s),
+                note_cell(m),
+            ]
+        });
     }
     out.push('\n');
 }
