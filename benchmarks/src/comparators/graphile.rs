@@ -11,9 +11,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use postgres::{Client, Statement};
-use serde_json::Value;
 
-use super::{load_in_chunks, Comparator, Producer, Worker};
+use super::{load_in_chunks, Comparator, Producer, StatementProducer, Worker};
 use crate::config::Config;
 use crate::cpu;
 
@@ -259,23 +258,6 @@ pub fn wait_empty(admin: &mut Client, timeout: Duration) -> Result<()> {
     }
 }
 
-struct GraphileProducer {
-    conn: Client,
-    one: Statement,
-    many: Statement,
-}
-
-impl Producer for GraphileProducer {
-    fn enqueue(&mut self, payload: &Value) -> Result<i64> {
-        Ok(self.conn.query_one(&self.one, &[payload])?.get(0))
-    }
-
-    fn enqueue_batch(&mut self, payloads: &[Value]) -> Result<()> {
-        self.conn.query_one(&self.many, &[&payloads])?;
-        Ok(())
-    }
-}
-
 /// Prepares add_jobs for set-up loads and rounds: payloads made in SQL from a number range.
 pub fn prepare_load(admin: &mut Client) -> Result<Statement> {
     Ok(admin.prepare(
@@ -323,12 +305,12 @@ impl Comparator for Graphile {
             .get(0))
     }
 
-    fn producer(&self, mut conn: Client) -> Result<Box<dyn Producer>> {
-        let one = conn.prepare("SELECT (graphile_worker.add_job('noop', $1::json)).id")?;
-        let many = conn.prepare(&format!(
-            "SELECT count(*) FROM graphile_worker.add_jobs({SPECS})"
-        ))?;
-        Ok(Box::new(GraphileProducer { conn, one, many }))
+    fn producer(&self, conn: Client) -> Result<Box<dyn Producer>> {
+        StatementProducer::prepare(
+            conn,
+            "SELECT (graphile_worker.add_job('noop', $1::json)).id",
+            &format!("SELECT count(*) FROM graphile_worker.add_jobs({SPECS})"),
+        )
     }
 
     fn worker(&self, _conn: Client) -> Result<Box<dyn Worker>> {

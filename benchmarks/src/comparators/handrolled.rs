@@ -6,31 +6,13 @@ use std::time::Duration;
 
 use anyhow::Result;
 use postgres::{CancelToken, Client, Statement};
-use serde_json::Value;
 
-use super::{load_in_chunks, Claimed, Comparator, Producer, Worker};
+use super::{ids_only, load_in_chunks, Claimed, Comparator, Producer, StatementProducer, Worker};
 
 /// How often an idle hand-rolled worker polls, as applications typically do.
 pub const POLL: Duration = Duration::from_millis(50);
 
 pub struct Handrolled;
-
-struct HandrolledProducer {
-    conn: Client,
-    one: Statement,
-    many: Statement,
-}
-
-impl Producer for HandrolledProducer {
-    fn enqueue(&mut self, payload: &Value) -> Result<i64> {
-        Ok(self.conn.query_one(&self.one, &[payload])?.get(0))
-    }
-
-    fn enqueue_batch(&mut self, payloads: &[Value]) -> Result<()> {
-        self.conn.execute(&self.many, &[&payloads])?;
-        Ok(())
-    }
-}
 
 struct HandrolledWorker {
     conn: Client,
@@ -41,14 +23,7 @@ struct HandrolledWorker {
 
 impl Worker for HandrolledWorker {
     fn claim(&mut self, n: i32) -> Result<Vec<Claimed>> {
-        let rows = self.conn.query(&self.claim, &[&n])?;
-        Ok(rows
-            .iter()
-            .map(|r| Claimed {
-                id: r.get(0),
-                lease: None,
-            })
-            .collect())
+        Ok(ids_only(self.conn.query(&self.claim, &[&n])?))
     }
 
     fn complete(&mut self, jobs: &[Claimed]) -> Result<()> {
@@ -132,12 +107,12 @@ impl Comparator for Handrolled {
             .get(0))
     }
 
-    fn producer(&self, mut conn: Client) -> Result<Box<dyn Producer>> {
-        let one =
-            conn.prepare("INSERT INTO handrolled.jobs (payload) VALUES ($1::jsonb) RETURNING id")?;
-        let many =
-            conn.prepare("INSERT INTO handrolled.jobs (payload) SELECT unnest($1::jsonb[])")?;
-        Ok(Box::new(HandrolledProducer { conn, one, many }))
+    fn producer(&self, conn: Client) -> Result<Box<dyn Producer>> {
+        StatementProducer::prepare(
+            conn,
+            "INSERT INTO handrolled.jobs (payload) VALUES ($1::jsonb) RETURNING id",
+            "INSERT INTO handrolled.jobs (payload) SELECT unnest($1::jsonb[])",
+        )
     }
 
     fn worker(&self, mut conn: Client) -> Result<Box<dyn Worker>> {

@@ -11,7 +11,7 @@ pub mod pg_jobs;
 pub mod pgmq;
 
 use anyhow::Result;
-use postgres::{CancelToken, Client};
+use postgres::{CancelToken, Client, Statement};
 use serde_json::Value;
 use uuid::Uuid;
 
@@ -28,6 +28,44 @@ pub trait Producer: Send {
     fn enqueue(&mut self, payload: &Value) -> Result<i64>;
     /// Enqueues one job per payload in one call.
     fn enqueue_batch(&mut self, payloads: &[Value]) -> Result<()>;
+}
+
+/// The producer of every SQL-driven queue: one prepared statement that enqueues a job and
+/// returns its id, one that enqueues an array of payloads.
+pub struct StatementProducer {
+    conn: Client,
+    one: Statement,
+    many: Statement,
+}
+
+impl StatementProducer {
+    /// Prepares `one` (payload `$1`, returns the id) and `many` (payloads `$1`) on `conn`.
+    pub fn prepare(mut conn: Client, one: &str, many: &str) -> Result<Box<dyn Producer>> {
+        let one = conn.prepare(one)?;
+        let many = conn.prepare(many)?;
+        Ok(Box::new(StatementProducer { conn, one, many }))
+    }
+}
+
+impl Producer for StatementProducer {
+    fn enqueue(&mut self, payload: &Value) -> Result<i64> {
+        Ok(self.conn.query_one(&self.one, &[payload])?.get(0))
+    }
+
+    fn enqueue_batch(&mut self, payloads: &[Value]) -> Result<()> {
+        self.conn.execute(&self.many, &[&payloads])?;
+        Ok(())
+    }
+}
+
+/// Claimed jobs from rows whose first column is the job id (queues without fencing tokens).
+pub fn ids_only(rows: Vec<postgres::Row>) -> Vec<Claimed> {
+    rows.iter()
+        .map(|r| Claimed {
+            id: r.get(0),
+            lease: None,
+        })
+        .collect()
 }
 
 /// Claims and completes jobs, each call in its own transaction (autocommit).

@@ -4,10 +4,9 @@
 
 use anyhow::Result;
 use postgres::{CancelToken, Client, Statement};
-use serde_json::Value;
 use uuid::Uuid;
 
-use super::{load_in_chunks, Claimed, Comparator, Producer, Worker};
+use super::{load_in_chunks, Claimed, Comparator, Producer, StatementProducer, Worker};
 
 pub const QUEUE: &str = "bench";
 
@@ -24,23 +23,6 @@ impl PgJobs {
             name: name.to_owned(),
             wait,
         }
-    }
-}
-
-struct PgJobsProducer {
-    conn: Client,
-    one: Statement,
-    many: Statement,
-}
-
-impl Producer for PgJobsProducer {
-    fn enqueue(&mut self, payload: &Value) -> Result<i64> {
-        Ok(self.conn.query_one(&self.one, &[payload])?.get(0))
-    }
-
-    fn enqueue_batch(&mut self, payloads: &[Value]) -> Result<()> {
-        self.conn.query_one(&self.many, &[&payloads])?;
-        Ok(())
     }
 }
 
@@ -146,12 +128,12 @@ impl Comparator for PgJobs {
             .get(0))
     }
 
-    fn producer(&self, mut conn: Client) -> Result<Box<dyn Producer>> {
-        let one = conn.prepare(&format!("SELECT jobs_enqueue('{QUEUE}', $1::jsonb)"))?;
-        let many = conn.prepare(&format!(
-            "SELECT count(*) FROM jobs_enqueue_batch('{QUEUE}', $1::jsonb[])"
-        ))?;
-        Ok(Box::new(PgJobsProducer { conn, one, many }))
+    fn producer(&self, conn: Client) -> Result<Box<dyn Producer>> {
+        StatementProducer::prepare(
+            conn,
+            &format!("SELECT jobs_enqueue('{QUEUE}', $1::jsonb)"),
+            &format!("SELECT count(*) FROM jobs_enqueue_batch('{QUEUE}', $1::jsonb[])"),
+        )
     }
 
     fn worker(&self, mut conn: Client) -> Result<Box<dyn Worker>> {

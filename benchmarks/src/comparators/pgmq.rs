@@ -4,32 +4,14 @@
 
 use anyhow::Result;
 use postgres::{CancelToken, Client, Statement};
-use serde_json::Value;
 
-use super::{load_in_chunks, Claimed, Comparator, Producer, Worker};
+use super::{ids_only, load_in_chunks, Claimed, Comparator, Producer, StatementProducer, Worker};
 
 pub const QUEUE: &str = "bench";
 /// Visibility timeout of a read, in seconds: the lease.
 const VT: i32 = 30;
 
 pub struct Pgmq;
-
-struct PgmqProducer {
-    conn: Client,
-    one: Statement,
-    many: Statement,
-}
-
-impl Producer for PgmqProducer {
-    fn enqueue(&mut self, payload: &Value) -> Result<i64> {
-        Ok(self.conn.query_one(&self.one, &[payload])?.get(0))
-    }
-
-    fn enqueue_batch(&mut self, payloads: &[Value]) -> Result<()> {
-        self.conn.query_one(&self.many, &[&payloads])?;
-        Ok(())
-    }
-}
 
 struct PgmqWorker {
     conn: Client,
@@ -39,18 +21,9 @@ struct PgmqWorker {
     delete_many: Statement,
 }
 
-fn ids(rows: Vec<postgres::Row>) -> Vec<Claimed> {
-    rows.iter()
-        .map(|r| Claimed {
-            id: r.get(0),
-            lease: None,
-        })
-        .collect()
-}
-
 impl Worker for PgmqWorker {
     fn claim(&mut self, n: i32) -> Result<Vec<Claimed>> {
-        Ok(ids(self.conn.query(&self.read, &[&n])?))
+        Ok(ids_only(self.conn.query(&self.read, &[&n])?))
     }
 
     fn complete(&mut self, jobs: &[Claimed]) -> Result<()> {
@@ -64,7 +37,7 @@ impl Worker for PgmqWorker {
     }
 
     fn wait_claim(&mut self, n: i32) -> Result<Vec<Claimed>> {
-        Ok(ids(self.conn.query(&self.read_with_poll, &[&n])?))
+        Ok(ids_only(self.conn.query(&self.read_with_poll, &[&n])?))
     }
 
     fn cancel_token(&self) -> CancelToken {
@@ -120,12 +93,12 @@ impl Comparator for Pgmq {
             .get(0))
     }
 
-    fn producer(&self, mut conn: Client) -> Result<Box<dyn Producer>> {
-        let one = conn.prepare(&format!("SELECT * FROM pgmq.send('{QUEUE}', $1::jsonb)"))?;
-        let many = conn.prepare(&format!(
-            "SELECT count(*) FROM pgmq.send_batch('{QUEUE}', $1::jsonb[])"
-        ))?;
-        Ok(Box::new(PgmqProducer { conn, one, many }))
+    fn producer(&self, conn: Client) -> Result<Box<dyn Producer>> {
+        StatementProducer::prepare(
+            conn,
+            &format!("SELECT * FROM pgmq.send('{QUEUE}', $1::jsonb)"),
+            &format!("SELECT count(*) FROM pgmq.send_batch('{QUEUE}', $1::jsonb[])"),
+        )
     }
 
     fn worker(&self, mut conn: Client) -> Result<Box<dyn Worker>> {
