@@ -5,13 +5,12 @@
 //! server CPU. A baseline run without workers shows what the cluster does on its own (the
 //! pg_jobs background worker's tick, autovacuum).
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use anyhow::{anyhow, Result};
-use postgres::{Client, NoTls};
+use anyhow::Result;
+use postgres::Client;
 
-use super::{attempt, connect_workers, Ctx, Measurement};
+use super::{attempt, connect_workers, with_waiting_workers, Ctx, Measurement};
 use crate::comparators::graphile::GwOptions;
 use crate::comparators::Comparator;
 use crate::config::IDLE_WORKERS;
@@ -70,49 +69,7 @@ fn watch(ctx: &Ctx, admin: &mut Client, extra_cpu: impl Fn() -> f64) -> Result<S
 
 fn sql(ctx: &Ctx, admin: &mut Client, c: &dyn Comparator) -> Result<Span> {
     let mut workers = connect_workers(ctx, c, IDLE_WORKERS)?;
-    let tokens: Vec<_> = workers.iter().map(|w| w.cancel_token()).collect();
-    let stop = AtomicBool::new(false);
-    let running = AtomicUsize::new(workers.len());
-    let stagger = super::stagger(c, workers.len());
-    std::thread::scope(|s| {
-        let handles: Vec<_> = workers
-            .iter_mut()
-            .enumerate()
-            .map(|(i, w)| {
-                let (stop, running) = (&stop, &running);
-                s.spawn(move || -> Result<()> {
-                    std::thread::sleep(stagger * i as u32);
-                    let outcome = (|| loop {
-                        if stop.load(Ordering::Relaxed) {
-                            return Ok(());
-                        }
-                        match w.wait_claim(1) {
-                            Ok(jobs) => w.complete(&jobs)?,
-                            Err(e) if stop.load(Ordering::Relaxed) && db::is_cancel(&e) => {
-                                return Ok(())
-                            }
-                            Err(e) => return Err(e),
-                        }
-                    })();
-                    running.fetch_sub(1, Ordering::Relaxed);
-                    outcome
-                })
-            })
-            .collect();
-        let span = watch(ctx, admin, || 0.0);
-        stop.store(true, Ordering::Relaxed);
-        while running.load(Ordering::Relaxed) > 0 {
-            for token in &tokens {
-                let _ = token.cancel_query(NoTls);
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        for h in handles {
-            h.join()
-                .map_err(|_| anyhow!("a worker thread panicked"))??;
-        }
-        span
-    })
+    with_waiting_workers(c, &mut workers, |_| {}, || watch(ctx, admin, || 0.0))?
 }
 
 fn graphile(ctx: &Ctx, admin: &mut Client, c: &dyn Comparator) -> Result<Span> {

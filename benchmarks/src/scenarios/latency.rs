@@ -3,16 +3,15 @@
 //! enqueue's COMMIT returned to the client to the moment the job is in a worker's hands
 //! (claim returned; for Graphile Worker, the task started — stamped by the Node process).
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use anyhow::{anyhow, Result};
-use postgres::{Client, NoTls};
+use anyhow::Result;
+use postgres::Client;
 
-use super::{attempt, connect_workers, percentile, Ctx, Measurement};
+use super::{attempt, connect_workers, percentile, with_waiting_workers, Ctx, Measurement};
 use crate::comparators::graphile::{Graphile, GwOptions};
-use crate::comparators::{payload, Comparator, Producer};
+use crate::comparators::{payload, Claimed, Comparator, Producer};
 use crate::config::{LATENCY_INTERVAL_MS, WORKERS};
 use crate::db::{self, Span, Window};
 
@@ -68,46 +67,17 @@ type Latencies = (Vec<f64>, u64, Span);
 
 fn sql(ctx: &Ctx, admin: &mut Client, c: &dyn Comparator) -> Result<Latencies> {
     let mut workers = connect_workers(ctx, c, WORKERS)?;
-    let tokens: Vec<_> = workers.iter().map(|w| w.cancel_token()).collect();
     let mut producer = c.producer(ctx.connect()?)?;
     let picked: Mutex<Vec<(i64, Instant)>> = Mutex::new(Vec::new());
-    let stop = AtomicBool::new(false);
-    let running = AtomicUsize::new(workers.len());
-    let stagger = super::stagger(c, workers.len());
     let mut committed: Vec<(i64, Instant)> = Vec::new();
-
-    let (sent, span) = std::thread::scope(|s| -> Result<(u64, Span)> {
-        let handles: Vec<_> = workers
-            .iter_mut()
-            .enumerate()
-            .map(|(i, w)| {
-                let (picked, stop, running) = (&picked, &stop, &running);
-                s.spawn(move || -> Result<()> {
-                    std::thread::sleep(stagger * i as u32);
-                    let outcome = (|| loop {
-                        if stop.load(Ordering::Relaxed) {
-                            return Ok(());
-                        }
-                        match w.wait_claim(1) {
-                            Ok(jobs) => {
-                                let at = Instant::now();
-                                picked
-                                    .lock()
-                                    .unwrap()
-                                    .extend(jobs.iter().map(|j| (j.id, at)));
-                                w.complete(&jobs)?;
-                            }
-                            Err(e) if stop.load(Ordering::Relaxed) && db::is_cancel(&e) => {
-                                return Ok(())
-                            }
-                            Err(e) => return Err(e),
-                        }
-                    })();
-                    running.fetch_sub(1, Ordering::Relaxed);
-                    outcome
-                })
-            })
-            .collect();
+    let record_pick = |jobs: &[Claimed]| {
+        let at = Instant::now();
+        picked
+            .lock()
+            .unwrap()
+            .extend(jobs.iter().map(|j| (j.id, at)));
+    };
+    let (sent, span) = with_waiting_workers(c, &mut workers, record_pick, || {
         // Let every worker settle into waiting before the first job.
         std::thread::sleep(Duration::from_secs(1));
         let window = Window::open(&ctx.server, admin)?;
@@ -119,19 +89,8 @@ fn sql(ctx: &Ctx, admin: &mut Client, c: &dyn Comparator) -> Result<Latencies> {
             std::thread::sleep(Duration::from_millis(10));
         }
         let span = window.close(&ctx.server, admin, 0.0);
-        stop.store(true, Ordering::Relaxed);
-        while running.load(Ordering::Relaxed) > 0 {
-            for token in &tokens {
-                let _ = token.cancel_query(NoTls);
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        for h in handles {
-            h.join()
-                .map_err(|_| anyhow!("a worker thread panicked"))??;
-        }
-        Ok((sent?, span?))
-    })?;
+        anyhow::Ok((sent?, span?))
+    })??;
 
     let picked: std::collections::HashMap<i64, Instant> =
         picked.into_inner().unwrap().into_iter().collect();

@@ -12,15 +12,15 @@ pub mod pgbench;
 pub mod snapshot;
 pub mod wal;
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Result};
-use postgres::Client;
+use postgres::{Client, NoTls};
 use serde::{Deserialize, Serialize};
 
 use crate::comparators::graphile::{wait_empty, GwOptions};
-use crate::comparators::{payload, Comparator, Worker};
+use crate::comparators::{payload, Claimed, Comparator, Worker};
 use crate::config::{Config, PRODUCERS, WORKERS};
 use crate::cpu::ServerCpu;
 use crate::db::{self, Span, Window};
@@ -361,4 +361,62 @@ pub fn percentile(sorted: &[f64], p: f64) -> Option<f64> {
     }
     let rank = ((p / 100.0) * (sorted.len() - 1) as f64).round() as usize;
     Some(sorted[rank.min(sorted.len() - 1)])
+}
+
+/// Runs `workers` in their queue's natural way of waiting for work (`wait_claim(1)`, then
+/// complete what came) on threads of their own, started `stagger` apart for polling queues,
+/// while `body` runs; `on_pick` sees each claim's jobs before they are completed. Then stops
+/// them, cancelling the statements they wait in, and returns what `body` returned.
+pub fn with_waiting_workers<R>(
+    c: &dyn Comparator,
+    workers: &mut [Box<dyn Worker>],
+    on_pick: impl Fn(&[Claimed]) + Sync,
+    body: impl FnOnce() -> R,
+) -> Result<R> {
+    let tokens: Vec<_> = workers.iter().map(|w| w.cancel_token()).collect();
+    let stop = AtomicBool::new(false);
+    let running = AtomicUsize::new(workers.len());
+    let stagger = stagger(c, workers.len());
+    std::thread::scope(|s| {
+        let handles: Vec<_> = workers
+            .iter_mut()
+            .enumerate()
+            .map(|(i, w)| {
+                let (stop, running, on_pick) = (&stop, &running, &on_pick);
+                s.spawn(move || -> Result<()> {
+                    std::thread::sleep(stagger * i as u32);
+                    let outcome = (|| loop {
+                        if stop.load(Ordering::Relaxed) {
+                            return Ok(());
+                        }
+                        match w.wait_claim(1) {
+                            Ok(jobs) => {
+                                on_pick(&jobs);
+                                w.complete(&jobs)?;
+                            }
+                            Err(e) if stop.load(Ordering::Relaxed) && db::is_cancel(&e) => {
+                                return Ok(())
+                            }
+                            Err(e) => return Err(e),
+                        }
+                    })();
+                    running.fetch_sub(1, Ordering::Relaxed);
+                    outcome
+                })
+            })
+            .collect();
+        let result = body();
+        stop.store(true, Ordering::Relaxed);
+        while running.load(Ordering::Relaxed) > 0 {
+            for token in &tokens {
+                let _ = token.cancel_query(NoTls);
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        for h in handles {
+            h.join()
+                .map_err(|_| anyhow!("a worker thread panicked"))??;
+        }
+        Ok(result)
+    })
 }
