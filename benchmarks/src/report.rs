@@ -473,12 +473,8 @@ fn throughput_table(out: &mut String, run: &Run, scenario: &str, variant: &str) 
     if rows.is_empty() {
         return;
     }
-    if scenario == "a" {
-        enqueue_table(out, variant, &rows);
-        return;
-    }
     let _ = writeln!(out, "**{variant}**\n");
-    let columns = [
+    let all_columns = [
         "comparator",
         "jobs",
         "seconds",
@@ -488,10 +484,12 @@ fn throughput_table(out: &mut String, run: &Run, scenario: &str, variant: &str) 
         "empty claims",
         "notes",
     ];
-    table_header(out, &columns);
+    // Enqueue claims nothing and needs no notes.
+    let columns = &all_columns[..if scenario == "a" { 6 } else { 8 }];
+    table_header(out, columns);
     for m in rows {
         measurement_row(out, columns.len(), &[&m.comparator], m, || {
-            vec![
+            let mut figures = vec![
                 int(m.jobs as f64),
                 format!("{:.1}", m.seconds),
                 opt(m.rate, int),
@@ -499,32 +497,9 @@ fn throughput_table(out: &mut String, run: &Run, scenario: &str, variant: &str) 
                 opt(m.client_cpu_per_1000(), cpu),
                 m.empty_claims.map_or_else(|| "–".into(), |e| int(e as f64)),
                 note_cell(m),
-            ]
-        });
-    }
-    out.push('\n');
-}
-
-fn enqueue_table(out: &mut String, variant: &str, rows: &[&Measurement]) {
-    let _ = writeln!(out, "**{variant}**\n");
-    let columns = [
-        "comparator",
-        "jobs",
-        "seconds",
-        "jobs/s",
-        "server CPU s / 1,000 jobs",
-        "client CPU s / 1,000 jobs",
-    ];
-    table_header(out, &columns);
-    for m in rows {
-        measurement_row(out, columns.len(), &[&m.comparator], m, || {
-            vec![
-                int(m.jobs as f64),
-                format!("{:.1}", m.seconds),
-                opt(m.rate, int),
-                opt(m.server_cpu_per_1000(), cpu),
-                opt(m.client_cpu_per_1000(), cpu),
-            ]
+            ];
+            figures.truncate(columns.len() - 1);
+            figures
         });
     }
     out.push('\n');
