@@ -1,5 +1,7 @@
 //! `jobs_claim`: handing due jobs to a worker under a fresh lease, optionally waiting for work.
 
+use std::collections::HashSet;
+
 use pgrx::datum::DatumWithOid;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
@@ -114,10 +116,7 @@ fn jobs_claim(
                 let wanted = n as usize - claimed_rows.len();
                 let (picked, skipped) =
                     pick_jobs(client, slot, queue, wanted, &kinds, now, seen.as_ref());
-                first_skipped = match (first_skipped, skipped) {
-                    (Some(a), Some(b)) => Some(a.min(b)),
-                    (a, b) => a.or(b),
-                };
+                first_skipped = earliest(first_skipped, skipped);
                 if picked.is_empty() {
                     break;
                 }
@@ -240,6 +239,14 @@ fn new_floor(
     Some(to.successor())
 }
 
+/// The earlier of two positions, either of which may be unknown.
+fn earliest(a: Option<Key>, b: Option<Key>) -> Option<Key> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
 /// Picks up to `wanted` due jobs for a claim that read `seen`, holding their job locks;
 /// returns their ids and the position of the first job skipped or left unexamined (the floor
 /// may not rise past it).
@@ -265,7 +272,7 @@ fn pick_jobs(
         .filter(|_| kinds.is_none())
         .and_then(|s| s.reach)
         .filter(|reach| floor_key.is_some_and(|floor| *reach >= floor));
-    let nothing_picked = std::collections::HashSet::new();
+    let nothing_picked = HashSet::new();
     let (mut picked, mut skipped) = match reach {
         Some(reach) => {
             let past_reach = reach.successor();
@@ -295,7 +302,7 @@ fn pick_jobs(
         ),
     };
     if reach.is_some() && picked.len() < wanted {
-        let already: std::collections::HashSet<i64> = picked.iter().map(|k| k.id).collect();
+        let already: HashSet<i64> = picked.iter().map(|k| k.id).collect();
         let (more, skipped_here) = pick(
             client,
             queue,
@@ -306,10 +313,7 @@ fn pick_jobs(
             &already,
         );
         picked.extend(more);
-        skipped = match (skipped, skipped_here) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
+        skipped = earliest(skipped, skipped_here);
     }
     if let (None, Some(slot), Some(seen), Some(floor_key)) = (kinds, slot, seen, floor_key) {
         let furthest = picked
@@ -336,7 +340,7 @@ fn pick(
     kinds: &Option<Vec<Option<String>>>,
     now: pg_sys::TimestampTz,
     mut start: Option<Key>,
-    already: &std::collections::HashSet<i64>,
+    already: &HashSet<i64>,
 ) -> (Vec<Key>, Option<Key>) {
     // Read a few more candidates than needed: the head of a busy queue is usually held by
     // other claims in flight. Each further batch is twice as large, so a claim behind many
