@@ -1,14 +1,24 @@
 #!/usr/bin/env bash
-# Shared by scripts/up and scripts/test: idempotent set-up of everything pg_jobs needs on a
-# Debian machine (PostgreSQL 15, clang, cargo-pgrx, pgrx init), skipping what is already there.
+# Shared by scripts/up, scripts/test and benchmarks/run: idempotent set-up of everything pg_jobs
+# needs on a Debian machine (PostgreSQL with its server headers, libclang, clang, sudo,
+# cargo-pgrx, pgrx init), skipping what is already there.
+#
+# Each package is decided by a file that only that package ships (never by a file another
+# package also provides: pg_config comes with the client package, so its presence says nothing
+# about the server headers), and checked again after the install, so a package that did not
+# bring what we need is named in the error instead of failing a build minutes later.
 set -euo pipefail
 
-PG_MAJOR=15
-PG_BIN=/usr/lib/postgresql/$PG_MAJOR/bin
+# The PostgreSQL major version pg_jobs is built and tested against: the one setting for it in
+# the scripts (the test harness reads PG_JOBS_PG_BIN, which is derived from it below).
+# PG_JOBS_PG_BIN may point at another installation of that major (its bin/ directory).
+PG_MAJOR=${PG_JOBS_PG_MAJOR:-15}
+PG_BIN=${PG_JOBS_PG_BIN:-/usr/lib/postgresql/$PG_MAJOR/bin}
 PG_CONFIG=$PG_BIN/pg_config
 PGRX_VERSION=0.18.1
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 export PATH="$HOME/.cargo/bin:$PATH"
+export PG_JOBS_PG_BIN=$PG_BIN PG_JOBS_PG_MAJOR=$PG_MAJOR
 
 step() { printf '\n==> %s\n' "$*"; }
 note() { printf '    %s\n' "$*"; }
@@ -30,21 +40,64 @@ as_pg_user() {
   if is_root; then runuser -u postgres -- "$@"; else "$@"; fi
 }
 
+# The server headers pgrx's bindgen reads: only postgresql-server-dev-N ships postgres.h.
+server_header() {
+  local includedir
+  includedir=$("$PG_CONFIG" --includedir-server 2>/dev/null) || includedir=/usr/include/postgresql/$PG_MAJOR/server
+  printf '%s/postgres.h' "$includedir"
+}
+
+# The isolation tester driver the integration tests run.
+isolation_regress() {
+  local pkglibdir
+  pkglibdir=$("$PG_CONFIG" --pkglibdir 2>/dev/null) || pkglibdir=/usr/lib/postgresql/$PG_MAJOR/lib
+  printf '%s/pgxs/src/test/isolation/pg_isolation_regress' "$pkglibdir"
+}
+
+# libclang for bindgen (libclang-dev ships the unversioned libclang.so in the LLVM tree).
+has_libclang() {
+  compgen -G '/usr/lib/llvm-*/lib/libclang.so' >/dev/null
+}
+
+# Prints the Debian packages whose marker file is missing, one per line.
+missing_packages() {
+  [ -x "$PG_BIN/postgres" ] || echo "postgresql-$PG_MAJOR"
+  [ -x "$PG_CONFIG" ] || echo "postgresql-client-$PG_MAJOR"
+  [ -f "$(server_header)" ] || echo "postgresql-server-dev-$PG_MAJOR"
+  # postgresql-server-dev-N depends on the client package of the same version, which carries
+  # the isolation tester in current Debian releases (older ones shipped it in server-dev).
+  [ -x "$(isolation_regress)" ] || echo "postgresql-server-dev-$PG_MAJOR"
+  has_libclang || echo libclang-dev
+  [ -x /usr/bin/clang ] || echo clang
+  [ -x /usr/bin/sudo ] || echo sudo   # cargo pgrx test --runas uses it
+  [ -x /usr/sbin/pgbouncer ] || echo pgbouncer   # the client libraries are tested through it
+}
+
 ensure_packages() {
-  local missing=()
-  [ -x "$PG_BIN/postgres" ] || missing+=("postgresql-$PG_MAJOR")
-  [ -x "$PG_CONFIG" ] || missing+=("postgresql-server-dev-$PG_MAJOR")
-  dpkg -s libclang-dev >/dev/null 2>&1 || missing+=(libclang-dev)
-  command -v clang >/dev/null 2>&1 || missing+=(clang)
-  command -v sudo >/dev/null 2>&1 || missing+=(sudo)   # cargo pgrx test --runas uses it
-  if ((${#missing[@]})); then
-    step "installing Debian packages: ${missing[*]}"
-    command -v apt-get >/dev/null 2>&1 || die "apt-get not found: install ${missing[*]} by hand"
-    as_root apt-get update -qq || die "apt-get update failed"
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null \
-      || die "could not install ${missing[*]}"
-  else
-    step "Debian packages: PostgreSQL $PG_MAJOR, its server headers, clang and sudo are present"
+  local missing
+  mapfile -t missing < <(missing_packages | sort -u)
+  if ((${#missing[@]} == 0)); then
+    step "Debian packages: PostgreSQL $PG_MAJOR with its server headers, libclang, clang, sudo and pgbouncer are present"
+    return
+  fi
+  step "installing Debian packages: ${missing[*]}"
+  command -v apt-get >/dev/null 2>&1 || die "apt-get not found: install ${missing[*]} by hand"
+  as_root apt-get update -qq || die "apt-get update failed (is the Debian mirror reachable?)"
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null \
+    || die "apt-get install ${missing[*]} failed (see above)"
+  # Check again by the same files: an install that did not bring them is named here.
+  local still
+  mapfile -t still < <(missing_packages | sort -u)
+  if ((${#still[@]})); then
+    local package what=()
+    for package in "${still[@]}"; do
+      case $package in
+        postgresql-server-dev-*) what+=("$package (expected $(server_header) and $(isolation_regress))") ;;
+        libclang-dev) what+=("libclang-dev (expected /usr/lib/llvm-*/lib/libclang.so)") ;;
+        *) what+=("$package") ;;
+      esac
+    done
+    die "installed, but still missing what these packages should provide: ${what[*]}"
   fi
 }
 
