@@ -162,7 +162,7 @@ pub fn check_retry_in(retry_in: &Interval) {
 }
 
 /// Marks a job succeeded, storing `result`: `succeeded`, `cancelled` or `lost`.
-#[pg_extern(volatile, parallel_unsafe, name = "jobs_complete")]
+#[pg_extern(volatile, parallel_unsafe)]
 fn jobs_complete(
     id: Option<i64>,
     lease: Option<pgrx::Uuid>,
@@ -185,8 +185,10 @@ fn jobs_complete(
 }
 
 /// Marks many jobs succeeded in one call; one `(id, outcome)` row per pair, in input order.
-#[pg_extern(volatile, parallel_unsafe, name = "jobs_complete")]
-fn jobs_complete_many(
+/// A function of its own name, not an overload of `jobs_complete`: drivers that send untyped
+/// parameters (node-postgres, psycopg with strings) must resolve every call without casts.
+#[pg_extern(volatile, parallel_unsafe)]
+fn jobs_complete_batch(
     ids: Option<Vec<Option<i64>>>,
     leases: Option<Vec<Option<pgrx::Uuid>>>,
 ) -> TableIterator<'static, (name!(id, i64), name!(outcome, String))> {

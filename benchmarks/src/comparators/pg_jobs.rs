@@ -146,7 +146,7 @@ impl Comparator for PgJobs {
         ))?;
         let complete_one = conn.prepare("SELECT jobs_complete($1::bigint, $2::uuid)")?;
         let complete_many =
-            conn.prepare("SELECT count(*) FROM jobs_complete($1::bigint[], $2::uuid[])")?;
+            conn.prepare("SELECT count(*) FROM jobs_complete_batch($1::bigint[], $2::uuid[])")?;
         Ok(Box::new(PgJobsWorker {
             conn,
             claim,

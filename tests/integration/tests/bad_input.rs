@@ -237,8 +237,8 @@ fn bad_calls_raise_documented_errors_and_change_nothing() {
         bad(format!("SELECT jobs_heartbeat(NULL, '{lease}')"), "22004", "id must not be NULL"),
         bad(format!("SELECT jobs_fail({id}, '{lease}', NULL)"), "22004", "error must not be NULL"),
         bad(format!("SELECT jobs_release({id}, NULL)"), "22004", "lease must not be NULL"),
-        bad(format!("SELECT * FROM jobs_complete(ARRAY[{id}, NULL]::bigint[], ARRAY['{lease}', '{lease}']::uuid[])"), "22004", "ids[2] must not be NULL"),
-        bad(format!("SELECT * FROM jobs_complete(ARRAY[{id}]::bigint[], ARRAY[NULL]::uuid[])"), "22004", "leases[1] must not be NULL"),
+        bad(format!("SELECT * FROM jobs_complete_batch(ARRAY[{id}, NULL]::bigint[], ARRAY['{lease}', '{lease}']::uuid[])"), "22004", "ids[2] must not be NULL"),
+        bad(format!("SELECT * FROM jobs_complete_batch(ARRAY[{id}]::bigint[], ARRAY[NULL]::uuid[])"), "22004", "leases[1] must not be NULL"),
         bad("SELECT jobs_cancel(NULL)", "22004", "id must not be NULL"),
         bad(format!("SELECT jobs_retry({id}, run_at => NULL)"), "22004", "run_at must not be NULL"),
         // Arguments out of range: 22023, naming the argument and the range.
@@ -276,7 +276,7 @@ fn bad_calls_raise_documented_errors_and_change_nothing() {
         bad(format!("SELECT jobs_create_queue('{q}', backoff_base => '10 seconds', backoff_max => '1 second')"), "22023", "backoff_max must be at least backoff_base"),
         bad("SELECT jobs_create_queue('bad-input-new', backoff_base => '1 hour', backoff_max => '1 minute')", "22023", "backoff_max must be at least backoff_base"),
         bad(format!("SELECT jobs_create_queue('{q}', backoff_base => '-1 second')"), "22023", "backoff_base must be at least 0"),
-        bad(format!("SELECT * FROM jobs_complete(ARRAY[{id}]::bigint[], ARRAY[]::uuid[])"), "22023", "ids and leases must have the same length, got 1 ids and 0 leases"),
+        bad(format!("SELECT * FROM jobs_complete_batch(ARRAY[{id}]::bigint[], ARRAY[]::uuid[])"), "22023", "ids and leases must have the same length, got 1 ids and 0 leases"),
         bad(format!("SELECT jobs_enqueue('{q}', on_conflict => 'overwrite')"), "22023", "on_conflict must be 'skip', 'replace' or 'error'"),
         // Unknown queues: 42704, with a hint that says how to create one.
         bad("SELECT jobs_enqueue('no-such-queue')", "42704", "queue 'no-such-queue' does not exist"),

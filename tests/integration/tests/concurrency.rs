@@ -420,7 +420,7 @@ fn complete_batch(
     let ids: Vec<i64> = claimed.iter().map(|job| job.id).collect();
     let leases: Vec<Uuid> = claimed.iter().map(|job| job.lease).collect();
     let rows = client.query(
-        "SELECT id, outcome FROM jobs_complete($1::bigint[], $2::uuid[])",
+        "SELECT id, outcome FROM jobs_complete_batch($1::bigint[], $2::uuid[])",
         &[&ids, &leases],
     )?;
     let answered: Vec<i64> = rows.iter().map(|row| row.get(0)).collect();

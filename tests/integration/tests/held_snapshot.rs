@@ -71,7 +71,7 @@ fn claims_do_not_walk_dead_entries_a_held_snapshot_keeps() {
         let leases: Vec<uuid::Uuid> = rows.iter().map(|r| r.get(1)).collect();
         worker
             .execute(
-                "SELECT count(*) FROM jobs_complete($1::bigint[], $2::uuid[])",
+                "SELECT count(*) FROM jobs_complete_batch($1::bigint[], $2::uuid[])",
                 &[&ids, &leases],
             )
             .unwrap();

@@ -1829,7 +1829,7 @@ impl Worker {
                         client,
                         &format!(
                             "SELECT {SERVER_NOW};
-                             SELECT id, outcome FROM jobs_complete(ARRAY[{}]::bigint[], ARRAY[{}]::uuid[]);
+                             SELECT id, outcome FROM jobs_complete_batch(ARRAY[{}]::bigint[], ARRAY[{}]::uuid[]);
                              SELECT {SERVER_NOW}",
                             ids.join(","),
                             leases.join(",")

@@ -109,7 +109,7 @@ fn cancel(client: &mut Client, id: i64) -> String {
 fn complete_many(client: &mut Client, ids: &[i64], leases: &[Uuid]) -> Vec<(i64, String)> {
     client
         .query(
-            "SELECT id, outcome FROM jobs_complete($1::bigint[], $2::uuid[])",
+            "SELECT id, outcome FROM jobs_complete_batch($1::bigint[], $2::uuid[])",
             &[&ids, &leases],
         )
         .unwrap_or_else(|e| panic!("batch complete: {e}"))

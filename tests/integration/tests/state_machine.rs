@@ -1314,7 +1314,7 @@ impl Sut {
                 if *extra_lease {
                     leases.push(Some(FOREIGN_LEASE));
                 }
-                let sql = "SELECT id, outcome FROM jobs_complete($1::bigint[], $2::uuid[])";
+                let sql = "SELECT id, outcome FROM jobs_complete_batch($1::bigint[], $2::uuid[])";
                 match self.query(client, sql, &[&ids, &leases]) {
                     Ok(rows) => {
                         let mut outcomes = Vec::new();
