@@ -625,7 +625,17 @@ fn method(out: &mut String, run: &Run) {
          - e: the snapshot is taken after the load and vacuum, just before the workers start.\n\
          - f: WAL = `pg_current_wal_insert_lsn()` difference, commits = \
          `pg_stat_database.xact_commit` difference (whole bench database, including the pg_jobs \
-         background worker's ticks and autovacuum, which are small here) over enqueue + burn-down.\n\n",
+         background worker's ticks and autovacuum, which are small here) over enqueue + burn-down.\n\
+         - h: b's 100-per-claim burn-down on a queue big enough to last 15 s and more.\n\
+         - k: one session; each round times one claim with `kinds` (its jobs queued behind the \
+         other kind's) and one without, each completed at once; the means are compared.\n\
+         - v: the busy table has autovacuum off, so only the measured `VACUUM (VERBOSE)` removes \
+         rows; its \"dead but not yet removable\" count is the figure.\n\
+         - w: every point loads, vacuums and checkpoints its queue afresh.\n\
+         - s: see the soak's section; capacity and soak each start with 5 s of the same traffic \
+         and an `ANALYZE` of the table.\n\
+         - Noise: a, b and c run several times (BENCH_REPEATS), every other time with the \
+         queues in reverse order; their figures here are the means.\n\n",
     );
     out.push_str("How each comparator's workers wait for work (c, g):\n\n");
     for (name, mode) in &run.waiting {

@@ -483,3 +483,108 @@ pub fn write(out: &mut String, view: &Run, raw: &Run) {
         out.push('\n');
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{soak_ends, soak_growth, Judge};
+    use crate::report::Run;
+    use crate::scenarios::soak::Sample;
+    use crate::scenarios::Measurement;
+
+    fn rate(scenario: &str, comparator: &str, repeat: u32, rate: f64) -> Measurement {
+        let mut m = Measurement::new(scenario, "1 per claim", comparator);
+        m.rate = Some(rate);
+        m.repeat = repeat;
+        m
+    }
+
+    fn two_runs() -> Run {
+        Run {
+            measurements: vec![
+                rate("b", "pg_jobs", 0, 120.0),
+                rate("b", "hand-rolled", 0, 100.0),
+                rate("b", "hand-rolled", 1, 100.0),
+                rate("b", "pg_jobs", 1, 140.0),
+            ],
+            ..Run::default()
+        }
+    }
+
+    #[test]
+    fn a_target_is_judged_on_the_mean_and_shows_each_run() {
+        let raw = two_runs();
+        let view = raw.merged();
+        let j = Judge {
+            view: &view,
+            raw: &raw,
+        };
+        let met = j.rate_ratio("t", "b", "1 per claim", "hand-rolled", 1.3);
+        assert_eq!(met.value, "1.30×");
+        assert_eq!(met.noise, "±7.7% (1.20×, 1.40×)");
+        assert_eq!(met.verdict, "**MET**");
+        let missed = j.rate_ratio("t", "b", "1 per claim", "hand-rolled", 1.35);
+        assert_eq!(missed.verdict, "**MISSED** (met in 1 of 2 runs)");
+        let never = j.rate_ratio("t", "b", "1 per claim", "hand-rolled", 1.5);
+        assert_eq!(never.verdict, "**MISSED**");
+        let absent = j.rate_ratio("t", "b", "1 per claim", "pgmq", 1.0);
+        assert_eq!(absent.verdict, "not measured");
+    }
+
+    #[test]
+    fn a_figure_of_one_run_has_no_spread() {
+        let raw = Run {
+            measurements: vec![
+                rate("h", "pg_jobs", 0, 150.0),
+                rate("h", "hand-rolled", 0, 100.0),
+            ],
+            ..Run::default()
+        };
+        let view = raw.merged();
+        let j = Judge {
+            view: &view,
+            raw: &raw,
+        };
+        let t = j.rate_ratio("t", "h", "1 per claim", "hand-rolled", 1.5);
+        assert_eq!(
+            (t.noise.as_str(), t.verdict.as_str()),
+            ("one run", "**MET**")
+        );
+    }
+
+    fn soak(tables: &[i64], rates: &[f64]) -> Measurement {
+        let mut m = Measurement::new("s", "soak", "pg_jobs");
+        m.first_p99_ms = Some(2.0);
+        m.last_p99_ms = Some(2.1);
+        m.samples = tables
+            .iter()
+            .zip(rates)
+            .enumerate()
+            .map(|(i, (&t, &r))| Sample {
+                t: 10.0 * (i + 1) as f64,
+                rate: r,
+                table_bytes: t,
+                index_bytes: vec![("i".into(), t / 2)],
+                ..Sample::default()
+            })
+            .collect();
+        m
+    }
+
+    #[test]
+    fn the_soak_compares_its_ends_and_the_growth_of_its_second_half() {
+        // 20 samples: the first and last tenth are two samples each.
+        let mut tables: Vec<i64> = (1..=10).map(|i| i * 100).collect();
+        tables.extend(std::iter::repeat_n(1000, 9));
+        tables.push(1050);
+        let mut rates = vec![100.0, 102.0];
+        rates.extend(std::iter::repeat_n(100.0, 16));
+        rates.extend([90.0, 92.0]);
+        let m = soak(&tables, &rates);
+        let ((first, p99_first), (last, p99_last)) = soak_ends(&m).unwrap();
+        assert_eq!((first, last), (101.0, 91.0));
+        assert_eq!((p99_first, p99_last), (2.0, 2.1));
+        let (table, indexes) = soak_growth(&m).unwrap();
+        assert!((table - 0.05).abs() < 1e-9, "{table}");
+        assert!((indexes - 0.05).abs() < 1e-9, "{indexes}");
+    }
+}

@@ -9,7 +9,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use postgres::{Client, NoTls};
 
 use super::{attempt, complete, connect_workers, with_waiting_workers, Ctx, Measurement};
@@ -137,25 +137,25 @@ fn vacuum_verbose(ctx: &Ctx) -> Result<u64> {
     conn.batch_execute(&format!("VACUUM (VERBOSE) {TABLE}"))?;
     drop(conn);
     let messages = messages.lock().unwrap();
-    for message in messages.iter() {
-        for line in message.lines() {
-            // PostgreSQL 15: "tuples: 0 removed, 10000 remain, 2500 are dead but not yet removable"
-            if let Some(rest) = line.trim().strip_prefix("tuples: ") {
-                if let Some(n) = rest
-                    .split(", ")
-                    .find(|part| part.ends_with("are dead but not yet removable"))
-                    .and_then(|part| part.split_whitespace().next())
-                    .and_then(|n| n.parse().ok())
-                {
-                    return Ok(n);
-                }
-            }
-        }
-    }
-    bail!(
-        "VACUUM (VERBOSE) printed no \"are dead but not yet removable\" count; it said: {}",
-        messages.join(" / ")
-    )
+    not_removable(&messages).with_context(|| {
+        format!(
+            "VACUUM (VERBOSE) printed no \"are dead but not yet removable\" count; it said: {}",
+            messages.join(" / ")
+        )
+    })
+}
+
+/// The "N are dead but not yet removable" count of VACUUM (VERBOSE)'s report (PostgreSQL 15:
+/// "tuples: 0 removed, 10000 remain, 2500 are dead but not yet removable").
+fn not_removable(messages: &[String]) -> Option<u64> {
+    messages
+        .iter()
+        .flat_map(|m| m.lines())
+        .filter_map(|line| line.trim().strip_prefix("tuples: "))
+        .flat_map(|rest| rest.split(", "))
+        .find(|part| part.ends_with("are dead but not yet removable"))
+        .and_then(|part| part.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
 }
 
 /// "2,500 of 25,000" for the report.
@@ -163,5 +163,25 @@ pub fn kept_of_made(m: &Measurement) -> String {
     match (m.dead_rows_kept, m.dead_rows_made) {
         (Some(k), Some(d)) => format!("{} of {}", int(k as f64), int(d as f64)),
         _ => "–".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::not_removable;
+
+    #[test]
+    fn reads_the_not_removable_count_from_vacuum_verbose() {
+        let report = "vacuuming \"bench.public.bench_busy\"\n\
+            pages: 0 removed, 64 remain, 64 scanned (100.00% of total)\n\
+            tuples: 120 removed, 10000 remain, 25300 are dead but not yet removable\n\
+            removable cutoff: 1234, which was 17 XIDs old when operation ended";
+        assert_eq!(not_removable(&["other".into(), report.into()]), Some(25300));
+        let clean = "tuples: 5 removed, 10 remain, 0 are dead but not yet removable";
+        assert_eq!(not_removable(&[clean.into()]), Some(0));
+        assert_eq!(
+            not_removable(&["tuples: 5 removed, 10 remain".into()]),
+            None
+        );
     }
 }
