@@ -284,12 +284,6 @@ fn ratios(out: &mut String, run: &Run) {
         |c| run.rate("e", snapshot::VARIANT, c),
         true,
     );
-    advantage_row(
-        out,
-        "h. long burn-down, 100 per claim · jobs/s",
-        |c| run.rate("h", long::VARIANT, c),
-        true,
-    );
     for (variant, _) in wal::VARIANTS {
         advantage_row(
             out,
@@ -316,6 +310,12 @@ fn ratios(out: &mut String, run: &Run) {
         "g. idle · server CPU (% of a core)",
         |c| idle(c).and_then(|m| m.server_cpu_s.map(|s| 100.0 * s / m.seconds)),
         false,
+    );
+    advantage_row(
+        out,
+        "h. long burn-down, 100 per claim · jobs/s",
+        |c| run.rate("h", long::VARIANT, c),
+        true,
     );
     advantage_row(
         out,

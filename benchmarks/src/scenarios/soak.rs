@@ -57,6 +57,7 @@ pub struct Sample {
     /// pg_stat_user_tables of the queue's table.
     pub dead_tuples: i64,
     pub live_tuples: i64,
+    /// Autovacuums of the table since the measurement window opened.
     pub autovacuums: i64,
     /// pg_relation_size of the table (main fork) and of each of its indexes, in bytes.
     pub table_bytes: i64,
@@ -333,6 +334,7 @@ pub fn traffic(
                 shared.completed.load(Ordering::Relaxed),
                 shared.enqueued.load(Ordering::Relaxed),
             );
+            let base_autovacuums = table_stats(admin, c.table())?.autovacuums;
             let start = Instant::now();
             let window = Window::open(&ctx.server, admin)?;
             let mut samples = Vec::new();
@@ -375,7 +377,7 @@ pub fn traffic(
                     backlog: enq.saturating_sub(done),
                     dead_tuples: stats.dead,
                     live_tuples: stats.live,
-                    autovacuums: stats.autovacuums,
+                    autovacuums: stats.autovacuums - base_autovacuums,
                     table_bytes: stats.table_bytes,
                     index_bytes: stats.index_bytes,
                     server_cpu: (cpu - last_cpu) / secs,
