@@ -1,8 +1,8 @@
 //! Test harness for pg_jobs: throwaway PostgreSQL clusters with the extension preloaded, and
 //! helpers to talk to them over real connections.
 //!
-//! Every test binary gets its own cluster (see [`Cluster::shared`]), started from the system's
-//! PostgreSQL 15 with the installed extension (`cargo pgrx install` runs first, from
+//! Every test binary gets its own cluster (see [`Cluster::shared`]), started from the PostgreSQL
+//! installation [`pg_bin`] names, with the installed extension (`cargo pgrx install` runs first, from
 //! `scripts/test`). Tests in one binary run in parallel and keep apart by using their own
 //! queues ([`unique_queue`]).
 
@@ -15,11 +15,26 @@ use std::time::{Duration, Instant};
 
 pub use postgres::{Client, NoTls};
 
-/// Where the PostgreSQL binaries live; `PG_JOBS_PG_BIN` overrides it.
-fn pg_bin() -> PathBuf {
-    std::env::var_os("PG_JOBS_PG_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/usr/lib/postgresql/15/bin"))
+/// Where the PostgreSQL binaries live: `PG_JOBS_PG_BIN` (which scripts/common.sh exports from
+/// its one setting of the major version), else Debian's directory for `PG_JOBS_PG_MAJOR`
+/// (default 15).
+pub fn pg_bin() -> PathBuf {
+    if let Some(bin) = std::env::var_os("PG_JOBS_PG_BIN") {
+        return PathBuf::from(bin);
+    }
+    let major = std::env::var("PG_JOBS_PG_MAJOR").unwrap_or_else(|_| "15".to_owned());
+    PathBuf::from(format!("/usr/lib/postgresql/{major}/bin"))
+}
+
+/// A directory of the PostgreSQL installation the tests run, as its `pg_config` reports it
+/// (`--pkglibdir`, `--sharedir`, ...).
+pub fn pg_config_dir(option: &str) -> PathBuf {
+    let output = Command::new(pg_bin().join("pg_config"))
+        .arg(option)
+        .output()
+        .unwrap_or_else(|e| panic!("run pg_config {option}: {e}"));
+    assert!(output.status.success(), "pg_config {option} failed");
+    PathBuf::from(String::from_utf8_lossy(&output.stdout).trim())
 }
 
 fn running_as_root() -> bool {

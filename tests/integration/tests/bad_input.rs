@@ -264,7 +264,7 @@ fn bad_calls_raise_documented_errors_and_change_nothing() {
         bad("SELECT * FROM jobs_list(queue => 'a/b')", "22023", "queue must be 1 to 63 characters"),
         bad(format!("SELECT jobs_enqueue('{q}', headers => '[1]')"), "22023", "headers must be a JSON object"),
         bad(format!("SELECT jobs_enqueue_batch('{q}', ARRAY['{{}}']::jsonb[], headers => '\"x\"')"), "22023", "headers must be a JSON object"),
-        bad("SELECT * FROM jobs_list(state => 'done')", "22023", "state must be one of queued, running, succeeded, failed, cancelled, got 'done'"),
+        bad("SELECT * FROM jobs_list(state => 'done')", "22023", "state must be one of queued, ready, scheduled, running, succeeded, failed, cancelled, got 'done'"),
         bad("SELECT * FROM jobs_list(\"limit\" => 0)", "22023", "limit must be between 1 and 10000, got 0"),
         bad("SELECT * FROM jobs_list(\"limit\" => 10001)", "22023", "limit must be between 1 and 10000, got 10001"),
         bad(format!("SELECT jobs_enqueue('{q}', priority => 32768)"), "22023", "priority must be between -32768 and 32767, got 32768"),
