@@ -92,6 +92,8 @@ pub struct Cluster {
     pub base: PathBuf,
     /// The TCP port it listens on (localhost only).
     pub port: u16,
+    /// Variables set in the server's environment.
+    env: Vec<(String, String)>,
 }
 
 /// Settings every test cluster gets: pg_jobs preloaded with a fast worker tick.
@@ -124,6 +126,12 @@ impl Cluster {
 
     /// Creates and starts a new cluster with `settings` appended to postgresql.conf.
     pub fn start(name: &str, settings: &[&str]) -> Cluster {
+        Cluster::start_with_env(name, settings, &[])
+    }
+
+    /// [`Cluster::start`], with `env` set in the server's environment (as on machines where
+    /// `RUST_BACKTRACE=1` is set for every process).
+    pub fn start_with_env(name: &str, settings: &[&str], env: &[(&str, &str)]) -> Cluster {
         let root = std::env::var_os("PG_JOBS_TEST_DIR")
             .map(PathBuf::from)
             .unwrap_or_else(|| PathBuf::from("/var/tmp/pg_jobs-tests"));
@@ -165,7 +173,15 @@ impl Cluster {
         }
         append_as_owner(&data.join("postgresql.conf"), &conf);
 
-        let cluster = Cluster { data, base, port };
+        let cluster = Cluster {
+            data,
+            base,
+            port,
+            env: env
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+        };
         RUNNING.lock().unwrap().push(cluster.data.clone());
         static AT_EXIT: OnceLock<()> = OnceLock::new();
         AT_EXIT.get_or_init(|| {
@@ -178,6 +194,7 @@ impl Cluster {
 
     fn pg_ctl_start(&self) {
         let mut start = pg_command("pg_ctl");
+        start.envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
         start
             .args(["start", "-w", "-t", "60", "-D"])
             .arg(&self.data)
