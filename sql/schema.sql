@@ -95,37 +95,51 @@ CREATE TYPE jobs.claimed AS (
     run_at       timestamptz
 );
 
+-- Per queue: jobs by state, where ready (queued and due) and scheduled (queued, not yet due)
+-- split the queued jobs, so the counts add up to the queue's jobs; running jobs whose lease has
+-- passed (the worker reclaims them within a tick); the oldest ready job's age; and jobs
+-- finished in the last minute. No row can make it fail: the functions refuse infinite times,
+-- and a row that has one is left out of the age.
 CREATE VIEW jobs.queue_stats AS
 SELECT q.name AS queue,
        q.paused,
-       coalesce(s.queued, 0)               AS queued,
+       coalesce(s.ready, 0)                AS ready,
        coalesce(s.scheduled, 0)            AS scheduled,
        coalesce(s.running, 0)              AS running,
        coalesce(s.succeeded, 0)            AS succeeded,
        coalesce(s.failed, 0)               AS failed,
        coalesce(s.cancelled, 0)            AS cancelled,
-       (SELECT pg_catalog.now() - d.run_at
+       coalesce(s.running_past_lease, 0)   AS running_past_lease,
+       (SELECT pg_catalog.now() OPERATOR(pg_catalog.-) d.run_at
           FROM jobs.job d
-         WHERE d.queue = q.name AND d.state = 'queued' AND d.run_at <= pg_catalog.now()
+         WHERE d.queue OPERATOR(pg_catalog.=) q.name
+           AND d.state OPERATOR(pg_catalog.=) 'queued'
+           AND d.run_at OPERATOR(pg_catalog.<=) pg_catalog.now()
+           AND pg_catalog.isfinite(d.run_at)
          ORDER BY d.run_at
-         LIMIT 1)                          AS oldest_due_age,
+         LIMIT 1)                          AS oldest_ready_age,
        coalesce(s.finished_last_minute, 0) AS finished_last_minute
   FROM jobs.queue q
   LEFT JOIN (
         SELECT j.queue,
-               count(*) FILTER (WHERE j.state = 'queued')                              AS queued,
-               count(*) FILTER (WHERE j.state = 'queued' AND j.run_at > pg_catalog.now()) AS scheduled,
-               count(*) FILTER (WHERE j.state = 'running')                             AS running,
-               count(*) FILTER (WHERE j.state = 'succeeded')                           AS succeeded,
-               count(*) FILTER (WHERE j.state = 'failed')                              AS failed,
-               count(*) FILTER (WHERE j.state = 'cancelled')                           AS cancelled,
-               count(*) FILTER (WHERE j.finished_at > pg_catalog.now() - interval '1 minute')
-                                                                                       AS finished_last_minute
+               count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'queued'
+                                  AND j.run_at OPERATOR(pg_catalog.<=) pg_catalog.now())    AS ready,
+               count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'queued'
+                                  AND j.run_at OPERATOR(pg_catalog.>) pg_catalog.now())     AS scheduled,
+               count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'running')             AS running,
+               count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'succeeded')           AS succeeded,
+               count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'failed')              AS failed,
+               count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'cancelled')           AS cancelled,
+               count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'running'
+                                  AND j.lease_until OPERATOR(pg_catalog.<) pg_catalog.now()) AS running_past_lease,
+               count(*) FILTER (WHERE j.finished_at OPERATOR(pg_catalog.>)
+                                      (pg_catalog.now() OPERATOR(pg_catalog.-) interval '1 minute'))
+                                                                                           AS finished_last_minute
           FROM jobs.job j
          GROUP BY j.queue
-       ) s ON s.queue = q.name;
+       ) s ON s.queue OPERATOR(pg_catalog.=) q.name;
 COMMENT ON VIEW jobs.queue_stats IS
-    'per queue: jobs by state (scheduled = queued but not yet due), oldest due job''s age, jobs finished in the last minute';
+    'per queue: jobs by state (ready + scheduled = queued; the states add up), running jobs past their lease, the oldest ready job''s age, jobs finished in the last minute';
 
 INSERT INTO jobs.queue (name) VALUES ('default');
 
