@@ -3,7 +3,8 @@
 //!
 //! * [`bad_calls_raise_documented_errors_and_change_nothing`] runs a table of bad calls, each on
 //!   a fresh session, against a fixture queue with a running, a queued and a succeeded job. It
-//!   snapshots every table of the extension's `jobs` schema before and after each call and
+//!   snapshots every table of the extension's `jobs` schema and each queue's shared memory
+//!   (`jobs.runtime_state`: claim floor and reach, wake-up slot) before and after each call, and
 //!   checks the SQLSTATE, the message and that the snapshot did not move. Every `jobs_*`
 //!   function that takes arguments must have a bad call in the table. It prints the table of
 //!   calls and their SQLSTATEs at the end (`--nocapture` shows it).
@@ -12,11 +13,12 @@
 //! * [`payload_limit_is_the_jsonb_size_to_the_byte`] shows the limit is exact: a payload of
 //!   exactly `pg_jobs.max_payload_bytes` is accepted, one byte more is refused.
 //!
-//! The tests of this file share the cluster's tables, so they run one at a time.
+//! The tests of this file share a cluster of their own, whose worker does not tick (it would
+//! change shared memory between the snapshots), and its tables, so they run one at a time.
 
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 
-use pg_jobs_tests::{claim, enqueue, scalar, Client, Cluster};
+use pg_jobs_tests::{claim, enqueue, scalar, Client, Cluster, TEST_SETTINGS};
 use serde_json::json;
 
 /// Serialises the tests of this file: the snapshots cover the whole schema.
@@ -50,7 +52,33 @@ impl BadCall {
     }
 }
 
-/// Every table of the extension (each relation of schema `jobs`), rendered as sorted JSON.
+/// Queue names the bad calls use that name no queue; their shared-memory slots are watched too.
+const UNKNOWN_QUEUES: [&str; 2] = ["no-such-queue", "bad-input-new"];
+
+/// The cluster of this file: the test settings with a worker that does not tick, so that the
+/// only changes to shared memory (claim floors and reaches, which the tick forgets, and
+/// wake-up slots, which it signals for due jobs) are the calls' own.
+fn cluster() -> &'static Cluster {
+    static CLUSTER: OnceLock<Cluster> = OnceLock::new();
+    CLUSTER.get_or_init(|| {
+        let settings: Vec<&str> = TEST_SETTINGS
+            .iter()
+            .copied()
+            .filter(|s| !s.starts_with("pg_jobs.tick"))
+            .chain(["pg_jobs.tick = '1h'"])
+            .collect();
+        let cluster = Cluster::start("bad-input", &settings);
+        cluster
+            .connect()
+            .batch_execute("CREATE EXTENSION pg_jobs")
+            .expect("create the extension");
+        cluster
+    })
+}
+
+/// Every table of the extension (each relation of schema `jobs`), rendered as sorted JSON, and
+/// what shared memory holds for every queue (`jobs.runtime_state`: claim floor, reach, wake-up
+/// slot), so that "changes nothing" covers both.
 fn snapshot(client: &mut Client) -> Vec<(String, String)> {
     let tables: Vec<String> = client
         .query(
@@ -68,7 +96,7 @@ fn snapshot(client: &mut Client) -> Vec<(String, String)> {
         tables.iter().any(|t| t == "jobs.job") && tables.iter().any(|t| t == "jobs.queue"),
         "the extension's tables: {tables:?}"
     );
-    tables
+    let mut snapshot: Vec<(String, String)> = tables
         .into_iter()
         .map(|table| {
             let rows: String = scalar(
@@ -81,7 +109,22 @@ fn snapshot(client: &mut Client) -> Vec<(String, String)> {
             );
             (table, rows)
         })
-        .collect()
+        .collect();
+    let unknown: Vec<&str> = UNKNOWN_QUEUES.to_vec();
+    let memory: String = scalar(
+        client,
+        "SELECT coalesce(jsonb_agg(jsonb_build_object('queue', q.name, 'state', to_jsonb(s))
+                                   ORDER BY q.name), '[]')::text
+           FROM (SELECT name FROM jobs.queue UNION SELECT unnest($1::text[])) AS q(name),
+                LATERAL jobs.runtime_state(q.name) AS s",
+        &[&unknown],
+    );
+    assert!(
+        memory.contains("floor_generation"),
+        "jobs.runtime_state shows the shared memory of the preloaded library: {memory}"
+    );
+    snapshot.push(("shared memory (jobs.runtime_state)".to_owned(), memory));
+    snapshot
 }
 
 /// The `jobs_*` functions of the extension that take arguments (as `pg_proc` lists them) but
@@ -234,7 +277,7 @@ fn sized_payload(client: &mut Client) -> (String, i32) {
 #[test]
 fn bad_calls_raise_documented_errors_and_change_nothing() {
     let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let cluster = Cluster::shared();
+    let cluster = cluster();
     let mut observer = cluster.connect();
     let f = fixture(&mut observer, "bad-input");
     let (q, dl, stale) = (&f.queue, &f.dead_letter, f.stale);
@@ -403,7 +446,7 @@ fn error_of(client: &mut Client, sql: &str) -> (String, String, Option<String>) 
 #[test]
 fn error_messages_name_the_argument_and_the_range() {
     let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let mut client = Cluster::shared().connect();
+    let mut client = cluster().connect();
     for (sql, sqlstate, message) in [
         (
             "SELECT * FROM jobs_claim('default', n => 0)",
@@ -485,7 +528,7 @@ fn error_messages_name_the_argument_and_the_range() {
 #[test]
 fn payload_limit_is_the_jsonb_size_to_the_byte() {
     let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let mut client = Cluster::shared().connect();
+    let mut client = cluster().connect();
     let queue = pg_jobs_tests::unique_queue(&mut client, "payload-limit", "");
     let (payload, size) = sized_payload(&mut client);
 
@@ -534,7 +577,7 @@ fn payload_limit_is_the_jsonb_size_to_the_byte() {
 #[test]
 fn odd_values_a_new_user_pastes_are_refused() {
     let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let cluster = Cluster::shared();
+    let cluster = cluster();
     let mut observer = cluster.connect();
     let f = fixture(&mut observer, "odd-input");
     let (q, dl, stale) = (&f.queue, &f.dead_letter, f.stale);
@@ -609,7 +652,7 @@ fn odd_values_a_new_user_pastes_are_refused() {
 #[test]
 fn a_lease_with_months_ends_as_long_after_the_claim_as_it_was_judged() {
     let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let mut client = Cluster::shared().connect();
+    let mut client = cluster().connect();
     let queue = pg_jobs_tests::unique_queue(&mut client, "month-lease", "");
     enqueue(&mut client, &queue, json!({}));
     let held = claim(&mut client, &queue, 1, ", lease => '1 mon -27 days'");
@@ -636,7 +679,7 @@ fn a_lease_with_months_ends_as_long_after_the_claim_as_it_was_judged() {
 #[test]
 fn long_error_and_reason_texts_are_kept_cut_to_their_limits() {
     let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let mut client = Cluster::shared().connect();
+    let mut client = cluster().connect();
     let queue = pg_jobs_tests::unique_queue(&mut client, "long-texts", "");
     let id = enqueue(&mut client, &queue, json!({}));
     let held = claim(&mut client, &queue, 1, "");
@@ -681,7 +724,7 @@ fn long_error_and_reason_texts_are_kept_cut_to_their_limits() {
 #[test]
 fn monitoring_survives_a_row_with_infinite_times() {
     let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let mut client = Cluster::shared().connect();
+    let mut client = cluster().connect();
     let queue = pg_jobs_tests::unique_queue(&mut client, "infinite-row", "");
     let ids: Vec<i64> = ["-infinity", "infinity"]
         .iter()
