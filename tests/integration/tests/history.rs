@@ -1257,7 +1257,38 @@ fn run_history(jobs: u64, faults: u64, sabotage: bool) -> (Report, Vec<String>) 
     let broken = impossible_states(&mut admin);
     let report = check(&ops, &finals);
     report.print();
+    print_deadlocks(&cluster.log());
     (report, broken)
+}
+
+/// Prints the server log's reports of deadlocks (the error, which processes waited for what,
+/// and the statements), since the cluster and its log are gone once the test binary exits.
+fn print_deadlocks(log: &str) {
+    let lines: Vec<&str> = log.lines().collect();
+    let starts: Vec<usize> = (0..lines.len())
+        .filter(|&i| lines[i].contains("deadlock detected"))
+        .collect();
+    if starts.is_empty() {
+        return;
+    }
+    eprintln!(
+        "server log: {} deadlocks detected; the first ones:",
+        starts.len()
+    );
+    for &start in starts.iter().take(5) {
+        let end = (start + 1..lines.len())
+            .find(|&i| {
+                !lines[i].starts_with('\t')
+                    && !lines[i].contains("DETAIL")
+                    && !lines[i].contains("HINT")
+                    && !lines[i].contains("CONTEXT")
+                    && !lines[i].contains("STATEMENT")
+            })
+            .unwrap_or(lines.len());
+        for line in &lines[start..end] {
+            eprintln!("    {line}");
+        }
+    }
 }
 
 /// Breaks the rules behind the extension's back, as a buggy extension would, until the drain
