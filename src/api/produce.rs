@@ -5,11 +5,13 @@ use pgrx::prelude::*;
 use super::args::{
     check_finite, check_object, check_payload_size, check_range, check_text, limits, queue_arg,
 };
+use crate::engine::access::{self, Role};
 use crate::engine::enqueue::{self, JobOptions};
+use crate::engine::tenants;
 use crate::pg::datum::{Jsonb, JsonbArray};
 use crate::pg::errors::{raise, required, BAD_ARGUMENT, NOT_SUPPORTED, NULL_ARGUMENT};
 
-/// Checks the options every job of one enqueue call shares.
+/// Checks the options every job of one enqueue call shares, and decides the jobs' tenant.
 #[allow(clippy::too_many_arguments)]
 fn job_options(
     kind: Option<&str>,
@@ -38,6 +40,7 @@ fn job_options(
         check_range(max_attempts.into(), "max_attempts", 1, limits::MAX_ATTEMPTS);
     }
     check_object(headers, "headers");
+    let tenant = tenants::tenant_for_new_job(tenant, &tenants::scope());
     let on_conflict = required(on_conflict, "on_conflict");
     if !matches!(on_conflict, "skip" | "replace" | "error") {
         raise(
@@ -53,7 +56,6 @@ fn job_options(
             "unique_key",
             "unique jobs",
         ),
-        (tenant.is_some(), "tenant", "tenants"),
         (group_key.is_some(), "group_key", "job groups"),
     ] {
         if given {
@@ -69,18 +71,20 @@ fn job_options(
         priority: priority as i16,
         max_attempts,
         headers,
+        tenant,
     }
 }
 
 /// Enqueues one job and returns its id. It becomes visible to claims when the caller's
 /// transaction commits, and never exists if it rolls back.
 #[allow(clippy::too_many_arguments)]
-#[pg_extern(volatile, parallel_unsafe)]
+#[pg_extern(volatile, parallel_unsafe, security_definer)]
+#[search_path(pg_catalog, pg_temp)]
 fn jobs_enqueue(
     queue: Option<&str>,
     payload: default!(Option<Jsonb>, "'{}'"),
     kind: default!(Option<&str>, "'default'"),
-    run_at: default!(Option<TimestampWithTimeZone>, "now()"),
+    run_at: default!(Option<TimestampWithTimeZone>, "pg_catalog.now()"),
     priority: default!(Option<i32>, 0),
     max_attempts: default!(Option<i32>, "NULL"),
     headers: default!(Option<Jsonb>, "NULL"),
@@ -90,6 +94,7 @@ fn jobs_enqueue(
     tenant: default!(Option<&str>, "NULL"),
     group_key: default!(Option<&str>, "NULL"),
 ) -> i64 {
+    access::require(Role::Client, "enqueue jobs");
     let queue = queue_arg(queue);
     let payload = required(payload, "payload");
     check_payload_size(payload, || "payload".to_owned());
@@ -110,12 +115,13 @@ fn jobs_enqueue(
 
 /// Enqueues one job per payload in one statement and returns their ids in payload order.
 #[allow(clippy::too_many_arguments)]
-#[pg_extern(volatile, parallel_unsafe)]
+#[pg_extern(volatile, parallel_unsafe, security_definer)]
+#[search_path(pg_catalog, pg_temp)]
 fn jobs_enqueue_batch(
     queue: Option<&str>,
     payloads: Option<JsonbArray>,
     kind: default!(Option<&str>, "'default'"),
-    run_at: default!(Option<TimestampWithTimeZone>, "now()"),
+    run_at: default!(Option<TimestampWithTimeZone>, "pg_catalog.now()"),
     priority: default!(Option<i32>, 0),
     max_attempts: default!(Option<i32>, "NULL"),
     headers: default!(Option<Jsonb>, "NULL"),
@@ -125,6 +131,7 @@ fn jobs_enqueue_batch(
     tenant: default!(Option<&str>, "NULL"),
     group_key: default!(Option<&str>, "NULL"),
 ) -> SetOfIterator<'static, i64> {
+    access::require(Role::Client, "enqueue jobs");
     let queue = queue_arg(queue);
     let payloads = required(payloads, "payloads");
     for (i, payload) in payloads.elements().iter().enumerate() {

@@ -3,6 +3,7 @@
 use pgrx::prelude::*;
 
 use super::args::{check_queue_name, check_range, delay_arg, lease_arg, limits, queue_arg};
+use crate::engine::access::{self, Role};
 use crate::engine::queues::{self, QueueSettings};
 use crate::pg::datum::QueueRow;
 use crate::pg::errors::{raise, required, BAD_ARGUMENT, NOT_SUPPORTED};
@@ -11,7 +12,8 @@ use crate::pg::errors::{raise, required, BAD_ARGUMENT, NOT_SUPPORTED};
 /// as it is (or at its default for a new queue); `rate_limit => 0` and `dead_letter => ''`
 /// clear those settings.
 #[allow(clippy::too_many_arguments)]
-#[pg_extern(volatile, parallel_unsafe)]
+#[pg_extern(volatile, parallel_unsafe, security_definer)]
+#[search_path(pg_catalog, pg_temp)]
 fn jobs_create_queue(
     queue: Option<&str>,
     lease: default!(Option<Interval>, "NULL"),
@@ -24,6 +26,7 @@ fn jobs_create_queue(
     group_concurrency: default!(Option<i32>, "NULL"),
     dead_letter: default!(Option<&str>, "NULL"),
 ) -> QueueRow {
+    access::require(Role::Admin, "create or change queues");
     let queue = queue_arg(queue);
     let lease = lease.map(|lease| lease_arg(&lease, "lease"));
     if let Some(max_attempts) = max_attempts {
@@ -84,21 +87,27 @@ fn jobs_create_queue(
 
 /// Drops a queue and its jobs; refuses while jobs are queued or running unless `force`, while
 /// another queue uses it as its dead-letter queue, and for the default queue.
-#[pg_extern(volatile, parallel_unsafe)]
+#[pg_extern(volatile, parallel_unsafe, security_definer)]
+#[search_path(pg_catalog, pg_temp)]
 fn jobs_drop_queue(queue: Option<&str>, force: default!(Option<bool>, "false")) {
+    access::require(Role::Admin, "drop queues");
     let queue = queue_arg(queue);
     let force = required(force, "force");
     queues::drop(queue, force);
 }
 
 /// Pauses a queue: it keeps accepting jobs but hands none out until resumed.
-#[pg_extern(volatile, parallel_unsafe)]
+#[pg_extern(volatile, parallel_unsafe, security_definer)]
+#[search_path(pg_catalog, pg_temp)]
 fn jobs_pause(queue: Option<&str>) {
+    access::require(Role::Admin, "pause queues");
     queues::set_paused(queue_arg(queue), true);
 }
 
 /// Resumes a paused queue and wakes the claims waiting on it.
-#[pg_extern(volatile, parallel_unsafe)]
+#[pg_extern(volatile, parallel_unsafe, security_definer)]
+#[search_path(pg_catalog, pg_temp)]
 fn jobs_resume(queue: Option<&str>) {
+    access::require(Role::Admin, "resume queues");
     queues::set_paused(queue_arg(queue), false);
 }

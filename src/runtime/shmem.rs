@@ -68,6 +68,7 @@ pub struct Shared {
     slots: [Slot; SLOTS],
     workers: [WorkerStatus; MAX_DATABASES],
     prepared: PreparedStash,
+    tenant_grants: AtomicU64,
 }
 
 impl Shared {
@@ -89,6 +90,11 @@ impl Shared {
     /// Every worker's status entry.
     pub fn workers(&self) -> &[WorkerStatus] {
         &self.workers
+    }
+
+    /// Bumped by every commit that changes tenant grants, so sessions drop what they cached.
+    pub fn tenant_grants(&self) -> &AtomicU64 {
+        &self.tenant_grants
     }
 
     /// The effects of prepared transactions, applied when they are committed or rolled back.

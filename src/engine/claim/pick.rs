@@ -26,6 +26,7 @@ static CANDIDATES: Statement = Statement {
         param("start priority", INT2OID),
         param("start run_at", TIMESTAMPTZOID),
         param("start id", INT8OID),
+        param("tenants", TEXTARRAYOID),
     ],
     columns: &["id", "priority", "run_at"],
 };
@@ -126,7 +127,7 @@ impl Picking<'_> {
         let mut picked = Vec::with_capacity(wanted);
         let mut first_skipped = None;
         loop {
-            let args: [DatumWithOid; 7] = [
+            let args: [DatumWithOid; 8] = [
                 self.queue.into(),
                 limit.into(),
                 self.filter.kinds_arg(),
@@ -136,6 +137,7 @@ impl Picking<'_> {
                     timestamptz_arg(k.run_at)
                 }),
                 start.map(|k| k.id).into(),
+                self.filter.tenants_arg(),
             ];
             let candidates = CANDIDATES.run(client, &args);
             let mut last = None;

@@ -23,6 +23,7 @@ static INSERT: Statement = Statement {
         param("priority", INT2OID),
         param("max_attempts", INT4OID),
         param("headers", JSONBOID),
+        param("tenant", TEXTOID),
     ],
     columns: &["id"],
 };
@@ -38,6 +39,7 @@ static INSERT_BATCH: Statement = Statement {
         param("priority", INT2OID),
         param("max_attempts", INT4OID),
         param("headers", JSONBOID),
+        param("tenant", TEXTOID),
     ],
     columns: &["id"],
 };
@@ -54,6 +56,8 @@ pub struct JobOptions {
     pub max_attempts: Option<i32>,
     /// Carried untouched to every attempt.
     pub headers: Option<Jsonb>,
+    /// The tenant the jobs belong to (checked against the caller's grants).
+    pub tenant: Option<String>,
 }
 
 impl JobOptions {
@@ -63,7 +67,7 @@ impl JobOptions {
         &'a self,
         queue: &'a str,
         payload: DatumWithOid<'a>,
-    ) -> [DatumWithOid<'a>; 7] {
+    ) -> [DatumWithOid<'a>; 8] {
         [
             queue.into(),
             payload,
@@ -72,6 +76,7 @@ impl JobOptions {
             self.priority.into(),
             self.max_attempts.into(),
             self.headers.into(),
+            self.tenant.as_deref().into(),
         ]
     }
 

@@ -10,13 +10,14 @@ use std::collections::{HashMap, HashSet};
 
 use pgrx::datum::{DatumWithOid, Interval};
 use pgrx::pg_sys::{
-    BOOLOID, INT8ARRAYOID, INT8OID, INTERVALOID, JSONBOID, TEXTOID, TIMESTAMPTZOID, UUIDARRAYOID,
-    UUIDOID,
+    BOOLOID, INT8ARRAYOID, INT8OID, INTERVALOID, JSONBOID, TEXTARRAYOID, TEXTOID, TIMESTAMPTZOID,
+    UUIDARRAYOID, UUIDOID,
 };
 use pgrx::spi::SpiClient;
 
 use crate::engine::dead_letter;
 use crate::engine::model::{JobState, Outcome};
+use crate::engine::tenants::TenantScope;
 use crate::engine::transitions;
 use crate::pg::clock::server_now;
 use crate::pg::datum::Jsonb;
@@ -31,6 +32,7 @@ static COMPLETE: Statement = Statement {
         param("lease", UUIDOID),
         param("result", JSONBOID),
         param("now", TIMESTAMPTZOID),
+        param("tenants", TEXTARRAYOID),
         param("state", TEXTOID),
     ],
     columns: &["settled"],
@@ -43,6 +45,7 @@ static COMPLETE_BATCH: Statement = Statement {
         param("ids", INT8ARRAYOID),
         param("leases", UUIDARRAYOID),
         param("now", TIMESTAMPTZOID),
+        param("tenants", TEXTARRAYOID),
         param("state", TEXTOID),
     ],
     columns: &["id", "lease"],
@@ -51,7 +54,11 @@ static COMPLETE_BATCH: Statement = Statement {
 static HELD_STATE: Statement = Statement {
     name: "settle/held_state",
     sql: include_str!("held_state.sql"),
-    params: &[param("ids", INT8ARRAYOID), param("leases", UUIDARRAYOID)],
+    params: &[
+        param("ids", INT8ARRAYOID),
+        param("leases", UUIDARRAYOID),
+        param("tenants", TEXTARRAYOID),
+    ],
     columns: &["id", "state", "lease", "queue"],
 };
 
@@ -65,6 +72,7 @@ static FAIL: Statement = Statement {
         param("retry_in", INTERVALOID),
         param("retry", BOOLOID),
         param("now", TIMESTAMPTZOID),
+        param("tenants", TEXTARRAYOID),
         param("state", TEXTOID),
     ],
     columns: &["state", "queue", "priority", "run_at", "id"],
@@ -79,6 +87,7 @@ static RELEASE: Statement = Statement {
         param("reason", TEXTOID),
         param("retry_in", INTERVALOID),
         param("now", TIMESTAMPTZOID),
+        param("tenants", TEXTARRAYOID),
         param("state", TEXTOID),
     ],
     columns: &["queue", "priority", "run_at", "id"],
@@ -93,6 +102,7 @@ static HEARTBEAT: Statement = Statement {
         param("extend", INTERVALOID),
         param("progress", JSONBOID),
         param("now", TIMESTAMPTZOID),
+        param("tenants", TEXTARRAYOID),
         param("state", TEXTOID),
     ],
     columns: &["renewed"],
@@ -101,11 +111,16 @@ static HEARTBEAT: Statement = Statement {
 /// A settle call's handle on a job: its id and the lease the caller presents.
 pub type Held = (i64, pgrx::Uuid);
 
-/// The state and queue of each job among `held` whose current lease is the one presented.
-fn held_states(client: &SpiClient<'_>, held: &[Held]) -> HashMap<Held, (JobState, String)> {
+/// The state and queue of each job among `held` whose current lease is the one presented
+/// (within the caller's tenant scope).
+fn held_states(
+    client: &SpiClient<'_>,
+    held: &[Held],
+    scope: &TenantScope,
+) -> HashMap<Held, (JobState, String)> {
     let (ids, leases): (Vec<i64>, Vec<pgrx::Uuid>) = held.iter().copied().unzip();
     HELD_STATE
-        .run(client, &[ids.into(), leases.into()])
+        .run(client, &[ids.into(), leases.into(), scope.param()])
         .iter()
         .filter_map(|row| {
             let state = JobState::parse(&row.get::<String>("state")?)?;
@@ -132,14 +147,16 @@ fn run_held(
     client: &SpiClient<'_>,
     statement: &'static Statement,
     (id, lease): Held,
+    scope: &TenantScope,
     mut args: Vec<DatumWithOid<'_>>,
 ) -> Result<Rows, Outcome> {
+    args.push(scope.param());
     args.push(JobState::Running.as_str().into());
     let rows = statement.run(client, &args);
     if !rows.is_empty() {
         return Ok(rows);
     }
-    let held = held_states(client, &[(id, lease)]).remove(&(id, lease));
+    let held = held_states(client, &[(id, lease)], scope).remove(&(id, lease));
     match held {
         Some((JobState::Queued, queue)) => {
             lock_reclaimed(id, &queue);
@@ -149,7 +166,7 @@ fn run_held(
                 return Ok(rows);
             }
             // A claim took it first: the lease is stale now, unless it was cancelled.
-            match held_states(client, &[(id, lease)]).remove(&(id, lease)) {
+            match held_states(client, &[(id, lease)], scope).remove(&(id, lease)) {
                 Some((JobState::Cancelled, _)) => Err(Outcome::Cancelled),
                 _ => Err(Outcome::Lost),
             }
@@ -161,7 +178,12 @@ fn run_held(
 
 /// Extends the lease of a held job (by the claim's lease length unless `extend`) and stores
 /// `progress`: `running`, `cancelled` or `lost`.
-pub fn heartbeat(held: Held, extend: Option<Interval>, progress: Option<Jsonb>) -> Outcome {
+pub fn heartbeat(
+    held: Held,
+    extend: Option<Interval>,
+    progress: Option<Jsonb>,
+    scope: &TenantScope,
+) -> Outcome {
     with_client(|client| {
         let args = vec![
             held.0.into(),
@@ -170,7 +192,7 @@ pub fn heartbeat(held: Held, extend: Option<Interval>, progress: Option<Jsonb>) 
             progress.into(),
             timestamptz_arg(server_now()),
         ];
-        match run_held(client, &HEARTBEAT, held, args) {
+        match run_held(client, &HEARTBEAT, held, scope, args) {
             Ok(_) => Outcome::Running,
             Err(answer) => answer,
         }
@@ -178,7 +200,7 @@ pub fn heartbeat(held: Held, extend: Option<Interval>, progress: Option<Jsonb>) 
 }
 
 /// Marks a held job succeeded, storing `result`: `succeeded`, `cancelled` or `lost`.
-pub fn complete(held: Held, result: Option<Jsonb>) -> Outcome {
+pub fn complete(held: Held, result: Option<Jsonb>, scope: &TenantScope) -> Outcome {
     with_client(|client| {
         let args = vec![
             held.0.into(),
@@ -186,7 +208,7 @@ pub fn complete(held: Held, result: Option<Jsonb>) -> Outcome {
             result.into(),
             timestamptz_arg(server_now()),
         ];
-        match run_held(client, &COMPLETE, held, args) {
+        match run_held(client, &COMPLETE, held, scope, args) {
             Ok(_) => Outcome::Succeeded,
             Err(answer) => answer,
         }
@@ -194,15 +216,16 @@ pub fn complete(held: Held, result: Option<Jsonb>) -> Outcome {
 }
 
 /// Marks many held jobs succeeded in one statement; one outcome per pair, in input order.
-pub fn complete_batch(pairs: &[Held]) -> Vec<(i64, Outcome)> {
+pub fn complete_batch(pairs: &[Held], scope: &TenantScope) -> Vec<(i64, Outcome)> {
     with_client(|client| {
         let now = server_now();
         let complete = |held: &[Held], state: JobState| -> HashSet<Held> {
             let (ids, leases): (Vec<i64>, Vec<pgrx::Uuid>) = held.iter().copied().unzip();
-            let args: [DatumWithOid; 4] = [
+            let args: [DatumWithOid; 5] = [
                 ids.into(),
                 leases.into(),
                 timestamptz_arg(now),
+                scope.param(),
                 state.as_str().into(),
             ];
             COMPLETE_BATCH
@@ -219,7 +242,7 @@ pub fn complete_batch(pairs: &[Held]) -> Vec<(i64, Outcome)> {
                 .collect()
         };
         let mut done = complete(pairs, JobState::Running);
-        let mut states = held_states(client, &missed(&done));
+        let mut states = held_states(client, &missed(&done), scope);
         // Jobs a reclaim put back in the queue under these leases: take their job locks (in id
         // order, against deadlocks) and settle them as queued, as the single form does.
         let mut reclaimed: Vec<(Held, &str)> = states
@@ -234,7 +257,7 @@ pub fn complete_batch(pairs: &[Held]) -> Vec<(i64, Outcome)> {
                 .for_each(|((id, _), queue)| lock_reclaimed(*id, queue));
             let reclaimed: Vec<Held> = reclaimed.into_iter().map(|(pair, _)| pair).collect();
             done.extend(complete(&reclaimed, JobState::Queued));
-            states = held_states(client, &missed(&done));
+            states = held_states(client, &missed(&done), scope);
         }
         pairs
             .iter()
@@ -257,7 +280,13 @@ pub fn complete_batch(pairs: &[Held]) -> Vec<(i64, Outcome)> {
 
 /// Records a failed attempt (Rule 6): `queued` (a retry is scheduled after `retry_in` or the
 /// queue's backoff), `failed` (and dead-lettered), `cancelled` or `lost`.
-pub fn fail(held: Held, error: &str, retry_in: Option<Interval>, retry: bool) -> Outcome {
+pub fn fail(
+    held: Held,
+    error: &str,
+    retry_in: Option<Interval>,
+    retry: bool,
+    scope: &TenantScope,
+) -> Outcome {
     with_client(|client| {
         let args = vec![
             held.0.into(),
@@ -267,7 +296,7 @@ pub fn fail(held: Held, error: &str, retry_in: Option<Interval>, retry: bool) ->
             retry.into(),
             timestamptz_arg(server_now()),
         ];
-        let rows = match run_held(client, &FAIL, held, args) {
+        let rows = match run_held(client, &FAIL, held, scope, args) {
             Ok(rows) => rows,
             Err(answer) => return answer,
         };
@@ -284,7 +313,12 @@ pub fn fail(held: Held, error: &str, retry_in: Option<Interval>, retry: bool) ->
 
 /// Hands a held job back without spending its attempt (Rule 3): `queued`, `cancelled` or
 /// `lost`.
-pub fn release(held: Held, reason: Option<&str>, retry_in: Interval) -> Outcome {
+pub fn release(
+    held: Held,
+    reason: Option<&str>,
+    retry_in: Interval,
+    scope: &TenantScope,
+) -> Outcome {
     with_client(|client| {
         let args = vec![
             held.0.into(),
@@ -293,7 +327,7 @@ pub fn release(held: Held, reason: Option<&str>, retry_in: Interval) -> Outcome 
             retry_in.into(),
             timestamptz_arg(server_now()),
         ];
-        match run_held(client, &RELEASE, held, args) {
+        match run_held(client, &RELEASE, held, scope, args) {
             Ok(rows) => {
                 transitions::queued_rows(&rows);
                 Outcome::Queued

@@ -367,7 +367,7 @@ fn bad_calls_raise_documented_errors_and_change_nothing() {
             .after(format!("SET pg_jobs.max_payload_bytes = {}", size - 1)),
         // Reserved arguments of features not built yet: 0A000, naming the argument.
         bad(format!("SELECT jobs_enqueue('{q}', unique_key => 'k')"), "0A000", "unique_key"),
-        bad(format!("SELECT jobs_enqueue('{q}', tenant => 'acme')"), "0A000", "tenant"),
+        bad(format!("SELECT jobs_enqueue('{q}', tenant => 'a,b')"), "22023", "tenant must be 1 to 255 bytes without commas or surrounding spaces, got 'a,b'"),
         bad(format!("SELECT jobs_enqueue('{q}', group_key => 'g')"), "0A000", "group_key"),
         bad(format!("SELECT jobs_enqueue_batch('{q}', ARRAY['{{}}']::jsonb[], unique_key => 'k')"), "0A000", "unique_key"),
         bad(format!("SELECT jobs_create_queue('{q}', rate_limit => 5)"), "0A000", "rate_limit"),
