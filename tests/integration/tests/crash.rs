@@ -286,17 +286,20 @@ fn crash_and_recover(name: &str, settings: &[&str]) {
 
     // Leases held at the crash (under 2 s) expire and the worker reclaims them, without
     // jobs_reclaim: queued again with the token kept and the attempt spent. That covers the
-    // hanging worker's and the completing workers' claims in flight, and any claim whose
-    // commit made it to disk though its answer did not reach the client.
+    // hanging worker's claims, the completing workers' claims in flight, and any claim whose
+    // commit made it to disk though its answer did not reach the client. On a slow machine the
+    // worker may have reclaimed some before the rows above were read.
+    assert!(
+        !seen.held.is_empty(),
+        "the hanging worker should have held leases at the crash"
+    );
     let running: Vec<i64> = after
         .iter()
-        .filter(|(id, row)| row.0 == "running" && !seen.held_long.contains(id))
+        .filter(|(id, row)| {
+            (row.0 == "running" && !seen.held_long.contains(id)) || seen.held.contains(id)
+        })
         .map(|(id, _)| *id)
         .collect();
-    assert!(
-        seen.held.iter().any(|id| running.contains(id)),
-        "some of the hanging worker's leases should have been live at the crash"
-    );
     wait_until(
         Duration::from_secs(30),
         "the worker to reclaim leases held at the crash",
