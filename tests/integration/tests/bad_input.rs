@@ -191,7 +191,7 @@ fn check(cluster: &Cluster, observer: &mut Client, call: &BadCall) -> Result<(),
                         call.message
                     ));
                 }
-                if call.sqlstate == "42704" {
+                if call.sqlstate == "42704" && call.message.starts_with("queue '") {
                     let hint = db.hint().unwrap_or_default();
                     if !hint.contains("jobs_create_queue(") {
                         problems.push(format!("hint {hint:?} does not say how to create it"));
@@ -314,6 +314,10 @@ fn bad_calls_raise_documented_errors_and_change_nothing() {
         bad(format!("SELECT * FROM jobs_complete_batch(ARRAY[{id}]::bigint[], ARRAY[NULL]::uuid[])"), "22004", "leases[1] must not be NULL"),
         bad("SELECT jobs_cancel(NULL)", "22004", "id must not be NULL"),
         bad("SELECT * FROM jobs_get(NULL)", "22004", "id must not be NULL"),
+        bad("SELECT jobs_grant_tenant(NULL, 'acme')", "22004", "role must not be NULL"),
+        bad("SELECT jobs_grant_tenant('postgres', NULL)", "22004", "tenant must not be NULL"),
+        bad("SELECT jobs_revoke_tenant(NULL, 'acme')", "22004", "role must not be NULL"),
+        bad("SELECT jobs_revoke_tenant('postgres', NULL)", "22004", "tenant must not be NULL"),
         bad(format!("SELECT jobs_retry({id}, run_at => NULL)"), "22004", "run_at must not be NULL"),
         // Arguments out of range: 22023, naming the argument and the range.
         bad(format!("SELECT * FROM jobs_claim('{q}', n => 0)"), "22023", "n must be between 1 and 1000, got 0"),
@@ -368,6 +372,7 @@ fn bad_calls_raise_documented_errors_and_change_nothing() {
         // Reserved arguments of features not built yet: 0A000, naming the argument.
         bad(format!("SELECT jobs_enqueue('{q}', unique_key => 'k')"), "0A000", "unique_key"),
         bad(format!("SELECT jobs_enqueue('{q}', tenant => 'a,b')"), "22023", "tenant must be 1 to 255 bytes without commas or surrounding spaces, got 'a,b'"),
+        bad("SELECT jobs_grant_tenant('postgres', 'a,b')", "22023", "tenant must be 1 to 255 bytes without commas or surrounding spaces, got 'a,b'"),
         bad(format!("SELECT jobs_enqueue('{q}', group_key => 'g')"), "0A000", "group_key"),
         bad(format!("SELECT jobs_enqueue_batch('{q}', ARRAY['{{}}']::jsonb[], unique_key => 'k')"), "0A000", "unique_key"),
         bad(format!("SELECT jobs_create_queue('{q}', rate_limit => 5)"), "0A000", "rate_limit"),
@@ -376,6 +381,8 @@ fn bad_calls_raise_documented_errors_and_change_nothing() {
             .after("BEGIN ISOLATION LEVEL REPEATABLE READ"),
         bad(format!("SELECT * FROM jobs_claim('{q}', wait => '1 second')"), "25000", "REPEATABLE READ or SERIALIZABLE")
             .after("BEGIN ISOLATION LEVEL SERIALIZABLE"),
+        // Unknown roles: 42704.
+        bad("SELECT jobs_grant_tenant('no_such_role', 'acme')", "42704", "role 'no_such_role' does not exist"),
         // Unknown job ids: P0002.
         bad(format!("SELECT jobs_cancel({stale})"), "P0002", format!("no job has id {stale}")),
         bad(format!("SELECT jobs_retry({stale})"), "P0002", format!("no job has id {stale}")),
