@@ -11,7 +11,7 @@ use pgrx::pg_sys;
 use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
 
-use super::{attempt, ClaimRequest, Probe, PROBE};
+use super::{attempt, rate, ClaimRequest, Probe, PROBE};
 use crate::pg::clock::server_now;
 use crate::pg::datum::ClaimedRow;
 use crate::pg::errors::{raise_with_hint, WAIT_NEEDS_READ_COMMITTED};
@@ -71,23 +71,58 @@ pub(super) fn claim_waiting(request: &ClaimRequest<'_>) -> Vec<ClaimedRow> {
     let release_snapshot = claim_function().is_some_and(snapshot::statement_is_lone_call);
     let waiter = Waiter::new(request.queue);
     let mut passed_on: Option<u64> = None;
+    // A token of the queue's rate limit this claim reserved, and from when it may spend it.
+    let mut reserved_at: Option<pg_sys::TimestampTz> = None;
     loop {
         let seen = waiter.generation();
         let now = server_now();
+        if let Some(at) = reserved_at.filter(|at| *at > now) {
+            if now >= deadline {
+                // The wait ran out before the reserved token came.
+                rate::give_back_reservation(request.queue);
+                return Vec::new();
+            }
+            // Woken before the reserved token is paid for: spending it now would beat the
+            // limit, so sleep on until then (or the end of the wait).
+            waiter.sleep(at.min(deadline), waiter.generation());
+            continue;
+        }
+        let prepaid = u32::from(reserved_at.take().is_some());
         // Each attempt runs in a subtransaction that is rolled back when it claims nothing,
-        // so the locks its statements took are gone while we sleep.
+        // so the locks its statements took are gone while we sleep. (The attempt gives back
+        // the tokens it did not use, the prepaid one included.)
         let (rows, probe) = in_subtransaction(|| {
-            let (rows, probe) = attempt(request, now);
+            let (rows, probe) = attempt(request, now, prepaid);
             let keep = !rows.is_empty();
             ((rows, probe), keep)
         });
+        if let Some(Probe {
+            reserved: true,
+            throttled_until: Some(at),
+            ..
+        }) = probe
+        {
+            reserved_at = Some(at);
+        }
         if !rows.is_empty() || now >= deadline {
+            if reserved_at.is_some() {
+                rate::give_back_reservation(request.queue);
+            }
             return rows;
         }
         let mut wake_at = deadline;
         if let Some(Probe {
+            throttled_until: Some(at),
+            ..
+        }) = probe
+        {
+            // The rate limit holds the queue's due jobs back until then (a reserved token, or
+            // the next one): the claim sleeps until it, without polling.
+            wake_at = wake_at.min(at);
+        } else if let Some(Probe {
             paused: false,
             earliest_run_at: Some(run_at),
+            ..
         }) = probe
         {
             if run_at > now {

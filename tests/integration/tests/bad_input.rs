@@ -369,13 +369,20 @@ fn bad_calls_raise_documented_errors_and_change_nothing() {
             .after(format!("SET pg_jobs.max_payload_bytes = {}", size - 1)),
         bad(format!("SELECT jobs_enqueue_batch('{q}', ARRAY['{{}}', '{payload}']::jsonb[])"), "54000", format!("payloads[2] is {size} bytes"))
             .after(format!("SET pg_jobs.max_payload_bytes = {}", size - 1)),
-        // Reserved arguments of features not built yet: 0A000, naming the argument.
-        bad(format!("SELECT jobs_enqueue('{q}', unique_key => 'k')"), "0A000", "unique_key"),
+        // Tenants, unique jobs, groups and rate limits.
         bad(format!("SELECT jobs_enqueue('{q}', tenant => 'a,b')"), "22023", "tenant must be 1 to 255 bytes without commas or surrounding spaces, got 'a,b'"),
         bad("SELECT jobs_grant_tenant('postgres', 'a,b')", "22023", "tenant must be 1 to 255 bytes without commas or surrounding spaces, got 'a,b'"),
-        bad(format!("SELECT jobs_enqueue('{q}', group_key => 'g')"), "0A000", "group_key"),
-        bad(format!("SELECT jobs_enqueue_batch('{q}', ARRAY['{{}}']::jsonb[], unique_key => 'k')"), "0A000", "unique_key"),
-        bad(format!("SELECT jobs_create_queue('{q}', rate_limit => 5)"), "0A000", "rate_limit"),
+        bad(format!("SELECT jobs_enqueue('{q}', unique_key => '')"), "22023", "unique_key must be 1 to 512 bytes long, got 0 bytes"),
+        bad(format!("SELECT jobs_enqueue('{q}', unique_key => repeat('k', 513))"), "22023", "unique_key must be 1 to 512 bytes long, got 513 bytes"),
+        bad(format!("SELECT jobs_enqueue('{q}', unique_for => '1 hour')"), "22023", "unique_for needs a unique_key"),
+        bad(format!("SELECT jobs_enqueue('{q}', unique_key => 'k', unique_for => '-1 second')"), "22023", "unique_for must be at least 0 and at most 100 years"),
+        bad(format!("SELECT jobs_enqueue('{q}', group_key => '')"), "22023", "group_key must be 1 to 255 bytes long, got 0 bytes"),
+        bad(format!("SELECT * FROM jobs_enqueue_batch('{q}', ARRAY['{{}}', '{{}}']::jsonb[], unique_keys => ARRAY['a'])"), "22023", "unique_keys must have one element per payload, got 1 for 2 payloads"),
+        bad(format!("SELECT * FROM jobs_enqueue_batch('{q}', ARRAY['{{}}']::jsonb[], group_keys => ARRAY[''])"), "22023", "group_keys[1] must be 1 to 255 bytes long, got 0 bytes"),
+        bad(format!("SELECT jobs_create_queue('{q}', rate_limit => -1)"), "22023", "rate_limit must be a number of claims per second above 0"),
+        bad(format!("SELECT jobs_create_queue('{q}', rate_limit => 'infinity')"), "22023", "rate_limit must be a number of claims per second above 0"),
+        bad(format!("SELECT jobs_create_queue('{q}', rate_burst => 0.5)"), "22023", "rate_burst must be a number of jobs of at least 1"),
+        bad(format!("SELECT jobs_create_queue('{q}', group_concurrency => 0)"), "22023", "group_concurrency must be between 1 and 10000, got 0"),
         // A waiting claim under REPEATABLE READ or SERIALIZABLE: 25000.
         bad(format!("SELECT * FROM jobs_claim('{q}', wait => '1 second')"), "25000", "REPEATABLE READ or SERIALIZABLE")
             .after("BEGIN ISOLATION LEVEL REPEATABLE READ"),

@@ -440,7 +440,7 @@ fn concurrent_claimers_get_every_job_exactly_once_without_waiting() {
     let queue = unique_queue(&mut setup, "exclusive", "lease => '1 hour'");
     let enqueued: Vec<i64> = setup
         .query(
-            "SELECT jobs_enqueue_batch($1, ARRAY(
+            "SELECT id FROM jobs_enqueue_batch($1, ARRAY(
                  SELECT jsonb_build_object('n', g) FROM generate_series(1, $2) AS g))",
             &[&queue, &JOBS],
         )
@@ -772,7 +772,7 @@ fn claims_racing_reclaim_and_cancel_never_complete_a_job_twice() {
     );
     let ids: Vec<i64> = setup
         .query(
-            "SELECT jobs_enqueue_batch($1, ARRAY(
+            "SELECT id FROM jobs_enqueue_batch($1, ARRAY(
                  SELECT jsonb_build_object('n', g) FROM generate_series(1, $2) AS g))",
             &[&queue, &JOBS],
         )

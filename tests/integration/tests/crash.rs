@@ -111,7 +111,7 @@ fn crash_and_recover(name: &str, settings: &[&str]) {
     // A backlog, so every kind of worker below finds work at any moment.
     let backlog: Vec<i64> = admin
         .query(
-            "SELECT jobs_enqueue_batch('crash', array_fill('{}'::jsonb, ARRAY[2000]))",
+            "SELECT id FROM jobs_enqueue_batch('crash', array_fill('{}'::jsonb, ARRAY[2000]))",
             &[],
         )
         .unwrap()

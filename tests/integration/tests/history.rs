@@ -853,7 +853,7 @@ fn produce(process: usize, shared: Arc<Shared>, seed: u64, jobs: u64) -> Vec<Op>
             let payloads: Vec<String> =
                 tags.iter().map(|t| format!("'{{\"tag\": {t}}}'")).collect();
             format!(
-                "SELECT jobs_enqueue_batch('{QUEUE}', ARRAY[{}]::jsonb[], max_attempts => {max_attempts})",
+                "SELECT id FROM jobs_enqueue_batch('{QUEUE}', ARRAY[{}]::jsonb[], max_attempts => {max_attempts})",
                 payloads.join(",")
             )
         };

@@ -852,7 +852,7 @@ fn rolled_back_calls_leave_no_trace() {
         .get(0);
     let batch: Vec<i64> = tx
         .query(
-            "SELECT jobs_enqueue_batch($1::text, ARRAY['{\"n\": 2}', '{\"n\": 3}']::jsonb[])",
+            "SELECT id FROM jobs_enqueue_batch($1::text, ARRAY['{\"n\": 2}', '{\"n\": 3}']::jsonb[])",
             &[&queue],
         )
         .unwrap()
@@ -1540,7 +1540,7 @@ fn headers_reach_every_attempt_untouched() {
 
     let batch: Vec<i64> = client
         .query(
-            "SELECT jobs_enqueue_batch($1::text, ARRAY['{}', '{}']::jsonb[], headers => $2::jsonb)",
+            "SELECT id FROM jobs_enqueue_batch($1::text, ARRAY['{}', '{}']::jsonb[], headers => $2::jsonb)",
             &[&queue, &headers],
         )
         .unwrap()
