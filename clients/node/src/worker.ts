@@ -191,7 +191,9 @@ function errorText(error: unknown): string {
 
 /**
  * Sends a CancelRequest for the statement `client` is running, over a connection of its own to
- * the same server (or pooler: PgBouncer forwards it to the server connection it lent).
+ * the same server (or pooler: PgBouncer forwards it to the server connection it lent). Like
+ * libpq, it then waits for the other end to close that connection: PgBouncer 1.18 exits with
+ * "bad client state" when a cancelling client hangs up before it has forwarded the request.
  */
 function cancelStatement(client: PoolClient): Promise<void> {
   const c = client as unknown as { processID: number | null; secretKey: number | null; host: string; port: number };
@@ -200,7 +202,9 @@ function cancelStatement(client: PoolClient): Promise<void> {
     const socket = c.host?.startsWith('/')
       ? net.connect(`${c.host}/.s.PGSQL.${c.port}`)
       : net.connect(c.port, c.host || 'localhost');
+    const timer = setTimeout(() => socket.destroy(), 5_000);
     const done = () => {
+      clearTimeout(timer);
       socket.destroy();
       resolve();
     };
@@ -210,8 +214,9 @@ function cancelStatement(client: PoolClient): Promise<void> {
       message.writeInt32BE(80877102, 4); // the CancelRequest code
       message.writeInt32BE(c.processID!, 8);
       message.writeInt32BE(c.secretKey!, 12);
-      socket.end(message);
+      socket.write(message);
     });
+    socket.on('data', () => undefined);
     socket.on('close', done);
     socket.on('error', done);
   });
