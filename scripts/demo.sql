@@ -30,4 +30,4 @@ SELECT id, jobs_complete(id, lease) AS outcome FROM claimed;
 DROP TABLE claimed;
 
 \echo '-- queue stats (also as Prometheus text: SELECT jobs_metrics())'
-SELECT queue, queued, running, succeeded, failed, cancelled FROM jobs.queue_stats WHERE queue = 'demo';
+SELECT queue, ready, scheduled, running, succeeded, failed, cancelled FROM jobs.queue_stats WHERE queue = 'demo';

@@ -1,27 +1,25 @@
 //! pg_jobs: a durable job queue inside PostgreSQL.
 //!
 //! Claim, lease renewal, settle, backoff and reclaim are SQL functions; a background worker
-//! reclaims expired leases, purges old jobs and wakes waiting claims. This file only wires the
-//! modules together; each concern lives in its own module.
+//! reclaims expired leases, purges old jobs and wakes waiting claims. The layers, each a folder,
+//! depend on each other one way only (README "How it works"):
+//!
+//! * `api` — the `#[pg_extern]` functions and their argument checks; nothing imports it;
+//! * `worker` — the background worker's loop and tick;
+//! * `engine` — the model: states, transitions, the claim pipeline, settle, reclaim, backoff;
+//! * `runtime` — shared memory, claim floors, wake-ups, locks, transaction effects;
+//! * `storage` — declared SQL statements run as kept SPI plans;
+//! * `pg` — PostgreSQL plumbing: errors, settings, datums, the clock, version shims.
+//!
+//! This file only wires them together.
 
 use pgrx::prelude::*;
 
-mod backoff;
-mod claim;
-mod datum;
-mod enqueue;
-mod errors;
-mod floor;
-mod guc;
-mod lease;
-mod locks;
-mod metrics;
-mod operate;
-mod queue;
-mod settle;
-mod shmem;
-mod spi;
-mod wakeup;
+mod api;
+mod engine;
+mod pg;
+mod runtime;
+mod storage;
 mod worker;
 
 #[cfg(any(test, feature = "pg_test"))]
@@ -30,16 +28,20 @@ mod tests;
 ::pgrx::pg_module_magic!();
 
 extension_sql_file!("../sql/schema.sql", name = "schema", bootstrap);
+extension_sql_file!("../sql/finalize.sql", name = "finalize", finalize);
 
-/// Library entry point: settings and the transaction callback in every process; shared memory
+/// Library entry point: settings and the transaction callbacks in every process; shared memory
 /// and the background worker only while preloading.
 #[pg_guard]
 pub extern "C-unwind" fn _PG_init() {
-    guc::register();
-    wakeup::register_callback();
+    pg::errors::quiet_backtraces();
+    pg::errors::install_privilege_hints();
+    pg::settings::register();
+    runtime::effects::register_callbacks();
+    engine::tenants::register_callbacks();
     // SAFETY: a flag Postgres sets while it loads shared_preload_libraries.
     if unsafe { pg_sys::process_shared_preload_libraries_in_progress } {
-        shmem::request();
+        runtime::shmem::request();
         worker::register();
     }
 }

@@ -1,8 +1,8 @@
 //! Test harness for pg_jobs: throwaway PostgreSQL clusters with the extension preloaded, and
 //! helpers to talk to them over real connections.
 //!
-//! Every test binary gets its own cluster (see [`Cluster::shared`]), started from the system's
-//! PostgreSQL 15 with the installed extension (`cargo pgrx install` runs first, from
+//! Every test binary gets its own cluster (see [`Cluster::shared`]), started from the PostgreSQL
+//! installation [`pg_bin`] names, with the installed extension (`cargo pgrx install` runs first, from
 //! `scripts/test`). Tests in one binary run in parallel and keep apart by using their own
 //! queues ([`unique_queue`]).
 
@@ -15,11 +15,26 @@ use std::time::{Duration, Instant};
 
 pub use postgres::{Client, NoTls};
 
-/// Where the PostgreSQL binaries live; `PG_JOBS_PG_BIN` overrides it.
-fn pg_bin() -> PathBuf {
-    std::env::var_os("PG_JOBS_PG_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/usr/lib/postgresql/15/bin"))
+/// Where the PostgreSQL binaries live: `PG_JOBS_PG_BIN` (which scripts/common.sh exports from
+/// its one setting of the major version), else Debian's directory for `PG_JOBS_PG_MAJOR`
+/// (default 15).
+pub fn pg_bin() -> PathBuf {
+    if let Some(bin) = std::env::var_os("PG_JOBS_PG_BIN") {
+        return PathBuf::from(bin);
+    }
+    let major = std::env::var("PG_JOBS_PG_MAJOR").unwrap_or_else(|_| "15".to_owned());
+    PathBuf::from(format!("/usr/lib/postgresql/{major}/bin"))
+}
+
+/// A directory of the PostgreSQL installation the tests run, as its `pg_config` reports it
+/// (`--pkglibdir`, `--sharedir`, ...).
+pub fn pg_config_dir(option: &str) -> PathBuf {
+    let output = Command::new(pg_bin().join("pg_config"))
+        .arg(option)
+        .output()
+        .unwrap_or_else(|e| panic!("run pg_config {option}: {e}"));
+    assert!(output.status.success(), "pg_config {option} failed");
+    PathBuf::from(String::from_utf8_lossy(&output.stdout).trim())
 }
 
 fn running_as_root() -> bool {
@@ -77,6 +92,8 @@ pub struct Cluster {
     pub base: PathBuf,
     /// The TCP port it listens on (localhost only).
     pub port: u16,
+    /// Variables set in the server's environment.
+    env: Vec<(String, String)>,
 }
 
 /// Settings every test cluster gets: pg_jobs preloaded with a fast worker tick.
@@ -109,6 +126,12 @@ impl Cluster {
 
     /// Creates and starts a new cluster with `settings` appended to postgresql.conf.
     pub fn start(name: &str, settings: &[&str]) -> Cluster {
+        Cluster::start_with_env(name, settings, &[])
+    }
+
+    /// [`Cluster::start`], with `env` set in the server's environment (as on machines where
+    /// `RUST_BACKTRACE=1` is set for every process).
+    pub fn start_with_env(name: &str, settings: &[&str], env: &[(&str, &str)]) -> Cluster {
         let root = std::env::var_os("PG_JOBS_TEST_DIR")
             .map(PathBuf::from)
             .unwrap_or_else(|| PathBuf::from("/var/tmp/pg_jobs-tests"));
@@ -150,7 +173,15 @@ impl Cluster {
         }
         append_as_owner(&data.join("postgresql.conf"), &conf);
 
-        let cluster = Cluster { data, base, port };
+        let cluster = Cluster {
+            data,
+            base,
+            port,
+            env: env
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+        };
         RUNNING.lock().unwrap().push(cluster.data.clone());
         static AT_EXIT: OnceLock<()> = OnceLock::new();
         AT_EXIT.get_or_init(|| {
@@ -163,6 +194,7 @@ impl Cluster {
 
     fn pg_ctl_start(&self) {
         let mut start = pg_command("pg_ctl");
+        start.envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
         start
             .args(["start", "-w", "-t", "60", "-D"])
             .arg(&self.data)
@@ -189,12 +221,24 @@ impl Cluster {
         std::fs::read_to_string(self.base.join("log")).unwrap_or_default()
     }
 
-    /// A connection string for `database`.
+    /// A connection string for `database`, as the superuser `postgres`.
     pub fn dsn(&self, database: &str) -> String {
+        self.dsn_as("postgres", database)
+    }
+
+    /// A connection string for `database`, logging in as `role` (the clusters trust local
+    /// connections, so any login role can connect).
+    pub fn dsn_as(&self, role: &str, database: &str) -> String {
         format!(
-            "host=localhost port={} user=postgres dbname={database} connect_timeout=10",
+            "host=localhost port={} user={role} dbname={database} connect_timeout=10",
             self.port
         )
+    }
+
+    /// A new connection to database `postgres` as the login role `role`.
+    pub fn connect_as(&self, role: &str) -> Client {
+        Client::connect(&self.dsn_as(role, "postgres"), NoTls)
+            .unwrap_or_else(|e| panic!("connect as {role}: {e}"))
     }
 
     /// A new connection to database `postgres`.

@@ -156,9 +156,10 @@ struct Fixture {
     stale: i64,
 }
 
-fn fixture(client: &mut Client) -> Fixture {
-    let dead_letter = "bad-input-dead".to_owned();
-    let queue = "bad-input".to_owned();
+/// Creates the fixture queues `name` and `name-dead` (its dead-letter queue) and their jobs.
+fn fixture(client: &mut Client, name: &str) -> Fixture {
+    let dead_letter = format!("{name}-dead");
+    let queue = name.to_owned();
     client
         .batch_execute(&format!(
             "SELECT jobs_create_queue('{dead_letter}');
@@ -206,7 +207,7 @@ fn bad_calls_raise_documented_errors_and_change_nothing() {
     let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let cluster = Cluster::shared();
     let mut observer = cluster.connect();
-    let f = fixture(&mut observer);
+    let f = fixture(&mut observer, "bad-input");
     let (q, dl, stale) = (&f.queue, &f.dead_letter, f.stale);
     let (id, lease) = f.running;
     let (payload, size) = sized_payload(&mut observer);
@@ -264,7 +265,7 @@ fn bad_calls_raise_documented_errors_and_change_nothing() {
         bad("SELECT * FROM jobs_list(queue => 'a/b')", "22023", "queue must be 1 to 63 characters"),
         bad(format!("SELECT jobs_enqueue('{q}', headers => '[1]')"), "22023", "headers must be a JSON object"),
         bad(format!("SELECT jobs_enqueue_batch('{q}', ARRAY['{{}}']::jsonb[], headers => '\"x\"')"), "22023", "headers must be a JSON object"),
-        bad("SELECT * FROM jobs_list(state => 'done')", "22023", "state must be one of queued, running, succeeded, failed, cancelled, got 'done'"),
+        bad("SELECT * FROM jobs_list(state => 'done')", "22023", "state must be one of queued, ready, scheduled, running, succeeded, failed, cancelled, got 'done'"),
         bad("SELECT * FROM jobs_list(\"limit\" => 0)", "22023", "limit must be between 1 and 10000, got 0"),
         bad("SELECT * FROM jobs_list(\"limit\" => 10001)", "22023", "limit must be between 1 and 10000, got 10001"),
         bad(format!("SELECT jobs_enqueue('{q}', priority => 32768)"), "22023", "priority must be between -32768 and 32767, got 32768"),
@@ -293,7 +294,7 @@ fn bad_calls_raise_documented_errors_and_change_nothing() {
             .after(format!("SET pg_jobs.max_payload_bytes = {}", size - 1)),
         // Reserved arguments of features not built yet: 0A000, naming the argument.
         bad(format!("SELECT jobs_enqueue('{q}', unique_key => 'k')"), "0A000", "unique_key"),
-        bad(format!("SELECT jobs_enqueue('{q}', tenant => 'acme')"), "0A000", "tenant"),
+        bad(format!("SELECT jobs_enqueue('{q}', tenant => 'a,b')"), "22023", "tenant must be 1 to 255 bytes without commas or surrounding spaces, got 'a,b'"),
         bad(format!("SELECT jobs_enqueue('{q}', group_key => 'g')"), "0A000", "group_key"),
         bad(format!("SELECT jobs_enqueue_batch('{q}', ARRAY['{{}}']::jsonb[], unique_key => 'k')"), "0A000", "unique_key"),
         bad(format!("SELECT jobs_create_queue('{q}', rate_limit => 5)"), "0A000", "rate_limit"),
@@ -490,4 +491,243 @@ fn payload_limit_is_the_jsonb_size_to_the_byte() {
         &[&queue],
     );
     assert_eq!(jobs, 0);
+}
+
+/// The inputs a new user found that broke pg_jobs (issue 9): each is refused with the SQLSTATE
+/// and a message naming the argument, and changes nothing (tables and shared memory alike are
+/// checked by [`check`]).
+#[test]
+fn odd_values_a_new_user_pastes_are_refused() {
+    let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let cluster = Cluster::shared();
+    let mut observer = cluster.connect();
+    let f = fixture(&mut observer, "odd-input");
+    let (q, dl, stale) = (&f.queue, &f.dead_letter, f.stale);
+    let (id, lease) = f.running;
+    let worker_256 = "w".repeat(256);
+    let progress = json!({ "pad": "x".repeat(300) }).to_string();
+
+    #[rustfmt::skip]
+    let calls = vec![
+        // Times must be finite: an infinite run_at blinded monitoring or blocked a drop forever.
+        bad(format!("SELECT jobs_enqueue('{q}', run_at => '-infinity')"), "22023", "run_at must be a finite time, got '-infinity'"),
+        bad(format!("SELECT jobs_enqueue('{q}', run_at => 'infinity')"), "22023", "run_at must be a finite time, got 'infinity'"),
+        bad(format!("SELECT jobs_enqueue_batch('{q}', ARRAY['{{}}']::jsonb[], run_at => '-infinity')"), "22023", "run_at must be a finite time"),
+        bad(format!("SELECT jobs_retry({stale}, '-infinity')"), "22023", "run_at must be a finite time, got '-infinity'"),
+        bad(format!("SELECT jobs_retry({stale}, 'infinity')"), "22023", "run_at must be a finite time, got 'infinity'"),
+        // A chain of dead-letter queues that leads back to the queue.
+        bad(format!("SELECT jobs_create_queue('{dl}', dead_letter => '{q}')"), "22023", format!("dead_letter '{q}' would make a cycle of dead-letter queues: {dl} -> {q} -> {dl}")),
+        // Intervals judged by the timestamp they yield: a month is never "30 days" here, and
+        // '-1 mon 27 days' lies 1 to 4 days in the past whatever today's date.
+        bad(format!("SELECT * FROM jobs_claim('{q}', lease => '-1 mon 27 days')"), "22023", "lease must be greater than 0 and at most 7 days, got '-1 mons +27 days'"),
+        bad(format!("SELECT jobs_create_queue('{q}', lease => '-1 mon 27 days')"), "22023", "lease must be greater than 0 and at most 7 days"),
+        bad(format!("SELECT jobs_heartbeat({id}, '{lease}', extend => '-1 mon 27 days')"), "22023", "extend must be greater than 0 and at most 7 days"),
+        bad(format!("SELECT * FROM jobs_claim('{q}', lease => '1 mon')"), "22023", "lease must be greater than 0 and at most 7 days, got '1 mon'"),
+        bad(format!("SELECT jobs_fail({id}, '{lease}', 'boom', retry_in => '-1 mon 27 days')"), "22023", "retry_in must be at least 0 and at most 100 years"),
+        bad(format!("SELECT jobs_create_queue('{q}', retention => '-1 year 300 days')"), "22023", "retention must be at least 0 and at most 100 years"),
+        bad(format!("SELECT jobs_create_queue('{q}', backoff_max => '200 years')"), "22023", "backoff_max must be at least 0 and at most 100 years"),
+        bad(format!("SELECT jobs_create_queue('{q}', backoff_base => '1 minute', backoff_max => '30 seconds')"), "22023", "backoff_max must be at least backoff_base, got backoff_base '00:01:00' and backoff_max '00:00:30'"),
+        // jobs.backoff_delay: the same ranges as the queue settings it serves.
+        bad("SELECT jobs.backoff_delay('-1 second', '1 hour', 0.1, 1)", "22023", "base must be at least 0 and at most 100 years, got '-00:00:01'"),
+        bad("SELECT jobs.backoff_delay('1 second', '1 hour', 5, 1)", "22023", "jitter must be between 0 and 1, got 5"),
+        bad("SELECT jobs.backoff_delay('1 second', '1 hour', -5, 1)", "22023", "jitter must be between 0 and 1, got -5"),
+        bad("SELECT jobs.backoff_delay('1 second', '1 hour', 'NaN', 1)", "22023", "jitter must be between 0 and 1, got NaN"),
+        bad("SELECT jobs.backoff_delay('1000000 years', '2000000 years', 0, 100)", "22023", "base must be at least 0 and at most 100 years"),
+        bad("SELECT jobs.backoff_delay('1 hour', '1 second', 0, 1)", "22023", "max must be at least base"),
+        bad("SELECT jobs.backoff_delay('1 second', '1 hour', 0, 0)", "22023", "attempt must be at least 1, got 0"),
+        // Bounded texts and values.
+        bad(format!("SELECT * FROM jobs_claim('{q}', kinds => ARRAY[''])"), "22023", "kinds[1] must be 1 to 255 bytes long, got 0 bytes"),
+        bad(format!("SELECT * FROM jobs_claim('{q}', kinds => ARRAY['a', NULL, repeat('k', 256)])"), "22023", "kinds[3] must be 1 to 255 bytes long, got 256 bytes"),
+        bad(format!("SELECT jobs_enqueue('{q}', kind => '')"), "22023", "kind must be 1 to 255 bytes long, got 0 bytes"),
+        bad(format!("SELECT * FROM jobs_claim('{q}', worker => '{worker_256}')"), "22023", "worker must be 1 to 255 bytes long, got 256 bytes"),
+        bad(format!("SELECT * FROM jobs_claim('{q}', worker => '')"), "22023", "worker must be 1 to 255 bytes long, got 0 bytes"),
+        bad(format!("SELECT jobs_heartbeat({id}, '{lease}', progress => '{progress}')"), "54000", "progress is")
+            .after("SET pg_jobs.max_payload_bytes = 100"),
+        bad(format!("SELECT jobs_complete({id}, '{lease}', '{progress}')"), "54000", "result is")
+            .after("SET pg_jobs.max_payload_bytes = 100"),
+        bad(format!("SELECT jobs_enqueue('{q}', headers => '{progress}')"), "54000", "headers is")
+            .after("SET pg_jobs.max_payload_bytes = 100"),
+        // The default queue exists: it cannot be dropped.
+        bad("SELECT jobs_drop_queue('default')", "55000", "the default queue cannot be dropped"),
+        bad("SELECT jobs_drop_queue('default', force => true)", "55000", "the default queue cannot be dropped"),
+    ];
+    let failures: Vec<String> = calls
+        .iter()
+        .filter_map(|call| {
+            check(cluster, &mut observer, call)
+                .err()
+                .map(|problem| format!("{}\n    {problem}", call.sql))
+        })
+        .collect();
+    assert!(
+        failures.is_empty(),
+        "{} of {} odd values misbehaved:\n{}",
+        failures.len(),
+        calls.len(),
+        failures.join("\n")
+    );
+}
+
+/// An accepted interval with months is applied exactly as it was judged: a lease of
+/// `'1 mon -27 days'` (1 to 4 days, depending on the month) ends that long after the claim,
+/// never in the past.
+#[test]
+fn a_lease_with_months_ends_as_long_after_the_claim_as_it_was_judged() {
+    let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let mut client = Cluster::shared().connect();
+    let queue = pg_jobs_tests::unique_queue(&mut client, "month-lease", "");
+    enqueue(&mut client, &queue, json!({}));
+    let held = claim(&mut client, &queue, 1, ", lease => '1 mon -27 days'");
+    assert_eq!(held.len(), 1);
+    let (length_ok, future): (bool, bool) = {
+        let row = client
+            .query_one(
+                "SELECT lease_until - started_at = (started_at + interval '1 mon -27 days') - started_at,
+                        lease_until > now() + interval '1 day'
+                   FROM jobs.job WHERE id = $1",
+                &[&held[0].id],
+            )
+            .unwrap();
+        (row.get(0), row.get(1))
+    };
+    assert!(
+        length_ok,
+        "lease_until must be the claim time plus the lease as the server applies it"
+    );
+    assert!(future, "an accepted lease never ends in the past");
+}
+
+/// Texts pg_jobs must never refuse (a worker's error message) are kept cut to their limit.
+#[test]
+fn long_error_and_reason_texts_are_kept_cut_to_their_limits() {
+    let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let mut client = Cluster::shared().connect();
+    let queue = pg_jobs_tests::unique_queue(&mut client, "long-texts", "");
+    let id = enqueue(&mut client, &queue, json!({}));
+    let held = claim(&mut client, &queue, 1, "");
+    let error = "e".repeat(1_000_000);
+    let answer: String = scalar(
+        &mut client,
+        "SELECT jobs_fail($1, $2, $3, retry_in => '0')",
+        &[&id, &held[0].lease, &error],
+    );
+    assert_eq!(answer, "queued");
+    let kept: String = scalar(
+        &mut client,
+        "SELECT errors -> -1 ->> 'error' FROM jobs.job WHERE id = $1",
+        &[&id],
+    );
+    assert!(
+        kept.len() <= 8 * 1024,
+        "kept {} bytes of the error",
+        kept.len()
+    );
+    assert!(kept.starts_with("eeee") && kept.ends_with("more bytes cut by pg_jobs]"));
+    let held = claim(&mut client, &queue, 1, "");
+    let answer: String = scalar(
+        &mut client,
+        "SELECT jobs_release($1, $2, $3)",
+        &[&id, &held[0].lease, &"r".repeat(100_000)],
+    );
+    assert_eq!(answer, "queued");
+    let reason_bytes: i32 = scalar(
+        &mut client,
+        "SELECT octet_length(release_reason) FROM jobs.job WHERE id = $1",
+        &[&id],
+    );
+    assert!(
+        reason_bytes <= 1024,
+        "kept {reason_bytes} bytes of the reason"
+    );
+}
+
+/// One row with infinite times (written behind the functions' back, or by an older version)
+/// must not make monitoring fail for every queue.
+#[test]
+fn monitoring_survives_a_row_with_infinite_times() {
+    let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let mut client = Cluster::shared().connect();
+    let queue = pg_jobs_tests::unique_queue(&mut client, "infinite-row", "");
+    let ids: Vec<i64> = ["-infinity", "infinity"]
+        .iter()
+        .map(|at| {
+            scalar(
+                &mut client,
+                &format!(
+                    "INSERT INTO jobs.job (queue, max_attempts, run_at) VALUES ($1, 5, '{at}') RETURNING id"
+                ),
+                &[&queue],
+            )
+        })
+        .collect();
+    let ready: i64 = scalar(
+        &mut client,
+        "SELECT ready FROM jobs.queue_stats WHERE queue = $1",
+        &[&queue],
+    );
+    assert_eq!(
+        ready, 1,
+        "the -infinity job is ready; the view still answers"
+    );
+    let metrics: String = scalar(&mut client, "SELECT jobs_metrics()", &[]);
+    assert!(metrics.contains(&format!(
+        "pg_jobs_jobs{{queue=\"{queue}\",state=\"scheduled\"}} 1"
+    )));
+    client
+        .execute("DELETE FROM jobs.job WHERE id = ANY($1)", &[&ids])
+        .unwrap();
+}
+
+/// Expected errors are sentences, never Rust backtraces, whatever the server's environment
+/// (`RUST_BACKTRACE=1` is set on these machines): neither pg_jobs's own errors nor
+/// PostgreSQL's errors raised inside pg_jobs's statements carry one, and pg_jobs's own errors
+/// point at the code that raised them, not at the error helper.
+#[test]
+fn errors_carry_no_backtrace_whatever_the_environment() {
+    let cluster = Cluster::start_with_env(
+        "backtrace",
+        pg_jobs_tests::TEST_SETTINGS,
+        &[("RUST_BACKTRACE", "1")],
+    );
+    let mut admin = cluster.connect();
+    admin
+        .batch_execute(
+            "CREATE EXTENSION pg_jobs;
+             SELECT jobs_create_queue('bt');
+             CREATE ROLE nobody LOGIN;",
+        )
+        .unwrap();
+    let cases: [(&str, &str, &str); 3] = [
+        ("SELECT * FROM jobs_claim('bt', n => 0)", "22023", ""),
+        (
+            "SELECT * FROM jobs_claim('bt', wait => '5 seconds')",
+            "57014",
+            "SET statement_timeout = '200ms'",
+        ),
+        ("SELECT jobs_enqueue('bt')", "42501", "SET ROLE nobody"),
+    ];
+    for (sql, sqlstate, setup) in cases {
+        let mut client = cluster.connect();
+        if !setup.is_empty() {
+            client.batch_execute(setup).unwrap();
+        }
+        let error = client.batch_execute(sql).expect_err(sql);
+        let db = error.as_db_error().expect("a server error");
+        assert_eq!(db.code().code(), sqlstate, "{sql}: {}", db.message());
+        let detail = db.detail().unwrap_or_default();
+        assert!(
+            !detail.contains("backtrace")
+                && !detail.contains("rust_begin_unwind")
+                && !detail.contains("  0: "),
+            "{sql}: DETAIL carries a backtrace:\n{detail}"
+        );
+        if sqlstate == "22023" {
+            let file = db.file().unwrap_or_default();
+            assert!(
+                !file.ends_with("errors.rs"),
+                "{sql}: LOCATION points at the error helper ({file}:{:?})",
+                db.line()
+            );
+        }
+    }
 }

@@ -7,9 +7,10 @@ use std::process::Command;
 
 use pg_jobs_tests::{Cluster, TEST_SETTINGS};
 
-/// Where Debian's postgresql-server-dev-15 ships the isolation tester.
-const ISOLATION_REGRESS: &str =
-    "/usr/lib/postgresql/15/lib/pgxs/src/test/isolation/pg_isolation_regress";
+/// Where the PostgreSQL installation under test keeps the isolation tester.
+fn isolation_regress() -> PathBuf {
+    pg_jobs_tests::pg_config_dir("--pkglibdir").join("pgxs/src/test/isolation/pg_isolation_regress")
+}
 
 #[test]
 fn isolation_specs_match_their_expected_interleavings() {
@@ -26,7 +27,7 @@ fn isolation_specs_match_their_expected_interleavings() {
     let specs = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../isolation");
     let output = cluster.base.join("isolation");
     std::fs::create_dir_all(&output).unwrap();
-    let run = Command::new(ISOLATION_REGRESS)
+    let run = Command::new(isolation_regress())
         .arg("--use-existing")
         .arg("--host=localhost")
         .arg(format!("--port={}", cluster.port))
@@ -35,9 +36,9 @@ fn isolation_specs_match_their_expected_interleavings() {
         .arg(format!("--inputdir={}", specs.display()))
         .arg(format!("--outputdir={}", output.display()))
         .arg(format!("--schedule={}", specs.join("schedule").display()))
-        .arg("--bindir=/usr/lib/postgresql/15/bin")
+        .arg(format!("--bindir={}", pg_jobs_tests::pg_bin().display()))
         .output()
-        .expect("run pg_isolation_regress (package postgresql-server-dev-15)");
+        .expect("run pg_isolation_regress (Debian ships it with postgresql-server-dev-N)");
     let diffs = std::fs::read_to_string(output.join("regression.diffs")).unwrap_or_default();
     assert!(
         run.status.success(),

@@ -1230,7 +1230,7 @@ fn queue_settings_pause_resume_and_drop() {
     let (paused, queued): (bool, i64) = {
         let row = client
             .query_one(
-                "SELECT paused, queued FROM jobs.queue_stats WHERE queue = $1",
+                "SELECT paused, ready + scheduled FROM jobs.queue_stats WHERE queue = $1",
                 &[&queue],
             )
             .unwrap();
@@ -1426,27 +1426,34 @@ fn get_list_stats_and_metrics_report_the_jobs() {
         "22023"
     );
 
-    // jobs.queue_stats: queued counts every queued job, scheduled those not yet due.
+    // jobs.queue_stats: ready counts the queued jobs that are due, scheduled those not yet
+    // due, so the states add up to the queue's jobs.
     let row = client
         .query_one(
-            "SELECT queued, scheduled, running, succeeded, failed, cancelled,
-                    finished_last_minute, oldest_due_age >= interval '0', paused
+            "SELECT ready, scheduled, running, succeeded, failed, cancelled,
+                    finished_last_minute, oldest_ready_age >= interval '0', paused,
+                    (SELECT count(*) FROM jobs.job WHERE queue = $1)
                FROM jobs.queue_stats WHERE queue = $1",
             &[&queue],
         )
         .unwrap();
     let counts: Vec<i64> = (0..7).map(|i| row.get(i)).collect();
-    assert_eq!(counts, [4, 1, 1, 1, 1, 1, 3]);
+    assert_eq!(counts, [3, 1, 1, 1, 1, 1, 3]);
     assert!(
         row.get::<_, bool>(7),
-        "oldest_due_age is set while due jobs wait"
+        "oldest_ready_age is set while due jobs wait"
     );
     assert!(!row.get::<_, bool>(8));
+    assert_eq!(
+        counts[..6].iter().sum::<i64>(),
+        row.get::<_, i64>(9),
+        "the states add up to the queue's jobs"
+    );
 
     // jobs_metrics()
     let metrics = text(&mut client, "SELECT jobs_metrics()", &[]);
     for (state, n) in [
-        ("queued", 4),
+        ("ready", 3),
         ("scheduled", 1),
         ("running", 1),
         ("succeeded", 1),
@@ -1469,7 +1476,7 @@ fn get_list_stats_and_metrics_report_the_jobs() {
         );
     }
     assert!(metrics.lines().any(|l| l.starts_with(&format!(
-        "pg_jobs_oldest_due_age_seconds{{queue=\"{queue}\"}} "
+        "pg_jobs_oldest_ready_age_seconds{{queue=\"{queue}\"}} "
     ))));
 }
 

@@ -1,7 +1,0 @@
--- The state of each job among (id, lease) pairs whose current lease is that lease: a settle
--- call that changed nothing answers 'cancelled' for a cancelled one, tries again for one a
--- reclaim put back in the queue, and answers 'lost' for the rest.
--- $1 ids, $2 leases
-SELECT j.id, j.state::text, j.lease, j.queue
-  FROM unnest($1::bigint[], $2::uuid[]) AS s(id, lease)
-  JOIN jobs.job j ON j.id = s.id AND j.lease = s.lease

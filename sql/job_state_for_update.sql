@@ -1,3 +1,0 @@
--- Locks a job and reads its latest committed state, for operations that decide by state.
--- $1 id
-SELECT state::text, queue FROM jobs.job WHERE id = $1 FOR UPDATE

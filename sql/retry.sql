@@ -1,8 +1,0 @@
--- Brings a failed or cancelled job back to queued at $2 with fresh attempts; its error history
--- stays. The caller locked the row and checked its state.
--- $1 id, $2 run_at
-UPDATE jobs.job
-   SET state = 'queued', attempt = 0, run_at = $2, lease = NULL, lease_until = NULL,
-       finished_at = NULL, result = NULL
- WHERE id = $1
-RETURNING queue, priority

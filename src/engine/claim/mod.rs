@@ -1,0 +1,238 @@
+//! The claim pipeline: handing due jobs of one queue to a worker, each under a fresh lease
+//! (Rules 1–4), optionally waiting for work.
+//!
+//! A claim reads its queue's floor, picks due jobs in claim order under their job locks
+//! ([`pick`]), takes the picked jobs that are still queued with one statement, raises the floor
+//! past what it took when its filter allows ([`filter`]), and, with `wait`, sleeps until a
+//! commit makes a job claimable ([`wait`]).
+
+mod filter;
+mod pick;
+mod token;
+mod wait;
+
+use pgrx::datum::{DatumWithOid, Interval};
+use pgrx::pg_sys::{
+    self, INT2OID, INT8ARRAYOID, INT8OID, INTERVALOID, TEXTOID, TIMESTAMPTZOID, UUIDARRAYOID,
+};
+use pgrx::prelude::*;
+use pgrx::spi::SpiClient;
+
+pub use filter::ClaimFilter;
+pub use wait::wake_due_waiters;
+
+use crate::engine::model::Position;
+use crate::engine::queues::unknown_queue;
+use crate::engine::transitions;
+use crate::pg::clock::server_now;
+use crate::pg::datum::ClaimedRow;
+use crate::runtime::floor::{self, Seen};
+use crate::runtime::shmem::shared;
+use crate::runtime::wakeup;
+use crate::storage::{param, timestamptz_arg, with_client, Statement};
+use pick::{earliest, Picking};
+
+static TAKE: Statement = Statement {
+    name: "claim/take",
+    sql: include_str!("take.sql"),
+    params: &[
+        param("ids", INT8ARRAYOID),
+        param("leases", UUIDARRAYOID),
+        param("worker", TEXTOID),
+        param("lease length", INTERVALOID),
+        param("now", TIMESTAMPTZOID),
+        param("queue", TEXTOID),
+    ],
+    columns: &["claimed", "priority", "run_at", "id"],
+};
+
+static LOWEST_PRIORITY: Statement = Statement {
+    name: "claim/lowest_priority",
+    sql: include_str!("lowest_priority.sql"),
+    params: &[param("queue", TEXTOID)],
+    columns: &["priority"],
+};
+
+static PROBE: Statement = Statement {
+    name: "claim/probe",
+    sql: include_str!("probe.sql"),
+    params: &[param("queue", TEXTOID)],
+    columns: &["paused", "earliest_run_at"],
+};
+
+static FLOOR_CHECK: Statement = Statement {
+    name: "claim/floor_check",
+    sql: include_str!("floor_check.sql"),
+    params: &[
+        param("queue", TEXTOID),
+        param("floor priority", INT2OID),
+        param("floor run_at", TIMESTAMPTZOID),
+        param("floor id", INT8OID),
+        param("now", TIMESTAMPTZOID),
+    ],
+    columns: &["below"],
+};
+
+/// A claim, its arguments checked.
+pub struct ClaimRequest<'a> {
+    /// The queue to claim from.
+    pub queue: &'a str,
+    /// Recorded as the jobs' worker.
+    pub worker: String,
+    /// Most jobs to take.
+    pub n: usize,
+    /// Lease length; `None` takes the queue's.
+    pub lease: Option<Interval>,
+    /// Which jobs it may take.
+    pub filter: ClaimFilter,
+    /// How long to wait for work when none is due, in microseconds (0: don't).
+    pub wait_micros: i64,
+}
+
+/// What an attempt that got nothing learnt about the queue.
+struct Probe {
+    paused: bool,
+    earliest_run_at: Option<pg_sys::TimestampTz>,
+}
+
+/// Claims up to `request.n` due jobs (waiting for work when it asks to) and returns them in
+/// claim order.
+pub fn claim(request: &ClaimRequest<'_>) -> Vec<ClaimedRow> {
+    if request.wait_micros == 0 {
+        return attempt(request, server_now()).0;
+    }
+    wait::claim_waiting(request)
+}
+
+/// One attempt at claiming: picks and takes up to `n` due jobs as of `now`. When it got
+/// nothing it also says whether the queue is paused and when its earliest queued job is due.
+fn attempt(
+    request: &ClaimRequest<'_>,
+    now: pg_sys::TimestampTz,
+) -> (Vec<ClaimedRow>, Option<Probe>) {
+    let queue = request.queue;
+    // The caller's memory context: results copied here outlive SPI and any subtransaction.
+    // SAFETY: reading the current context pointer.
+    let result_context = unsafe { pg_sys::CurrentMemoryContext };
+    let slot = wakeup::slot(queue);
+    with_client(|client| {
+        let seen = floor::read(slot, queue);
+        let picking = Picking {
+            queue,
+            filter: &request.filter,
+            now,
+            slot,
+            seen: seen.as_ref(),
+        };
+        let mut claimed_rows: Vec<(Position, ClaimedRow)> = Vec::new();
+        let mut first_skipped: Option<Position> = None;
+        // A picked job that another claim took (and committed) after the candidates' snapshot
+        // is not taken; pick again, with a fresh snapshot, for the ones missing.
+        loop {
+            let wanted = request.n - claimed_rows.len();
+            let (picked, skipped) = picking.pick_jobs(client, wanted);
+            first_skipped = earliest(first_skipped, skipped);
+            if picked.is_empty() {
+                break;
+            }
+            let leases: Vec<pgrx::Uuid> = picked.iter().map(|_| token::lease_token()).collect();
+            let picked_count = picked.len();
+            let take_args: [DatumWithOid; 6] = [
+                picked.into(),
+                leases.into(),
+                request.worker.as_str().into(),
+                request.lease.into(),
+                timestamptz_arg(now),
+                queue.into(),
+            ];
+            let taken = TAKE.run(client, &take_args);
+            for row in taken.iter() {
+                if let Some(claimed) = row.get_in::<ClaimedRow>("claimed", result_context) {
+                    claimed_rows.push((Position::from_row(&row), claimed));
+                }
+            }
+            if taken.len() == picked_count || claimed_rows.len() >= request.n {
+                break;
+            }
+        }
+        if let (true, Some(slot), Some(seen)) = (request.filter.takes_every_job(), slot, &seen) {
+            let taken: Vec<Position> = claimed_rows.iter().map(|(key, _)| *key).collect();
+            if let Some(to) = new_floor(client, queue, seen, &taken, first_skipped) {
+                floor::raise(slot, queue, seen, to);
+            }
+        }
+        if !claimed_rows.is_empty() {
+            transitions::jobs_claimed(queue, claimed_rows.len());
+            // Claim order: priority, then run_at, then id (Rule 2).
+            claimed_rows.sort_unstable_by_key(|(key, _)| *key);
+            return (claimed_rows.into_iter().map(|(_, row)| row).collect(), None);
+        }
+        let probe = PROBE.run(client, &[queue.into()]);
+        let Some(probe) = probe.first() else {
+            unknown_queue(queue)
+        };
+        let earliest_run_at = probe
+            .get::<TimestampWithTimeZone>("earliest_run_at")
+            .map(i64::from);
+        (
+            Vec::new(),
+            Some(Probe {
+                paused: probe.get("paused").unwrap_or(false),
+                earliest_run_at,
+            }),
+        )
+    })
+}
+
+/// Where the claim floor may move after a claim of every kind took `taken`: just past the last
+/// job taken in the lowest priority it took from, but not past a job it skipped because another
+/// transaction held it, and not to a priority above one that still has queued jobs (delayed
+/// ones come due later, in place).
+fn new_floor(
+    client: &SpiClient<'_>,
+    queue: &str,
+    seen: &Seen,
+    taken: &[Position],
+    skipped: Option<Position>,
+) -> Option<Position> {
+    let priority = taken.iter().map(|key| key.priority).min()?;
+    let to = taken
+        .iter()
+        .copied()
+        .filter(|key| key.priority == priority && skipped.is_none_or(|skipped| *key < skipped))
+        .max()?;
+    // Within the floor's own priority no lower priority can hold jobs; elsewhere, ask.
+    if seen.key.is_none_or(|floor| floor.priority != priority) {
+        let lowest: Option<i16> = LOWEST_PRIORITY.first(client, &[queue.into()], "priority");
+        if lowest.is_some_and(|lowest| lowest < priority) {
+            return None;
+        }
+    }
+    Some(to.successor())
+}
+
+/// The worker's check that every claim floor of this database is sound: a floor with a due
+/// queued job below it (left by a path the code does not know about) is reset, so such a job
+/// waits at most one tick. Returns how many floors it reset.
+pub fn heal_floors(client: &SpiClient<'_>) -> usize {
+    let Some(shared) = shared() else { return 0 };
+    let now = server_now();
+    let mut healed = 0;
+    for (index, queue, key) in floor::owned_floors(shared) {
+        let args: [DatumWithOid; 5] = [
+            queue.as_str().into(),
+            key.priority.into(),
+            timestamptz_arg(key.run_at),
+            key.id.into(),
+            timestamptz_arg(now),
+        ];
+        let below = FLOOR_CHECK
+            .first::<bool>(client, &args, "below")
+            .unwrap_or(false);
+        if below && floor::heal(shared, index, &queue, key) {
+            healed += 1;
+            wakeup::wake_queue(&queue);
+        }
+    }
+    healed
+}

@@ -1,0 +1,29 @@
+-- Claims the picked jobs that are still queued and due, each under the fresh lease token the
+-- claim minted for it (Rule 4), spending an attempt (Rule 3). We hold their job locks, so no other claim touches
+-- them; one that another claim took and committed before this statement's snapshot is simply
+-- not matched, never locked. Each row comes back with its claim position (for the order of
+-- the result and the claim floor).
+-- $1 ids, $2 leases (one per id), $3 worker, $4 lease length (NULL: the queue's), $5 now,
+-- $6 queue
+WITH claimed AS (
+    UPDATE jobs.job j
+       SET state          = 'running',
+           attempt        = j.attempt + 1,
+           lease          = p.lease,
+           lease_duration = s.lease,
+           lease_until    = $5 + s.lease,
+           worker         = $3,
+           started_at     = $5,
+           heartbeat_at   = NULL
+      FROM unnest($1::bigint[], $2::uuid[]) AS p(id, lease),
+           (SELECT coalesce($4, q.lease) AS lease FROM jobs.queue q WHERE q.name = $6) AS s
+     WHERE j.id = p.id
+       AND j.state = 'queued'
+       AND j.run_at <= $5
+ RETURNING j.id, j.queue, j.kind, j.payload, j.headers, j.attempt, j.max_attempts, j.lease,
+           j.lease_until, j.priority, j.tenant, j.group_key, j.created_at, j.run_at
+)
+SELECT ROW(c.id, c.queue, c.kind, c.payload, c.headers, c.attempt, c.max_attempts, c.lease,
+           c.lease_until, c.priority, c.tenant, c.group_key, c.created_at, c.run_at)::jobs.claimed AS claimed,
+       c.priority, c.run_at, c.id
+  FROM claimed c

@@ -1,0 +1,243 @@
+//! What observers see: single jobs, pages of jobs, per-queue statistics, the background
+//! workers' status and, for diagnostics, a queue's shared state.
+
+use std::sync::atomic::Ordering;
+
+use pgrx::datum::DatumWithOid;
+use pgrx::pg_sys::{self, INT4OID, INT8OID, TEXTARRAYOID, TEXTOID};
+use pgrx::spi::SpiClient;
+
+use crate::engine::model::Position;
+use crate::engine::tenants::TenantScope;
+use crate::pg::datum::JobRow;
+use crate::runtime::floor;
+use crate::runtime::shmem::shared;
+use crate::runtime::wakeup;
+use crate::storage::{param, with_client, Statement};
+
+static GET: Statement = Statement {
+    name: "observe/get",
+    sql: include_str!("get.sql"),
+    params: &[param("id", INT8OID), param("tenants", TEXTARRAYOID)],
+    columns: &["job"],
+};
+
+static LIST: Statement = Statement {
+    name: "observe/list",
+    sql: include_str!("list.sql"),
+    params: &[
+        param("queue", TEXTOID),
+        param("state", TEXTOID),
+        param("kind", TEXTOID),
+        param("limit", INT4OID),
+        param("before_id", INT8OID),
+        param("tenants", TEXTARRAYOID),
+    ],
+    columns: &["job"],
+};
+
+static STATS: Statement = Statement {
+    name: "observe/stats",
+    sql: include_str!("stats.sql"),
+    params: &[],
+    columns: &[
+        "queue",
+        "paused",
+        "ready",
+        "scheduled",
+        "running",
+        "succeeded",
+        "failed",
+        "cancelled",
+        "running_past_lease",
+        "oldest_ready_seconds",
+        "finished_last_minute",
+    ],
+};
+
+/// The states `jobs_list` filters on: every job state, plus `ready` and `scheduled` (queued
+/// jobs that are due, and not yet due), as `jobs.queue_stats` counts them.
+pub const LIST_STATES: [&str; 7] = [
+    "queued",
+    "ready",
+    "scheduled",
+    "running",
+    "succeeded",
+    "failed",
+    "cancelled",
+];
+
+/// The job with this id, if any (within the caller's tenant scope).
+pub fn get(id: i64, scope: &TenantScope) -> Option<JobRow> {
+    // SAFETY: reading the current context pointer (the caller's, which outlives SPI).
+    let context = unsafe { pg_sys::CurrentMemoryContext };
+    with_client(|client| {
+        GET.collect::<JobRow>(client, &[id.into(), scope.param()], "job", context)
+            .pop()
+    })
+}
+
+/// What `jobs_list` filters on, checked.
+pub struct ListFilter<'a> {
+    /// Only this queue's jobs.
+    pub queue: Option<&'a str>,
+    /// Only jobs in this state (one of [`LIST_STATES`]).
+    pub state: Option<&'a str>,
+    /// Only jobs of this kind.
+    pub kind: Option<&'a str>,
+    /// At most this many.
+    pub limit: i32,
+    /// Only jobs with a smaller id (the last id of the previous page).
+    pub before_id: Option<i64>,
+    /// Only jobs the caller may see.
+    pub scope: TenantScope,
+}
+
+/// Jobs newest first, as `filter` selects them.
+pub fn list(filter: &ListFilter<'_>) -> Vec<JobRow> {
+    // SAFETY: reading the current context pointer (the caller's, which outlives SPI).
+    let context = unsafe { pg_sys::CurrentMemoryContext };
+    with_client(|client| {
+        let args: [DatumWithOid; 6] = [
+            filter.queue.into(),
+            filter.state.into(),
+            filter.kind.into(),
+            filter.limit.into(),
+            filter.before_id.into(),
+            filter.scope.param(),
+        ];
+        LIST.collect::<JobRow>(client, &args, "job", context)
+    })
+}
+
+/// One queue's line of `jobs.queue_stats`.
+pub struct QueueStats {
+    /// The queue.
+    pub queue: String,
+    /// Whether it is paused.
+    pub paused: bool,
+    /// Jobs by state: ready, scheduled, running, succeeded, failed, cancelled (they add up to
+    /// the queue's jobs).
+    pub by_state: [(&'static str, i64); 6],
+    /// Running jobs whose lease has passed (not yet reclaimed).
+    pub running_past_lease: i64,
+    /// Age of the oldest ready job, in seconds (0 without one).
+    pub oldest_ready_seconds: f64,
+    /// Jobs that finished in the last minute.
+    pub finished_last_minute: i64,
+}
+
+/// Every queue's statistics, in queue order.
+pub fn queue_stats() -> Vec<QueueStats> {
+    with_client(read_queue_stats)
+}
+
+fn read_queue_stats(client: &SpiClient<'_>) -> Vec<QueueStats> {
+    STATS
+        .run(client, &[])
+        .iter()
+        .map(|row| {
+            let count = |column: &str| row.get::<i64>(column).unwrap_or(0);
+            QueueStats {
+                queue: row.expect("queue"),
+                paused: row.get("paused").unwrap_or(false),
+                by_state: [
+                    ("ready", count("ready")),
+                    ("scheduled", count("scheduled")),
+                    ("running", count("running")),
+                    ("succeeded", count("succeeded")),
+                    ("failed", count("failed")),
+                    ("cancelled", count("cancelled")),
+                ],
+                running_past_lease: count("running_past_lease"),
+                oldest_ready_seconds: row.get("oldest_ready_seconds").unwrap_or(0.0),
+                finished_last_minute: count("finished_last_minute"),
+            }
+        })
+        .collect()
+}
+
+/// One background worker's status.
+pub struct WorkerReport {
+    /// The database it serves.
+    pub database: String,
+    /// Its pid while it runs.
+    pub pid: Option<i32>,
+    /// When it started (0: unknown).
+    pub started_at: i64,
+    /// When its last tick finished (0: none yet).
+    pub last_tick: i64,
+    /// Whether the extension existed in its database at the last tick.
+    pub serving: bool,
+    /// Ticks since it started.
+    pub ticks: i64,
+    /// Jobs it reclaimed since it started.
+    pub reclaimed: i64,
+    /// Jobs it purged since it started.
+    pub purged: i64,
+    /// Claim floors it found unsound and reset since it started.
+    pub floors_healed: i64,
+    /// The last tick error, if any.
+    pub last_error: Option<String>,
+    /// When the last tick failed (0: never).
+    pub last_error_at: i64,
+}
+
+/// Every configured worker's status; empty without shared memory.
+pub fn worker_reports() -> Vec<WorkerReport> {
+    let Some(shared) = shared() else {
+        return Vec::new();
+    };
+    shared
+        .workers()
+        .iter()
+        .filter(|w| !w.database().is_empty())
+        .map(|w| {
+            let pid = w.pid.load(Ordering::Acquire);
+            WorkerReport {
+                database: w.database(),
+                pid: (pid != 0).then_some(pid),
+                started_at: w.started_at.load(Ordering::Acquire),
+                last_tick: w.last_tick.load(Ordering::Acquire),
+                serving: w.serving.load(Ordering::Acquire) != 0,
+                ticks: w.ticks.load(Ordering::Acquire) as i64,
+                reclaimed: w.reclaimed.load(Ordering::Acquire) as i64,
+                purged: w.purged.load(Ordering::Acquire) as i64,
+                floors_healed: w.floors_healed.load(Ordering::Acquire) as i64,
+                last_error: w.last_error(),
+                last_error_at: w.last_error_at.load(Ordering::Acquire),
+            }
+        })
+        .collect()
+}
+
+/// A queue's state in shared memory, for diagnostics and tests.
+pub struct RuntimeState {
+    /// The claim floor, when known.
+    pub floor: Option<Position>,
+    /// The generation of the floor cell.
+    pub floor_generation: u64,
+    /// The claim reach, when valid.
+    pub reach: Option<Position>,
+    /// Claims waiting on the queue's wake-up slot (queues sharing it included).
+    pub waiters: u32,
+    /// The slot's wake-up generation.
+    pub wake_generation: u64,
+    /// The earliest delayed job the slot knows of.
+    pub next_due: Option<i64>,
+}
+
+/// The queue's state in shared memory; `None` without shared memory.
+pub fn runtime_state(queue: &str) -> Option<RuntimeState> {
+    let slot = wakeup::slot(queue)?;
+    let floor = floor::view(slot, queue);
+    let wake = wakeup::view(slot);
+    Some(RuntimeState {
+        floor: floor.key,
+        floor_generation: floor.generation,
+        reach: floor.reach,
+        waiters: wake.waiters,
+        wake_generation: wake.generation,
+        next_due: wake.next_due,
+    })
+}

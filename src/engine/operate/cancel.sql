@@ -1,0 +1,6 @@
+-- Cancels a queued or running job (Rule 7). The lease stays so its holder learns 'cancelled' at its
+-- next heartbeat or settle call. The caller locked the row and checked its state.
+-- $1 id, $2 now
+UPDATE jobs.job
+   SET state = 'cancelled', finished_at = $2, lease_until = NULL
+ WHERE id = $1

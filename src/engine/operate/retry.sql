@@ -1,0 +1,9 @@
+-- Brings a failed or cancelled job back to queued at $2 with fresh attempts, the only way out
+-- of a terminal state (Rule 8); its error history stays. The caller locked the row and checked
+-- its state.
+-- $1 id, $2 run_at
+UPDATE jobs.job
+   SET state = 'queued', attempt = 0, run_at = $2, lease = NULL, lease_until = NULL,
+       finished_at = NULL, result = NULL
+ WHERE id = $1
+RETURNING queue, priority, run_at, id

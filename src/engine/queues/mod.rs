@@ -1,0 +1,250 @@
+//! Queues: creating them, changing their settings, dropping, pausing and resuming them.
+
+use pgrx::datum::DatumWithOid;
+use pgrx::pg_sys::{BOOLOID, FLOAT8OID, INT4OID, INTERVALOID, TEXTOID};
+use pgrx::prelude::*;
+use pgrx::spi::SpiClient;
+
+use crate::engine::transitions;
+use crate::pg::datum::QueueRow;
+use crate::pg::errors::{
+    quote, raise, raise_with_hint, BAD_ARGUMENT, QUEUE_IN_USE, UNKNOWN_QUEUE, WRONG_STATE,
+};
+use crate::runtime::locks;
+use crate::storage::{param, with_client, Statement};
+
+/// The queue `CREATE EXTENSION` makes, which the contract says always exists.
+pub const DEFAULT_QUEUE: &str = "default";
+
+static ENSURE: Statement = Statement {
+    name: "queues/ensure",
+    sql: include_str!("ensure.sql"),
+    params: &[param("queue", TEXTOID)],
+    columns: &[],
+};
+
+static UPDATE: Statement = Statement {
+    name: "queues/update",
+    sql: include_str!("update.sql"),
+    params: &[
+        param("queue", TEXTOID),
+        param("lease", INTERVALOID),
+        param("max_attempts", INT4OID),
+        param("backoff_base", INTERVALOID),
+        param("backoff_max", INTERVALOID),
+        param("jitter", FLOAT8OID),
+        param("retention", INTERVALOID),
+        param("rate_limit", FLOAT8OID),
+        param("group_concurrency", INT4OID),
+        param("dead_letter", TEXTOID),
+    ],
+    columns: &["queue_row"],
+};
+
+static BACKOFF: Statement = Statement {
+    name: "queues/backoff",
+    sql: include_str!("backoff.sql"),
+    params: &[param("queue", TEXTOID)],
+    columns: &["backoff_base", "backoff_max"],
+};
+
+static EXISTS: Statement = Statement {
+    name: "queues/exists",
+    sql: include_str!("exists.sql"),
+    params: &[param("queue", TEXTOID)],
+    columns: &["found"],
+};
+
+static DEAD_LETTER_CHAIN: Statement = Statement {
+    name: "queues/dead_letter_chain",
+    sql: include_str!("dead_letter_chain.sql"),
+    params: &[param("queue", TEXTOID), param("dead_letter", TEXTOID)],
+    columns: &["chain", "cycle"],
+};
+
+static DROP: Statement = Statement {
+    name: "queues/drop",
+    sql: include_str!("drop.sql"),
+    params: &[param("queue", TEXTOID), param("force", BOOLOID)],
+    columns: &["outcome", "active", "referrer"],
+};
+
+static SET_PAUSED: Statement = Statement {
+    name: "queues/set_paused",
+    sql: include_str!("set_paused.sql"),
+    params: &[param("queue", TEXTOID), param("paused", BOOLOID)],
+    columns: &["found"],
+};
+
+/// The settings `jobs_create_queue` was given, checked; `None` keeps a setting as it is (or at
+/// its default for a new queue).
+pub struct QueueSettings<'a> {
+    /// Lease length of a claim.
+    pub lease: Option<Interval>,
+    /// Attempts copied into each job at enqueue.
+    pub max_attempts: Option<i32>,
+    /// First retry delay.
+    pub backoff_base: Option<Interval>,
+    /// Cap on the retry delay before jitter.
+    pub backoff_max: Option<Interval>,
+    /// Fraction by which a delay is stretched at most.
+    pub jitter: Option<f64>,
+    /// How long finished jobs are kept.
+    pub retention: Option<Interval>,
+    /// Claims per second; 0 clears it.
+    pub rate_limit: Option<f64>,
+    /// Running jobs allowed at once per group.
+    pub group_concurrency: Option<i32>,
+    /// The dead-letter queue; `""` clears it.
+    pub dead_letter: Option<&'a str>,
+}
+
+/// Raises the error for a queue that does not exist.
+#[track_caller]
+pub fn unknown_queue(queue: &str) -> ! {
+    raise_with_hint(
+        UNKNOWN_QUEUE,
+        format!("queue {} does not exist", quote(queue)),
+        &format!("Create it with SELECT jobs_create_queue({});", quote(queue)),
+    )
+}
+
+/// Whether queue `queue` exists, as this statement's snapshot sees it.
+pub fn exists(client: &SpiClient<'_>, queue: &str) -> bool {
+    EXISTS
+        .first::<bool>(client, &[queue.into()], "found")
+        .is_some()
+}
+
+/// Creates `queue`, or updates the settings given of an existing one, and returns its row.
+pub fn create_or_update(queue: &str, settings: &QueueSettings<'_>) -> QueueRow {
+    let dead_letter = settings.dead_letter.filter(|d| !d.is_empty());
+    if dead_letter == Some(queue) {
+        raise(
+            BAD_ARGUMENT,
+            format!("dead_letter must name another queue, got {}", quote(queue)),
+        );
+    }
+    with_client(|client| {
+        ENSURE.run(client, &[queue.into()]);
+        if let Some(dead_letter) = dead_letter {
+            check_dead_letter_chain(client, queue, dead_letter);
+        }
+        let args: [DatumWithOid; 10] = [
+            queue.into(),
+            settings.lease.into(),
+            settings.max_attempts.into(),
+            settings.backoff_base.into(),
+            settings.backoff_max.into(),
+            settings.jitter.into(),
+            settings.retention.into(),
+            settings.rate_limit.into(),
+            settings.group_concurrency.into(),
+            settings.dead_letter.into(),
+        ];
+        if let Some(row) = UPDATE.first::<QueueRow>(client, &args, "queue_row") {
+            return row;
+        }
+        let current = BACKOFF.run(client, &[queue.into()]);
+        let current = current
+            .first()
+            .expect("the queue exists: it was just ensured");
+        let base = settings
+            .backoff_base
+            .unwrap_or_else(|| current.expect("backoff_base"));
+        let max = settings
+            .backoff_max
+            .unwrap_or_else(|| current.expect("backoff_max"));
+        raise(
+            BAD_ARGUMENT,
+            format!(
+                "backoff_max must be at least backoff_base, got backoff_base '{base}' and backoff_max '{max}'"
+            ),
+        )
+    })
+}
+
+/// Refuses a dead-letter queue that does not exist, or whose own chain of dead-letter queues
+/// leads back to `queue` (every failure would then be copied round the cycle forever).
+fn check_dead_letter_chain(client: &SpiClient<'_>, queue: &str, dead_letter: &str) {
+    // Serialise changes of dead-letter settings, so two sessions cannot each close half of a
+    // cycle that neither of their snapshots shows whole.
+    locks::lock_dead_letter_chains();
+    if !exists(client, dead_letter) {
+        unknown_queue(dead_letter);
+    }
+    let rows = DEAD_LETTER_CHAIN.run(client, &[queue.into(), dead_letter.into()]);
+    let row = rows
+        .first()
+        .expect("queues/dead_letter_chain returns one row");
+    if row.expect::<bool>("cycle") {
+        let chain: String = row.expect("chain");
+        raise_with_hint(
+            BAD_ARGUMENT,
+            format!(
+                "dead_letter {} would make a cycle of dead-letter queues: {} -> {chain}",
+                quote(dead_letter),
+                queue
+            ),
+            "A chain of dead-letter queues must end in a queue without a dead_letter.",
+        );
+    }
+}
+
+/// Drops `queue` and its jobs; refuses while jobs are queued or running unless `force`, while
+/// another queue uses it as its dead-letter queue, and for the default queue.
+pub fn drop(queue: &str, force: bool) {
+    if queue == DEFAULT_QUEUE {
+        raise_with_hint(
+            WRONG_STATE,
+            "the default queue cannot be dropped".into(),
+            "Pause it with SELECT jobs_pause('default') if it must hand out no jobs.",
+        );
+    }
+    locks::lock_queue(queue, true);
+    with_client(|client| {
+        let rows = DROP.run(client, &[queue.into(), force.into()]);
+        let row = rows.first().expect("queues/drop returns one row");
+        let outcome: String = row.expect("outcome");
+        match outcome.as_str() {
+            "dropped" => {}
+            "unknown" => unknown_queue(queue),
+            "busy" => {
+                let active: i64 = row.get("active").unwrap_or(0);
+                raise_with_hint(
+                    QUEUE_IN_USE,
+                    format!("queue {} has {active} queued or running jobs", quote(queue)),
+                    "Wait for them to finish, cancel them, or pass force => true to drop them too.",
+                )
+            }
+            _ => {
+                let referrer: String = row.get("referrer").unwrap_or_default();
+                raise_with_hint(
+                    QUEUE_IN_USE,
+                    format!(
+                        "queue {} is the dead-letter queue of queue {}",
+                        quote(queue),
+                        quote(&referrer)
+                    ),
+                    &format!(
+                        "Clear it first: SELECT jobs_create_queue({}, dead_letter => '');",
+                        quote(&referrer)
+                    ),
+                )
+            }
+        }
+    });
+}
+
+/// Pauses or resumes `queue`; a resume wakes the claims waiting on it.
+pub fn set_paused(queue: &str, paused: bool) {
+    let found = with_client(|client| {
+        SET_PAUSED.first::<bool>(client, &[queue.into(), paused.into()], "found")
+    });
+    if found.is_none() {
+        unknown_queue(queue);
+    }
+    if !paused {
+        transitions::queue_resumed(queue);
+    }
+}

@@ -1,0 +1,66 @@
+//! Reclaim (Rule 5): a running job whose lease has expired goes back to `queued`, or ends
+//! `failed` with `lease expired on the final attempt` when no attempt is left. The lease token
+//! stays, so a late holder can still finish ("done wins") until the job is claimed again.
+
+use pgrx::pg_sys::{INT4OID, TEXTARRAYOID, TIMESTAMPTZOID};
+use pgrx::spi::SpiClient;
+
+use crate::engine::dead_letter;
+use crate::engine::model::{JobState, Position};
+use crate::engine::tenants::TenantScope;
+use crate::engine::transitions;
+use crate::pg::clock::server_now;
+use crate::storage::{param, timestamptz_arg, with_client, Statement};
+
+/// Jobs one reclaim statement takes at most.
+pub const BATCH: usize = 1000;
+
+static RECLAIM: Statement = Statement {
+    name: "reclaim/reclaim",
+    sql: include_str!("reclaim.sql"),
+    params: &[
+        param("now", TIMESTAMPTZOID),
+        param("batch size", INT4OID),
+        param("tenants", TEXTARRAYOID),
+    ],
+    columns: &["id", "queue", "state", "priority", "run_at"],
+};
+
+/// Takes back up to [`BATCH`] expired leases within `scope`: queued again while attempts
+/// remain, else failed (and dead-lettered). Returns how many it took back.
+pub fn reclaim_batch(client: &SpiClient<'_>, scope: &TenantScope) -> usize {
+    let rows = RECLAIM.run(
+        client,
+        &[
+            timestamptz_arg(server_now()),
+            (BATCH as i32).into(),
+            scope.param(),
+        ],
+    );
+    let mut failed = Vec::new();
+    for row in rows.iter() {
+        if row.expect::<String>("state") == JobState::Failed.as_str() {
+            failed.push(row.expect::<i64>("id"));
+        } else {
+            let queue: String = row.expect("queue");
+            transitions::job_queued(&queue, Position::from_row(&row));
+        }
+    }
+    let total = rows.len();
+    dead_letter::copy_failed(client, failed);
+    total
+}
+
+/// Reclaims every expired lease within `scope` now and returns how many jobs it took back.
+pub fn reclaim_all(scope: &TenantScope) -> usize {
+    with_client(|client| {
+        let mut total = 0;
+        loop {
+            let reclaimed = reclaim_batch(client, scope);
+            total += reclaimed;
+            if reclaimed < BATCH {
+                return total;
+            }
+        }
+    })
+}

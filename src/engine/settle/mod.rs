@@ -1,0 +1,338 @@
+//! Calls that present a lease: `jobs_heartbeat`, `jobs_complete` (one or many), `jobs_fail` and
+//! `jobs_release` (Rules 4–7).
+//!
+//! Every call presents `(id, lease)`. It acts only when that lease is the job's current one
+//! and the job is running, or queued by a reclaim that no newer claim has followed ("done
+//! wins", Rule 5); otherwise it changes nothing and answers `cancelled` (the job was cancelled
+//! under this lease) or `lost` (another claim, a settle, or a purge came first).
+
+use std::collections::{HashMap, HashSet};
+
+use pgrx::datum::{DatumWithOid, Interval};
+use pgrx::pg_sys::{
+    BOOLOID, INT8ARRAYOID, INT8OID, INTERVALOID, JSONBOID, TEXTARRAYOID, TEXTOID, TIMESTAMPTZOID,
+    UUIDARRAYOID, UUIDOID,
+};
+use pgrx::spi::SpiClient;
+
+use crate::engine::dead_letter;
+use crate::engine::model::{JobState, Outcome};
+use crate::engine::tenants::TenantScope;
+use crate::engine::transitions;
+use crate::pg::clock::server_now;
+use crate::pg::datum::Jsonb;
+use crate::runtime::locks::lock_job;
+use crate::storage::{param, timestamptz_arg, with_client, Rows, Statement};
+
+static COMPLETE: Statement = Statement {
+    name: "settle/complete",
+    sql: include_str!("complete.sql"),
+    params: &[
+        param("id", INT8OID),
+        param("lease", UUIDOID),
+        param("result", JSONBOID),
+        param("now", TIMESTAMPTZOID),
+        param("tenants", TEXTARRAYOID),
+        param("state", TEXTOID),
+    ],
+    columns: &["settled"],
+};
+
+static COMPLETE_BATCH: Statement = Statement {
+    name: "settle/complete_batch",
+    sql: include_str!("complete_batch.sql"),
+    params: &[
+        param("ids", INT8ARRAYOID),
+        param("leases", UUIDARRAYOID),
+        param("now", TIMESTAMPTZOID),
+        param("tenants", TEXTARRAYOID),
+        param("state", TEXTOID),
+    ],
+    columns: &["id", "lease"],
+};
+
+static HELD_STATE: Statement = Statement {
+    name: "settle/held_state",
+    sql: include_str!("held_state.sql"),
+    params: &[
+        param("ids", INT8ARRAYOID),
+        param("leases", UUIDARRAYOID),
+        param("tenants", TEXTARRAYOID),
+    ],
+    columns: &["id", "state", "lease", "queue"],
+};
+
+static FAIL: Statement = Statement {
+    name: "settle/fail",
+    sql: include_str!("fail.sql"),
+    params: &[
+        param("id", INT8OID),
+        param("lease", UUIDOID),
+        param("error", TEXTOID),
+        param("retry_in", INTERVALOID),
+        param("retry", BOOLOID),
+        param("now", TIMESTAMPTZOID),
+        param("tenants", TEXTARRAYOID),
+        param("state", TEXTOID),
+    ],
+    columns: &["state", "queue", "priority", "run_at", "id"],
+};
+
+static RELEASE: Statement = Statement {
+    name: "settle/release",
+    sql: include_str!("release.sql"),
+    params: &[
+        param("id", INT8OID),
+        param("lease", UUIDOID),
+        param("reason", TEXTOID),
+        param("retry_in", INTERVALOID),
+        param("now", TIMESTAMPTZOID),
+        param("tenants", TEXTARRAYOID),
+        param("state", TEXTOID),
+    ],
+    columns: &["queue", "priority", "run_at", "id"],
+};
+
+static HEARTBEAT: Statement = Statement {
+    name: "settle/heartbeat",
+    sql: include_str!("heartbeat.sql"),
+    params: &[
+        param("id", INT8OID),
+        param("lease", UUIDOID),
+        param("extend", INTERVALOID),
+        param("progress", JSONBOID),
+        param("now", TIMESTAMPTZOID),
+        param("tenants", TEXTARRAYOID),
+        param("state", TEXTOID),
+    ],
+    columns: &["renewed"],
+};
+
+/// A settle call's handle on a job: its id and the lease the caller presents.
+pub type Held = (i64, pgrx::Uuid);
+
+/// The state and queue of each job among `held` whose current lease is the one presented
+/// (within the caller's tenant scope).
+fn held_states(
+    client: &SpiClient<'_>,
+    held: &[Held],
+    scope: &TenantScope,
+) -> HashMap<Held, (JobState, String)> {
+    let (ids, leases): (Vec<i64>, Vec<pgrx::Uuid>) = held.iter().copied().unzip();
+    HELD_STATE
+        .run(client, &[ids.into(), leases.into(), scope.param()])
+        .iter()
+        .filter_map(|row| {
+            let state = JobState::parse(&row.get::<String>("state")?)?;
+            Some((
+                (row.get::<i64>("id")?, row.get::<pgrx::Uuid>("lease")?),
+                (state, row.get::<String>("queue")?),
+            ))
+        })
+        .collect()
+}
+
+/// Takes the job lock of a job a reclaim put back in the queue, before acting on it.
+fn lock_reclaimed(id: i64, queue: &str) {
+    lock_job(id);
+    transitions::job_locked(queue);
+}
+
+/// Runs a settle statement (whose last argument is the state it acts on) for the job held
+/// under (id, lease). First for a running job: the common case, which never meets a claim. If
+/// a reclaim put the job back in the queue under this lease and no claim followed, again for
+/// the queued job, under its job lock so no claim is taking it meanwhile ("done wins", Rule 5).
+/// Returns the rows of the run that acted, or the answer to a call that changed nothing.
+fn run_held(
+    client: &SpiClient<'_>,
+    statement: &'static Statement,
+    (id, lease): Held,
+    scope: &TenantScope,
+    mut args: Vec<DatumWithOid<'_>>,
+) -> Result<Rows, Outcome> {
+    args.push(scope.param());
+    args.push(JobState::Running.as_str().into());
+    let rows = statement.run(client, &args);
+    if !rows.is_empty() {
+        return Ok(rows);
+    }
+    let held = held_states(client, &[(id, lease)], scope).remove(&(id, lease));
+    match held {
+        Some((JobState::Queued, queue)) => {
+            lock_reclaimed(id, &queue);
+            *args.last_mut().expect("the state argument") = JobState::Queued.as_str().into();
+            let rows = statement.run(client, &args);
+            if !rows.is_empty() {
+                return Ok(rows);
+            }
+            // A claim took it first: the lease is stale now, unless it was cancelled.
+            match held_states(client, &[(id, lease)], scope).remove(&(id, lease)) {
+                Some((JobState::Cancelled, _)) => Err(Outcome::Cancelled),
+                _ => Err(Outcome::Lost),
+            }
+        }
+        Some((JobState::Cancelled, _)) => Err(Outcome::Cancelled),
+        _ => Err(Outcome::Lost),
+    }
+}
+
+/// Extends the lease of a held job (by the claim's lease length unless `extend`) and stores
+/// `progress`: `running`, `cancelled` or `lost`.
+pub fn heartbeat(
+    held: Held,
+    extend: Option<Interval>,
+    progress: Option<Jsonb>,
+    scope: &TenantScope,
+) -> Outcome {
+    with_client(|client| {
+        let args = vec![
+            held.0.into(),
+            held.1.into(),
+            extend.into(),
+            progress.into(),
+            timestamptz_arg(server_now()),
+        ];
+        match run_held(client, &HEARTBEAT, held, scope, args) {
+            Ok(_) => Outcome::Running,
+            Err(answer) => answer,
+        }
+    })
+}
+
+/// Marks a held job succeeded, storing `result`: `succeeded`, `cancelled` or `lost`.
+pub fn complete(held: Held, result: Option<Jsonb>, scope: &TenantScope) -> Outcome {
+    with_client(|client| {
+        let args = vec![
+            held.0.into(),
+            held.1.into(),
+            result.into(),
+            timestamptz_arg(server_now()),
+        ];
+        match run_held(client, &COMPLETE, held, scope, args) {
+            Ok(_) => Outcome::Succeeded,
+            Err(answer) => answer,
+        }
+    })
+}
+
+/// Marks many held jobs succeeded in one statement; one outcome per pair, in input order.
+pub fn complete_batch(pairs: &[Held], scope: &TenantScope) -> Vec<(i64, Outcome)> {
+    with_client(|client| {
+        let now = server_now();
+        let complete = |held: &[Held], state: JobState| -> HashSet<Held> {
+            let (ids, leases): (Vec<i64>, Vec<pgrx::Uuid>) = held.iter().copied().unzip();
+            let args: [DatumWithOid; 5] = [
+                ids.into(),
+                leases.into(),
+                timestamptz_arg(now),
+                scope.param(),
+                state.as_str().into(),
+            ];
+            COMPLETE_BATCH
+                .run(client, &args)
+                .iter()
+                .filter_map(|row| Some((row.get::<i64>("id")?, row.get::<pgrx::Uuid>("lease")?)))
+                .collect()
+        };
+        let missed = |done: &HashSet<Held>| -> Vec<Held> {
+            pairs
+                .iter()
+                .copied()
+                .filter(|pair| !done.contains(pair))
+                .collect()
+        };
+        let mut done = complete(pairs, JobState::Running);
+        let mut states = held_states(client, &missed(&done), scope);
+        // Jobs a reclaim put back in the queue under these leases: take their job locks (in id
+        // order, against deadlocks) and settle them as queued, as the single form does.
+        let mut reclaimed: Vec<(Held, &str)> = states
+            .iter()
+            .filter(|(_, (state, _))| *state == JobState::Queued)
+            .map(|(pair, (_, queue))| (*pair, queue.as_str()))
+            .collect();
+        if !reclaimed.is_empty() {
+            reclaimed.sort_unstable();
+            reclaimed
+                .iter()
+                .for_each(|((id, _), queue)| lock_reclaimed(*id, queue));
+            let reclaimed: Vec<Held> = reclaimed.into_iter().map(|(pair, _)| pair).collect();
+            done.extend(complete(&reclaimed, JobState::Queued));
+            states = held_states(client, &missed(&done), scope);
+        }
+        pairs
+            .iter()
+            .map(|pair| {
+                let outcome = if done.contains(pair) {
+                    Outcome::Succeeded
+                } else if states
+                    .get(pair)
+                    .is_some_and(|(state, _)| *state == JobState::Cancelled)
+                {
+                    Outcome::Cancelled
+                } else {
+                    Outcome::Lost
+                };
+                (pair.0, outcome)
+            })
+            .collect()
+    })
+}
+
+/// Records a failed attempt (Rule 6): `queued` (a retry is scheduled after `retry_in` or the
+/// queue's backoff), `failed` (and dead-lettered), `cancelled` or `lost`.
+pub fn fail(
+    held: Held,
+    error: &str,
+    retry_in: Option<Interval>,
+    retry: bool,
+    scope: &TenantScope,
+) -> Outcome {
+    with_client(|client| {
+        let args = vec![
+            held.0.into(),
+            held.1.into(),
+            error.into(),
+            retry_in.into(),
+            retry.into(),
+            timestamptz_arg(server_now()),
+        ];
+        let rows = match run_held(client, &FAIL, held, scope, args) {
+            Ok(rows) => rows,
+            Err(answer) => return answer,
+        };
+        let row = rows.first().expect("settle/fail returned a row");
+        if row.expect::<String>("state") == JobState::Failed.as_str() {
+            dead_letter::copy_failed(client, vec![held.0]);
+            Outcome::Failed
+        } else {
+            transitions::queued_row(&row);
+            Outcome::Queued
+        }
+    })
+}
+
+/// Hands a held job back without spending its attempt (Rule 3): `queued`, `cancelled` or
+/// `lost`.
+pub fn release(
+    held: Held,
+    reason: Option<&str>,
+    retry_in: Interval,
+    scope: &TenantScope,
+) -> Outcome {
+    with_client(|client| {
+        let args = vec![
+            held.0.into(),
+            held.1.into(),
+            reason.into(),
+            retry_in.into(),
+            timestamptz_arg(server_now()),
+        ];
+        match run_held(client, &RELEASE, held, scope, args) {
+            Ok(rows) => {
+                transitions::queued_rows(&rows);
+                Outcome::Queued
+            }
+            Err(answer) => answer,
+        }
+    })
+}

@@ -1,0 +1,54 @@
+//! The one door for every transition that makes a job claimable, and for the other facts the
+//! claim floor and the wake-ups depend on.
+//!
+//! The claim floor is sound only if every commit that makes a job `queued` lowers it to that
+//! job's position (see `runtime::floor`), and a waiting claim hears of a job only if its commit
+//! signals the queue. So every path that queues a job (enqueue, a failure retried, a release,
+//! a reclaim, `jobs_retry`, a dead-letter copy, a resume, and any path added later: a replaced
+//! unique job, a group's next job, a schedule's slot) reports it here, in the transaction that
+//! does it, and nowhere else.
+
+use crate::runtime::{effects, Position};
+use crate::storage::{Row, Rows};
+
+/// `count` jobs of `queue` become queued when this transaction commits, the first of them in
+/// claim order at `first`.
+pub fn jobs_queued(queue: &str, count: usize, first: Position) {
+    effects::jobs_queued(queue, u32::try_from(count).unwrap_or(u32::MAX), first);
+}
+
+/// One job of `queue` becomes queued at `position` when this transaction commits.
+pub fn job_queued(queue: &str, position: Position) {
+    jobs_queued(queue, 1, position);
+}
+
+/// Every job in `rows`, which a statement made queued: each row names its `queue` and its
+/// position (`priority`, `run_at`, `id`), as every such statement returns them.
+pub fn queued_rows(rows: &Rows) {
+    for row in rows.iter() {
+        queued_row(&row);
+    }
+}
+
+/// The job in `row`, which a statement made queued (see [`queued_rows`]).
+pub fn queued_row(row: &Row<'_>) {
+    let queue: String = row.expect("queue");
+    job_queued(&queue, Position::from_row(row));
+}
+
+/// Every queued job of `queue` becomes claimable again when this transaction commits (a
+/// resume).
+pub fn queue_resumed(queue: &str) {
+    effects::queue_resumed(queue);
+}
+
+/// This transaction claimed `count` jobs of `queue`; a rollback gives them back.
+pub fn jobs_claimed(queue: &str, count: usize) {
+    effects::jobs_claimed(queue, u32::try_from(count).unwrap_or(u32::MAX));
+}
+
+/// This transaction holds the job lock of a queued job of `queue` (claims skip it meanwhile),
+/// so a rollback must reset the queue's floor.
+pub fn job_locked(queue: &str) {
+    effects::job_locked(queue);
+}

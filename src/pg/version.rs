@@ -1,0 +1,242 @@
+//! The one place that knows how PostgreSQL versions differ for pg_jobs. Everything else calls
+//! these functions and carries no `#[cfg(feature = "pgNN")]` of its own.
+
+use pgrx::pg_sys;
+
+/// Pins the search path to `pg_catalog` alone for what follows, until [`unpin_search_path`].
+///
+/// # Safety
+/// A GUC nest level must be open (see `storage::statement`), and every call must be matched by
+/// one [`unpin_search_path`] before that nest level closes (or by transaction abort).
+pub unsafe fn pin_search_path() {
+    #[cfg(any(feature = "pg17", feature = "pg18"))]
+    {
+        // PostgreSQL 17 removed override search paths; a setting at the open nest level does
+        // the same job and is undone when it closes.
+        pg_sys::set_config_option(
+            c"search_path".as_ptr(),
+            c"pg_catalog".as_ptr(),
+            pg_sys::GucContext::PGC_USERSET,
+            pg_sys::GucSource::PGC_S_SESSION,
+            pg_sys::GucAction::GUC_ACTION_SAVE,
+            true,
+            0,
+            false,
+        );
+    }
+    #[cfg(not(any(feature = "pg17", feature = "pg18")))]
+    {
+        let mut path = pg_sys::OverrideSearchPath {
+            schemas: std::ptr::null_mut(),
+            addCatalog: true,
+            addTemp: false,
+            generation: 0,
+        };
+        // PushOverrideSearchPath copies the struct into its own memory.
+        pg_sys::PushOverrideSearchPath(&mut path);
+    }
+}
+
+/// Undoes [`pin_search_path`].
+///
+/// # Safety
+/// Must follow a [`pin_search_path`] of the same nest level, innermost first.
+pub unsafe fn unpin_search_path() {
+    #[cfg(not(any(feature = "pg17", feature = "pg18")))]
+    pg_sys::PopOverrideSearchPath();
+}
+
+/// Asks PostgreSQL for `size` bytes of shared memory for this library and has `startup` run
+/// when shared memory is set up (in the postmaster, and again after a crash restart).
+///
+/// # Safety
+/// Only while `shared_preload_libraries` is being processed, once.
+pub unsafe fn request_shared_memory(size: usize, startup: unsafe extern "C-unwind" fn()) {
+    static mut SIZE: usize = 0;
+    static mut PREVIOUS_STARTUP: pg_sys::shmem_startup_hook_type = None;
+    static mut STARTUP: Option<unsafe extern "C-unwind" fn()> = None;
+
+    #[pgrx::pg_guard]
+    unsafe extern "C-unwind" fn run_startup() {
+        // SAFETY: the statics are written once, in the postmaster, before this hook can run.
+        unsafe {
+            if let Some(previous) = PREVIOUS_STARTUP {
+                previous();
+            }
+            if let Some(startup) = STARTUP {
+                startup();
+            }
+        }
+    }
+
+    SIZE = size;
+    STARTUP = Some(startup);
+    PREVIOUS_STARTUP = pg_sys::shmem_startup_hook;
+    pg_sys::shmem_startup_hook = Some(run_startup);
+
+    #[cfg(any(feature = "pg13", feature = "pg14"))]
+    pg_sys::RequestAddinShmemSpace(SIZE);
+    #[cfg(not(any(feature = "pg13", feature = "pg14")))]
+    {
+        // From PostgreSQL 15 on, shared memory may only be requested from this hook.
+        static mut PREVIOUS_REQUEST: pg_sys::shmem_request_hook_type = None;
+
+        #[pgrx::pg_guard]
+        unsafe extern "C-unwind" fn run_request() {
+            // SAFETY: the statics are written once, in the postmaster, before this hook runs.
+            unsafe {
+                if let Some(previous) = PREVIOUS_REQUEST {
+                    previous();
+                }
+                pg_sys::RequestAddinShmemSpace(SIZE);
+            }
+        }
+
+        PREVIOUS_REQUEST = pg_sys::shmem_request_hook;
+        pg_sys::shmem_request_hook = Some(run_request);
+    }
+}
+
+/// The lock that serialises shared-memory initialisation between libraries
+/// (`AddinShmemInitLock`, entry 21 of the main LWLock array in every supported version).
+///
+/// # Safety
+/// Only after shared memory exists (in a shmem startup hook or later).
+pub unsafe fn addin_shmem_init_lock() -> *mut pg_sys::LWLock {
+    &raw mut (*pg_sys::MainLWLockArray.add(21)).lock
+}
+
+/// The two-phase-commit statements pg_jobs follows (see `runtime::effects`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TwoPhaseStatement {
+    /// `PREPARE TRANSACTION gid`: the transaction is prepared when the statement's command ends.
+    Prepare,
+    /// `COMMIT PREPARED gid` has just committed the prepared transaction.
+    CommitPrepared,
+    /// `ROLLBACK PREPARED gid` has just rolled the prepared transaction back.
+    RollbackPrepared,
+}
+
+static mut TWO_PHASE_CALLBACK: Option<fn(TwoPhaseStatement, &str)> = None;
+static mut PREVIOUS_UTILITY: pg_sys::ProcessUtility_hook_type = None;
+
+/// Calls `callback` after each successful `PREPARE TRANSACTION`, `COMMIT PREPARED` and
+/// `ROLLBACK PREPARED` in this process, with the transaction's gid.
+///
+/// # Safety
+/// Once per process, from `_PG_init`.
+pub unsafe fn follow_two_phase_statements(callback: fn(TwoPhaseStatement, &str)) {
+    TWO_PHASE_CALLBACK = Some(callback);
+    PREVIOUS_UTILITY = pg_sys::ProcessUtility_hook;
+    pg_sys::ProcessUtility_hook = Some(process_utility);
+}
+
+/// The two-phase statement `statement` is, with its gid, if it is one.
+///
+/// # Safety
+/// `statement` is a valid planned utility statement.
+unsafe fn two_phase(statement: *mut pg_sys::PlannedStmt) -> Option<(TwoPhaseStatement, String)> {
+    let node = (*statement).utilityStmt;
+    if node.is_null() || (*node).type_ != pg_sys::NodeTag::T_TransactionStmt {
+        return None;
+    }
+    let transaction = node.cast::<pg_sys::TransactionStmt>();
+    let kind = match (*transaction).kind {
+        pg_sys::TransactionStmtKind::TRANS_STMT_PREPARE => TwoPhaseStatement::Prepare,
+        pg_sys::TransactionStmtKind::TRANS_STMT_COMMIT_PREPARED => {
+            TwoPhaseStatement::CommitPrepared
+        }
+        pg_sys::TransactionStmtKind::TRANS_STMT_ROLLBACK_PREPARED => {
+            TwoPhaseStatement::RollbackPrepared
+        }
+        _ => return None,
+    };
+    let gid = (*transaction).gid;
+    if gid.is_null() {
+        return None;
+    }
+    Some((
+        kind,
+        std::ffi::CStr::from_ptr(gid).to_string_lossy().into_owned(),
+    ))
+}
+
+/// Runs the statement as PostgreSQL would, then tells the callback about two-phase ones.
+///
+/// # Safety
+/// Called by PostgreSQL with the arguments of a utility statement.
+unsafe fn run_utility(statement: *mut pg_sys::PlannedStmt, run: impl FnOnce()) {
+    let two_phase = two_phase(statement);
+    run();
+    if let (Some((kind, gid)), Some(callback)) = (two_phase, TWO_PHASE_CALLBACK) {
+        callback(kind, &gid);
+    }
+}
+
+#[cfg(feature = "pg13")]
+#[pgrx::pg_guard]
+unsafe extern "C-unwind" fn process_utility(
+    pstmt: *mut pg_sys::PlannedStmt,
+    query_string: *const std::ffi::c_char,
+    context: pg_sys::ProcessUtilityContext::Type,
+    params: pg_sys::ParamListInfo,
+    query_env: *mut pg_sys::QueryEnvironment,
+    dest: *mut pg_sys::DestReceiver,
+    qc: *mut pg_sys::QueryCompletion,
+) {
+    // SAFETY: passes PostgreSQL's own arguments on unchanged.
+    unsafe {
+        run_utility(pstmt, || match PREVIOUS_UTILITY {
+            Some(previous) => previous(pstmt, query_string, context, params, query_env, dest, qc),
+            None => pg_sys::standard_ProcessUtility(
+                pstmt,
+                query_string,
+                context,
+                params,
+                query_env,
+                dest,
+                qc,
+            ),
+        })
+    }
+}
+
+#[cfg(not(feature = "pg13"))]
+#[pgrx::pg_guard]
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C-unwind" fn process_utility(
+    pstmt: *mut pg_sys::PlannedStmt,
+    query_string: *const std::ffi::c_char,
+    read_only_tree: bool,
+    context: pg_sys::ProcessUtilityContext::Type,
+    params: pg_sys::ParamListInfo,
+    query_env: *mut pg_sys::QueryEnvironment,
+    dest: *mut pg_sys::DestReceiver,
+    qc: *mut pg_sys::QueryCompletion,
+) {
+    // SAFETY: passes PostgreSQL's own arguments on unchanged.
+    unsafe {
+        run_utility(pstmt, || match PREVIOUS_UTILITY {
+            Some(previous) => previous(
+                pstmt,
+                query_string,
+                read_only_tree,
+                context,
+                params,
+                query_env,
+                dest,
+                qc,
+            ),
+            None => pg_sys::standard_ProcessUtility(
+                pstmt,
+                query_string,
+                read_only_tree,
+                context,
+                params,
+                query_env,
+                dest,
+                qc,
+            ),
+        })
+    }
+}

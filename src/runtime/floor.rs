@@ -1,0 +1,249 @@
+//! Claim floors: for each queue, a position in claim order (priority, run_at, id) below which no
+//! job is claimable, so a claim starts its index scan there instead of at the head of the
+//! queue's part of the claim index.
+//!
+//! Why: a claimed job leaves a dead entry at the head of the claim index, and while any
+//! snapshot older than the claim is open (a long report, a replica's feedback, a forgotten
+//! `BEGIN`), vacuum cannot remove it and scans cannot mark it dead. Without a floor every claim
+//! walks all of them, so claims get slower with every job claimed for as long as the snapshot
+//! lives. With a floor a claim skips them.
+//!
+//! Soundness: a claim that takes jobs of every kind raises the floor to just past the last job
+//! it took, but only if nothing lowered it since the claim read it (a generation counter);
+//! every commit that makes a job queued lowers it to that job's position (the engine's one door
+//! for that is `engine::transitions`); every rollback of a transaction that held job locks (a
+//! claim, a cancel) resets it, and so does the end of a prepared transaction that did either.
+//! Jobs a claim skipped because another transaction held them are either taken by that
+//! transaction or come back through its rollback. Whatever path the code does not know about
+//! (a restore, a row written behind the functions' back) is caught by the background worker,
+//! which resets a floor that has a due queued job below it ([`owned_floors`]). The floor lives
+//! in shared memory, so a restart simply forgets it.
+//!
+//! Next to the floor each queue has a reach: how far claims in flight have picked. Concurrent
+//! claims start past it instead of all trying the same held jobs at the floor
+//! ([`extend_reach`] says why that is sound, [`forget_reaches`] what bounds it).
+
+use super::position::Position;
+use super::queue_id::current_database;
+use super::shmem::{Shared, Slot};
+use super::spin::SpinLocked;
+
+/// One queue's floor; its slot may serve another queue meanwhile.
+pub type FloorCell = SpinLocked<FloorData>;
+
+/// The data of a floor cell.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct FloorData {
+    /// Bumped by every change but a raise, so a claim can tell whether its reading still holds.
+    generation: u64,
+    database: u32,
+    name_len: u8,
+    name: [u8; 64],
+    has_key: bool,
+    key: Position,
+    /// The reach: the furthest position that claims of every kind picked while `generation`
+    /// was `reach_generation`. Valid only while the two are equal.
+    has_reach: bool,
+    reach_generation: u64,
+    reach: Position,
+}
+
+impl FloorData {
+    fn reach_valid(&self) -> bool {
+        self.has_reach && self.reach_generation == self.generation
+    }
+
+    fn owned_by(&self, database: u32, queue: &str) -> bool {
+        self.database == database && &self.name[..self.name_len as usize] == queue.as_bytes()
+    }
+
+    fn queue(&self) -> String {
+        String::from_utf8_lossy(&self.name[..self.name_len as usize]).into_owned()
+    }
+}
+
+/// What a claim read of its queue's floor before it started.
+pub struct Seen {
+    generation: u64,
+    /// Where to start, if the floor is known.
+    pub key: Option<Position>,
+    /// The furthest position claims in flight picked, if known (see [`extend_reach`]).
+    pub reach: Option<Position>,
+}
+
+/// Reads the queue's floor; `None` without shared memory.
+pub fn read(slot: Option<&Slot>, queue: &str) -> Option<Seen> {
+    let database = current_database();
+    slot.map(|slot| {
+        slot.floor().with(|data| {
+            let owned = data.owned_by(database, queue);
+            Seen {
+                generation: data.generation,
+                key: (owned && data.has_key).then_some(data.key),
+                reach: (owned && data.has_key && data.reach_valid()).then_some(data.reach),
+            }
+        })
+    })
+}
+
+/// Raises the queue's floor to `to` (the last job a claim of every kind took), unless it was
+/// lowered or reset since `seen` was read.
+pub fn raise(slot: &Slot, queue: &str, seen: &Seen, to: Position) {
+    let database = current_database();
+    slot.floor().with(|data| {
+        if data.generation != seen.generation {
+            return;
+        }
+        if data.owned_by(database, queue) {
+            if !data.has_key || data.key < to {
+                data.key = to;
+                data.has_key = true;
+            }
+        } else if queue.len() < data.name.len() {
+            // The slot served another queue (or none); it serves this one from now on.
+            data.database = database;
+            data.name_len = queue.len() as u8;
+            data.name[..queue.len()].copy_from_slice(queue.as_bytes());
+            data.key = to;
+            data.has_key = true;
+            data.generation += 1;
+        }
+    });
+}
+
+/// Lowers the queue's floor to `key`: a job became queued there.
+pub fn lower(slot: &Slot, queue: &str, key: Position) {
+    lower_in(slot, current_database(), queue, key);
+}
+
+/// [`lower`] for a queue of `database` (the end of a prepared transaction may be handled in
+/// any session of that database).
+fn lower_in(slot: &Slot, database: u32, queue: &str, key: Position) {
+    slot.floor().with(|data| {
+        // A reach before the new job still holds; claims that read the old generation may not
+        // extend it, as they did not see the job.
+        let reach_holds = data.reach_valid() && data.reach < key;
+        data.generation += 1;
+        if reach_holds {
+            data.reach_generation = data.generation;
+        }
+        if data.owned_by(database, queue) && data.has_key && key < data.key {
+            data.key = key;
+        }
+    });
+}
+
+/// Records that a claim of every kind, which read `seen`, picked (holds the job locks of) jobs
+/// up to `to`, skipping only jobs other transactions held.
+///
+/// The reach is a hint that lets the next claims start past the jobs claims in flight hold,
+/// instead of each trying the same held jobs' locks first. Between the floor and the reach,
+/// every job is held by a claim in flight or already taken: a claim's jobs come back only
+/// through its rollback (which resets the floor and with it the reach) and any other way a job
+/// becomes queued lowers the floor (which forgets a reach past that job). So it only moves
+/// when nothing changed since the claim read `seen`.
+pub fn extend_reach(slot: &Slot, queue: &str, seen: &Seen, to: Position) {
+    let database = current_database();
+    slot.floor().with(|data| {
+        if data.generation != seen.generation || !data.owned_by(database, queue) || !data.has_key {
+            return;
+        }
+        if !data.reach_valid() || data.reach < to {
+            data.reach = to;
+            data.has_reach = true;
+            data.reach_generation = data.generation;
+        }
+    });
+}
+
+/// Forgets the queue's floor: jobs may be claimable anywhere again.
+pub fn reset(slot: &Slot, queue: &str) {
+    reset_in(slot, current_database(), queue);
+}
+
+/// [`reset`] for a queue of `database`.
+fn reset_in(slot: &Slot, database: u32, queue: &str) {
+    slot.floor().with(|data| {
+        data.generation += 1;
+        if data.owned_by(database, queue) {
+            data.has_key = false;
+        }
+    });
+}
+
+/// Forgets every floor of `database`: used when a change whose queues are not known ends (a
+/// prepared transaction whose effects could not all be recorded).
+pub fn reset_database(shared: &Shared, database: u32) {
+    for slot in shared.slots() {
+        slot.floor().with(|data| {
+            data.generation += 1;
+            if data.database == database {
+                data.has_key = false;
+            }
+        });
+    }
+}
+
+/// Forgets every queue's reach; the worker does this each tick. A job the reach passed while
+/// a transaction that was not a claim held it (a cancel or a late settle that then left the
+/// job queued) would otherwise wait until claims run out of jobs past the reach; this way it
+/// waits at most a tick.
+pub fn forget_reaches(shared: &Shared) {
+    for slot in shared.slots() {
+        slot.floor().with(|data| data.has_reach = false);
+    }
+}
+
+/// The floors that queues of this database hold right now, for the worker's check that no due
+/// job sits below one.
+pub fn owned_floors(shared: &Shared) -> Vec<(usize, String, Position)> {
+    let database = current_database();
+    shared
+        .slots()
+        .iter()
+        .enumerate()
+        .filter_map(|(index, slot)| {
+            slot.floor().with(|data| {
+                (data.database == database && data.has_key).then(|| (index, data.queue(), data.key))
+            })
+        })
+        .collect()
+}
+
+/// Resets the floor of `queue` in slot `index` if it is still at `key`: the worker found a due
+/// job below it. Returns whether it did.
+pub fn heal(shared: &Shared, index: usize, queue: &str, key: Position) -> bool {
+    let database = current_database();
+    shared.slot(index).floor().with(|data| {
+        if !(data.owned_by(database, queue) && data.has_key && data.key == key) {
+            return false;
+        }
+        data.generation += 1;
+        data.has_key = false;
+        true
+    })
+}
+
+/// A queue's floor as diagnostics show it.
+pub struct FloorView {
+    /// The floor, when the queue owns its slot's floor cell and the floor is known.
+    pub key: Option<Position>,
+    /// The cell's generation.
+    pub generation: u64,
+    /// The reach, when valid.
+    pub reach: Option<Position>,
+}
+
+/// The queue's floor, for `jobs.runtime_state`.
+pub fn view(slot: &Slot, queue: &str) -> FloorView {
+    let database = current_database();
+    slot.floor().with(|data| {
+        let owned = data.owned_by(database, queue);
+        FloorView {
+            key: (owned && data.has_key).then_some(data.key),
+            generation: data.generation,
+            reach: (owned && data.has_key && data.reach_valid()).then_some(data.reach),
+        }
+    })
+}

@@ -1,0 +1,150 @@
+//! The extension's shared memory: one wake-up slot per queue hash (with the queue's claim floor),
+//! the background workers' status, and the effects of prepared transactions. It exists only
+//! when pg_jobs is in `shared_preload_libraries`; without it, waiting claims fall back to
+//! polling, claims start at the head of their queue, and there is no worker.
+
+use std::cell::UnsafeCell;
+use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering};
+
+use pgrx::pg_sys;
+
+use super::effects::PreparedStash;
+use super::floor::FloorCell;
+use super::worker_status::WorkerStatus;
+use crate::pg::version;
+
+/// Number of wake-up slots; queues hash onto them, and two queues sharing one only cost each
+/// other a spurious wake-up (and share a floor cell, which one of them owns at a time).
+pub const SLOTS: usize = 1024;
+/// Most databases the background worker can serve.
+pub const MAX_DATABASES: usize = 16;
+
+/// Where claims on one set of queues sleep, what wakes them, and their queue's claim floor.
+#[repr(C)]
+pub struct Slot {
+    cv: UnsafeCell<pg_sys::ConditionVariable>,
+    waiters: AtomicU32,
+    generation: AtomicU64,
+    next_due: AtomicI64,
+    floor: FloorCell,
+}
+
+impl Slot {
+    /// The condition variable waiting claims sleep on.
+    pub(super) fn condition_variable(&self) -> *mut pg_sys::ConditionVariable {
+        self.cv.get()
+    }
+
+    /// How many claims are waiting on this slot.
+    pub(super) fn waiters(&self) -> &AtomicU32 {
+        &self.waiters
+    }
+
+    /// Bumped by every commit that makes jobs claimable here, so a claim between two attempts
+    /// (not yet asleep) notices.
+    pub(super) fn generation(&self) -> &AtomicU64 {
+        &self.generation
+    }
+
+    /// The earliest `run_at` of a delayed job committed here that may not have come due yet,
+    /// or `i64::MAX` when none is known.
+    pub(super) fn next_due(&self) -> &AtomicI64 {
+        &self.next_due
+    }
+
+    /// The claim floor and reach of the queue that owns this slot's floor cell.
+    pub(super) fn floor(&self) -> &FloorCell {
+        &self.floor
+    }
+}
+
+// SAFETY: every field is an atomic, a spin-locked cell, or a PostgreSQL condition variable,
+// which is made for concurrent use from many processes.
+unsafe impl Sync for Slot {}
+
+/// Everything pg_jobs keeps in shared memory.
+#[repr(C)]
+pub struct Shared {
+    slots: [Slot; SLOTS],
+    workers: [WorkerStatus; MAX_DATABASES],
+    prepared: PreparedStash,
+    tenant_grants: AtomicU64,
+}
+
+impl Shared {
+    /// Every wake-up slot.
+    pub fn slots(&self) -> &[Slot] {
+        &self.slots
+    }
+
+    /// The wake-up slot at `index` (see `queue_id::slot_index`).
+    pub fn slot(&self, index: usize) -> &Slot {
+        &self.slots[index]
+    }
+
+    /// The status entry of the worker with this index (its position in `pg_jobs.databases`).
+    pub fn worker(&self, index: usize) -> &WorkerStatus {
+        &self.workers[index % MAX_DATABASES]
+    }
+
+    /// Every worker's status entry.
+    pub fn workers(&self) -> &[WorkerStatus] {
+        &self.workers
+    }
+
+    /// Bumped by every commit that changes tenant grants, so sessions drop what they cached.
+    pub fn tenant_grants(&self) -> &AtomicU64 {
+        &self.tenant_grants
+    }
+
+    /// The effects of prepared transactions, applied when they are committed or rolled back.
+    pub(super) fn prepared(&self) -> &PreparedStash {
+        &self.prepared
+    }
+}
+
+// SAFETY: see Slot; WorkerStatus is atomics only; PreparedStash is spin-locked.
+unsafe impl Sync for Shared {}
+
+static mut SHARED: *mut Shared = std::ptr::null_mut();
+
+/// The shared area, or `None` when pg_jobs was not preloaded.
+pub fn shared() -> Option<&'static Shared> {
+    // SAFETY: set once in the postmaster's shmem startup hook, before any backend forks (and
+    // again identically after a crash restart, while no backend runs); never freed.
+    unsafe { SHARED.as_ref() }
+}
+
+/// Asks for the shared area; called from `_PG_init` while preloading.
+pub fn request() {
+    // SAFETY: called once, from _PG_init while shared_preload_libraries is processed.
+    unsafe { version::request_shared_memory(std::mem::size_of::<Shared>(), initialise) };
+}
+
+/// Creates (or attaches to) the shared area.
+unsafe extern "C-unwind" fn initialise() {
+    // SAFETY: runs in the shmem startup hook, under AddinShmemInitLock as the protocol for
+    // ShmemInitStruct requires; the area is written only when it was just created.
+    unsafe {
+        let init_lock = version::addin_shmem_init_lock();
+        pg_sys::LWLockAcquire(init_lock, pg_sys::LWLockMode::LW_EXCLUSIVE);
+        let mut found = false;
+        let shared = pg_sys::ShmemInitStruct(
+            c"pg_jobs".as_ptr(),
+            std::mem::size_of::<Shared>(),
+            &mut found,
+        )
+        .cast::<Shared>();
+        if !found {
+            // All-zero is a valid state for every atomic and spin lock; the condition variables
+            // need their own initialisation and next_due starts as "none known".
+            std::ptr::write_bytes(shared.cast::<u8>(), 0, std::mem::size_of::<Shared>());
+            for slot in (*shared).slots.iter_mut() {
+                pg_sys::ConditionVariableInit(slot.cv.get());
+                slot.next_due.store(i64::MAX, Ordering::Relaxed);
+            }
+        }
+        SHARED = shared;
+        pg_sys::LWLockRelease(init_lock);
+    }
+}

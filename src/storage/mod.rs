@@ -1,0 +1,7 @@
+//! Running the extension's SQL statements: each statement is a file next to the engine code
+//! that runs it, declared once with its parameters and result columns, prepared once per
+//! session and kept, and run under settings that no user object can change.
+
+mod statement;
+
+pub use statement::{param, timestamptz_arg, with_client, Row, Rows, Statement};

@@ -1,0 +1,120 @@
+//! The background worker: one per database in `pg_jobs.databases`, registered while the library
+//! is preloaded. Every `pg_jobs.tick` it runs one tick ([`tick`]): reclaim expired leases, check
+//! the claim floors, purge finished jobs past their queue's retention, and wake claims waiting
+//! on queues whose delayed jobs came due. A database without the extension is skipped until
+//! `CREATE EXTENSION pg_jobs` runs there. A failing tick is logged, recorded in
+//! `jobs_worker_status()` and retried at the next tick; the postmaster restarts a worker that
+//! dies.
+
+mod tick;
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use pgrx::bgworkers::{
+    BackgroundWorker, BackgroundWorkerBuilder, BgWorkerStartTime, SignalWakeFlags,
+};
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+
+use crate::pg::clock::server_now;
+use crate::pg::settings;
+use crate::runtime::shmem::{self, MAX_DATABASES};
+use crate::runtime::worker_status::WorkerStatus;
+
+/// Registers one worker per configured database; called from `_PG_init` while preloading.
+pub fn register() {
+    let databases = settings::configured_databases();
+    if databases.len() > MAX_DATABASES {
+        pgrx::warning!(
+            "pg_jobs.databases names {} databases; the worker serves only the first {MAX_DATABASES}",
+            databases.len()
+        );
+    }
+    for (index, database) in databases.iter().take(MAX_DATABASES).enumerate() {
+        BackgroundWorkerBuilder::new(&format!("pg_jobs worker for {database}"))
+            .set_type("pg_jobs worker")
+            .set_library("pg_jobs")
+            .set_function("pg_jobs_worker_main")
+            .set_argument(Some(pg_sys::Datum::from(index)))
+            .set_extra(database)
+            .enable_spi_access()
+            .set_start_time(BgWorkerStartTime::RecoveryFinished)
+            .set_restart_time(Some(Duration::from_secs(1)))
+            .load();
+    }
+}
+
+/// The worker's entry point: connect, then tick until told to stop.
+#[pg_guard]
+#[no_mangle]
+pub extern "C-unwind" fn pg_jobs_worker_main(argument: pg_sys::Datum) {
+    BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP | SignalWakeFlags::SIGTERM);
+    let database = BackgroundWorker::get_extra().to_owned();
+    let status = shmem::shared().map(|s| s.worker(argument.value()));
+    if let Some(status) = status {
+        announce(status, &database);
+    }
+    BackgroundWorker::connect_worker_to_spi(Some(&database), None);
+    pgrx::log!("pg_jobs worker started for database {database}");
+
+    while BackgroundWorker::wait_latch(Some(Duration::from_millis(settings::TICK_MS.get() as u64)))
+    {
+        if BackgroundWorker::sighup_received() {
+            // SAFETY: the standard way for a background worker to reload its settings.
+            unsafe { pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP) };
+        }
+        let outcome = tick::run();
+        if let Some(status) = status {
+            record(status, &database, outcome);
+        }
+    }
+
+    // Leave with status 1 so the postmaster starts us again unless it is shutting down:
+    // pg_terminate_backend on the worker restarts it rather than stopping the queue for good.
+    if let Some(status) = status {
+        status.pid.store(0, Ordering::Release);
+    }
+    // SAFETY: ends the process the way Postgres expects.
+    unsafe { pg_sys::proc_exit(1) };
+}
+
+/// Claims the worker's status entry at start.
+fn announce(status: &WorkerStatus, database: &str) {
+    status.set_database(database);
+    // SAFETY: MyProcPid is set for the life of the process.
+    status
+        .pid
+        .store(unsafe { pg_sys::MyProcPid }, Ordering::Release);
+    status.started_at.store(server_now(), Ordering::Release);
+    status.ticks.store(0, Ordering::Release);
+}
+
+/// Records what a tick did, or why it failed.
+fn record(status: &WorkerStatus, database: &str, outcome: Result<tick::TickReport, String>) {
+    status.ticks.fetch_add(1, Ordering::AcqRel);
+    match outcome {
+        Ok(report) => {
+            status
+                .serving
+                .store(u32::from(report.serving), Ordering::Release);
+            status
+                .reclaimed
+                .fetch_add(report.reclaimed as u64, Ordering::AcqRel);
+            status
+                .purged
+                .fetch_add(report.purged as u64, Ordering::AcqRel);
+            status
+                .floors_healed
+                .fetch_add(report.floors_healed as u64, Ordering::AcqRel);
+        }
+        Err(message) => {
+            pgrx::log!(
+                "pg_jobs worker for database {database}: tick failed, retrying next tick: {message}"
+            );
+            status.set_last_error(&message);
+            status.last_error_at.store(server_now(), Ordering::Release);
+        }
+    }
+    status.last_tick.store(server_now(), Ordering::Release);
+}

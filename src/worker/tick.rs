@@ -1,0 +1,125 @@
+//! One tick of the background worker, in its own transaction: what the worker does, in order.
+
+use pgrx::pg_sys;
+use pgrx::PgTryBuilder;
+
+use crate::engine::tenants::TenantScope;
+use crate::engine::{claim, purge, reclaim};
+use crate::runtime::floor;
+use crate::runtime::shmem::shared;
+use crate::storage::{with_client, Statement};
+
+/// Reclaim statements per tick, so one tick stays short however far behind it is: with
+/// `reclaim::BATCH` jobs each, at most 10,000 jobs a tick.
+pub const RECLAIM_BATCHES: usize = 10;
+
+static EXTENSION_EXISTS: Statement = Statement {
+    name: "worker/extension_exists",
+    sql: include_str!("extension_exists.sql"),
+    params: &[],
+    columns: &["installed"],
+};
+
+static TICK_SETTINGS: Statement = Statement {
+    name: "worker/tick_settings",
+    sql: include_str!("tick_settings.sql"),
+    params: &[],
+    columns: &["lock_timeout", "statement_timeout"],
+};
+
+/// What one successful tick did.
+pub struct TickReport {
+    /// Whether the extension exists in the database.
+    pub serving: bool,
+    /// Jobs reclaimed.
+    pub reclaimed: usize,
+    /// Finished jobs purged.
+    pub purged: usize,
+    /// Claim floors found unsound and reset.
+    pub floors_healed: usize,
+}
+
+/// Runs one tick in its own transaction; an ERROR rolls the tick back and is returned.
+pub fn run() -> Result<TickReport, String> {
+    // SAFETY: the standard transaction bracket of a background worker.
+    unsafe {
+        pg_sys::SetCurrentStatementStartTimestamp();
+        pg_sys::StartTransactionCommand();
+        pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot());
+        pg_sys::pgstat_report_activity(
+            pg_sys::BackendState::STATE_RUNNING,
+            c"pg_jobs tick".as_ptr(),
+        );
+    }
+    let outcome = PgTryBuilder::new(|| Ok(tick()))
+        .catch_others(|error| {
+            Err(match error {
+                pg_sys::panic::CaughtError::PostgresError(report)
+                | pg_sys::panic::CaughtError::ErrorReport(report)
+                | pg_sys::panic::CaughtError::RustPanic {
+                    ereport: report, ..
+                } => report.message().to_owned(),
+            })
+        })
+        .execute();
+    // SAFETY: closes the transaction opened above, committing or rolling back.
+    unsafe {
+        match outcome {
+            Ok(_) => {
+                pg_sys::PopActiveSnapshot();
+                pg_sys::CommitTransactionCommand();
+            }
+            Err(_) => pg_sys::AbortCurrentTransaction(),
+        }
+        // A background worker must flush its own statistics: without them autovacuum would
+        // never hear of the rows reclaim and purge leave dead.
+        pg_sys::pgstat_report_stat(false);
+        pg_sys::pgstat_report_activity(pg_sys::BackendState::STATE_IDLE, std::ptr::null());
+    }
+    outcome
+}
+
+/// The work of one tick, inside its transaction.
+fn tick() -> TickReport {
+    with_client(|client| {
+        let serving = EXTENSION_EXISTS
+            .first::<bool>(client, &[], "installed")
+            .unwrap_or(false);
+        if !serving {
+            return TickReport {
+                serving,
+                reclaimed: 0,
+                purged: 0,
+                floors_healed: 0,
+            };
+        }
+        TICK_SETTINGS.run(client, &[]);
+        if let Some(shared) = shared() {
+            floor::forget_reaches(shared);
+        }
+
+        // Rule 5: expired leases back to queued (or failed), within a tick of expiring.
+        let mut reclaimed = 0;
+        for _ in 0..RECLAIM_BATCHES {
+            let batch = reclaim::reclaim_batch(client, &TenantScope::All);
+            reclaimed += batch;
+            if batch < reclaim::BATCH {
+                break;
+            }
+        }
+
+        // No due job may wait below a claim floor for longer than a tick, whatever made it
+        // claimable.
+        let floors_healed = claim::heal_floors(client);
+
+        let purged = purge::sweep(client);
+
+        claim::wake_due_waiters(client);
+        TickReport {
+            serving,
+            reclaimed,
+            purged,
+            floors_healed,
+        }
+    })
+}

@@ -1,0 +1,245 @@
+//! Jobs made claimable outside the enqueuing backend's own commit: two-phase commit
+//! (`PREPARE TRANSACTION` then `COMMIT PREPARED` / `ROLLBACK PREPARED`, maybe from another
+//! session) and rows written behind the functions' back. Claims start at their queue's claim
+//! floor (README "How it works"), so every way a job becomes queued must reach the floor; these
+//! are the ways the committing backend's callbacks do not see.
+//!
+//! The two-phase tests run on a cluster without the background worker, so only the prepared
+//! transaction's own bookkeeping can make the job claimable; the last test shows the worker's
+//! floor check catching a change no code path announced.
+
+use std::sync::OnceLock;
+use std::thread;
+
+use pg_jobs_tests::{claim, enqueue, scalar, unique_queue, Client, Cluster, TEST_SETTINGS};
+use serde_json::json;
+
+/// A cluster with prepared transactions enabled and no background worker.
+fn cluster_without_worker() -> &'static Cluster {
+    static CLUSTER: OnceLock<Cluster> = OnceLock::new();
+    CLUSTER.get_or_init(|| {
+        let mut settings: Vec<&str> = TEST_SETTINGS
+            .iter()
+            .copied()
+            .filter(|s| !s.starts_with("pg_jobs.databases"))
+            .collect();
+        settings.extend(["pg_jobs.databases = ''", "max_prepared_transactions = 10"]);
+        let cluster = Cluster::start("two-phase", &settings);
+        cluster
+            .connect()
+            .batch_execute("CREATE EXTENSION pg_jobs")
+            .unwrap();
+        cluster
+    })
+}
+
+/// Enqueues `count` jobs and claims them all from another session, so the queue's floor rises
+/// past every job the claimer can see.
+fn burn(client: &mut Client, queue: &str, count: usize) {
+    for n in 0..count {
+        enqueue(client, queue, json!({ "burn": n }));
+    }
+    let claimed = claim(client, queue, count as i32, "");
+    assert_eq!(claimed.len(), count);
+}
+
+/// The floor the queue's shared state holds now (its id), if any.
+fn floor_id(client: &mut Client, queue: &str) -> Option<i64> {
+    scalar(
+        client,
+        "SELECT floor_id FROM jobs.runtime_state($1)",
+        &[&queue],
+    )
+}
+
+#[test]
+fn a_job_committed_by_commit_prepared_is_claimable() {
+    let cluster = cluster_without_worker();
+    let mut admin = cluster.connect();
+    let queue = unique_queue(&mut admin, "prepared-enqueue", "");
+
+    let mut producer = cluster.connect();
+    producer.batch_execute("BEGIN").unwrap();
+    let prepared: i64 = scalar(
+        &mut producer,
+        "SELECT jobs_enqueue($1, '{\"prepared\": true}')",
+        &[&queue],
+    );
+    producer
+        .batch_execute(&format!("PREPARE TRANSACTION 'pj-{queue}'"))
+        .unwrap();
+
+    // Other claims move the floor past the prepared job, which they cannot see.
+    let mut worker = cluster.connect();
+    burn(&mut worker, &queue, 5);
+    let floor = floor_id(&mut worker, &queue).expect("the claims set a floor");
+    assert!(
+        floor > prepared,
+        "the floor ({floor}) should have passed the prepared job ({prepared})"
+    );
+    assert!(claim(&mut worker, &queue, 1, "").is_empty());
+
+    // COMMIT PREPARED from yet another session.
+    cluster
+        .connect()
+        .batch_execute(&format!("COMMIT PREPARED 'pj-{queue}'"))
+        .unwrap();
+    let claimed = claim(&mut worker, &queue, 1, "");
+    assert_eq!(
+        claimed.iter().map(|c| c.id).collect::<Vec<_>>(),
+        [prepared],
+        "the job committed by COMMIT PREPARED must be claimable at once"
+    );
+}
+
+#[test]
+fn a_waiting_claim_wakes_for_a_job_committed_by_commit_prepared() {
+    let cluster = cluster_without_worker();
+    let mut admin = cluster.connect();
+    let queue = unique_queue(&mut admin, "prepared-wake", "");
+    let mut producer = cluster.connect();
+    producer.batch_execute("BEGIN").unwrap();
+    let prepared: i64 = scalar(
+        &mut producer,
+        "SELECT jobs_enqueue($1, '{}', kind => 'late')",
+        &[&queue],
+    );
+    producer
+        .batch_execute(&format!("PREPARE TRANSACTION 'pw-{queue}'"))
+        .unwrap();
+    let mut burner = cluster.connect();
+    burn(&mut burner, &queue, 3);
+
+    // Filtered and unfiltered waiters both start before the commit.
+    let waiters: Vec<_> = ["", ", kinds => ARRAY['late']"]
+        .into_iter()
+        .map(|extra| {
+            let mut client = cluster.connect();
+            let queue = queue.clone();
+            thread::spawn(move || {
+                claim(
+                    &mut client,
+                    &queue,
+                    1,
+                    &format!("{extra}, wait => '20 seconds'"),
+                )
+                .iter()
+                .map(|c| c.id)
+                .collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    pg_jobs_tests::wait_until(
+        std::time::Duration::from_secs(10),
+        "both claims to be waiting",
+        || {
+            scalar::<i32>(
+                &mut admin,
+                "SELECT waiters FROM jobs.runtime_state($1)",
+                &[&queue],
+            ) == 2
+        },
+    );
+    admin
+        .batch_execute(&format!("COMMIT PREPARED 'pw-{queue}'"))
+        .unwrap();
+    // One of the two takes the job; the other is woken by the end of the wait at the latest,
+    // so enqueue a second job for it.
+    scalar::<i64>(
+        &mut admin,
+        "SELECT jobs_enqueue($1, '{}', kind => 'late')",
+        &[&queue],
+    );
+    let mut got: Vec<i64> = waiters
+        .into_iter()
+        .flat_map(|w| w.join().unwrap())
+        .collect();
+    got.sort_unstable();
+    assert!(
+        got.contains(&prepared),
+        "a waiting claim must get the job committed by COMMIT PREPARED, got {got:?}"
+    );
+}
+
+#[test]
+fn jobs_of_a_claim_rolled_back_by_rollback_prepared_are_claimable() {
+    let cluster = cluster_without_worker();
+    let mut admin = cluster.connect();
+    let queue = unique_queue(&mut admin, "prepared-claim", "");
+    let first = enqueue(&mut admin, &queue, json!({"n": 1}));
+
+    let mut holder = cluster.connect();
+    holder.batch_execute("BEGIN").unwrap();
+    let held = claim(&mut holder, &queue, 1, "");
+    assert_eq!(held[0].id, first);
+    holder
+        .batch_execute(&format!("PREPARE TRANSACTION 'pc-{queue}'"))
+        .unwrap();
+
+    // Other claims take later jobs and move the floor past the prepared claim's job.
+    let mut worker = cluster.connect();
+    burn(&mut worker, &queue, 5);
+    burn(&mut worker, &queue, 5);
+    assert!(floor_id(&mut worker, &queue).is_some_and(|floor| floor > first));
+
+    cluster
+        .connect()
+        .batch_execute(&format!("ROLLBACK PREPARED 'pc-{queue}'"))
+        .unwrap();
+    let claimed = claim(&mut worker, &queue, 1, "");
+    assert_eq!(
+        claimed
+            .iter()
+            .map(|c| (c.id, c.attempt))
+            .collect::<Vec<_>>(),
+        [(first, 1)],
+        "the job of the rolled-back prepared claim must be claimable again, attempt unspent"
+    );
+}
+
+#[test]
+fn the_worker_resets_a_floor_that_a_job_written_behind_the_functions_back_sits_below() {
+    // A worker that ticks only when told to (a reload wakes it), so the test decides when.
+    let mut settings: Vec<&str> = TEST_SETTINGS
+        .iter()
+        .copied()
+        .filter(|s| !s.starts_with("pg_jobs.tick"))
+        .collect();
+    settings.push("pg_jobs.tick = '1h'");
+    let cluster = Cluster::start("floor-heal", &settings);
+    let mut admin = cluster.connect();
+    admin.batch_execute("CREATE EXTENSION pg_jobs").unwrap();
+    let queue = unique_queue(&mut admin, "behind-the-back", "");
+    burn(&mut admin, &queue, 5);
+
+    // A restore, or a hand-written INSERT: no function announces this job.
+    let restored: i64 = scalar(
+        &mut admin,
+        "INSERT INTO jobs.job (queue, max_attempts, run_at) VALUES ($1, 5, now() - interval '1 hour')
+         RETURNING id",
+        &[&queue],
+    );
+    assert!(
+        claim(&mut admin, &queue, 1, "").is_empty(),
+        "before the worker's check the job sits below the floor (this test needs that)"
+    );
+    let healed_before: i64 = scalar(
+        &mut admin,
+        "SELECT floors_healed FROM jobs_worker_status()",
+        &[],
+    );
+    admin.batch_execute("SELECT pg_reload_conf()").unwrap();
+    pg_jobs_tests::wait_until(
+        std::time::Duration::from_secs(30),
+        "the worker to check the floors",
+        || {
+            scalar::<i64>(
+                &mut admin,
+                "SELECT floors_healed FROM jobs_worker_status()",
+                &[],
+            ) > healed_before
+        },
+    );
+    let claimed = claim(&mut admin, &queue, 1, "");
+    assert_eq!(claimed.iter().map(|c| c.id).collect::<Vec<_>>(), [restored]);
+}
