@@ -96,7 +96,10 @@ SH
   chmod +x "$CLUSTER_DIR/pgctl"
   "$CLUSTER_DIR/pgctl" start || die "the test cluster did not start; see $CLUSTER_DIR/server.log"
   "$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$PG_PORT" -U postgres -d postgres \
-    -c "CREATE EXTENSION pg_jobs" || die "CREATE EXTENSION pg_jobs failed in the test cluster"
+    -c "CREATE EXTENSION pg_jobs" \
+    -c "CREATE ROLE pgjobs_test_worker LOGIN" -c "GRANT jobs_worker TO pgjobs_test_worker" \
+    -c "CREATE ROLE pgjobs_test_producer LOGIN" -c "GRANT jobs_client TO pgjobs_test_producer" \
+    || die "CREATE EXTENSION pg_jobs, or the test roles granted jobs_worker and jobs_client, failed in the test cluster"
 
   step "starting PgBouncer (transaction pooling) on port $BOUNCER_PORT in front of it"
   # Three names for the same database: a roomy pool, and pools of 2 and 3 server connections
@@ -121,7 +124,7 @@ server_check_delay = 0
 logfile = $CLUSTER_DIR/pgbouncer.log
 pidfile = $CLUSTER_DIR/pgbouncer.pid
 INI
-  echo '"postgres" ""' | as_pg_user tee "$CLUSTER_DIR/userlist.txt" >/dev/null
+  printf '"%s" ""\n' postgres pgjobs_test_worker pgjobs_test_producer | as_pg_user tee "$CLUSTER_DIR/userlist.txt" >/dev/null
   # PgBouncer refuses to run as root; -d daemonises it and writes the pid file.
   as_pg_user "$PGBOUNCER" -d -q "$CLUSTER_DIR/pgbouncer.ini" \
     || die "PgBouncer did not start; see $CLUSTER_DIR/pgbouncer.log"
@@ -144,11 +147,11 @@ stop_test_servers() {
   fi
 }
 
-# The environment the tests read.
+# The environment the tests read. Workers connect as pgjobs_test_worker (granted jobs_worker),
+# producers as pgjobs_test_producer (granted jobs_client), set-up and checks as postgres.
 export_test_env() {
   export PG_JOBS_TEST_DSN="postgresql://postgres@127.0.0.1:$PG_PORT/postgres"
-  export PG_JOBS_TEST_BOUNCER_DSN="postgresql://postgres@127.0.0.1:$BOUNCER_PORT/pgjobs"
-  export PG_JOBS_TEST_BOUNCER_SMALL_DSN="postgresql://postgres@127.0.0.1:$BOUNCER_PORT/pgjobs_small"
-  export PG_JOBS_TEST_BOUNCER_THREE_DSN="postgresql://postgres@127.0.0.1:$BOUNCER_PORT/pgjobs_three"
+  export PG_JOBS_TEST_PORT=$PG_PORT PG_JOBS_TEST_BOUNCER_PORT=$BOUNCER_PORT
+  export PG_JOBS_TEST_WORKER_ROLE=pgjobs_test_worker PG_JOBS_TEST_PRODUCER_ROLE=pgjobs_test_producer
   export PG_JOBS_TEST_PGCTL="$CLUSTER_DIR/pgctl"
 }

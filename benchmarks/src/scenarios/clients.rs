@@ -311,7 +311,8 @@ pub fn render(out: &mut String, run: &Run) {
     out.push_str("## l. Client libraries: burn-down of 20,000 no-op jobs, concurrency 8\n\n");
     out.push_str(
         "Each library's worker with its defaults (one claim waiting for as many jobs as it has free slots, \
-         one `jobs_complete` per job, heartbeats every lease/3), in a process of its own, against the load \
+         jobs without a result completed by `jobs_complete_batch` as they finish, heartbeats every lease/3), \
+         in a process of its own, against the load \
          generator's SQL loop (8 sessions, `jobs_claim(n => 1)` + `jobs_complete`), in one run. Client CPU is \
          the library process's (or the load generator's); server and clients share the cores.\n\n",
     );

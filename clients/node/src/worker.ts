@@ -146,6 +146,7 @@ const CLAIM_SQL = `SELECT c.*, (extract(epoch FROM c.lease_until - clock_timesta
   FROM jobs_claim($1, worker => $2, n => $3, lease => $4, kinds => $5, wait => $6) AS c`;
 const HEARTBEAT_SQL = 'SELECT jobs_heartbeat($1, $2, progress => $3) AS outcome';
 const COMPLETE_SQL = 'SELECT jobs_complete($1, $2, $3) AS outcome';
+const COMPLETE_BATCH_SQL = 'SELECT id, outcome FROM jobs_complete_batch($1, $2)';
 const FAIL_SQL = 'SELECT jobs_fail($1, $2, $3, retry => $4) AS outcome';
 const RELEASE_SQL = 'SELECT jobs_release($1, $2, $3, retry_in => $4) AS outcome';
 const SUCCEEDED_UNDER_SQL = "SELECT (j).state::text = 'succeeded' AND (j).lease = $2 AS ours FROM jobs_get($1) AS j";
@@ -239,6 +240,9 @@ export class Worker extends EventEmitter<WorkerEvents> {
   private readonly graceMs: number;
 
   private readonly running = new Map<string, Running>();
+  /** Jobs done without a result, waiting for the next jobs_complete_batch. */
+  private completions: Running[] = [];
+  private flushing = false;
   private claimClient: PoolClient | null = null;
   private claiming = false;
   private stopping = false;
@@ -338,7 +342,11 @@ export class Worker extends EventEmitter<WorkerEvents> {
       }
       let rows: any[];
       try {
-        this.claimClient ??= await this.pool.connect();
+        if (!this.claimClient) {
+          this.claimClient = await this.pool.connect();
+          // A server that goes away between two claims raises 'error' on the client itself.
+          this.claimClient.on('error', this.onPoolError);
+        }
         this.claiming = true;
         const result = await this.claimClient.query(CLAIM_SQL, [
           this.queue,
@@ -352,6 +360,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
         backoff = 100;
       } catch (error) {
         this.claiming = false;
+        this.claimClient?.off('error', this.onPoolError);
         this.claimClient?.release(error as Error);
         this.claimClient = null;
         if (this.stopping) break;
@@ -369,6 +378,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
       }
       for (const row of rows) this.begin(toJob(row), Number(row.lease_ms));
     }
+    this.claimClient?.off('error', this.onPoolError);
     this.claimClient?.release();
     this.claimClient = null;
   }
@@ -495,19 +505,19 @@ export class Worker extends EventEmitter<WorkerEvents> {
 
   private async complete(r: Running, result: unknown): Promise<void> {
     if (r.done) return;
+    if (result === undefined || result === null) {
+      // No result to store: completed with others in one jobs_complete_batch, sent as soon as
+      // the previous batch is answered (one statement and one commit for many jobs).
+      this.conclude(r);
+      this.completions.push(r);
+      if (!this.flushing) void this.flushCompletions();
+      return;
+    }
     this.conclude(r);
     try {
       let answer = await this.settle(COMPLETE_SQL, [r.job.id, r.job.lease, json(result)]);
-      if (answer && answer.outcome === 'lost' && answer.retried) {
-        // A retried complete answers lost when the first attempt did commit: check which.
-        const ours = (await this.pool.query(SUCCEEDED_UNDER_SQL, [r.job.id, r.job.lease])).rows[0]?.ours;
-        if (ours) answer = { outcome: 'succeeded', retried: true };
-      }
-      if (answer?.outcome === 'succeeded') {
-        this.emit('completed', { job: r.job, durationMs: Date.now() - r.started, result });
-      } else if (answer) {
-        this.giveUp(r, answer.outcome as LostOutcome, 'settle');
-      }
+      if (answer && answer.outcome === 'lost' && answer.retried) answer = await this.recheck(r, answer);
+      this.completed(r, answer?.outcome ?? null, result);
     } catch (error) {
       // The server refused to record the result (too large, not JSON): the attempt fails.
       r.done = false;
@@ -515,6 +525,59 @@ export class Worker extends EventEmitter<WorkerEvents> {
       return;
     }
     this.forget(r);
+  }
+
+  /** A retried complete answers lost when the first attempt did commit: check which. */
+  private async recheck(r: Running, answer: { outcome: string; retried: boolean }) {
+    const ours = (await this.pool.query(SUCCEEDED_UNDER_SQL, [r.job.id, r.job.lease])).rows[0]?.ours;
+    return ours ? { outcome: 'succeeded', retried: true } : answer;
+  }
+
+  private completed(r: Running, outcome: string | null, result: unknown): void {
+    if (outcome === 'succeeded') {
+      this.emit('completed', { job: r.job, durationMs: Date.now() - r.started, result });
+    } else if (outcome) {
+      this.giveUp(r, outcome as LostOutcome, 'settle');
+    }
+  }
+
+  private async flushCompletions(): Promise<void> {
+    this.flushing = true;
+    try {
+      while (this.completions.length > 0) {
+        const batch = this.completions;
+        this.completions = [];
+        const outcomes = new Map<string, string>();
+        let retried = false;
+        let backoff = 100;
+        for (;;) {
+          try {
+            const { rows } = await this.pool.query(COMPLETE_BATCH_SQL, [batch.map((r) => r.job.id), batch.map((r) => r.job.lease)]);
+            for (const row of rows) outcomes.set(String(row.id), row.outcome);
+            break;
+          } catch (error) {
+            if (!isConnectionError(error)) {
+              this.emit('connectionError', { error, during: 'complete' });
+              break; // left without an outcome: their leases run out and they are retried
+            }
+            this.emit('connectionError', { error, during: 'complete' });
+            retried = true;
+            await sleep(backoff);
+            backoff = Math.min(backoff * 2, 5_000);
+          }
+        }
+        for (const r of batch) {
+          let answer: { outcome: string; retried: boolean } | null = outcomes.has(r.job.id)
+            ? { outcome: outcomes.get(r.job.id)!, retried }
+            : null;
+          if (answer && answer.outcome === 'lost' && retried) answer = await this.recheck(r, answer).catch(() => answer);
+          this.completed(r, answer?.outcome ?? null, undefined);
+          this.forget(r);
+        }
+      }
+    } finally {
+      this.flushing = false;
+    }
   }
 
   private async fail(r: Running, error: unknown, permanent: boolean): Promise<void> {

@@ -8,9 +8,6 @@ import pg from 'pg';
 
 import { enqueue, enqueueBatch } from '../src/index.js';
 import {
-  BOUNCER_DSN,
-  BOUNCER_SMALL_DSN,
-  BOUNCER_THREE_DSN,
   closePools,
   DSN,
   eventually,
@@ -18,6 +15,8 @@ import {
   pool,
   recordingWorker,
   sleep,
+  url,
+  type Via,
 } from './helpers.js';
 
 after(closePools);
@@ -32,16 +31,17 @@ async function client(connectionString: string): Promise<pg.Client> {
 describe('through PgBouncer in transaction pooling mode', () => {
   it('a worker and a producer run every job: enqueues in transactions, heartbeats, settles', async () => {
     const queue = await newQueue(direct, "lease => '600 milliseconds'");
-    const bouncer = pool(BOUNCER_DSN(), 10);
+    const bouncer = pool(url('worker', 'bouncer'), 10);
+    const producers = pool(url('producer', 'bouncer'), 2);
     // The producer: single enqueues inside transactions, one of them rolled back, and a batch.
-    const producer = await bouncer.connect();
+    const producer = await producers.connect();
     for (let i = 0; i < 20; i++) {
       await producer.query('BEGIN');
       await enqueue(producer, queue, { n: i }, { kind: i % 5 === 0 ? 'long' : 'short' });
       await producer.query(i === 7 ? 'ROLLBACK' : 'COMMIT');
     }
     producer.release();
-    await enqueueBatch(bouncer, queue, Array.from({ length: 180 }, (_, i) => ({ n: 100 + i })), { kind: 'short' });
+    await enqueueBatch(producers, queue, Array.from({ length: 180 }, (_, i) => ({ n: 100 + i })), { kind: 'short' });
     const { worker, events } = recordingWorker({
       pool: bouncer,
       queue,
@@ -74,19 +74,22 @@ describe('through PgBouncer in transaction pooling mode', () => {
 });
 
 describe('what a user must know behind a pooler (measured)', () => {
-  it('a waiting claim holds a server connection for its wait: a pool no larger than the waiting workers blocks producers', async () => {
+  it('a waiting claim holds a server connection for its wait: a pool no larger than the waiting workers blocks producers of the same role', async () => {
     const queue = await newQueue(direct);
     const waitMs = 2_000;
-    const timeEnqueue = async (dsn: string) => {
-      const workers = [recordingWorker({ pool: pool(dsn, 2), queue, handlers: { default: () => 'ok' }, concurrency: 1, waitMs }),
-        recordingWorker({ pool: pool(dsn, 2), queue, handlers: { default: () => 'ok' }, concurrency: 1, waitMs })];
+    // PgBouncer keeps one pool per database and user: two waiting workers, then an enqueue
+    // through the same database entry as the same role or as another one.
+    const timeEnqueue = async (via: Via, producerRole: 'worker' | 'producer') => {
+      const workers = [1, 2].map(() =>
+        recordingWorker({ pool: pool(url('worker', via), 2), queue, handlers: { default: () => 'ok' }, concurrency: 1, waitMs }),
+      );
       await eventually('both claims waiting in the server', async () => {
         const { rows } = await direct.query(
           `SELECT count(*)::int AS n FROM pg_stat_activity WHERE state = 'active' AND query LIKE '%jobs_claim%' AND pid <> pg_backend_pid()`,
         );
         return rows[0].n === 2;
       });
-      const producer = await client(dsn);
+      const producer = await client(url(producerRole, via));
       const started = Date.now();
       await enqueue(producer, queue, {});
       const took = Date.now() - started;
@@ -95,18 +98,23 @@ describe('what a user must know behind a pooler (measured)', () => {
       await Promise.all(workers.map(({ worker }) => worker.stop()));
       return took;
     };
-    const blocked = await timeEnqueue(BOUNCER_SMALL_DSN()); // pool_size = 2: both held by waiting claims
-    const free = await timeEnqueue(BOUNCER_THREE_DSN()); // pool_size = 3: one left for the producer
-    console.log(`# enqueue through PgBouncer with 2 claims waiting ${waitMs} ms: pool_size=2 ${blocked} ms, pool_size=3 ${free} ms`);
+    const blocked = await timeEnqueue('bouncer2', 'worker'); // pool_size = 2, both held by waiting claims
+    const spare = await timeEnqueue('bouncer3', 'worker'); // pool_size = 3: one left for the producer
+    const ownPool = await timeEnqueue('bouncer2', 'producer'); // another role: a pool of its own
+    console.log(
+      `# enqueue through PgBouncer while 2 claims wait ${waitMs} ms: same role, pool_size=2 ${blocked} ms; ` +
+        `same role, pool_size=3 ${spare} ms; another role, pool_size=2 ${ownPool} ms`,
+    );
     assert.ok(blocked >= waitMs * 0.8, `the enqueue should have waited for a claim's wait to end, took ${blocked} ms`);
-    assert.ok(free < 500, `with a spare server connection the enqueue should be immediate, took ${free} ms`);
+    assert.ok(spare < 500, `with a spare server connection the enqueue should be immediate, took ${spare} ms`);
+    assert.ok(ownPool < 500, `another role's pool should have been free, took ${ownPool} ms`);
   });
 
   it("without a worker name, the server's default names whichever connection PgBouncer lent", async () => {
     const queue = await newQueue(direct);
-    await enqueueBatch(direct, queue, [{}, {}]);
-    const a = await client(BOUNCER_DSN());
-    const b = await client(BOUNCER_DSN());
+    await enqueueBatch(pool(url('producer')), queue, [{}, {}]);
+    const a = await client(url('worker', 'bouncer'));
+    const b = await client(url('worker', 'bouncer'));
     try {
       const first = await a.query(`SELECT id, lease FROM jobs_claim($1)`, [queue]);
       // b holds the server connection a just used (PgBouncer hands out the most recently
@@ -127,8 +135,8 @@ describe('what a user must know behind a pooler (measured)', () => {
   });
 
   it('a session SET leaks to the next client of the server connection; SET LOCAL does not', async () => {
-    const a = await client(BOUNCER_DSN());
-    const b = await client(BOUNCER_DSN());
+    const a = await client(url('worker', 'bouncer'));
+    const b = await client(url('worker', 'bouncer'));
     try {
       await a.query(`SET pg_jobs_client_test.session_mark = 'set by a'`);
       const leaked = await b.query(`SELECT current_setting('pg_jobs_client_test.session_mark', true) AS v`);

@@ -10,11 +10,21 @@ function env(name: string): string {
   return value;
 }
 
+/** Set-up and checks: the superuser, directly. */
 export const DSN = () => env('PG_JOBS_TEST_DSN');
-export const BOUNCER_DSN = () => env('PG_JOBS_TEST_BOUNCER_DSN');
-export const BOUNCER_SMALL_DSN = () => env('PG_JOBS_TEST_BOUNCER_SMALL_DSN');
-export const BOUNCER_THREE_DSN = () => env('PG_JOBS_TEST_BOUNCER_THREE_DSN');
 export const PGCTL = () => env('PG_JOBS_TEST_PGCTL');
+
+/** Who connects: workers as a login role granted jobs_worker, producers as one granted jobs_client. */
+export type Who = 'worker' | 'producer';
+/** Where to: the server, or one of PgBouncer's pools (40, 2 or 3 server connections). */
+export type Via = 'direct' | 'bouncer' | 'bouncer2' | 'bouncer3';
+
+export function url(who: Who, via: Via = 'direct'): string {
+  const user = env(who === 'worker' ? 'PG_JOBS_TEST_WORKER_ROLE' : 'PG_JOBS_TEST_PRODUCER_ROLE');
+  if (via === 'direct') return `postgresql://${user}@127.0.0.1:${env('PG_JOBS_TEST_PORT')}/postgres`;
+  const database = { bouncer: 'pgjobs', bouncer2: 'pgjobs_small', bouncer3: 'pgjobs_three' }[via];
+  return `postgresql://${user}@127.0.0.1:${env('PG_JOBS_TEST_BOUNCER_PORT')}/${database}`;
+}
 
 const pools: pg.Pool[] = [];
 

@@ -6,24 +6,25 @@ import { promisify } from 'node:util';
 import { after, it } from 'node:test';
 
 import { enqueueBatch } from '../src/index.js';
-import { closePools, eventually, newQueue, PGCTL, pool, recordingWorker, sleep } from './helpers.js';
+import { closePools, eventually, newQueue, PGCTL, pool, recordingWorker, sleep, url } from './helpers.js';
 
 after(closePools);
 
 it('a restart of the server mid-run loses nothing: the worker reconnects and finishes every job', async () => {
   const admin = pool();
   const queue = await newQueue(admin, "lease => '2 seconds'");
-  const ids = (await enqueueBatch(admin, queue, Array.from({ length: 400 }, (_, n) => ({ n })))).map((r) => r.id);
+  const ids = (await enqueueBatch(pool(url('producer')), queue, Array.from({ length: 400 }, (_, n) => ({ n })))).map((r) => r.id);
   const ran = new Set<string>();
   const { worker, events } = recordingWorker({
-    pool: pool(undefined, 12),
+    pool: pool(url('worker'), 12),
     queue,
     concurrency: 8,
     handlers: {
       default: async (job) => {
         ran.add(job.id);
         await sleep(10);
-        return { n: job.payload.n };
+        // Odd jobs complete one by one with a result, even ones in batches without one.
+        return job.payload.n % 2 ? { n: job.payload.n } : undefined;
       },
     },
   });
@@ -40,7 +41,8 @@ it('a restart of the server mid-run loses nothing: the worker reconnects and fin
   assert.ok(events.some(([name]) => name === 'connectionError'), 'the restart went unnoticed');
   assert.equal(ran.size, ids.length);
   const { rows } = await admin.query(
-    `SELECT count(*)::int AS wrong FROM jobs.job WHERE queue = $1 AND (result ->> 'n')::int IS DISTINCT FROM (payload ->> 'n')::int`,
+    `SELECT count(*)::int AS wrong FROM jobs.job WHERE queue = $1
+        AND (result ->> 'n')::int IS DISTINCT FROM CASE WHEN (payload ->> 'n')::int % 2 = 1 THEN (payload ->> 'n')::int END`,
     [queue],
   );
   assert.equal(rows[0].wrong, 0);

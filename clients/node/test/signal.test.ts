@@ -6,17 +6,19 @@ import { fileURLToPath } from 'node:url';
 import { after, it } from 'node:test';
 
 import { enqueue } from '../src/index.js';
-import { closePools, eventually, jobRow, newQueue, pool } from './helpers.js';
+import { closePools, eventually, jobRow, newQueue, pool, url } from './helpers.js';
 
 after(closePools);
 
 it('SIGTERM finishes what fits in the grace, releases the rest, and ends the process', async () => {
   const db = pool();
+  const producer = pool(url('producer'));
   const queue = await newQueue(db);
-  const slow = await enqueue(db, queue, {}, { kind: 'slow' });
-  const hung = await enqueue(db, queue, {}, { kind: 'hung' });
+  const slow = await enqueue(producer, queue, {}, { kind: 'slow' });
+  const hung = await enqueue(producer, queue, {}, { kind: 'hung' });
   const child = spawn(process.execPath, [fileURLToPath(new URL('./fixtures/sigterm-worker.js', import.meta.url)), queue], {
     stdio: ['ignore', 'pipe', 'inherit'],
+    env: { ...process.env, PG_JOBS_TEST_WORKER_DSN: url('worker') },
   });
   let out = '';
   child.stdout.on('data', (chunk) => (out += chunk));

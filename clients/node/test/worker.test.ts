@@ -5,16 +5,18 @@ import { spawn } from 'node:child_process';
 import { after, describe, it } from 'node:test';
 
 import { enqueue, enqueueBatch, JobTimeoutError, PermanentError, type Job } from '../src/index.js';
-import { closePools, DSN, eventually, jobRow, newQueue, pool, recordingWorker, sleep } from './helpers.js';
+import { closePools, eventually, jobRow, newQueue, pool, recordingWorker, sleep, url } from './helpers.js';
 
-const db = pool();
+const db = pool(); // set-up and checks
+const workers = pool(url('worker'));
+const producer = pool(url('producer'));
 after(closePools);
 
 /** Claims one job of `queue` as worker 'rescuer' from another process (psql), waiting up to 10 s. */
 function rescue(queue: string): Promise<{ id: string; lease: string }> {
   return new Promise((resolve, reject) => {
     const psql = spawn(`${process.env.PG_JOBS_PG_BIN}/psql`, [
-      '-X', '-At', '-F', ' ', '-d', DSN(), '-c',
+      '-X', '-At', '-F', ' ', '-d', url('worker'), '-c',
       `SELECT id, lease FROM jobs_claim('${queue}', worker => 'rescuer', lease => '1 minute', wait => '10 seconds')`,
     ]);
     let out = '';
@@ -31,10 +33,10 @@ function rescue(queue: string): Promise<{ id: string; lease: string }> {
 describe('outcomes', () => {
   it('a returned value completes the job and becomes its result', async () => {
     const queue = await newQueue(db);
-    const id = await enqueue(db, queue, { to: 'ada' }, { kind: 'mail', headers: { traceparent: 't-1' } });
+    const id = await enqueue(producer, queue, { to: 'ada' }, { kind: 'mail', headers: { traceparent: 't-1' } });
     const seen: Job[] = [];
     const { worker, events } = recordingWorker({
-      pool: db,
+      pool: workers,
       queue,
       name: 'node-outcomes-1',
       handlers: { mail: (job) => (seen.push(job), { sentTo: job.payload.to }) },
@@ -59,10 +61,10 @@ describe('outcomes', () => {
 
   it('a thrown error fails the attempt and the queue retries it after its backoff', async () => {
     const queue = await newQueue(db, "backoff_base => '200 milliseconds', jitter => 0");
-    const id = await enqueue(db, queue, {});
+    const id = await enqueue(producer, queue, {});
     const attempts: number[] = [];
     const { worker, events } = recordingWorker({
-      pool: db,
+      pool: workers,
       queue,
       handlers: {
         default: (job) => {
@@ -95,9 +97,9 @@ describe('outcomes', () => {
 
   it('a PermanentError fails the job at once, with attempts left', async () => {
     const queue = await newQueue(db);
-    const id = await enqueue(db, queue, {});
+    const id = await enqueue(producer, queue, {});
     const { worker, events } = recordingWorker({
-      pool: db,
+      pool: workers,
       queue,
       handlers: {
         default: () => {
@@ -120,11 +122,11 @@ describe('outcomes', () => {
 
   it('a job its handler does not accept fails at once and the handler never runs', async () => {
     const queue = await newQueue(db);
-    const good = await enqueue(db, queue, { to: 'ada' });
-    const bad = await enqueue(db, queue, { nobody: true });
+    const good = await enqueue(producer, queue, { to: 'ada' });
+    const bad = await enqueue(producer, queue, { nobody: true });
     let ran = 0;
     const { worker } = recordingWorker({
-      pool: db,
+      pool: workers,
       queue,
       handlers: {
         default: {
@@ -148,8 +150,8 @@ describe('outcomes', () => {
 
   it('a kind without a handler is released with a delay, attempt given back', async () => {
     const queue = await newQueue(db);
-    const id = await enqueue(db, queue, {}, { kind: 'from-the-next-deploy' });
-    const { worker, events } = recordingWorker({ pool: db, queue, handlers: {}, unknownKindDelayMs: 60_000 });
+    const id = await enqueue(producer, queue, {}, { kind: 'from-the-next-deploy' });
+    const { worker, events } = recordingWorker({ pool: workers, queue, handlers: {}, unknownKindDelayMs: 60_000 });
     await eventually('the release', () => events.some(([name]) => name === 'released'));
     await worker.stop();
     const { rows } = await db.query(
@@ -169,8 +171,8 @@ describe('outcomes', () => {
 
   it("a kind without a handler fails instead with unknownKind: 'fail'", async () => {
     const queue = await newQueue(db);
-    const id = await enqueue(db, queue, {}, { kind: 'nobody-knows' });
-    const { worker } = recordingWorker({ pool: db, queue, handlers: {}, unknownKind: 'fail' });
+    const id = await enqueue(producer, queue, {}, { kind: 'nobody-knows' });
+    const { worker } = recordingWorker({ pool: workers, queue, handlers: {}, unknownKind: 'fail' });
     const row = await eventually('the job to fail', async () => {
       const r = await jobRow(db, id);
       return r.state === 'failed' && r;
@@ -181,9 +183,9 @@ describe('outcomes', () => {
 
   it("kinds: 'handled' claims only kinds that have a handler", async () => {
     const queue = await newQueue(db);
-    const other = await enqueue(db, queue, {}, { kind: 'other' });
-    const mine = await enqueue(db, queue, {}, { kind: 'mine' });
-    const { worker } = recordingWorker({ pool: db, queue, kinds: 'handled', handlers: { mine: () => 1 } });
+    const other = await enqueue(producer, queue, {}, { kind: 'other' });
+    const mine = await enqueue(producer, queue, {}, { kind: 'mine' });
+    const { worker } = recordingWorker({ pool: workers, queue, kinds: 'handled', handlers: { mine: () => 1 } });
     await eventually('my job to succeed', async () => (await jobRow(db, mine)).state === 'succeeded');
     await sleep(200);
     await worker.stop();
@@ -194,9 +196,9 @@ describe('outcomes', () => {
 
   it('progress() stores progress and heartbeats keep a long job alive past its lease', async () => {
     const queue = await newQueue(db, "lease => '600 milliseconds'");
-    const id = await enqueue(db, queue, {});
+    const id = await enqueue(producer, queue, {});
     const { worker } = recordingWorker({
-      pool: db,
+      pool: workers,
       queue,
       handlers: {
         default: async (_job, { progress }) => {
@@ -220,10 +222,10 @@ describe('outcomes', () => {
 describe('cancellation and lost leases', () => {
   it('a cancel mid-handler fires the signal at the next heartbeat and records nothing', async () => {
     const queue = await newQueue(db, "lease => '900 milliseconds'");
-    const id = await enqueue(db, queue, {});
+    const id = await enqueue(producer, queue, {});
     let aborted: unknown;
     const { worker, events } = recordingWorker({
-      pool: db,
+      pool: workers,
       queue,
       handlers: {
         default: (_job, { signal }) =>
@@ -251,11 +253,11 @@ describe('cancellation and lost leases', () => {
 
   it('a handler that stalls past its lease loses the job to another claim; its result is discarded', async () => {
     const queue = await newQueue(db, "lease => '500 milliseconds'");
-    const id = await enqueue(db, queue, {});
+    const id = await enqueue(producer, queue, {});
     let signalReason: unknown;
     let rescuer: Promise<{ id: string; lease: string }> | undefined;
     const { worker, events } = recordingWorker({
-      pool: db,
+      pool: workers,
       queue,
       name: 'staller',
       concurrency: 1, // no claim of its own waits in the server meanwhile
@@ -292,12 +294,12 @@ describe('cancellation and lost leases', () => {
 describe('shutdown and handlers that never resolve', () => {
   it('stop() lets handlers finish within the grace, then releases the rest: no lease left held', async () => {
     const queue = await newQueue(db);
-    const quick = await enqueue(db, queue, {}, { kind: 'quick' });
-    const slow = await enqueue(db, queue, {}, { kind: 'slow' });
-    const hung = await enqueue(db, queue, {}, { kind: 'hung' });
+    const quick = await enqueue(producer, queue, {}, { kind: 'quick' });
+    const slow = await enqueue(producer, queue, {}, { kind: 'slow' });
+    const hung = await enqueue(producer, queue, {}, { kind: 'hung' });
     let slowSignal: AbortSignal | undefined;
     const { worker, events } = recordingWorker({
-      pool: db,
+      pool: workers,
       queue,
       handlers: {
         quick: async () => {
@@ -333,16 +335,16 @@ describe('shutdown and handlers that never resolve', () => {
 
   it('a handler past its time limit fails the attempt and frees its slot for the next job', async () => {
     const queue = await newQueue(db, "backoff_base => '1 hour'");
-    const hung = await enqueue(db, queue, {}, { kind: 'hung' });
+    const hung = await enqueue(producer, queue, {}, { kind: 'hung' });
     const { worker, events } = recordingWorker({
-      pool: db,
+      pool: workers,
       queue,
       concurrency: 1,
       timeoutMs: 300,
       handlers: { hung: () => new Promise(() => undefined), ok: () => 'ok' },
     });
     await eventually('the timeout', () => events.some(([name]) => name === 'failed'));
-    const next = await enqueue(db, queue, {}, { kind: 'ok' });
+    const next = await enqueue(producer, queue, {}, { kind: 'ok' });
     await eventually('the next job on the only slot', async () => (await jobRow(db, next)).state === 'succeeded');
     await worker.stop();
     const row = await jobRow(db, hung);
@@ -353,16 +355,16 @@ describe('shutdown and handlers that never resolve', () => {
 
   it('a handler that never resolves keeps its job leased (heartbeats) and the other slots keep working', async () => {
     const queue = await newQueue(db, "lease => '600 milliseconds'");
-    const hung = await enqueue(db, queue, {}, { kind: 'hung' });
+    const hung = await enqueue(producer, queue, {}, { kind: 'hung' });
     const { worker } = recordingWorker({
-      pool: db,
+      pool: workers,
       queue,
       concurrency: 2,
       handlers: { hung: () => new Promise(() => undefined), ok: () => 'ok' },
     });
     await eventually('the hung job to run', async () => (await jobRow(db, hung)).state === 'running');
     const ids: string[] = [];
-    for (let i = 0; i < 5; i++) ids.push(await enqueue(db, queue, {}, { kind: 'ok' }));
+    for (let i = 0; i < 5; i++) ids.push(await enqueue(producer, queue, {}, { kind: 'ok' }));
     await eventually('the other jobs', async () => {
       const { rows } = await db.query(`SELECT count(*)::int AS n FROM jobs.job WHERE id = ANY($1) AND state = 'succeeded'`, [ids]);
       return rows[0].n === 5;
@@ -377,7 +379,7 @@ describe('shutdown and handlers that never resolve', () => {
 
   it('stop() while the claim waits in the server returns at once', async () => {
     const queue = await newQueue(db);
-    const { worker } = recordingWorker({ pool: db, queue, handlers: {}, waitMs: 60_000 });
+    const { worker } = recordingWorker({ pool: workers, queue, handlers: {}, waitMs: 60_000 });
     await eventually('the claim to wait', async () => {
       const { rows } = await db.query(
         `SELECT count(*)::int AS n FROM pg_stat_activity WHERE query LIKE '%jobs_claim%' AND state = 'active' AND pid <> pg_backend_pid()`,
@@ -393,7 +395,7 @@ describe('shutdown and handlers that never resolve', () => {
 describe('producing', () => {
   it("enqueue joins the caller's transaction", async () => {
     const queue = await newQueue(db);
-    const client = await db.connect();
+    const client = await producer.connect();
     try {
       await client.query('BEGIN');
       const rolledBack = await enqueue(client, queue, { n: 1 });
@@ -411,14 +413,14 @@ describe('producing', () => {
   it('enqueue passes every option and any JSON payload', async () => {
     const queue = await newQueue(db);
     const runAt = new Date(Date.now() + 3_600_000);
-    const array = await enqueue(db, queue, [1, 'two', { three: 3 }], {
+    const array = await enqueue(producer, queue, [1, 'two', { three: 3 }], {
       kind: 'k',
       priority: -5,
       maxAttempts: 2,
       runAt,
       headers: { traceparent: 'x' },
     });
-    const text = await enqueue(db, queue, 'just a string');
+    const text = await enqueue(producer, queue, 'just a string');
     const a = await jobRow(db, array);
     assert.deepEqual(a.payload, [1, 'two', { three: 3 }]);
     assert.equal(a.kind, 'k');
@@ -431,7 +433,7 @@ describe('producing', () => {
 
   it('enqueueBatch returns ids in payload order', async () => {
     const queue = await newQueue(db);
-    const rows = await enqueueBatch(db, queue, [{ n: 1 }, { n: 2 }, { n: 3 }], { kind: 'b' });
+    const rows = await enqueueBatch(producer, queue, [{ n: 1 }, { n: 2 }, { n: 3 }], { kind: 'b' });
     assert.equal(rows.length, 3);
     for (const [i, row] of rows.entries()) {
       assert.equal(row.inserted, true);
@@ -442,7 +444,7 @@ describe('producing', () => {
   });
 
   it('an unknown queue is an error that says how to create it', async () => {
-    await assert.rejects(enqueue(db, 'no-such-queue-here', {}), (error: any) => error.code === '42704' && /jobs_create_queue/.test(error.message + error.hint));
+    await assert.rejects(enqueue(producer, 'no-such-queue-here', {}), (error: any) => error.code === '42704' && /jobs_create_queue/.test(error.message + error.hint));
   });
 });
 
@@ -451,7 +453,7 @@ describe('untyped parameters', () => {
     const queue = await newQueue(db, "lease => '600 milliseconds'");
     const seen: Array<{ text: string; values: unknown[] }> = [];
     // A pool whose query() and connect()ed clients record what the library sends.
-    const spy = pool();
+    const spy = pool(url('worker'));
     const record = (target: any) => {
       const query = target.query.bind(target);
       target.query = (...args: any[]) => {

@@ -28,6 +28,7 @@ CLAIM_SQL = (
 )
 HEARTBEAT_SQL = "SELECT jobs_heartbeat(%s, %s, progress => %s)"
 COMPLETE_SQL = "SELECT jobs_complete(%s, %s, %s)"
+COMPLETE_BATCH_SQL = "SELECT id, outcome FROM jobs_complete_batch(%s, %s)"
 FAIL_SQL = "SELECT jobs_fail(%s, %s, %s, retry => %s)"
 RELEASE_SQL = "SELECT jobs_release(%s, %s, %s, retry_in => %s)"
 SUCCEEDED_UNDER_SQL = "SELECT (j).state::text = 'succeeded' AND (j).lease::text = %s FROM jobs_get(%s) AS j"

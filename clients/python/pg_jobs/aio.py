@@ -20,6 +20,7 @@ import psycopg
 
 from ._common import (
     CLAIM_SQL,
+    COMPLETE_BATCH_SQL,
     COMPLETE_SQL,
     FAIL_SQL,
     GONE,
@@ -173,6 +174,9 @@ class AsyncWorker:
         self._claim_task: asyncio.Task | None = None
         self._pool: _Pool | None = None
         self._stop_task: asyncio.Task | None = None
+        # Jobs whose handlers returned None, completed together by one jobs_complete_batch.
+        self._completions: list[AsyncJob] = []
+        self._flush_task: asyncio.Task | None = None
 
     @property
     def active(self) -> int:
@@ -224,6 +228,8 @@ class AsyncWorker:
             *(self._release(job, "shutting down", 0) for job in list(self._running.values())),
             return_exceptions=True,
         )
+        while self._flush_task is not None and not self._flush_task.done():
+            await asyncio.wait({self._flush_task})
         if self._pool is not None:
             await self._pool.close()
         self._stopped.set()
@@ -392,6 +398,11 @@ class AsyncWorker:
     async def _complete(self, job: AsyncJob, result: Any) -> None:
         if not job._conclude():
             return
+        if result is None:
+            self._completions.append(job)
+            if self._flush_task is None or self._flush_task.done():
+                self._flush_task = asyncio.get_running_loop().create_task(self._flush_completions())
+            return
         try:
             answer = await self._settle(job, COMPLETE_SQL, [str(job.id), job.lease, jsonb(result)], "complete")
             if answer == ("lost", True):
@@ -407,6 +418,33 @@ class AsyncWorker:
         elif answer:
             self._gone(job, answer[0], "settle")
         self._finish(job)
+
+    async def _flush_completions(self) -> None:
+        """Completes the jobs that finished without a result: what finished while the
+        previous batch was on its way goes in the next, one statement and one commit."""
+        while self._completions:
+            batch, self._completions = self._completions, []
+            outcomes: dict[int, str] = {}
+            retried = False
+            try:
+                rows, retried = await self._call(None, COMPLETE_BATCH_SQL,
+                                                 [[str(j.id) for j in batch], [j.lease for j in batch]], "complete")
+                outcomes = {job_id: outcome for job_id, outcome in rows}
+            except Exception as error:
+                # Left without an outcome: their leases run out and they are run again.
+                self._emit(Event("connection_error", error=error, during="complete"))
+            for job in batch:
+                outcome = outcomes.get(job.id)
+                if outcome == "lost" and retried:
+                    with contextlib.suppress(Exception):
+                        rows, _ = await self._call(job, SUCCEEDED_UNDER_SQL, [job.lease, str(job.id)], "complete")
+                        if rows and rows[0][0]:
+                            outcome = "succeeded"
+                if outcome == "succeeded":
+                    self._emit(Event("completed", job=job, duration=job._elapsed, result=None, outcome="succeeded"))
+                elif outcome:
+                    self._gone(job, outcome, "settle")
+                self._finish(job)
 
     async def _fail(self, job: AsyncJob, error: BaseException, permanent: bool) -> None:
         if not job._conclude():

@@ -3,7 +3,9 @@
 One claim thread waits in the server (``jobs_claim(wait => ...)``) for up to as many jobs as
 there are free slots; ``concurrency`` runner threads run the handlers and settle on
 connections of their own; one lease keeper thread heartbeats every running job every lease/3
-and enforces time limits. A handler that never returns cannot be stopped in Python: its
+and enforces time limits; one completer thread completes the jobs whose handlers returned
+None in batches (``jobs_complete_batch``: whatever finished while the previous batch was on
+its way, in one statement and one commit). A handler that never returns cannot be stopped in Python: its
 thread is abandoned (a daemon) and a fresh runner takes its slot.
 """
 
@@ -21,6 +23,7 @@ import psycopg
 
 from ._common import (
     CLAIM_SQL,
+    COMPLETE_BATCH_SQL,
     COMPLETE_SQL,
     FAIL_SQL,
     GONE,
@@ -200,6 +203,7 @@ class Worker:
         self._keeper_due: list[tuple[float, int, int]] = []
         self._keeper_wake = threading.Condition()
         self._claim_conn = _Connection(self._connect, self)
+        self._completions: queue_module.SimpleQueue[Job | None] = queue_module.SimpleQueue()
         self._claiming = False
         self._threads: list[threading.Thread] = []
         self._runners: list[_Runner] = []
@@ -214,7 +218,11 @@ class Worker:
         self._started = True
         for _ in range(self.concurrency):
             self._add_runner()
-        for target, name in ((self._claim_loop, "pg_jobs-claim"), (self._keeper_loop, "pg_jobs-keeper")):
+        for target, name in (
+            (self._claim_loop, "pg_jobs-claim"),
+            (self._keeper_loop, "pg_jobs-keeper"),
+            (self._completer_loop, "pg_jobs-completer"),
+        ):
             thread = threading.Thread(target=target, name=name, daemon=True)
             thread.start()
             self._threads.append(thread)
@@ -269,6 +277,8 @@ class Worker:
                 for job in left:
                     self._release(job, conn, "shutting down", 0)
                 conn.drop()
+            self._completions.put(None)
+            self._threads[2].join()
             for _ in self._runners:
                 self._jobs.put(None)
             with self._keeper_wake:
@@ -395,6 +405,9 @@ class Worker:
     def _complete(self, job: Job, conn: _Connection, result: Any) -> None:
         if not job._conclude():
             return
+        if result is None:
+            self._completions.put(job)  # the completer sends it with the others that finished
+            return
         try:
             answer = self._settle(job, conn, COMPLETE_SQL, [str(job.id), job.lease, jsonb(result)], "complete")
             if answer and answer == ("lost", True):
@@ -413,6 +426,55 @@ class Worker:
         elif answer:
             self._gone(job, answer[0], "settle")
         self._finish(job)
+
+    def _completer_loop(self) -> None:
+        conn = _Connection(self._connect, self)
+        try:
+            while True:
+                first = self._completions.get()
+                if first is None:
+                    return
+                batch = [first]
+                while True:
+                    try:
+                        job = self._completions.get_nowait()
+                    except queue_module.Empty:
+                        break
+                    if job is None:
+                        self._completions.put(None)  # stop after this batch
+                        break
+                    batch.append(job)
+                self._complete_batch(batch, conn)
+        finally:
+            conn.drop()
+
+    def _complete_batch(self, batch: list[Job], conn: _Connection) -> None:
+        retried = False
+
+        def retry() -> bool:
+            nonlocal retried
+            retried = True
+            return not self._stopped.is_set()
+
+        outcomes: dict[int, str] = {}
+        try:
+            rows = conn.execute(COMPLETE_BATCH_SQL, [[str(j.id) for j in batch], [j.lease for j in batch]],
+                                during="complete", retry=retry)
+            outcomes = {job_id: outcome for job_id, outcome in rows}
+        except Exception as error:
+            # Left without an outcome: their leases run out and they are run again.
+            self._emit(Event("connection_error", error=error, during="complete"))
+        for job in batch:
+            outcome = outcomes.get(job.id)
+            if outcome == "lost" and retried:
+                ours = conn.execute(SUCCEEDED_UNDER_SQL, [job.lease, str(job.id)], during="complete", job=job)
+                if ours and ours[0][0]:
+                    outcome = "succeeded"
+            if outcome == "succeeded":
+                self._emit(Event("completed", job=job, duration=job._elapsed, result=None, outcome="succeeded"))
+            elif outcome:
+                self._gone(job, outcome, "settle")
+            self._finish(job)
 
     def _fail(self, job: Job, conn: _Connection, error: BaseException, permanent: bool) -> None:
         if not job._conclude():

@@ -23,24 +23,48 @@ def env(name: str) -> str:
     return value
 
 
+def url(who: str, via: str = "direct") -> str:
+    """Workers connect as a login role granted jobs_worker, producers as one granted
+    jobs_client; ``via`` is the server or one of PgBouncer's pools (40 or 2 server connections)."""
+    user = env("PG_JOBS_TEST_WORKER_ROLE" if who == "worker" else "PG_JOBS_TEST_PRODUCER_ROLE")
+    if via == "direct":
+        return f"postgresql://{user}@127.0.0.1:{env('PG_JOBS_TEST_PORT')}/postgres"
+    database = {"bouncer": "pgjobs", "bouncer2": "pgjobs_small"}[via]
+    return f"postgresql://{user}@127.0.0.1:{env('PG_JOBS_TEST_BOUNCER_PORT')}/{database}"
+
+
 @pytest.fixture(scope="session")
-def dsn() -> str:
+def admin_dsn() -> str:
+    """Set-up and checks: the superuser, directly."""
     return env("PG_JOBS_TEST_DSN")
 
 
 @pytest.fixture(scope="session")
+def dsn() -> str:
+    """The workers' connection string."""
+    return url("worker")
+
+
+@pytest.fixture(scope="session")
 def bouncer_dsn() -> str:
-    return env("PG_JOBS_TEST_BOUNCER_DSN")
+    return url("worker", "bouncer")
 
 
 @pytest.fixture(scope="session")
 def bouncer_small_dsn() -> str:
-    return env("PG_JOBS_TEST_BOUNCER_SMALL_DSN")
+    return url("worker", "bouncer2")
 
 
 @pytest.fixture
-def db(dsn):
-    with psycopg.connect(dsn, autocommit=True) as conn:
+def db(admin_dsn):
+    with psycopg.connect(admin_dsn, autocommit=True) as conn:
+        yield conn
+
+
+@pytest.fixture
+def producer():
+    """A producer's connection (autocommit, no prepared statements)."""
+    with psycopg.connect(url("producer"), **pg_jobs.connect_kwargs()) as conn:
         yield conn
 
 

@@ -20,12 +20,12 @@ async def wait_for(what, check, timeout=10.0):
     return await asyncio.to_thread(eventually, what, check, timeout)
 
 
-def test_outcomes_complete_retry_permanent_unknown(db, dsn):
+def test_outcomes_complete_retry_permanent_unknown(db, dsn, producer):
     queue = new_queue(db, "backoff_base => '100 milliseconds', jitter => 0")
-    done = pg_jobs.enqueue(db, queue, {"n": 1}, kind="ok")
-    retried = pg_jobs.enqueue(db, queue, {}, kind="flaky")
-    permanent = pg_jobs.enqueue(db, queue, {}, kind="broken")
-    unknown = pg_jobs.enqueue(db, queue, {}, kind="unknown")
+    done = pg_jobs.enqueue(producer, queue, {"n": 1}, kind="ok")
+    retried = pg_jobs.enqueue(producer, queue, {}, kind="flaky")
+    permanent = pg_jobs.enqueue(producer, queue, {}, kind="broken")
+    unknown = pg_jobs.enqueue(producer, queue, {}, kind="unknown")
     recorder = Recorder()
 
     async def ok(job):
@@ -59,9 +59,9 @@ def test_outcomes_complete_retry_permanent_unknown(db, dsn):
     assert (row["state"], row["attempt"], row["release_reason"]) == ("queued", 0, "no handler for kind 'unknown'")
 
 
-def test_a_cancel_cancels_the_handlers_task_and_records_nothing(db, dsn):
+def test_a_cancel_cancels_the_handlers_task_and_records_nothing(db, dsn, producer):
     queue = new_queue(db, "lease => '900 milliseconds'")
-    job_id = pg_jobs.enqueue(db, queue, {})
+    job_id = pg_jobs.enqueue(producer, queue, {})
     seen = []
     recorder = Recorder()
 
@@ -86,11 +86,11 @@ def test_a_cancel_cancels_the_handlers_task_and_records_nothing(db, dsn):
     assert job_row(db, job_id)["state"] == "cancelled"
 
 
-def test_time_limits_and_shutdown_with_jobs_in_flight(db, dsn):
+def test_time_limits_and_shutdown_with_jobs_in_flight(db, dsn, producer):
     queue = new_queue(db, "backoff_base => '1 hour'")
-    timed_out = pg_jobs.enqueue(db, queue, {}, kind="hung_limited")
-    quick = pg_jobs.enqueue(db, queue, {}, kind="quick")
-    hung = pg_jobs.enqueue(db, queue, {}, kind="hung")
+    timed_out = pg_jobs.enqueue(producer, queue, {}, kind="hung_limited")
+    quick = pg_jobs.enqueue(producer, queue, {}, kind="quick")
+    hung = pg_jobs.enqueue(producer, queue, {}, kind="hung")
     recorder = Recorder()
 
     async def never(job):

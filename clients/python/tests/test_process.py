@@ -36,10 +36,10 @@ class Process:
 
 
 @pytest.mark.parametrize("mode", ["threads", "async"])
-def test_sigterm_finishes_what_fits_in_the_grace_and_releases_the_rest(db, dsn, mode):
+def test_sigterm_finishes_what_fits_in_the_grace_and_releases_the_rest(db, dsn, mode, producer):
     queue = new_queue(db)
-    slow = pg_jobs.enqueue(db, queue, {}, kind="slow")
-    hung = pg_jobs.enqueue(db, queue, {}, kind="hung")
+    slow = pg_jobs.enqueue(producer, queue, {}, kind="slow")
+    hung = pg_jobs.enqueue(producer, queue, {}, kind="hung")
     # concurrency 1 in the child: slow runs first, hung waits for its slot; both picked in turn
     child = Process(dsn, queue, mode)
     try:
@@ -60,9 +60,9 @@ def test_sigterm_finishes_what_fits_in_the_grace_and_releases_the_rest(db, dsn, 
 
 
 @pytest.mark.parametrize("mode", ["threads", "async"])
-def test_a_frozen_worker_loses_its_job_to_another_claim_and_records_nothing(db, dsn, mode):
+def test_a_frozen_worker_loses_its_job_to_another_claim_and_records_nothing(db, dsn, mode, producer):
     queue = new_queue(db, "lease => '500 milliseconds'")
-    job_id = pg_jobs.enqueue(db, queue, {}, kind="stall")
+    job_id = pg_jobs.enqueue(producer, queue, {}, kind="stall")
     child = Process(dsn, queue, mode)
     try:
         eventually("the job to run", lambda: child.saw("picked"))

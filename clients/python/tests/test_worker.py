@@ -7,12 +7,12 @@ import threading
 import time
 
 import pg_jobs
-from conftest import eventually, job_row, new_queue, state_is
+from conftest import eventually, job_row, new_queue, state_is, url
 
 
-def test_a_returned_value_completes_the_job_and_becomes_its_result(db, start_worker):
+def test_a_returned_value_completes_the_job_and_becomes_its_result(db, start_worker, producer):
     queue = new_queue(db)
-    job_id = pg_jobs.enqueue(db, queue, {"to": "ada"}, kind="mail", headers={"traceparent": "t-1"})
+    job_id = pg_jobs.enqueue(producer, queue, {"to": "ada"}, kind="mail", headers={"traceparent": "t-1"})
     seen = []
     worker, rec = start_worker(queue, {"mail": lambda job: (seen.append(job), {"sent_to": job.payload["to"]})[1]}, name="py-1")
     row = eventually("the job to succeed", state_is(db, job_id, "succeeded"))
@@ -25,9 +25,9 @@ def test_a_returned_value_completes_the_job_and_becomes_its_result(db, start_wor
     assert rec.of("completed")[0].duration >= 0
 
 
-def test_a_raised_exception_fails_the_attempt_and_the_queue_retries_it(db, start_worker):
+def test_a_raised_exception_fails_the_attempt_and_the_queue_retries_it(db, start_worker, producer):
     queue = new_queue(db, "backoff_base => '200 milliseconds', jitter => 0")
-    job_id = pg_jobs.enqueue(db, queue, {})
+    job_id = pg_jobs.enqueue(producer, queue, {})
     attempts = []
 
     def handler(job):
@@ -49,9 +49,9 @@ def test_a_raised_exception_fails_the_attempt_and_the_queue_retries_it(db, start
     assert waited
 
 
-def test_a_permanent_error_fails_the_job_at_once(db, start_worker):
+def test_a_permanent_error_fails_the_job_at_once(db, start_worker, producer):
     queue = new_queue(db)
-    job_id = pg_jobs.enqueue(db, queue, {})
+    job_id = pg_jobs.enqueue(producer, queue, {})
 
     def handler(job):
         raise pg_jobs.PermanentError("mailbox does not exist")
@@ -64,10 +64,10 @@ def test_a_permanent_error_fails_the_job_at_once(db, start_worker):
     assert rec.of("failed")[0].outcome == "failed"
 
 
-def test_a_job_the_handler_does_not_accept_fails_at_once_without_running(db, start_worker):
+def test_a_job_the_handler_does_not_accept_fails_at_once_without_running(db, start_worker, producer):
     queue = new_queue(db)
-    good = pg_jobs.enqueue(db, queue, {"to": "ada"})
-    bad = pg_jobs.enqueue(db, queue, {"nobody": True})
+    good = pg_jobs.enqueue(producer, queue, {"to": "ada"})
+    bad = pg_jobs.enqueue(producer, queue, {"nobody": True})
     ran = []
     handler = pg_jobs.Handler(run=lambda job: ran.append(job.id), accepts=lambda job: isinstance(job.payload.get("to"), str))
     worker, _ = start_worker(queue, {"default": handler})
@@ -78,9 +78,9 @@ def test_a_job_the_handler_does_not_accept_fails_at_once_without_running(db, sta
     assert "does not accept this job" in row["errors"][0]["error"]
 
 
-def test_a_kind_without_a_handler_is_released_with_a_delay(db, start_worker):
+def test_a_kind_without_a_handler_is_released_with_a_delay(db, start_worker, producer):
     queue = new_queue(db)
-    job_id = pg_jobs.enqueue(db, queue, {}, kind="from-the-next-deploy")
+    job_id = pg_jobs.enqueue(producer, queue, {}, kind="from-the-next-deploy")
     worker, rec = start_worker(queue, {})
     eventually("the release", lambda: rec.of("released"))
     worker.stop()
@@ -93,19 +93,19 @@ def test_a_kind_without_a_handler_is_released_with_a_delay(db, start_worker):
     assert row == ("queued", 0, "no handler for kind 'from-the-next-deploy'", None, True)
 
 
-def test_a_kind_without_a_handler_fails_instead_when_configured(db, start_worker):
+def test_a_kind_without_a_handler_fails_instead_when_configured(db, start_worker, producer):
     queue = new_queue(db)
-    job_id = pg_jobs.enqueue(db, queue, {}, kind="nobody-knows")
+    job_id = pg_jobs.enqueue(producer, queue, {}, kind="nobody-knows")
     worker, _ = start_worker(queue, {}, unknown_kind="fail")
     row = eventually("the failure", state_is(db, job_id, "failed"))
     worker.stop()
     assert "no handler for kind 'nobody-knows'" in row["errors"][0]["error"]
 
 
-def test_kinds_handled_claims_only_kinds_with_a_handler(db, start_worker):
+def test_kinds_handled_claims_only_kinds_with_a_handler(db, start_worker, producer):
     queue = new_queue(db)
-    other = pg_jobs.enqueue(db, queue, {}, kind="other")
-    mine = pg_jobs.enqueue(db, queue, {}, kind="mine")
+    other = pg_jobs.enqueue(producer, queue, {}, kind="other")
+    mine = pg_jobs.enqueue(producer, queue, {}, kind="mine")
     worker, _ = start_worker(queue, {"mine": lambda job: 1}, kinds="handled")
     eventually("my job", state_is(db, mine, "succeeded"))
     time.sleep(0.2)
@@ -113,9 +113,9 @@ def test_kinds_handled_claims_only_kinds_with_a_handler(db, start_worker):
     assert (job_row(db, other)["state"], job_row(db, other)["attempt"]) == ("queued", 0)
 
 
-def test_progress_is_stored_and_heartbeats_keep_a_long_job_alive(db, start_worker):
+def test_progress_is_stored_and_heartbeats_keep_a_long_job_alive(db, start_worker, producer):
     queue = new_queue(db, "lease => '600 milliseconds'")
-    job_id = pg_jobs.enqueue(db, queue, {})
+    job_id = pg_jobs.enqueue(producer, queue, {})
     outcomes = []
 
     def handler(job):
@@ -131,9 +131,9 @@ def test_progress_is_stored_and_heartbeats_keep_a_long_job_alive(db, start_worke
     assert (row["attempt"], row["result"]) == (1, "done")
 
 
-def test_a_cancel_mid_handler_sets_job_cancelled_and_records_nothing(db, start_worker):
+def test_a_cancel_mid_handler_sets_job_cancelled_and_records_nothing(db, start_worker, producer):
     queue = new_queue(db, "lease => '900 milliseconds'")
-    job_id = pg_jobs.enqueue(db, queue, {})
+    job_id = pg_jobs.enqueue(producer, queue, {})
     reasons = []
 
     def handler(job):
@@ -153,11 +153,11 @@ def test_a_cancel_mid_handler_sets_job_cancelled_and_records_nothing(db, start_w
     assert (row["state"], row["result"]) == ("cancelled", None)
 
 
-def test_stop_lets_handlers_finish_within_the_grace_then_releases_the_rest(db, start_worker):
+def test_stop_lets_handlers_finish_within_the_grace_then_releases_the_rest(db, start_worker, producer):
     queue = new_queue(db)
-    quick = pg_jobs.enqueue(db, queue, {}, kind="quick")
-    slow = pg_jobs.enqueue(db, queue, {}, kind="slow")
-    hung = pg_jobs.enqueue(db, queue, {}, kind="hung")
+    quick = pg_jobs.enqueue(producer, queue, {}, kind="quick")
+    slow = pg_jobs.enqueue(producer, queue, {}, kind="slow")
+    hung = pg_jobs.enqueue(producer, queue, {}, kind="hung")
     slow_jobs = []
     never = threading.Event()
 
@@ -184,13 +184,13 @@ def test_stop_lets_handlers_finish_within_the_grace_then_releases_the_rest(db, s
         assert (row["state"], row["attempt"], row["lease_until"], row["release_reason"]) == ("queued", 0, None, "shutting down")
 
 
-def test_a_handler_past_its_time_limit_fails_and_frees_its_slot(db, start_worker):
+def test_a_handler_past_its_time_limit_fails_and_frees_its_slot(db, start_worker, producer):
     queue = new_queue(db, "backoff_base => '1 hour'")
-    hung = pg_jobs.enqueue(db, queue, {}, kind="hung")
+    hung = pg_jobs.enqueue(producer, queue, {}, kind="hung")
     never = threading.Event()
     worker, rec = start_worker(queue, {"hung": lambda job: never.wait(), "ok": lambda job: "ok"}, concurrency=1, timeout=0.3)
     eventually("the timeout", lambda: rec.of("failed"))
-    following = pg_jobs.enqueue(db, queue, {}, kind="ok")
+    following = pg_jobs.enqueue(producer, queue, {}, kind="ok")
     eventually("the next job on the only slot", state_is(db, following, "succeeded"))
     worker.stop()
     row = job_row(db, hung)
@@ -199,13 +199,13 @@ def test_a_handler_past_its_time_limit_fails_and_frees_its_slot(db, start_worker
     assert isinstance(rec.of("failed")[0].error, pg_jobs.JobTimeout)
 
 
-def test_a_handler_that_never_returns_keeps_its_lease_and_other_slots_work(db, start_worker):
+def test_a_handler_that_never_returns_keeps_its_lease_and_other_slots_work(db, start_worker, producer):
     queue = new_queue(db, "lease => '600 milliseconds'")
-    hung = pg_jobs.enqueue(db, queue, {}, kind="hung")
+    hung = pg_jobs.enqueue(producer, queue, {}, kind="hung")
     never = threading.Event()
     worker, _ = start_worker(queue, {"hung": lambda job: never.wait(), "ok": lambda job: "ok"}, concurrency=2)
     eventually("the hung job to run", state_is(db, hung, "running"))
-    ids = [pg_jobs.enqueue(db, queue, {}, kind="ok") for _ in range(5)]
+    ids = [pg_jobs.enqueue(producer, queue, {}, kind="ok") for _ in range(5)]
     eventually("the others", lambda: db.execute(
         "SELECT count(*) = 5 FROM jobs.job WHERE id = ANY(%s) AND state = 'succeeded'", [ids]).fetchone()[0])
     time.sleep(1.5)  # well past its lease
@@ -225,11 +225,11 @@ def test_stop_while_the_claim_waits_in_the_server_returns_at_once(db, start_work
     assert time.monotonic() - started < 2
 
 
-def test_enqueue_joins_the_callers_transaction(db, dsn):
+def test_enqueue_joins_the_callers_transaction(db):
     queue = new_queue(db)
     import psycopg
 
-    with psycopg.connect(dsn) as conn:
+    with psycopg.connect(url("producer")) as conn:
         with conn.transaction(force_rollback=True):
             rolled_back = pg_jobs.enqueue(conn, queue, {"n": 1})
         with conn.transaction():
@@ -238,15 +238,15 @@ def test_enqueue_joins_the_callers_transaction(db, dsn):
     assert job_row(db, committed)["state"] == "queued"
 
 
-def test_enqueue_options_and_batches(db):
+def test_enqueue_options_and_batches(db, producer):
     queue = new_queue(db)
     import datetime
 
     run_at = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=1)
-    job_id = pg_jobs.enqueue(db, queue, [1, "two"], kind="k", priority=-5, max_attempts=2, run_at=run_at, headers={"h": 1})
+    job_id = pg_jobs.enqueue(producer, queue, [1, "two"], kind="k", priority=-5, max_attempts=2, run_at=run_at, headers={"h": 1})
     row = job_row(db, job_id)
     assert (row["payload"], row["kind"], row["priority"], row["max_attempts"], row["run_at"], row["headers"]) == (
         [1, "two"], "k", -5, 2, run_at, {"h": 1})
-    rows = pg_jobs.enqueue_batch(db, queue, [{"n": 1}, {"n": 2}, {"n": 3}], kind="b")
+    rows = pg_jobs.enqueue_batch(producer, queue, [{"n": 1}, {"n": 2}, {"n": 3}], kind="b")
     assert [inserted for _, inserted in rows] == [True, True, True]
     assert [job_row(db, i)["payload"]["n"] for i, _ in rows] == [1, 2, 3]
