@@ -242,6 +242,8 @@ export class Worker extends EventEmitter<WorkerEvents> {
   private readonly running = new Map<string, Running>();
   /** Jobs done without a result, waiting for the next jobs_complete_batch. */
   private completions: Running[] = [];
+  /** Jobs whose handlers are done and whose completion is on its way: they hold no slot. */
+  private readonly settling = new Set<Running>();
   private flushing = false;
   private claimClient: PoolClient | null = null;
   private claiming = false;
@@ -325,7 +327,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
     await Promise.all(
       [...this.running.values()].filter((r) => !r.done).map((r) => this.release(r, 'shutting down', 0)),
     );
-    await Promise.all([...this.running.values()].map((r) => r.finished));
+    await Promise.all([...this.running.values(), ...this.settling].map((r) => r.finished));
     for (const signal of this.signals) process.off(signal, this.onSignal);
     this.pool.off('error', this.onPoolError);
     this.emit('stopped');
@@ -478,6 +480,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
 
   private forget(r: Running): void {
     this.running.delete(r.job.id);
+    this.settling.delete(r);
     r.finish();
     this.slotFreed?.();
   }
@@ -508,7 +511,11 @@ export class Worker extends EventEmitter<WorkerEvents> {
     if (result === undefined || result === null) {
       // No result to store: completed with others in one jobs_complete_batch, sent as soon as
       // the previous batch is answered (one statement and one commit for many jobs).
+      // Its slot is free now, so the next claim overlaps this completion's round trip.
       this.conclude(r);
+      this.running.delete(r.job.id);
+      this.settling.add(r);
+      this.slotFreed?.();
       this.completions.push(r);
       if (!this.flushing) void this.flushCompletions();
       return;

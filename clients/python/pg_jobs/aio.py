@@ -399,6 +399,9 @@ class AsyncWorker:
         if not job._conclude():
             return
         if result is None:
+            # Its slot is free now, so the next claim overlaps the batch's round trip.
+            self._running.pop(job.id, None)
+            self._slot_freed.set()
             self._completions.append(job)
             if self._flush_task is None or self._flush_task.done():
                 self._flush_task = asyncio.get_running_loop().create_task(self._flush_completions())

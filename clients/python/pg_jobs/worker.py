@@ -196,6 +196,8 @@ class Worker:
         self._connect = connect or (lambda: psycopg.connect(conninfo, **connect_kwargs()))
         self._jobs: queue_module.SimpleQueue[Job | None] = queue_module.SimpleQueue()
         self._running: dict[int, Job] = {}
+        # Jobs whose handlers returned None, waiting for the completer: they hold no slot.
+        self._settling: dict[int, Job] = {}
         self._slots = threading.Condition()
         self._stopping = threading.Event()
         self._stopped = threading.Event()
@@ -400,13 +402,20 @@ class Worker:
     def _finish(self, job: Job) -> None:
         with self._slots:
             self._running.pop(job.id, None)
+            self._settling.pop(job.id, None)
             self._slots.notify_all()
 
     def _complete(self, job: Job, conn: _Connection, result: Any) -> None:
         if not job._conclude():
             return
         if result is None:
-            self._completions.put(job)  # the completer sends it with the others that finished
+            # The completer sends it with the others that finished; its slot is free now, so
+            # the next claim overlaps that round trip.
+            with self._slots:
+                self._running.pop(job.id, None)
+                self._settling[job.id] = job
+                self._slots.notify_all()
+            self._completions.put(job)
             return
         try:
             answer = self._settle(job, conn, COMPLETE_SQL, [str(job.id), job.lease, jsonb(result)], "complete")
