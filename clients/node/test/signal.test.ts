@@ -10,7 +10,7 @@ import { closePools, eventually, jobRow, newQueue, pool, url } from './helpers.j
 
 after(closePools);
 
-it('SIGTERM finishes what fits in the grace, releases the rest, and ends the process', async () => {
+it('SIGTERM finishes what fits in the grace, releases the rest, and ends the process', { timeout: 30_000 }, async () => {
   const db = pool();
   const producer = pool(url('producer'));
   const queue = await newQueue(db);

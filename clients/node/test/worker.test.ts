@@ -292,7 +292,7 @@ describe('cancellation and lost leases', () => {
 });
 
 describe('shutdown and handlers that never resolve', () => {
-  it('stop() lets handlers finish within the grace, then releases the rest: no lease left held', async () => {
+  it('stop() lets handlers finish within the grace, then releases the rest: no lease left held', { timeout: 30_000 }, async () => {
     const queue = await newQueue(db);
     const quick = await enqueue(producer, queue, {}, { kind: 'quick' });
     const slow = await enqueue(producer, queue, {}, { kind: 'slow' });
@@ -333,7 +333,7 @@ describe('shutdown and handlers that never resolve', () => {
     assert.equal(rows[0].n, 0);
   });
 
-  it('a handler past its time limit fails the attempt and frees its slot for the next job', async () => {
+  it('a handler past its time limit fails the attempt and frees its slot for the next job', { timeout: 30_000 }, async () => {
     const queue = await newQueue(db, "backoff_base => '1 hour'");
     const hung = await enqueue(producer, queue, {}, { kind: 'hung' });
     const { worker, events } = recordingWorker({
@@ -353,7 +353,7 @@ describe('shutdown and handlers that never resolve', () => {
     assert.ok(events.find(([name]) => name === 'failed')![1].error instanceof JobTimeoutError);
   });
 
-  it('a handler that never resolves keeps its job leased (heartbeats) and the other slots keep working', async () => {
+  it('a handler that never resolves keeps its job leased (heartbeats) and the other slots keep working', { timeout: 30_000 }, async () => {
     const queue = await newQueue(db, "lease => '600 milliseconds'");
     const hung = await enqueue(producer, queue, {}, { kind: 'hung' });
     const { worker } = recordingWorker({
@@ -377,7 +377,7 @@ describe('shutdown and handlers that never resolve', () => {
     assert.equal((await jobRow(db, hung)).state, 'queued');
   });
 
-  it('stop() while the claim waits in the server returns at once', async () => {
+  it('stop() while the claim waits in the server returns at once', { timeout: 30_000 }, async () => {
     const queue = await newQueue(db);
     const { worker } = recordingWorker({ pool: workers, queue, handlers: {}, waitMs: 60_000 });
     await eventually('the claim to wait', async () => {
