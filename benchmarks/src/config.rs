@@ -92,7 +92,7 @@ pub struct Config {
     pub scale: Scale,
     /// Comparators to run (all by default).
     pub comparators: Vec<String>,
-    /// Scenarios to run, as letters: p (pgbench), a..g (all by default).
+    /// Scenarios to run, as letters: p (pgbench), a..g, l (client libraries) (all by default).
     pub scenarios: String,
     /// Versions of the comparators, for the report.
     pub graphile_version: String,
@@ -141,7 +141,7 @@ impl Config {
             json: PathBuf::from(var("BENCH_JSON")?),
             scale,
             comparators,
-            scenarios: var_or("BENCH_SCENARIOS", "pabcdefg"),
+            scenarios: var_or("BENCH_SCENARIOS", "pabcdefgl"),
             graphile_version: var_or("BENCH_GRAPHILE_VERSION", "?"),
             node_version: var_or("BENCH_NODE_VERSION", "?"),
             pgmq_version: var_or("BENCH_PGMQ_VERSION", "?"),

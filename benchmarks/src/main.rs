@@ -131,6 +131,11 @@ fn measure() -> Result<()> {
         }
     }
 
+    if ctx.cfg.runs('l') {
+        eprintln!("\n== l. client libraries");
+        results.extend(scenarios::clients::run(&ctx, &mut admin));
+    }
+
     let run = save(&ctx.cfg, &machine, &waiting, started, &results)?;
     eprintln!(
         "\nwrote {} and {} ({:.0} minutes)",
