@@ -121,6 +121,21 @@ ensure_pgrx_init() {
   fi
 }
 
+# pgspot (PyPI), which lints the extension's install and upgrade scripts in the test suite, in
+# a virtualenv of its own; exports PG_JOBS_PGSPOT for the tests.
+PGSPOT_VERSION=0.9.4
+ensure_pgspot() {
+  local venv=${PG_JOBS_TOOLS:-$HOME/.cache/pg_jobs}/pgspot-$PGSPOT_VERSION
+  if [ -x "$venv/bin/pgspot" ]; then
+    step "pgspot $PGSPOT_VERSION is installed"
+  else
+    step "installing pgspot $PGSPOT_VERSION from PyPI into $venv"
+    python3 -m venv "$venv" || die "python3 -m venv failed (Debian: apt-get install python3-venv)"
+    "$venv/bin/pip" install -q "pgspot==$PGSPOT_VERSION" || die "pip install pgspot failed (is PyPI reachable?)"
+  fi
+  export PG_JOBS_PGSPOT=$venv/bin/pgspot
+}
+
 ensure_toolchain() {
   ensure_packages
   ensure_cargo_pgrx

@@ -1,7 +1,32 @@
--- pg_jobs schema: the tables, types and views behind the jobs_* functions.
+-- pg_jobs schema: the roles, tables, types and views behind the jobs_* functions.
 --
--- Users may read everything here; state changes go through the functions, which keep the
--- rules of the state machine (fencing, attempts, terminal states).
+-- Users with a pg_jobs role may read the tables and views (row-level security shows each
+-- session its tenants' jobs only); state changes go through the functions alone, which run as
+-- the extension's owner and keep the rules of the state machine (fencing, attempts, terminal
+-- states). Every operator and function here is schema-qualified, so no object a user creates
+-- can change what this script or these definitions do (pgspot checks it).
+
+-- The three roles, made when missing: roles belong to the cluster, so another database may
+-- have made them already, and dropping the extension here leaves them for the others.
+DO $roles$
+BEGIN
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname OPERATOR(pg_catalog.=) 'jobs_client') THEN
+        CREATE ROLE jobs_client NOLOGIN;
+    END IF;
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname OPERATOR(pg_catalog.=) 'jobs_worker') THEN
+        CREATE ROLE jobs_worker NOLOGIN;
+    END IF;
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname OPERATOR(pg_catalog.=) 'jobs_admin') THEN
+        CREATE ROLE jobs_admin NOLOGIN;
+    END IF;
+END
+$roles$;
+COMMENT ON ROLE jobs_client IS 'pg_jobs: enqueue, read and cancel its jobs, idempotency records';
+COMMENT ON ROLE jobs_worker IS 'pg_jobs: a client that also claims, heartbeats, settles and releases jobs';
+COMMENT ON ROLE jobs_admin IS 'pg_jobs: everything (queues, retry, reclaim, schedules, tenants, every job)';
+-- Each role has the powers of the one before it.
+GRANT jobs_client TO jobs_worker;
+GRANT jobs_worker TO jobs_admin;
 
 CREATE SCHEMA jobs;
 COMMENT ON SCHEMA jobs IS 'pg_jobs: tables, types and views of the job queue';
@@ -10,20 +35,31 @@ CREATE TYPE jobs.state AS ENUM ('queued', 'running', 'succeeded', 'failed', 'can
 
 CREATE TABLE jobs.queue (
     name              text PRIMARY KEY
-                      CHECK (name ~ '^[A-Za-z0-9_.:-]{1,63}$'),
-    lease             interval NOT NULL DEFAULT '30 seconds' CHECK (lease > '0'),
-    max_attempts      integer NOT NULL DEFAULT 5 CHECK (max_attempts BETWEEN 1 AND 10000),
-    backoff_base      interval NOT NULL DEFAULT '1 second' CHECK (backoff_base >= '0'),
-    backoff_max       interval NOT NULL DEFAULT '1 hour' CHECK (backoff_max >= backoff_base),
-    jitter            double precision NOT NULL DEFAULT 0.1 CHECK (jitter BETWEEN 0 AND 1),
-    retention         interval NOT NULL DEFAULT '7 days' CHECK (retention >= '0'),
+                      CHECK (name OPERATOR(pg_catalog.~) '^[A-Za-z0-9_.:-]{1,63}$'),
+    lease             interval NOT NULL DEFAULT '30 seconds'
+                      CHECK (lease OPERATOR(pg_catalog.>) '0'),
+    max_attempts      integer NOT NULL DEFAULT 5
+                      CHECK (max_attempts OPERATOR(pg_catalog.>=) 1
+                             AND max_attempts OPERATOR(pg_catalog.<=) 10000),
+    backoff_base      interval NOT NULL DEFAULT '1 second'
+                      CHECK (backoff_base OPERATOR(pg_catalog.>=) '0'),
+    backoff_max       interval NOT NULL DEFAULT '1 hour'
+                      CHECK (backoff_max OPERATOR(pg_catalog.>=) backoff_base),
+    jitter            double precision NOT NULL DEFAULT 0.1
+                      CHECK (jitter OPERATOR(pg_catalog.>=) 0 AND jitter OPERATOR(pg_catalog.<=) 1),
+    retention         interval NOT NULL DEFAULT '7 days'
+                      CHECK (retention OPERATOR(pg_catalog.>=) '0'),
     paused            boolean NOT NULL DEFAULT false,
-    rate_limit        double precision CHECK (rate_limit > 0),
-    group_concurrency integer NOT NULL DEFAULT 1 CHECK (group_concurrency >= 1),
+    rate_limit        double precision CHECK (rate_limit OPERATOR(pg_catalog.>) 0),
+    group_concurrency integer NOT NULL DEFAULT 1
+                      CHECK (group_concurrency OPERATOR(pg_catalog.>=) 1),
     dead_letter       text REFERENCES jobs.queue (name) DEFERRABLE INITIALLY DEFERRED
-                      CHECK (dead_letter <> name),
-    created_at        timestamptz NOT NULL DEFAULT now(),
-    updated_at        timestamptz NOT NULL DEFAULT now()
+                      CHECK (dead_letter OPERATOR(pg_catalog.<>) name),
+    created_at        timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    updated_at        timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    -- Flow control (0.2.0): the burst a rate limit allows (NULL: one second's worth). Columns
+    -- added after 0.1.0 come last, as an upgrade's ADD COLUMN puts them.
+    rate_burst        double precision CHECK (rate_burst OPERATOR(pg_catalog.>=) 1)
 );
 COMMENT ON TABLE jobs.queue IS 'pg_jobs queues and their settings; change them with jobs_create_queue';
 
@@ -45,8 +81,8 @@ CREATE TABLE jobs.job (
     group_key      text,
     unique_key     text,
     origin         jsonb,
-    created_at     timestamptz NOT NULL DEFAULT now(),
-    run_at         timestamptz NOT NULL DEFAULT now(),
+    created_at     timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    run_at         timestamptz NOT NULL DEFAULT pg_catalog.now(),
     errors         jsonb NOT NULL DEFAULT '[]',
     release_reason text,
     progress       jsonb,
@@ -60,7 +96,12 @@ CREATE TABLE jobs.job (
     heartbeat_at   timestamptz,
     finished_at    timestamptz,
     result         jsonb,
-    CHECK (attempt BETWEEN 0 AND max_attempts)
+    -- Unique jobs (0.2.0): whether this job holds its unique_key in its queue (while queued or
+    -- running, and once succeeded for unique_for), and that window. Last, as an upgrade's ADD
+    -- COLUMN puts them, and where the claims and settles of other jobs never change them.
+    unique_hold    boolean NOT NULL DEFAULT false,
+    unique_for     interval,
+    CHECK (attempt OPERATOR(pg_catalog.>=) 0 AND attempt OPERATOR(pg_catalog.<=) max_attempts)
 )
 -- Every job is updated at least twice (claim, settle). Room on its page lets the new version
 -- stay there: no page-move lock record in the WAL, a smaller update record, fewer pages dirtied
@@ -70,12 +111,41 @@ COMMENT ON TABLE jobs.job IS 'pg_jobs jobs, one row per job for its whole life, 
 
 -- The claim reads only this index: due, queued jobs of one queue in claim order. Finished and
 -- running jobs are not in it, so a table full of history does not slow claims down.
-CREATE INDEX job_claim_idx ON jobs.job (queue, priority, run_at, id) WHERE state = 'queued';
+CREATE INDEX job_claim_idx ON jobs.job (queue, priority, run_at, id)
+    WHERE state OPERATOR(pg_catalog.=) 'queued';
+-- Unique jobs: at most one job holds a unique key in a queue (per tenant; '' stands for no
+-- tenant, which no tenant can be called). Only jobs that hold a key are in it.
+CREATE UNIQUE INDEX job_unique_idx ON jobs.job (queue, (COALESCE(tenant, '')), unique_key)
+    WHERE unique_hold;
+-- Groups: the unfinished jobs of each group in enqueue order, so a claim finds a group's head
+-- and its running jobs in one probe. Only grouped jobs are in it.
+CREATE INDEX job_group_idx ON jobs.job (queue, group_key, id)
+    WHERE group_key IS NOT NULL
+      AND (state OPERATOR(pg_catalog.=) 'queued' OR state OPERATOR(pg_catalog.=) 'running');
+-- Groups: their running jobs, counted against group_concurrency (at most that many per group).
+CREATE INDEX job_group_running_idx ON jobs.job (queue, group_key)
+    WHERE group_key IS NOT NULL AND state OPERATOR(pg_catalog.=) 'running';
 -- Reclaim finds expired leases here.
-CREATE INDEX job_lease_idx ON jobs.job (lease_until) WHERE state = 'running';
+CREATE INDEX job_lease_idx ON jobs.job (lease_until)
+    WHERE state OPERATOR(pg_catalog.=) 'running';
 -- No index serves the retention purge: an index on finished jobs would cost every completion
 -- an insertion (and its WAL) to speed up a job that runs once a tick. The worker sweeps the
 -- table in id order instead, a bounded window at a time.
+
+-- What jobs_enqueue_batch returns for each payload: the job's id, and whether it was inserted
+-- (false: a unique duplicate was found, whose id this is).
+CREATE TYPE jobs.enqueued AS (
+    id       bigint,
+    inserted boolean
+);
+
+-- Rate limits without shared memory: one token bucket per limited queue, updated under its row
+-- lock by each claim (the slower path; with the preload the buckets live in shared memory).
+CREATE TABLE jobs.rate_bucket (
+    queue  text PRIMARY KEY,
+    tokens double precision NOT NULL,
+    at     timestamptz NOT NULL
+);
 
 -- What jobs_claim returns for each claimed job.
 CREATE TYPE jobs.claimed AS (
@@ -95,52 +165,6 @@ CREATE TYPE jobs.claimed AS (
     run_at       timestamptz
 );
 
--- Per queue: jobs by state, where ready (queued and due) and scheduled (queued, not yet due)
--- split the queued jobs, so the counts add up to the queue's jobs; running jobs whose lease has
--- passed (the worker reclaims them within a tick); the oldest ready job's age; and jobs
--- finished in the last minute. No row can make it fail: the functions refuse infinite times,
--- and a row that has one is left out of the age.
-CREATE VIEW jobs.queue_stats AS
-SELECT q.name AS queue,
-       q.paused,
-       coalesce(s.ready, 0)                AS ready,
-       coalesce(s.scheduled, 0)            AS scheduled,
-       coalesce(s.running, 0)              AS running,
-       coalesce(s.succeeded, 0)            AS succeeded,
-       coalesce(s.failed, 0)               AS failed,
-       coalesce(s.cancelled, 0)            AS cancelled,
-       coalesce(s.running_past_lease, 0)   AS running_past_lease,
-       (SELECT pg_catalog.now() OPERATOR(pg_catalog.-) d.run_at
-          FROM jobs.job d
-         WHERE d.queue OPERATOR(pg_catalog.=) q.name
-           AND d.state OPERATOR(pg_catalog.=) 'queued'
-           AND d.run_at OPERATOR(pg_catalog.<=) pg_catalog.now()
-           AND pg_catalog.isfinite(d.run_at)
-         ORDER BY d.run_at
-         LIMIT 1)                          AS oldest_ready_age,
-       coalesce(s.finished_last_minute, 0) AS finished_last_minute
-  FROM jobs.queue q
-  LEFT JOIN (
-        SELECT j.queue,
-               count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'queued'
-                                  AND j.run_at OPERATOR(pg_catalog.<=) pg_catalog.now())    AS ready,
-               count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'queued'
-                                  AND j.run_at OPERATOR(pg_catalog.>) pg_catalog.now())     AS scheduled,
-               count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'running')             AS running,
-               count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'succeeded')           AS succeeded,
-               count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'failed')              AS failed,
-               count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'cancelled')           AS cancelled,
-               count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'running'
-                                  AND j.lease_until OPERATOR(pg_catalog.<) pg_catalog.now()) AS running_past_lease,
-               count(*) FILTER (WHERE j.finished_at OPERATOR(pg_catalog.>)
-                                      (pg_catalog.now() OPERATOR(pg_catalog.-) interval '1 minute'))
-                                                                                           AS finished_last_minute
-          FROM jobs.job j
-         GROUP BY j.queue
-       ) s ON s.queue OPERATOR(pg_catalog.=) q.name;
-COMMENT ON VIEW jobs.queue_stats IS
-    'per queue: jobs by state (ready + scheduled = queued; the states add up), running jobs past their lease, the oldest ready job''s age, jobs finished in the last minute';
-
 INSERT INTO jobs.queue (name) VALUES ('default');
 
 -- Queues and jobs are user data: pg_dump must carry them (the default queue comes back with
@@ -149,33 +173,15 @@ SELECT pg_catalog.pg_extension_config_dump('jobs.queue', 'WHERE name <> ''defaul
 SELECT pg_catalog.pg_extension_config_dump('jobs.job', '');
 SELECT pg_catalog.pg_extension_config_dump('jobs.job_id_seq', '');
 
--- The priorities above `above` (all of them when NULL) that have queued jobs in a queue,
--- lowest first, found by a loose index scan: one probe of job_claim_idx per priority, however
--- many jobs each holds. Claims read due jobs priority by priority through it, so a pile of
--- delayed jobs is never walked. It is a plain SQL function without a SET clause so the planner
--- inlines it into the statements that use it; its operators are qualified instead.
-CREATE FUNCTION jobs.queued_priorities(queue_name text, above smallint DEFAULT NULL)
-RETURNS SETOF smallint
-LANGUAGE sql STABLE PARALLEL SAFE
-AS $$
-    WITH RECURSIVE priorities AS (
-        (SELECT j.priority
-           FROM jobs.job j
-          WHERE j.queue OPERATOR(pg_catalog.=) queue_name
-            AND j.state OPERATOR(pg_catalog.=) 'queued'::jobs.state
-            AND j.priority OPERATOR(pg_catalog.>=) coalesce(above::integer OPERATOR(pg_catalog.+) 1, -32768)
-          ORDER BY j.priority
-          LIMIT 1)
-        UNION ALL
-        SELECT (SELECT j.priority
-                  FROM jobs.job j
-                 WHERE j.queue OPERATOR(pg_catalog.=) queue_name
-                   AND j.state OPERATOR(pg_catalog.=) 'queued'::jobs.state
-                   AND j.priority OPERATOR(pg_catalog.>) p.priority
-                 ORDER BY j.priority
-                 LIMIT 1)
-          FROM priorities p
-         WHERE p.priority IS NOT NULL
-    )
-    SELECT priority FROM priorities WHERE priority IS NOT NULL
-$$;
+-- Which tenants each role may act for (jobs_grant_tenant). Roles are named, not numbered, so
+-- a dump restores onto another cluster's roles of the same names.
+CREATE TABLE jobs.tenant_grant (
+    role_name  text NOT NULL,
+    tenant     text NOT NULL
+               CHECK (pg_catalog.octet_length(tenant) OPERATOR(pg_catalog.>=) 1
+                      AND pg_catalog.octet_length(tenant) OPERATOR(pg_catalog.<=) 255),
+    granted_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    PRIMARY KEY (role_name, tenant)
+);
+COMMENT ON TABLE jobs.tenant_grant IS 'pg_jobs: the tenants each role may act for; change them with jobs_grant_tenant and jobs_revoke_tenant';
+SELECT pg_catalog.pg_extension_config_dump('jobs.tenant_grant', '');

@@ -28,14 +28,17 @@ mod tests;
 ::pgrx::pg_module_magic!();
 
 extension_sql_file!("../sql/schema.sql", name = "schema", bootstrap);
+extension_sql_file!("../sql/finalize.sql", name = "finalize", finalize);
 
 /// Library entry point: settings and the transaction callbacks in every process; shared memory
 /// and the background worker only while preloading.
 #[pg_guard]
 pub extern "C-unwind" fn _PG_init() {
     pg::errors::quiet_backtraces();
+    pg::errors::install_privilege_hints();
     pg::settings::register();
     runtime::effects::register_callbacks();
+    engine::tenants::register_callbacks();
     // SAFETY: a flag Postgres sets while it loads shared_preload_libraries.
     if unsafe { pg_sys::process_shared_preload_libraries_in_progress } {
         runtime::shmem::request();

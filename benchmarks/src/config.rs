@@ -111,7 +111,7 @@ pub const LATENCY_INTERVAL_MS: u64 = 10;
 /// Small backlog of d.
 pub const SMALL_BACKLOG: u64 = 1_000;
 /// Scenarios run when BENCH_SCENARIOS is not set: all of them.
-pub const ALL_SCENARIOS: &str = "pabcdefghkvws";
+pub const ALL_SCENARIOS: &str = "pabcdefghklvws";
 
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -134,7 +134,8 @@ pub struct Config {
     pub scale: Scale,
     /// Comparators to run (all by default).
     pub comparators: Vec<String>,
-    /// Scenarios to run, as letters: p (pgbench), a..h, k, v, w, s (all by default).
+    /// Scenarios to run, as letters: p (pgbench), a..h, k, l (client libraries), v, w, s (all
+    /// by default).
     pub scenarios: String,
     /// How many times the scenarios whose spread the report shows (a, b, c) run.
     pub repeats: u32,

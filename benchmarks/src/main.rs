@@ -163,6 +163,11 @@ fn measure() -> Result<()> {
             results.extend(idle::run(&ctx, &mut admin, c));
         }
     }
+    if ctx.cfg.runs('l') {
+        eprintln!("\n== l. client libraries");
+        results.extend(scenarios::clients::run(&ctx, &mut admin));
+        save(&ctx.cfg, &machine, &waiting, started, &results)?;
+    }
     if ctx.cfg.runs('v') {
         eprintln!("\n== v. dead rows held back while workers wait");
         results.push(vacuum::baseline(&ctx, &mut admin));

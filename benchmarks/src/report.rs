@@ -694,6 +694,7 @@ pub fn render(run: &Run) -> String {
     targets::write(&mut out, &view, run);
     ratios(&mut out, &view);
     absolute(&mut out, &view);
+    crate::scenarios::clients::render(&mut out, &view);
     sections::noise(&mut out, run);
     method(&mut out, run);
     machine(&mut out, run);

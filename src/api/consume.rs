@@ -7,8 +7,10 @@ use super::args::{
     check_interval, check_payload_size, check_range, check_text, cut_text, delay_arg, lease_arg,
     limits, queue_arg, required_elements,
 };
+use crate::engine::access::{self, Role};
 use crate::engine::claim::{self, ClaimFilter, ClaimRequest};
 use crate::engine::settle::{self, Held};
+use crate::engine::tenants;
 use crate::pg::datum::{ClaimedRow, Jsonb};
 use crate::pg::errors::{raise, required, BAD_ARGUMENT};
 use crate::pg::settings;
@@ -36,7 +38,8 @@ fn default_worker_name() -> String {
 
 /// Claims up to `n` due jobs of `queue` for `worker`, each under a fresh lease; with `wait`,
 /// sleeps until a commit makes a job claimable, a delayed job comes due, or the wait ends.
-#[pg_extern(volatile, parallel_unsafe)]
+#[pg_extern(volatile, parallel_unsafe, security_definer)]
+#[search_path(pg_catalog, pg_temp)]
 fn jobs_claim(
     queue: Option<&str>,
     worker: default!(Option<&str>, "NULL"),
@@ -45,6 +48,7 @@ fn jobs_claim(
     kinds: default!(Option<Vec<Option<String>>>, "NULL"),
     wait: default!(Option<Interval>, "'0'"),
 ) -> SetOfIterator<'static, ClaimedRow> {
+    access::require(Role::Worker, "claim jobs");
     let queue = queue_arg(queue);
     let worker = match worker {
         Some(worker) => {
@@ -86,7 +90,7 @@ fn jobs_claim(
         worker,
         n: n as usize,
         lease,
-        filter: ClaimFilter::new(kinds),
+        filter: ClaimFilter::new(kinds, tenants::scope()),
         wait_micros: wait.as_micros() as i64,
     };
     SetOfIterator::new(claim::claim(&request))
@@ -99,43 +103,49 @@ fn held(id: Option<i64>, lease: Option<pgrx::Uuid>) -> Held {
 
 /// Extends the lease of a held job (by the claim's lease length unless `extend`) and stores
 /// `progress`: `running`, `cancelled` or `lost`.
-#[pg_extern(volatile, parallel_unsafe)]
+#[pg_extern(volatile, parallel_unsafe, security_definer)]
+#[search_path(pg_catalog, pg_temp)]
 fn jobs_heartbeat(
     id: Option<i64>,
     lease: Option<pgrx::Uuid>,
     extend: default!(Option<Interval>, "NULL"),
     progress: default!(Option<Jsonb>, "NULL"),
 ) -> &'static str {
+    access::require(Role::Worker, "heartbeat jobs");
     let held = held(id, lease);
     let extend = extend.map(|extend| lease_arg(&extend, "extend"));
     if let Some(progress) = progress {
         check_payload_size(progress, || "progress".to_owned());
     }
-    settle::heartbeat(held, extend, progress).as_str()
+    settle::heartbeat(held, extend, progress, &tenants::scope()).as_str()
 }
 
 /// Marks a job succeeded, storing `result`: `succeeded`, `cancelled` or `lost`.
-#[pg_extern(volatile, parallel_unsafe)]
+#[pg_extern(volatile, parallel_unsafe, security_definer)]
+#[search_path(pg_catalog, pg_temp)]
 fn jobs_complete(
     id: Option<i64>,
     lease: Option<pgrx::Uuid>,
     result: default!(Option<Jsonb>, "NULL"),
 ) -> &'static str {
+    access::require(Role::Worker, "complete jobs");
     let held = held(id, lease);
     if let Some(result) = result {
         check_payload_size(result, || "result".to_owned());
     }
-    settle::complete(held, result).as_str()
+    settle::complete(held, result, &tenants::scope()).as_str()
 }
 
 /// Marks many jobs succeeded in one call; one `(id, outcome)` row per pair, in input order.
 /// A function of its own name, not an overload of `jobs_complete`: drivers that send untyped
 /// parameters (node-postgres, psycopg with strings) must resolve every call without casts.
-#[pg_extern(volatile, parallel_unsafe)]
+#[pg_extern(volatile, parallel_unsafe, security_definer)]
+#[search_path(pg_catalog, pg_temp)]
 fn jobs_complete_batch(
     ids: Option<Vec<Option<i64>>>,
     leases: Option<Vec<Option<pgrx::Uuid>>>,
 ) -> TableIterator<'static, (name!(id, i64), name!(outcome, String))> {
+    access::require(Role::Worker, "complete jobs");
     let ids = required(ids, "ids");
     let leases = required(leases, "leases");
     if ids.len() != leases.len() {
@@ -152,7 +162,7 @@ fn jobs_complete_batch(
     let leases = required_elements(leases, "leases");
     let pairs: Vec<Held> = ids.into_iter().zip(leases).collect();
     TableIterator::new(
-        settle::complete_batch(&pairs)
+        settle::complete_batch(&pairs, &tenants::scope())
             .into_iter()
             .map(|(id, outcome)| (id, outcome.as_str().to_owned())),
     )
@@ -160,7 +170,8 @@ fn jobs_complete_batch(
 
 /// Records a failed attempt: `queued` (a retry is scheduled), `failed`, `cancelled` or `lost`.
 /// An error text longer than the limit is kept cut to it.
-#[pg_extern(volatile, parallel_unsafe)]
+#[pg_extern(volatile, parallel_unsafe, security_definer)]
+#[search_path(pg_catalog, pg_temp)]
 fn jobs_fail(
     id: Option<i64>,
     lease: Option<pgrx::Uuid>,
@@ -168,24 +179,28 @@ fn jobs_fail(
     retry_in: default!(Option<Interval>, "NULL"),
     retry: default!(Option<bool>, "true"),
 ) -> &'static str {
+    access::require(Role::Worker, "fail jobs");
     let held = held(id, lease);
     let error = required(error, "error");
     let retry = required(retry, "retry");
     let retry_in = retry_in.map(|retry_in| delay_arg(&retry_in, "retry_in"));
-    settle::fail(held, &cut_text(error, limits::ERROR_BYTES), retry_in, retry).as_str()
+    let error = cut_text(error, limits::ERROR_BYTES);
+    settle::fail(held, &error, retry_in, retry, &tenants::scope()).as_str()
 }
 
 /// Hands a job back without spending its attempt: `queued`, `cancelled` or `lost`. A reason
 /// longer than the limit is kept cut to it.
-#[pg_extern(volatile, parallel_unsafe)]
+#[pg_extern(volatile, parallel_unsafe, security_definer)]
+#[search_path(pg_catalog, pg_temp)]
 fn jobs_release(
     id: Option<i64>,
     lease: Option<pgrx::Uuid>,
     reason: default!(Option<&str>, "NULL"),
     retry_in: default!(Option<Interval>, "'0'"),
 ) -> &'static str {
+    access::require(Role::Worker, "release jobs");
     let held = held(id, lease);
     let retry_in = delay_arg(&required(retry_in, "retry_in"), "retry_in");
     let reason = reason.map(|reason| cut_text(reason, limits::REASON_BYTES));
-    settle::release(held, reason.as_deref(), retry_in).as_str()
+    settle::release(held, reason.as_deref(), retry_in, &tenants::scope()).as_str()
 }

@@ -7,3 +7,4 @@ mod observe;
 mod operate;
 mod produce;
 mod queues;
+mod tenants;

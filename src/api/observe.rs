@@ -6,20 +6,25 @@ use std::fmt::Write;
 use pgrx::prelude::*;
 
 use super::args::{check_queue_name, check_range, limits};
+use crate::engine::access::{self, Role};
 use crate::engine::observe::{self, ListFilter, QueueStats, LIST_STATES};
+use crate::engine::tenants;
 use crate::pg::datum::JobRow;
 use crate::pg::errors::{raise, required, BAD_ARGUMENT};
 
 /// The job with this id, or NULL.
-#[pg_extern(volatile, parallel_restricted)]
+#[pg_extern(volatile, parallel_restricted, security_definer)]
+#[search_path(pg_catalog, pg_temp)]
 fn jobs_get(id: Option<i64>) -> Option<JobRow> {
-    observe::get(required(id, "id"))
+    access::require(Role::Client, "read jobs");
+    observe::get(required(id, "id"), &tenants::scope())
 }
 
 /// Jobs newest first, filtered by queue, state and kind; pass the last id of a page as
 /// `before_id` to get the next one. `state` is a job state, or `ready` / `scheduled` for the
 /// queued jobs that are due / not yet due.
-#[pg_extern(volatile, parallel_restricted)]
+#[pg_extern(volatile, parallel_restricted, security_definer)]
+#[search_path(pg_catalog, pg_temp)]
 fn jobs_list(
     queue: default!(Option<&str>, "NULL"),
     state: default!(Option<&str>, "NULL"),
@@ -27,6 +32,7 @@ fn jobs_list(
     limit: default!(Option<i32>, 100),
     before_id: default!(Option<i64>, "NULL"),
 ) -> SetOfIterator<'static, JobRow> {
+    access::require(Role::Client, "read jobs");
     if let Some(queue) = queue {
         check_queue_name(queue, "queue");
     }
@@ -49,13 +55,16 @@ fn jobs_list(
         kind,
         limit,
         before_id,
+        scope: tenants::scope(),
     }))
 }
 
 /// Per-queue job counts by state, the oldest ready job's age and recent throughput, as
 /// Prometheus text.
-#[pg_extern(volatile, parallel_restricted)]
+#[pg_extern(volatile, parallel_restricted, security_definer)]
+#[search_path(pg_catalog, pg_temp)]
 fn jobs_metrics() -> String {
+    access::require(Role::Client, "read the queues' metrics");
     render_metrics(&observe::queue_stats())
 }
 
@@ -139,7 +148,8 @@ fn timestamp(micros: i64) -> Option<TimestampWithTimeZone> {
 /// One row per worker: which database it serves, its pid, its last tick and last error.
 // pgrx reads the column names from `name!` in the signature, so the type cannot be an alias.
 #[allow(clippy::type_complexity)]
-#[pg_extern(volatile, parallel_restricted)]
+#[pg_extern(volatile, parallel_restricted, security_definer)]
+#[search_path(pg_catalog, pg_temp)]
 fn jobs_worker_status() -> TableIterator<
     'static,
     (
@@ -156,6 +166,7 @@ fn jobs_worker_status() -> TableIterator<
         name!(last_error_at, Option<TimestampWithTimeZone>),
     ),
 > {
+    access::require(Role::Client, "read the background workers' status");
     TableIterator::new(observe::worker_reports().into_iter().map(|w| {
         (
             w.database,
@@ -179,12 +190,15 @@ mod jobs {
     use pgrx::prelude::*;
 
     use crate::api::args::limits;
+    use crate::engine::access::{self, Role};
     use crate::engine::backoff;
+    use crate::engine::tenants;
     use crate::pg::errors::{raise, BAD_ARGUMENT};
 
     /// The retry delay for a job that failed attempt `attempt` on a queue with these settings;
     /// `jobs_fail` uses it when no `retry_in` is given.
     #[pg_extern(volatile, parallel_safe)]
+    #[search_path(pg_catalog, pg_temp)]
     fn backoff_delay(base: Interval, max: Interval, jitter: f64, attempt: i32) -> Interval {
         let (base_micros, max_micros) = (base.as_micros(), max.as_micros());
         if base_micros < 0 || base_micros > i128::from(limits::DELAY) {
@@ -225,7 +239,8 @@ mod jobs {
     /// The queue's claim floor and wake-up slot as this server's shared memory holds them, for
     /// diagnostics and tests: no rows without the preload.
     #[allow(clippy::type_complexity)]
-    #[pg_extern(volatile, parallel_restricted)]
+    #[pg_extern(volatile, parallel_restricted, security_definer)]
+    #[search_path(pg_catalog, pg_temp)]
     fn runtime_state(
         queue: &str,
     ) -> TableIterator<
@@ -241,6 +256,7 @@ mod jobs {
             name!(next_due, Option<TimestampWithTimeZone>),
         ),
     > {
+        access::require(Role::Client, "read pg_jobs's shared state");
         crate::api::args::check_queue_name(queue, "queue");
         let Some(state) = crate::engine::observe::runtime_state(queue) else {
             return TableIterator::empty();
@@ -256,5 +272,15 @@ mod jobs {
             state.wake_generation as i64,
             state.next_due.and_then(at),
         ))
+    }
+
+    /// The tenant scope of the calling session, for the row-level security policy on
+    /// `jobs.job` and the `jobs.queue_stats` view: NULL for every job, an empty array for the
+    /// jobs without a tenant, else the tenants `pg_jobs.tenant` names (each checked against the
+    /// caller's grants now; an ungranted one raises 42501).
+    #[pg_extern(stable, parallel_restricted, security_definer)]
+    #[search_path(pg_catalog, pg_temp)]
+    fn tenant_scope() -> Option<Vec<String>> {
+        tenants::scope().as_array()
     }
 }

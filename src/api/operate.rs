@@ -3,30 +3,37 @@
 use pgrx::prelude::*;
 
 use super::args::check_finite;
-use crate::engine::{operate, reclaim};
+use crate::engine::access::{self, Role};
+use crate::engine::{operate, reclaim, tenants};
 use crate::pg::errors::required;
 
 /// Cancels a queued or running job at once and returns its state afterwards; a finished job
 /// is left as it is. A running holder learns it at its next heartbeat or settle call.
-#[pg_extern(volatile, parallel_unsafe)]
+#[pg_extern(volatile, parallel_unsafe, security_definer)]
+#[search_path(pg_catalog, pg_temp)]
 fn jobs_cancel(id: Option<i64>) -> &'static str {
-    operate::cancel(required(id, "id")).as_str()
+    access::require(Role::Client, "cancel jobs");
+    operate::cancel(required(id, "id"), &tenants::scope()).as_str()
 }
 
 /// Brings a failed or cancelled job back to queued at `run_at`, with fresh attempts.
-#[pg_extern(volatile, parallel_unsafe)]
+#[pg_extern(volatile, parallel_unsafe, security_definer)]
+#[search_path(pg_catalog, pg_temp)]
 fn jobs_retry(
     id: Option<i64>,
-    run_at: default!(Option<TimestampWithTimeZone>, "now()"),
+    run_at: default!(Option<TimestampWithTimeZone>, "pg_catalog.now()"),
 ) -> &'static str {
+    access::require(Role::Admin, "retry jobs");
     let id = required(id, "id");
     let run_at = required(run_at, "run_at");
     check_finite(run_at, "run_at");
-    operate::retry(id, run_at).as_str()
+    operate::retry(id, run_at, &tenants::scope()).as_str()
 }
 
 /// Reclaims every expired lease now and returns how many jobs it took back.
-#[pg_extern(volatile, parallel_unsafe)]
+#[pg_extern(volatile, parallel_unsafe, security_definer)]
+#[search_path(pg_catalog, pg_temp)]
 fn jobs_reclaim() -> i32 {
-    i32::try_from(reclaim::reclaim_all()).unwrap_or(i32::MAX)
+    access::require(Role::Admin, "reclaim expired leases");
+    i32::try_from(reclaim::reclaim_all(&tenants::scope())).unwrap_or(i32::MAX)
 }

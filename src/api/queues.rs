@@ -3,15 +3,17 @@
 use pgrx::prelude::*;
 
 use super::args::{check_queue_name, check_range, delay_arg, lease_arg, limits, queue_arg};
+use crate::engine::access::{self, Role};
 use crate::engine::queues::{self, QueueSettings};
 use crate::pg::datum::QueueRow;
-use crate::pg::errors::{raise, required, BAD_ARGUMENT, NOT_SUPPORTED};
+use crate::pg::errors::{raise, required, BAD_ARGUMENT};
 
 /// Creates a queue, or updates the settings given of an existing one. `NULL` leaves a setting
-/// as it is (or at its default for a new queue); `rate_limit => 0` and `dead_letter => ''`
-/// clear those settings.
+/// as it is (or at its default for a new queue); `rate_limit => 0`, `rate_burst => 0` and
+/// `dead_letter => ''` clear those settings.
 #[allow(clippy::too_many_arguments)]
-#[pg_extern(volatile, parallel_unsafe)]
+#[pg_extern(volatile, parallel_unsafe, security_definer)]
+#[search_path(pg_catalog, pg_temp)]
 fn jobs_create_queue(
     queue: Option<&str>,
     lease: default!(Option<Interval>, "NULL"),
@@ -21,9 +23,11 @@ fn jobs_create_queue(
     jitter: default!(Option<f64>, "NULL"),
     retention: default!(Option<Interval>, "NULL"),
     rate_limit: default!(Option<f64>, "NULL"),
+    rate_burst: default!(Option<f64>, "NULL"),
     group_concurrency: default!(Option<i32>, "NULL"),
     dead_letter: default!(Option<&str>, "NULL"),
 ) -> QueueRow {
+    access::require(Role::Admin, "create or change queues");
     let queue = queue_arg(queue);
     let lease = lease.map(|lease| lease_arg(&lease, "lease"));
     if let Some(max_attempts) = max_attempts {
@@ -47,11 +51,12 @@ fn jobs_create_queue(
                 format!("rate_limit must be a number of claims per second above 0 (0 clears it), got {rate_limit}"),
             );
         }
-        // Rate limits have their own issue; refusing beats silently ignoring the setting.
-        if rate_limit > 0.0 {
+    }
+    if let Some(rate_burst) = rate_burst {
+        if !(rate_burst == 0.0 || (rate_burst >= 1.0 && rate_burst.is_finite())) {
             raise(
-                NOT_SUPPORTED,
-                "rate_limit is reserved for per-queue rate limits, which this version of pg_jobs does not enforce yet".into(),
+                BAD_ARGUMENT,
+                format!("rate_burst must be a number of jobs of at least 1 (0 clears it), got {rate_burst}"),
             );
         }
     }
@@ -76,6 +81,7 @@ fn jobs_create_queue(
             jitter,
             retention,
             rate_limit,
+            rate_burst,
             group_concurrency,
             dead_letter,
         },
@@ -84,21 +90,27 @@ fn jobs_create_queue(
 
 /// Drops a queue and its jobs; refuses while jobs are queued or running unless `force`, while
 /// another queue uses it as its dead-letter queue, and for the default queue.
-#[pg_extern(volatile, parallel_unsafe)]
+#[pg_extern(volatile, parallel_unsafe, security_definer)]
+#[search_path(pg_catalog, pg_temp)]
 fn jobs_drop_queue(queue: Option<&str>, force: default!(Option<bool>, "false")) {
+    access::require(Role::Admin, "drop queues");
     let queue = queue_arg(queue);
     let force = required(force, "force");
     queues::drop(queue, force);
 }
 
 /// Pauses a queue: it keeps accepting jobs but hands none out until resumed.
-#[pg_extern(volatile, parallel_unsafe)]
+#[pg_extern(volatile, parallel_unsafe, security_definer)]
+#[search_path(pg_catalog, pg_temp)]
 fn jobs_pause(queue: Option<&str>) {
+    access::require(Role::Admin, "pause queues");
     queues::set_paused(queue_arg(queue), true);
 }
 
 /// Resumes a paused queue and wakes the claims waiting on it.
-#[pg_extern(volatile, parallel_unsafe)]
+#[pg_extern(volatile, parallel_unsafe, security_definer)]
+#[search_path(pg_catalog, pg_temp)]
 fn jobs_resume(queue: Option<&str>) {
+    access::require(Role::Admin, "resume queues");
     queues::set_paused(queue_arg(queue), false);
 }

@@ -4,6 +4,7 @@
 //! observers see. It runs its statements through `storage` and keeps shared state through
 //! `runtime`; the SQL API (`api`) and the background worker (`worker`) call it.
 
+pub mod access;
 pub mod backoff;
 pub mod claim;
 pub mod dead_letter;
@@ -15,4 +16,5 @@ pub mod purge;
 pub mod queues;
 pub mod reclaim;
 pub mod settle;
+pub mod tenants;
 pub mod transitions;

@@ -13,6 +13,10 @@ pub const NULL_ARGUMENT: PgSqlErrorCode = PgSqlErrorCode::ERRCODE_NULL_VALUE_NOT
 pub const BAD_ARGUMENT: PgSqlErrorCode = PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE;
 /// The named queue does not exist (42704).
 pub const UNKNOWN_QUEUE: PgSqlErrorCode = PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT;
+/// A unique job's key is held by another job and `on_conflict => 'error'` (23505).
+pub const UNIQUE_VIOLATION: PgSqlErrorCode = PgSqlErrorCode::ERRCODE_UNIQUE_VIOLATION;
+/// The named role does not exist (42704).
+pub const UNKNOWN_ROLE: PgSqlErrorCode = PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT;
 /// A payload is larger than `pg_jobs.max_payload_bytes` (54000).
 pub const PAYLOAD_TOO_LARGE: PgSqlErrorCode = PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED;
 /// A waiting claim ran under REPEATABLE READ or SERIALIZABLE (25000).
@@ -24,8 +28,8 @@ pub const UNKNOWN_JOB: PgSqlErrorCode = PgSqlErrorCode::ERRCODE_NO_DATA_FOUND;
 pub const WRONG_STATE: PgSqlErrorCode = PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE;
 /// The queue still has work, or another queue depends on it (55006).
 pub const QUEUE_IN_USE: PgSqlErrorCode = PgSqlErrorCode::ERRCODE_OBJECT_IN_USE;
-/// An argument asks for a feature this version does not provide (0A000).
-pub const NOT_SUPPORTED: PgSqlErrorCode = PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED;
+/// The caller lacks the role, or the tenant grant, the call needs (42501).
+pub const INSUFFICIENT_PRIVILEGE: PgSqlErrorCode = PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE;
 
 /// Raises an ERROR with a hint at the caller's location; never returns.
 #[track_caller]
@@ -76,5 +80,55 @@ pub fn quiet_backtraces() {
     match previous {
         Some(value) => std::env::set_var(VARIABLE, value),
         None => std::env::remove_var(VARIABLE),
+    }
+}
+
+static mut PREVIOUS_EMIT_LOG_HOOK: pgrx::pg_sys::emit_log_hook_type = None;
+
+/// Says what to grant when PostgreSQL itself refuses a role pg_jobs's objects (a role without
+/// any pg_jobs role calling a `jobs_*` function, or reading `jobs.*`): its "permission denied"
+/// errors name the object, not the role that would allow it. Installed from `_PG_init`.
+pub fn install_privilege_hints() {
+    // SAFETY: hooks are installed once per process from _PG_init, chaining the previous one.
+    unsafe {
+        PREVIOUS_EMIT_LOG_HOOK = pgrx::pg_sys::emit_log_hook;
+        pgrx::pg_sys::emit_log_hook = Some(add_privilege_hint);
+    }
+}
+
+/// Whether a PostgreSQL "permission denied" message is about one of pg_jobs's objects.
+fn about_pg_jobs(message: &str) -> bool {
+    const OBJECTS: [&str; 5] = [
+        "permission denied for function jobs_",
+        "permission denied for schema jobs",
+        "permission denied for table job",
+        "permission denied for table queue",
+        "permission denied for view queue_stats",
+    ];
+    OBJECTS.iter().any(|prefix| message.starts_with(prefix))
+}
+
+#[pgrx::pg_guard]
+unsafe extern "C-unwind" fn add_privilege_hint(edata: *mut pgrx::pg_sys::ErrorData) {
+    // SAFETY: PostgreSQL passes the error being reported; we only read its fields and set a
+    // missing hint, allocated in the current (error) memory context as the hint must be.
+    unsafe {
+        if let Some(previous) = PREVIOUS_EMIT_LOG_HOOK {
+            previous(edata);
+        }
+        let error = &mut *edata;
+        if error.elevel < pgrx::PgLogLevel::ERROR as i32
+            || error.sqlerrcode != PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE as i32
+            || !error.hint.is_null()
+            || error.message.is_null()
+        {
+            return;
+        }
+        let message = std::ffi::CStr::from_ptr(error.message).to_string_lossy();
+        if about_pg_jobs(&message) {
+            error.hint = pgrx::pg_sys::pstrdup(
+                c"pg_jobs is used through its roles: GRANT jobs_client (enqueue, read and cancel jobs), jobs_worker (a client that also claims and settles) or jobs_admin (everything) TO the role.".as_ptr(),
+            );
+        }
     }
 }

@@ -5,6 +5,8 @@
 pub mod clock;
 pub mod datum;
 pub mod errors;
+pub mod roles;
 pub mod settings;
+pub mod snapshot;
 pub mod subtransaction;
 pub mod version;

@@ -13,6 +13,9 @@ pub static MAX_WAIT_MS: GucSetting<i32> = GucSetting::<i32>::new(300_000);
 /// The background worker's cadence, in milliseconds.
 pub static TICK_MS: GucSetting<i32> = GucSetting::<i32>::new(1_000);
 
+/// The tenant (or comma-separated tenants) this session acts for.
+pub static TENANT: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
+
 /// Comma-separated databases the background worker serves.
 pub static DATABASES: GucSetting<Option<CString>> =
     GucSetting::<Option<CString>>::new(Some(c"postgres"));
@@ -48,6 +51,14 @@ pub fn register() {
         3_600_000,
         GucContext::Sighup,
         GucFlags::UNIT_MS,
+    );
+    GucRegistry::define_string_guc(
+        c"pg_jobs.tenant",
+        c"The tenant, or comma-separated tenants, this session acts for.",
+        c"Checked against the role's tenant grants whenever it is used (jobs_grant_tenant); empty: no tenant.",
+        &TENANT,
+        GucContext::Userset,
+        GucFlags::default(),
     );
     // A postmaster-level setting can only be defined while preloading; sessions that load the
     // library later have no worker to configure anyway.

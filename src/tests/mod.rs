@@ -52,9 +52,10 @@ mod tests {
         .unwrap();
         let due: bool = one("SELECT (payload->>'due')::bool FROM jobs_claim('skip')");
         assert!(due);
-        let priorities: String =
-            one("SELECT string_agg(p::text, ',') FROM jobs.queued_priorities('skip') p");
-        assert_eq!(priorities, "-5");
+        let delayed: i64 = one(
+            "SELECT count(*) FROM jobs.job WHERE queue = 'skip' AND state = 'queued' AND priority = -5",
+        );
+        assert_eq!(delayed, 5000, "the delayed jobs stay queued");
     }
 
     #[pg_test]

@@ -3,6 +3,7 @@
 use pgrx::pg_sys;
 use pgrx::PgTryBuilder;
 
+use crate::engine::tenants::TenantScope;
 use crate::engine::{claim, purge, reclaim};
 use crate::runtime::floor;
 use crate::runtime::shmem::shared;
@@ -100,7 +101,7 @@ fn tick() -> TickReport {
         // Rule 5: expired leases back to queued (or failed), within a tick of expiring.
         let mut reclaimed = 0;
         for _ in 0..RECLAIM_BATCHES {
-            let batch = reclaim::reclaim_batch(client);
+            let batch = reclaim::reclaim_batch(client, &TenantScope::All);
             reclaimed += batch;
             if batch < reclaim::BATCH {
                 break;

@@ -5,6 +5,7 @@
 
 pub mod backlog;
 pub mod burndown;
+pub mod clients;
 pub mod enqueue;
 pub mod idle;
 pub mod kinds;

@@ -2,28 +2,38 @@
 
 use pgrx::datum::DatumWithOid;
 
-/// What a claim takes of its queue's due jobs. This type alone decides whether a claim may
-/// move the claim floor and use the reach: only a claim that would take any due job in claim
-/// order can tell that the jobs it passed over are not claimable (Rule 2).
+use crate::engine::tenants::TenantScope;
+
+/// What a claim takes of its queue's due jobs: of some kinds only, of the caller's tenants
+/// only. This type alone decides whether a claim may move the claim floor and use the reach:
+/// only a claim that would take any due job in claim order can tell that the jobs it passed
+/// over are not claimable (Rule 2).
 pub struct ClaimFilter {
     /// Only jobs of these kinds; `None` for every kind.
     kinds: Option<Vec<String>>,
+    /// Only jobs of the tenants the caller acts for.
+    scope: TenantScope,
 }
 
 impl ClaimFilter {
-    /// A filter for jobs of `kinds` (each non-empty), or of every kind.
-    pub fn new(kinds: Option<Vec<String>>) -> ClaimFilter {
-        ClaimFilter { kinds }
+    /// A filter for jobs of `kinds` (each non-empty), or of every kind, within `scope`.
+    pub fn new(kinds: Option<Vec<String>>, scope: TenantScope) -> ClaimFilter {
+        ClaimFilter { kinds, scope }
     }
 
     /// Whether the claim takes every due job in claim order, so the floor may rise past what it
     /// examined and the reach may be used and extended.
     pub fn takes_every_job(&self) -> bool {
-        self.kinds.is_none()
+        self.kinds.is_none() && self.scope.is_all()
     }
 
     /// The `kinds` argument of the candidates statement (NULL for every kind).
     pub fn kinds_arg(&self) -> DatumWithOid<'static> {
         self.kinds.clone().into()
+    }
+
+    /// The `tenants` argument of the candidates statement (NULL for every job).
+    pub fn tenants_arg(&self) -> DatumWithOid<'static> {
+        self.scope.param()
     }
 }

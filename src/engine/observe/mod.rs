@@ -4,10 +4,11 @@
 use std::sync::atomic::Ordering;
 
 use pgrx::datum::DatumWithOid;
-use pgrx::pg_sys::{self, INT4OID, INT8OID, TEXTOID};
+use pgrx::pg_sys::{self, INT4OID, INT8OID, TEXTARRAYOID, TEXTOID};
 use pgrx::spi::SpiClient;
 
 use crate::engine::model::Position;
+use crate::engine::tenants::TenantScope;
 use crate::pg::datum::JobRow;
 use crate::runtime::floor;
 use crate::runtime::shmem::shared;
@@ -17,7 +18,7 @@ use crate::storage::{param, with_client, Statement};
 static GET: Statement = Statement {
     name: "observe/get",
     sql: include_str!("get.sql"),
-    params: &[param("id", INT8OID)],
+    params: &[param("id", INT8OID), param("tenants", TEXTARRAYOID)],
     columns: &["job"],
 };
 
@@ -30,6 +31,7 @@ static LIST: Statement = Statement {
         param("kind", TEXTOID),
         param("limit", INT4OID),
         param("before_id", INT8OID),
+        param("tenants", TEXTARRAYOID),
     ],
     columns: &["job"],
 };
@@ -65,12 +67,12 @@ pub const LIST_STATES: [&str; 7] = [
     "cancelled",
 ];
 
-/// The job with this id, if any.
-pub fn get(id: i64) -> Option<JobRow> {
+/// The job with this id, if any (within the caller's tenant scope).
+pub fn get(id: i64, scope: &TenantScope) -> Option<JobRow> {
     // SAFETY: reading the current context pointer (the caller's, which outlives SPI).
     let context = unsafe { pg_sys::CurrentMemoryContext };
     with_client(|client| {
-        GET.collect::<JobRow>(client, &[id.into()], "job", context)
+        GET.collect::<JobRow>(client, &[id.into(), scope.param()], "job", context)
             .pop()
     })
 }
@@ -87,6 +89,8 @@ pub struct ListFilter<'a> {
     pub limit: i32,
     /// Only jobs with a smaller id (the last id of the previous page).
     pub before_id: Option<i64>,
+    /// Only jobs the caller may see.
+    pub scope: TenantScope,
 }
 
 /// Jobs newest first, as `filter` selects them.
@@ -94,12 +98,13 @@ pub fn list(filter: &ListFilter<'_>) -> Vec<JobRow> {
     // SAFETY: reading the current context pointer (the caller's, which outlives SPI).
     let context = unsafe { pg_sys::CurrentMemoryContext };
     with_client(|client| {
-        let args: [DatumWithOid; 5] = [
+        let args: [DatumWithOid; 6] = [
             filter.queue.into(),
             filter.state.into(),
             filter.kind.into(),
             filter.limit.into(),
             filter.before_id.into(),
+            filter.scope.param(),
         ];
         LIST.collect::<JobRow>(client, &args, "job", context)
     })

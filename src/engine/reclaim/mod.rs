@@ -2,11 +2,12 @@
 //! `failed` with `lease expired on the final attempt` when no attempt is left. The lease token
 //! stays, so a late holder can still finish ("done wins") until the job is claimed again.
 
-use pgrx::pg_sys::{INT4OID, TIMESTAMPTZOID};
+use pgrx::pg_sys::{INT4OID, TEXTARRAYOID, TIMESTAMPTZOID};
 use pgrx::spi::SpiClient;
 
 use crate::engine::dead_letter;
 use crate::engine::model::{JobState, Position};
+use crate::engine::tenants::TenantScope;
 use crate::engine::transitions;
 use crate::pg::clock::server_now;
 use crate::storage::{param, timestamptz_arg, with_client, Statement};
@@ -17,19 +18,31 @@ pub const BATCH: usize = 1000;
 static RECLAIM: Statement = Statement {
     name: "reclaim/reclaim",
     sql: include_str!("reclaim.sql"),
-    params: &[param("now", TIMESTAMPTZOID), param("batch size", INT4OID)],
-    columns: &["id", "queue", "state", "priority", "run_at"],
+    params: &[
+        param("now", TIMESTAMPTZOID),
+        param("batch size", INT4OID),
+        param("tenants", TEXTARRAYOID),
+    ],
+    columns: &["id", "queue", "state", "priority", "run_at", "group_key"],
 };
 
-/// Takes back up to [`BATCH`] expired leases: queued again while attempts remain, else failed
-/// (and dead-lettered). Returns how many it took back.
-pub fn reclaim_batch(client: &SpiClient<'_>) -> usize {
+/// Takes back up to [`BATCH`] expired leases within `scope`: queued again while attempts
+/// remain, else failed (and dead-lettered). Returns how many it took back.
+pub fn reclaim_batch(client: &SpiClient<'_>, scope: &TenantScope) -> usize {
     let rows = RECLAIM.run(
         client,
-        &[timestamptz_arg(server_now()), (BATCH as i32).into()],
+        &[
+            timestamptz_arg(server_now()),
+            (BATCH as i32).into(),
+            scope.param(),
+        ],
     );
     let mut failed = Vec::new();
     for row in rows.iter() {
+        if row.get::<String>("group_key").is_some() {
+            // The group's slot is free: its next job may run.
+            transitions::group_freed(&row.expect::<String>("queue"));
+        }
         if row.expect::<String>("state") == JobState::Failed.as_str() {
             failed.push(row.expect::<i64>("id"));
         } else {
@@ -42,12 +55,12 @@ pub fn reclaim_batch(client: &SpiClient<'_>) -> usize {
     total
 }
 
-/// Reclaims every expired lease now and returns how many jobs it took back.
-pub fn reclaim_all() -> usize {
+/// Reclaims every expired lease within `scope` now and returns how many jobs it took back.
+pub fn reclaim_all(scope: &TenantScope) -> usize {
     with_client(|client| {
         let mut total = 0;
         loop {
-            let reclaimed = reclaim_batch(client);
+            let reclaimed = reclaim_batch(client, scope);
             total += reclaimed;
             if reclaimed < BATCH {
                 return total;

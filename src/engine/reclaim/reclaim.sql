@@ -2,11 +2,12 @@
 -- else failed with 'lease expired on the final attempt'. The expiry is recorded as the
 -- attempt's error. The lease token stays, so a late holder can still finish ("done wins")
 -- until the job is claimed again. Rows other sessions hold are skipped.
--- $1 now, $2 batch size
+-- $1 now, $2 batch size, $3 tenants (the caller's scope; the worker's is every job)
 WITH expired AS (
     SELECT j.id
       FROM jobs.job j
      WHERE j.state = 'running' AND j.lease_until < $1
+       AND ($3::text[] IS NULL OR (j.tenant IS NULL AND cardinality($3::text[]) = 0) OR j.tenant = ANY ($3::text[]))
      ORDER BY j.lease_until
      LIMIT $2
        FOR UPDATE SKIP LOCKED
@@ -19,6 +20,8 @@ UPDATE jobs.job j
                          'attempt', j.attempt,
                          'at', $1,
                          'error', CASE WHEN j.attempt < j.max_attempts THEN 'lease expired'
-                                       ELSE 'lease expired on the final attempt' END))
+                                       ELSE 'lease expired on the final attempt' END)),
+       -- A unique job that ends failed frees its key; one queued again keeps it.
+       unique_hold = j.unique_hold AND j.attempt < j.max_attempts
 WHERE j.id = ANY (ARRAY(SELECT id FROM expired))
-RETURNING j.id, j.queue, j.state::text AS state, j.priority, j.run_at
+RETURNING j.id, j.queue, j.state::text AS state, j.priority, j.run_at, j.group_key

@@ -9,18 +9,20 @@
 use std::collections::{HashMap, HashSet};
 
 use pgrx::datum::{DatumWithOid, Interval};
+use pgrx::pg_sys;
 use pgrx::pg_sys::{
-    BOOLOID, INT8ARRAYOID, INT8OID, INTERVALOID, JSONBOID, TEXTOID, TIMESTAMPTZOID, UUIDARRAYOID,
-    UUIDOID,
+    BOOLOID, INT8ARRAYOID, INT8OID, INTERVALOID, JSONBOID, TEXTARRAYOID, TEXTOID, TIMESTAMPTZOID,
+    UUIDARRAYOID, UUIDOID,
 };
 use pgrx::spi::SpiClient;
 
 use crate::engine::dead_letter;
 use crate::engine::model::{JobState, Outcome};
+use crate::engine::tenants::TenantScope;
 use crate::engine::transitions;
 use crate::pg::clock::server_now;
 use crate::pg::datum::Jsonb;
-use crate::runtime::locks::lock_job;
+use crate::runtime::locks::{lock_job, try_lock_job};
 use crate::storage::{param, timestamptz_arg, with_client, Rows, Statement};
 
 static COMPLETE: Statement = Statement {
@@ -31,9 +33,10 @@ static COMPLETE: Statement = Statement {
         param("lease", UUIDOID),
         param("result", JSONBOID),
         param("now", TIMESTAMPTZOID),
+        param("tenants", TEXTARRAYOID),
         param("state", TEXTOID),
     ],
-    columns: &["settled"],
+    columns: &["queue", "group_key"],
 };
 
 static COMPLETE_BATCH: Statement = Statement {
@@ -43,15 +46,20 @@ static COMPLETE_BATCH: Statement = Statement {
         param("ids", INT8ARRAYOID),
         param("leases", UUIDARRAYOID),
         param("now", TIMESTAMPTZOID),
+        param("tenants", TEXTARRAYOID),
         param("state", TEXTOID),
     ],
-    columns: &["id", "lease"],
+    columns: &["id", "lease", "queue", "group_key"],
 };
 
 static HELD_STATE: Statement = Statement {
     name: "settle/held_state",
     sql: include_str!("held_state.sql"),
-    params: &[param("ids", INT8ARRAYOID), param("leases", UUIDARRAYOID)],
+    params: &[
+        param("ids", INT8ARRAYOID),
+        param("leases", UUIDARRAYOID),
+        param("tenants", TEXTARRAYOID),
+    ],
     columns: &["id", "state", "lease", "queue"],
 };
 
@@ -65,9 +73,10 @@ static FAIL: Statement = Statement {
         param("retry_in", INTERVALOID),
         param("retry", BOOLOID),
         param("now", TIMESTAMPTZOID),
+        param("tenants", TEXTARRAYOID),
         param("state", TEXTOID),
     ],
-    columns: &["state", "queue", "priority", "run_at", "id"],
+    columns: &["state", "queue", "priority", "run_at", "id", "group_key"],
 };
 
 static RELEASE: Statement = Statement {
@@ -79,9 +88,17 @@ static RELEASE: Statement = Statement {
         param("reason", TEXTOID),
         param("retry_in", INTERVALOID),
         param("now", TIMESTAMPTZOID),
+        param("tenants", TEXTARRAYOID),
         param("state", TEXTOID),
     ],
-    columns: &["queue", "priority", "run_at", "id"],
+    columns: &["queue", "priority", "run_at", "id", "group_key"],
+};
+
+static ROW_LOCKER: Statement = Statement {
+    name: "settle/row_locker",
+    sql: include_str!("row_locker.sql"),
+    params: &[param("id", INT8OID)],
+    columns: &["xmax"],
 };
 
 static HEARTBEAT: Statement = Statement {
@@ -93,6 +110,7 @@ static HEARTBEAT: Statement = Statement {
         param("extend", INTERVALOID),
         param("progress", JSONBOID),
         param("now", TIMESTAMPTZOID),
+        param("tenants", TEXTARRAYOID),
         param("state", TEXTOID),
     ],
     columns: &["renewed"],
@@ -101,11 +119,16 @@ static HEARTBEAT: Statement = Statement {
 /// A settle call's handle on a job: its id and the lease the caller presents.
 pub type Held = (i64, pgrx::Uuid);
 
-/// The state and queue of each job among `held` whose current lease is the one presented.
-fn held_states(client: &SpiClient<'_>, held: &[Held]) -> HashMap<Held, (JobState, String)> {
+/// The state and queue of each job among `held` whose current lease is the one presented
+/// (within the caller's tenant scope).
+fn held_states(
+    client: &SpiClient<'_>,
+    held: &[Held],
+    scope: &TenantScope,
+) -> HashMap<Held, (JobState, String)> {
     let (ids, leases): (Vec<i64>, Vec<pgrx::Uuid>) = held.iter().copied().unzip();
     HELD_STATE
-        .run(client, &[ids.into(), leases.into()])
+        .run(client, &[ids.into(), leases.into(), scope.param()])
         .iter()
         .filter_map(|row| {
             let state = JobState::parse(&row.get::<String>("state")?)?;
@@ -117,10 +140,45 @@ fn held_states(client: &SpiClient<'_>, held: &[Held]) -> HashMap<Held, (JobState
         .collect()
 }
 
-/// Takes the job lock of a job a reclaim put back in the queue, before acting on it.
-fn lock_reclaimed(id: i64, queue: &str) {
-    lock_job(id);
+/// Takes the job lock of a job a reclaim put back in the queue, before acting on it, so claims
+/// skip the job meanwhile instead of waiting for us.
+///
+/// Unless this transaction holds the job's row lock already: the first settle statement, meeting
+/// the row while the reclaim changed it, waited for the reclaim and then locked the row's new
+/// version when its recheck failed. A claim holding the job lock may then be waiting for that
+/// row lock, and waiting for its job lock would deadlock; no claim can change the row before we
+/// end, so the job is ours to settle without it.
+fn lock_reclaimed(client: &SpiClient<'_>, id: i64, queue: &str) {
+    if !try_lock_job(id) && !holds_row_lock(client, id) {
+        lock_job(id);
+    }
     transitions::job_locked(queue);
+}
+
+/// Whether this transaction (or the subtransaction it is in) holds the lock of job `id`'s row.
+fn holds_row_lock(client: &SpiClient<'_>, id: i64) -> bool {
+    let Some(xmax) = ROW_LOCKER
+        .first::<String>(client, &[id.into()], "xmax")
+        .and_then(|xmax| xmax.parse::<u32>().ok())
+    else {
+        return false;
+    };
+    // SAFETY: reads this backend's transaction ids (invalid when none is assigned).
+    let (top, current) = unsafe {
+        (
+            u32::from(pg_sys::GetTopTransactionIdIfAny()),
+            u32::from(pg_sys::GetCurrentTransactionIdIfAny()),
+        )
+    };
+    xmax != 0 && (xmax == top || xmax == current)
+}
+
+/// A grouped job left `running` in `row` (it finished, or went back to the queue): its group
+/// has a free slot once this transaction commits.
+fn free_group_slot(row: &crate::storage::Row<'_>) {
+    if row.get::<String>("group_key").is_some() {
+        transitions::group_freed(&row.expect::<String>("queue"));
+    }
 }
 
 /// Runs a settle statement (whose last argument is the state it acts on) for the job held
@@ -132,24 +190,26 @@ fn run_held(
     client: &SpiClient<'_>,
     statement: &'static Statement,
     (id, lease): Held,
+    scope: &TenantScope,
     mut args: Vec<DatumWithOid<'_>>,
 ) -> Result<Rows, Outcome> {
+    args.push(scope.param());
     args.push(JobState::Running.as_str().into());
     let rows = statement.run(client, &args);
     if !rows.is_empty() {
         return Ok(rows);
     }
-    let held = held_states(client, &[(id, lease)]).remove(&(id, lease));
+    let held = held_states(client, &[(id, lease)], scope).remove(&(id, lease));
     match held {
         Some((JobState::Queued, queue)) => {
-            lock_reclaimed(id, &queue);
+            lock_reclaimed(client, id, &queue);
             *args.last_mut().expect("the state argument") = JobState::Queued.as_str().into();
             let rows = statement.run(client, &args);
             if !rows.is_empty() {
                 return Ok(rows);
             }
             // A claim took it first: the lease is stale now, unless it was cancelled.
-            match held_states(client, &[(id, lease)]).remove(&(id, lease)) {
+            match held_states(client, &[(id, lease)], scope).remove(&(id, lease)) {
                 Some((JobState::Cancelled, _)) => Err(Outcome::Cancelled),
                 _ => Err(Outcome::Lost),
             }
@@ -161,7 +221,12 @@ fn run_held(
 
 /// Extends the lease of a held job (by the claim's lease length unless `extend`) and stores
 /// `progress`: `running`, `cancelled` or `lost`.
-pub fn heartbeat(held: Held, extend: Option<Interval>, progress: Option<Jsonb>) -> Outcome {
+pub fn heartbeat(
+    held: Held,
+    extend: Option<Interval>,
+    progress: Option<Jsonb>,
+    scope: &TenantScope,
+) -> Outcome {
     with_client(|client| {
         let args = vec![
             held.0.into(),
@@ -170,7 +235,7 @@ pub fn heartbeat(held: Held, extend: Option<Interval>, progress: Option<Jsonb>) 
             progress.into(),
             timestamptz_arg(server_now()),
         ];
-        match run_held(client, &HEARTBEAT, held, args) {
+        match run_held(client, &HEARTBEAT, held, scope, args) {
             Ok(_) => Outcome::Running,
             Err(answer) => answer,
         }
@@ -178,7 +243,7 @@ pub fn heartbeat(held: Held, extend: Option<Interval>, progress: Option<Jsonb>) 
 }
 
 /// Marks a held job succeeded, storing `result`: `succeeded`, `cancelled` or `lost`.
-pub fn complete(held: Held, result: Option<Jsonb>) -> Outcome {
+pub fn complete(held: Held, result: Option<Jsonb>, scope: &TenantScope) -> Outcome {
     with_client(|client| {
         let args = vec![
             held.0.into(),
@@ -186,29 +251,36 @@ pub fn complete(held: Held, result: Option<Jsonb>) -> Outcome {
             result.into(),
             timestamptz_arg(server_now()),
         ];
-        match run_held(client, &COMPLETE, held, args) {
-            Ok(_) => Outcome::Succeeded,
+        match run_held(client, &COMPLETE, held, scope, args) {
+            Ok(rows) => {
+                rows.iter().for_each(|row| free_group_slot(&row));
+                Outcome::Succeeded
+            }
             Err(answer) => answer,
         }
     })
 }
 
 /// Marks many held jobs succeeded in one statement; one outcome per pair, in input order.
-pub fn complete_batch(pairs: &[Held]) -> Vec<(i64, Outcome)> {
+pub fn complete_batch(pairs: &[Held], scope: &TenantScope) -> Vec<(i64, Outcome)> {
     with_client(|client| {
         let now = server_now();
         let complete = |held: &[Held], state: JobState| -> HashSet<Held> {
             let (ids, leases): (Vec<i64>, Vec<pgrx::Uuid>) = held.iter().copied().unzip();
-            let args: [DatumWithOid; 4] = [
+            let args: [DatumWithOid; 5] = [
                 ids.into(),
                 leases.into(),
                 timestamptz_arg(now),
+                scope.param(),
                 state.as_str().into(),
             ];
             COMPLETE_BATCH
                 .run(client, &args)
                 .iter()
-                .filter_map(|row| Some((row.get::<i64>("id")?, row.get::<pgrx::Uuid>("lease")?)))
+                .filter_map(|row| {
+                    free_group_slot(&row);
+                    Some((row.get::<i64>("id")?, row.get::<pgrx::Uuid>("lease")?))
+                })
                 .collect()
         };
         let missed = |done: &HashSet<Held>| -> Vec<Held> {
@@ -219,7 +291,7 @@ pub fn complete_batch(pairs: &[Held]) -> Vec<(i64, Outcome)> {
                 .collect()
         };
         let mut done = complete(pairs, JobState::Running);
-        let mut states = held_states(client, &missed(&done));
+        let mut states = held_states(client, &missed(&done), scope);
         // Jobs a reclaim put back in the queue under these leases: take their job locks (in id
         // order, against deadlocks) and settle them as queued, as the single form does.
         let mut reclaimed: Vec<(Held, &str)> = states
@@ -231,10 +303,10 @@ pub fn complete_batch(pairs: &[Held]) -> Vec<(i64, Outcome)> {
             reclaimed.sort_unstable();
             reclaimed
                 .iter()
-                .for_each(|((id, _), queue)| lock_reclaimed(*id, queue));
+                .for_each(|((id, _), queue)| lock_reclaimed(client, *id, queue));
             let reclaimed: Vec<Held> = reclaimed.into_iter().map(|(pair, _)| pair).collect();
             done.extend(complete(&reclaimed, JobState::Queued));
-            states = held_states(client, &missed(&done));
+            states = held_states(client, &missed(&done), scope);
         }
         pairs
             .iter()
@@ -257,7 +329,13 @@ pub fn complete_batch(pairs: &[Held]) -> Vec<(i64, Outcome)> {
 
 /// Records a failed attempt (Rule 6): `queued` (a retry is scheduled after `retry_in` or the
 /// queue's backoff), `failed` (and dead-lettered), `cancelled` or `lost`.
-pub fn fail(held: Held, error: &str, retry_in: Option<Interval>, retry: bool) -> Outcome {
+pub fn fail(
+    held: Held,
+    error: &str,
+    retry_in: Option<Interval>,
+    retry: bool,
+    scope: &TenantScope,
+) -> Outcome {
     with_client(|client| {
         let args = vec![
             held.0.into(),
@@ -267,11 +345,12 @@ pub fn fail(held: Held, error: &str, retry_in: Option<Interval>, retry: bool) ->
             retry.into(),
             timestamptz_arg(server_now()),
         ];
-        let rows = match run_held(client, &FAIL, held, args) {
+        let rows = match run_held(client, &FAIL, held, scope, args) {
             Ok(rows) => rows,
             Err(answer) => return answer,
         };
         let row = rows.first().expect("settle/fail returned a row");
+        free_group_slot(&row);
         if row.expect::<String>("state") == JobState::Failed.as_str() {
             dead_letter::copy_failed(client, vec![held.0]);
             Outcome::Failed
@@ -284,7 +363,12 @@ pub fn fail(held: Held, error: &str, retry_in: Option<Interval>, retry: bool) ->
 
 /// Hands a held job back without spending its attempt (Rule 3): `queued`, `cancelled` or
 /// `lost`.
-pub fn release(held: Held, reason: Option<&str>, retry_in: Interval) -> Outcome {
+pub fn release(
+    held: Held,
+    reason: Option<&str>,
+    retry_in: Interval,
+    scope: &TenantScope,
+) -> Outcome {
     with_client(|client| {
         let args = vec![
             held.0.into(),
@@ -293,8 +377,9 @@ pub fn release(held: Held, reason: Option<&str>, retry_in: Interval) -> Outcome 
             retry_in.into(),
             timestamptz_arg(server_now()),
         ];
-        match run_held(client, &RELEASE, held, args) {
+        match run_held(client, &RELEASE, held, scope, args) {
             Ok(rows) => {
+                rows.iter().for_each(|row| free_group_slot(&row));
                 transitions::queued_rows(&rows);
                 Outcome::Queued
             }

@@ -221,12 +221,24 @@ impl Cluster {
         std::fs::read_to_string(self.base.join("log")).unwrap_or_default()
     }
 
-    /// A connection string for `database`.
+    /// A connection string for `database`, as the superuser `postgres`.
     pub fn dsn(&self, database: &str) -> String {
+        self.dsn_as("postgres", database)
+    }
+
+    /// A connection string for `database`, logging in as `role` (the clusters trust local
+    /// connections, so any login role can connect).
+    pub fn dsn_as(&self, role: &str, database: &str) -> String {
         format!(
-            "host=localhost port={} user=postgres dbname={database} connect_timeout=10",
+            "host=localhost port={} user={role} dbname={database} connect_timeout=10",
             self.port
         )
+    }
+
+    /// A new connection to database `postgres` as the login role `role`.
+    pub fn connect_as(&self, role: &str) -> Client {
+        Client::connect(&self.dsn_as(role, "postgres"), NoTls)
+            .unwrap_or_else(|e| panic!("connect as {role}: {e}"))
     }
 
     /// A new connection to database `postgres`.

@@ -1,0 +1,99 @@
+-- pg_jobs, last part of the install script: what depends on the functions pgrx creates in
+-- between (the view and the row-level security policy call jobs.tenant_scope()), and the
+-- privileges of every object.
+
+-- Per queue: jobs by state, where ready (queued and due) and scheduled (queued, not yet due)
+-- split the queued jobs, so the counts add up to the queue's jobs; running jobs whose lease has
+-- passed (the worker reclaims them within a tick); the oldest ready job's age; and jobs
+-- finished in the last minute. No row can make it fail: the functions refuse infinite times,
+-- and a row that has one is left out of the age. It counts the jobs the session may see: its
+-- tenants' (see jobs.tenant_scope); the view runs as its owner, so the filter is here rather
+-- than left to the table's row-level security.
+CREATE VIEW jobs.queue_stats AS
+SELECT q.name AS queue,
+       q.paused,
+       coalesce(s.ready, 0)                AS ready,
+       coalesce(s.scheduled, 0)            AS scheduled,
+       coalesce(s.running, 0)              AS running,
+       coalesce(s.succeeded, 0)            AS succeeded,
+       coalesce(s.failed, 0)               AS failed,
+       coalesce(s.cancelled, 0)            AS cancelled,
+       coalesce(s.running_past_lease, 0)   AS running_past_lease,
+       (SELECT pg_catalog.now() OPERATOR(pg_catalog.-) d.run_at
+          FROM jobs.job d
+         WHERE d.queue OPERATOR(pg_catalog.=) q.name
+           AND d.state OPERATOR(pg_catalog.=) 'queued'
+           AND d.run_at OPERATOR(pg_catalog.<=) pg_catalog.now()
+           AND pg_catalog.isfinite(d.run_at)
+           AND ((SELECT jobs.tenant_scope()) IS NULL
+                OR (d.tenant IS NULL AND pg_catalog.cardinality((SELECT jobs.tenant_scope())) OPERATOR(pg_catalog.=) 0)
+                OR d.tenant OPERATOR(pg_catalog.=) ANY ((SELECT jobs.tenant_scope())::pg_catalog.text[]))
+         ORDER BY d.run_at
+         LIMIT 1)                          AS oldest_ready_age,
+       coalesce(s.finished_last_minute, 0) AS finished_last_minute
+  FROM jobs.queue q
+  LEFT JOIN (
+        SELECT j.queue,
+               pg_catalog.count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'queued'
+                                  AND j.run_at OPERATOR(pg_catalog.<=) pg_catalog.now())    AS ready,
+               pg_catalog.count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'queued'
+                                  AND j.run_at OPERATOR(pg_catalog.>) pg_catalog.now())     AS scheduled,
+               pg_catalog.count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'running')             AS running,
+               pg_catalog.count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'succeeded')           AS succeeded,
+               pg_catalog.count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'failed')              AS failed,
+               pg_catalog.count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'cancelled')           AS cancelled,
+               pg_catalog.count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'running'
+                                  AND j.lease_until OPERATOR(pg_catalog.<) pg_catalog.now()) AS running_past_lease,
+               pg_catalog.count(*) FILTER (WHERE j.finished_at OPERATOR(pg_catalog.>)
+                                      (pg_catalog.now() OPERATOR(pg_catalog.-) interval '1 minute'))
+                                                                                           AS finished_last_minute
+          FROM jobs.job j
+         WHERE (SELECT jobs.tenant_scope()) IS NULL
+            OR (j.tenant IS NULL AND pg_catalog.cardinality((SELECT jobs.tenant_scope())) OPERATOR(pg_catalog.=) 0)
+            OR j.tenant OPERATOR(pg_catalog.=) ANY ((SELECT jobs.tenant_scope())::pg_catalog.text[])
+         GROUP BY j.queue
+       ) s ON s.queue OPERATOR(pg_catalog.=) q.name;
+COMMENT ON VIEW jobs.queue_stats IS
+    'per queue: jobs by state (ready + scheduled = queued; the states add up), running jobs past their lease, the oldest ready job''s age, jobs finished in the last minute';
+
+
+-- Row-level security, forced (the owner is subject to it too): a direct read of jobs.job shows
+-- the session only the jobs its tenant scope allows, exactly as the functions would (they
+-- filter by the same scope themselves). The scope is evaluated once per statement.
+ALTER TABLE jobs.job ENABLE ROW LEVEL SECURITY;
+ALTER TABLE jobs.job FORCE ROW LEVEL SECURITY;
+CREATE POLICY tenant_scope ON jobs.job
+    USING ((SELECT jobs.tenant_scope()) IS NULL
+           OR (tenant IS NULL AND pg_catalog.cardinality((SELECT jobs.tenant_scope())) OPERATOR(pg_catalog.=) 0)
+           OR tenant OPERATOR(pg_catalog.=) ANY ((SELECT jobs.tenant_scope())::pg_catalog.text[]));
+
+-- Reading: every pg_jobs role may read queues, jobs (its tenants') and statistics; the tenant
+-- grants only admins. Nobody but the owner may write: state changes only through the
+-- functions.
+REVOKE ALL ON ALL TABLES IN SCHEMA jobs FROM PUBLIC;
+REVOKE ALL ON ALL SEQUENCES IN SCHEMA jobs FROM PUBLIC;
+GRANT USAGE ON SCHEMA jobs TO jobs_client;
+GRANT SELECT ON jobs.queue, jobs.job, jobs.queue_stats TO jobs_client;
+GRANT SELECT ON jobs.tenant_grant TO jobs_admin;
+
+-- Calling: nobody by default, every pg_jobs role for each function of the extension; each
+-- function then checks that its caller has the role its work needs (a client may enqueue but
+-- not claim, say) and names the role to grant when it has not.
+DO $privileges$
+DECLARE
+    member pg_catalog.regprocedure;
+BEGIN
+    FOR member IN
+        SELECT d.objid::pg_catalog.regprocedure
+          FROM pg_catalog.pg_depend d
+          JOIN pg_catalog.pg_extension e ON e.oid OPERATOR(pg_catalog.=) d.refobjid
+         WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass
+           AND d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass
+           AND d.deptype OPERATOR(pg_catalog.=) 'e'
+           AND e.extname OPERATOR(pg_catalog.=) 'pg_jobs'
+    LOOP
+        EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION %s FROM PUBLIC', member);
+        EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION %s TO jobs_client', member);
+    END LOOP;
+END
+$privileges$;

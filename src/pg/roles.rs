@@ -1,0 +1,64 @@
+//! Who is calling: the session's role and its memberships, as PostgreSQL tracks them.
+
+use std::ffi::{CStr, CString};
+
+use pgrx::pg_sys;
+
+/// The role the caller acts as: the session's current role (what `SET ROLE` chose, or the
+/// session user), also inside a `SECURITY DEFINER` function, where `current_user` is the
+/// function's owner instead. pg_jobs's functions are definer functions, so this, not
+/// `current_user`, is the caller whose powers they check.
+pub fn caller() -> pg_sys::Oid {
+    // SAFETY: reads a backend-global set by PostgreSQL for the session.
+    unsafe { pg_sys::GetOuterUserId() }
+}
+
+/// The oid of the role named `name`, if it exists.
+pub fn role_oid(name: &str) -> Option<pg_sys::Oid> {
+    let name = CString::new(name).ok()?;
+    // SAFETY: a NUL-terminated name; missing_ok, so no ERROR for an unknown role.
+    let oid = unsafe { pg_sys::get_role_oid(name.as_ptr(), true) };
+    (oid != pg_sys::InvalidOid).then_some(oid)
+}
+
+/// The name of role `oid` (or its number, for a role dropped meanwhile).
+pub fn role_name(oid: pg_sys::Oid) -> String {
+    // SAFETY: noerr, so NULL for an unknown role; the name is copied before the next lookup.
+    unsafe {
+        let name = pg_sys::GetUserNameFromId(oid, true);
+        if name.is_null() {
+            format!("{}", u32::from(oid))
+        } else {
+            CStr::from_ptr(name).to_string_lossy().into_owned()
+        }
+    }
+}
+
+/// Whether `member` has the privileges of `role` (directly, through inherited memberships, or
+/// as a superuser), as `pg_has_role(member, role, 'USAGE')` says.
+pub fn has_privileges_of(member: pg_sys::Oid, role: pg_sys::Oid) -> bool {
+    // SAFETY: plain catalog lookups through PostgreSQL's membership cache.
+    unsafe { pg_sys::has_privs_of_role(member, role) }
+}
+
+/// Whether `role` is a superuser.
+pub fn is_superuser(role: pg_sys::Oid) -> bool {
+    // SAFETY: a catalog lookup.
+    unsafe { pg_sys::superuser_arg(role) }
+}
+
+/// Quotes a role name for SQL the way `quote_ident` would.
+pub fn quote_role(name: &str) -> String {
+    let plain = name
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_lowercase() || c == '_')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    if plain {
+        name.to_owned()
+    } else {
+        format!("\"{}\"", name.replace('"', "\"\""))
+    }
+}

@@ -1,0 +1,567 @@
+//! Roles, privileges and tenants (README "Privileges"), over real connections as real login
+//! roles: state changes only through the functions, each function checks its caller's role and
+//! names the role to grant, tenants see and touch only their own jobs whatever they try, and no
+//! object a user creates changes what a function does.
+
+use std::sync::OnceLock;
+
+use pg_jobs_tests::{Client, Cluster, TEST_SETTINGS};
+use postgres::types::ToSql;
+use serde_json::Value;
+
+/// A cluster of its own (roles are cluster-wide), with these login roles:
+/// `app_client`, `app_worker`, `app_admin` (granted the pg_jobs role their name says),
+/// `nobody` (no pg_jobs role), and for tenants `acme_worker` / `globex_worker` (workers),
+/// `acme_admin` (admin), `acme_client` (client), each granted its tenant.
+fn cluster() -> &'static Cluster {
+    static CLUSTER: OnceLock<Cluster> = OnceLock::new();
+    CLUSTER.get_or_init(|| {
+        let cluster = Cluster::start("roles", TEST_SETTINGS);
+        cluster
+            .connect()
+            .batch_execute(
+                "CREATE EXTENSION pg_jobs;
+                 CREATE ROLE app_client LOGIN;  GRANT jobs_client TO app_client;
+                 CREATE ROLE app_worker LOGIN;  GRANT jobs_worker TO app_worker;
+                 CREATE ROLE app_admin LOGIN;   GRANT jobs_admin TO app_admin;
+                 CREATE ROLE nobody LOGIN;
+                 CREATE ROLE acme_worker LOGIN;   GRANT jobs_worker TO acme_worker;
+                 CREATE ROLE globex_worker LOGIN; GRANT jobs_worker TO globex_worker;
+                 CREATE ROLE acme_admin LOGIN;    GRANT jobs_admin TO acme_admin;
+                 CREATE ROLE acme_client LOGIN;   GRANT jobs_client TO acme_client;
+                 SELECT jobs_grant_tenant('acme_worker', 'acme');
+                 SELECT jobs_grant_tenant('acme_admin', 'acme');
+                 SELECT jobs_grant_tenant('acme_client', 'acme');
+                 SELECT jobs_grant_tenant('globex_worker', 'globex');
+                 SELECT jobs_create_queue('shared');",
+            )
+            .unwrap();
+        cluster
+    })
+}
+
+/// The SQLSTATE, message and hint of the error `sql` raises on `client`.
+fn refusal(
+    client: &mut Client,
+    sql: &str,
+    params: &[&(dyn ToSql + Sync)],
+) -> (String, String, String) {
+    let error = client
+        .query(sql, params)
+        .expect_err(&format!("{sql} must be refused"));
+    let db = error
+        .as_db_error()
+        .unwrap_or_else(|| panic!("{sql}: no server error: {error}"));
+    (
+        db.code().code().to_owned(),
+        db.message().to_owned(),
+        db.hint().unwrap_or_default().to_owned(),
+    )
+}
+
+/// Asserts that `sql` is refused with 42501 and a hint that names `role` to grant.
+fn refused_naming(client: &mut Client, sql: &str, role: &str) {
+    let (code, message, hint) = refusal(client, sql, &[]);
+    assert_eq!(code, "42501", "{sql}: {message}");
+    assert!(
+        hint.contains(&format!("GRANT {role}")) || hint.contains(role),
+        "{sql}: the hint must name {role}: {hint:?} ({message})"
+    );
+}
+
+fn one<T: for<'a> postgres::types::FromSql<'a>>(
+    client: &mut Client,
+    sql: &str,
+    params: &[&(dyn ToSql + Sync)],
+) -> T {
+    client
+        .query_one(sql, params)
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+        .get(0)
+}
+
+/// Every job row of the cluster as JSON, read as the superuser.
+/// Every job of `queue`, as the superuser sees it: the snapshot a refused or
+/// cross-tenant call must leave unchanged. Scoped to one queue because the
+/// other tests of this file enqueue into theirs at the same time.
+fn jobs_of_queue(queue: &str) -> Value {
+    one(
+        &mut cluster().connect(),
+        "SELECT coalesce(jsonb_agg(to_jsonb(j) ORDER BY j.id), '[]') FROM jobs.job j
+          WHERE j.queue = $1",
+        &[&queue],
+    )
+}
+
+#[test]
+fn a_worker_works_jobs_but_cannot_write_tables_or_manage_queues() {
+    let cluster = cluster();
+    let mut admin = cluster.connect_as("app_admin");
+    admin
+        .batch_execute("SELECT jobs_create_queue('work', lease => '1 minute')")
+        .unwrap();
+    let mut client = cluster.connect_as("app_client");
+    let ids: Vec<i64> = (0..3)
+        .map(|_| one(&mut client, "SELECT jobs_enqueue('work', '{}')", &[]))
+        .collect();
+
+    let mut worker = cluster.connect_as("app_worker");
+    let claimed = worker
+        .query(
+            "SELECT id, lease FROM jobs_claim('work', worker => 'w', n => 3)",
+            &[],
+        )
+        .unwrap();
+    assert_eq!(claimed.len(), 3);
+    let held: Vec<(i64, uuid::Uuid)> = claimed.iter().map(|r| (r.get(0), r.get(1))).collect();
+    let answer: String = one(
+        &mut worker,
+        "SELECT jobs_heartbeat($1, $2)",
+        &[&held[0].0, &held[0].1],
+    );
+    assert_eq!(answer, "running");
+    let answer: String = one(
+        &mut worker,
+        "SELECT jobs_complete($1, $2)",
+        &[&held[0].0, &held[0].1],
+    );
+    assert_eq!(answer, "succeeded");
+    let answer: String = one(
+        &mut worker,
+        "SELECT jobs_fail($1, $2, 'boom')",
+        &[&held[1].0, &held[1].1],
+    );
+    assert_eq!(answer, "queued");
+    let answer: String = one(
+        &mut worker,
+        "SELECT jobs_release($1, $2)",
+        &[&held[2].0, &held[2].1],
+    );
+    assert_eq!(answer, "queued");
+
+    // Direct writes are refused: the functions are the only way to change state.
+    let before = jobs_of_queue("work");
+    for sql in [
+        format!(
+            "UPDATE jobs.job SET state = 'succeeded' WHERE id = {}",
+            ids[1]
+        ),
+        format!("UPDATE jobs.job SET attempt = 0 WHERE id = {}", ids[1]),
+        "INSERT INTO jobs.job (queue, max_attempts) VALUES ('work', 5)".to_owned(),
+        format!("DELETE FROM jobs.job WHERE id = {}", ids[2]),
+        "UPDATE jobs.queue SET paused = true".to_owned(),
+        "INSERT INTO jobs.tenant_grant (role_name, tenant) VALUES ('app_worker', 'acme')"
+            .to_owned(),
+    ] {
+        let (code, message, _) = refusal(&mut worker, &sql, &[]);
+        assert_eq!(code, "42501", "{sql}: {message}");
+    }
+    assert_eq!(
+        jobs_of_queue("work"),
+        before,
+        "a refused write changed a job"
+    );
+
+    // Queue administration needs jobs_admin, and the refusal says so.
+    refused_naming(
+        &mut worker,
+        "SELECT jobs_create_queue('mine')",
+        "jobs_admin",
+    );
+    refused_naming(&mut worker, "SELECT jobs_pause('work')", "jobs_admin");
+    refused_naming(
+        &mut worker,
+        "SELECT jobs_drop_queue('work', true)",
+        "jobs_admin",
+    );
+    refused_naming(
+        &mut worker,
+        &format!("SELECT jobs_retry({})", ids[0]),
+        "jobs_admin",
+    );
+    refused_naming(&mut worker, "SELECT jobs_reclaim()", "jobs_admin");
+    refused_naming(
+        &mut worker,
+        "SELECT jobs_grant_tenant('app_worker', 'acme')",
+        "jobs_admin",
+    );
+}
+
+#[test]
+fn a_client_enqueues_reads_and_cancels_but_cannot_claim() {
+    let cluster = cluster();
+    let mut client = cluster.connect_as("app_client");
+    let id: i64 = one(
+        &mut client,
+        "SELECT jobs_enqueue('shared', '{\"who\": \"client\"}')",
+        &[],
+    );
+    let listed: i64 = one(
+        &mut client,
+        "SELECT count(*) FROM jobs_list('shared') WHERE id = $1",
+        &[&id],
+    );
+    assert_eq!(listed, 1);
+    let got: Option<i64> = one(&mut client, "SELECT (jobs_get($1)).id", &[&id]);
+    assert_eq!(got, Some(id));
+    let seen: i64 = one(
+        &mut client,
+        "SELECT count(*) FROM jobs.job WHERE id = $1",
+        &[&id],
+    );
+    assert_eq!(seen, 1, "a client reads its jobs directly too");
+
+    refused_naming(
+        &mut client,
+        "SELECT * FROM jobs_claim('shared')",
+        "jobs_worker",
+    );
+    refused_naming(
+        &mut client,
+        &format!("SELECT jobs_complete({id}, gen_random_uuid())"),
+        "jobs_worker",
+    );
+    refused_naming(
+        &mut client,
+        &format!("SELECT * FROM jobs_complete_batch(ARRAY[{id}], ARRAY[gen_random_uuid()])"),
+        "jobs_worker",
+    );
+    let state: String = one(&mut client, "SELECT jobs_cancel($1)", &[&id]);
+    assert_eq!(state, "cancelled");
+}
+
+#[test]
+fn a_role_without_pg_jobs_roles_can_do_nothing_and_is_told_what_to_grant() {
+    let mut nobody = cluster().connect_as("nobody");
+    for sql in [
+        "SELECT jobs_enqueue('shared', '{}')",
+        "SELECT * FROM jobs_claim('shared')",
+        "SELECT * FROM jobs_list()",
+        "SELECT jobs_metrics()",
+        "SELECT * FROM jobs.job",
+        "SELECT * FROM jobs.queue_stats",
+    ] {
+        let (code, message, hint) = refusal(&mut nobody, sql, &[]);
+        assert_eq!(code, "42501", "{sql}: {message}");
+        assert!(
+            hint.contains("GRANT jobs_client"),
+            "{sql}: the hint must say what to grant: {hint:?} ({message})"
+        );
+    }
+}
+
+/// Enqueues one job for the session's tenant and claims it, returning (id, lease).
+fn job_of(worker: &mut Client, queue: &str) -> (i64, uuid::Uuid) {
+    let id: i64 = one(worker, "SELECT jobs_enqueue($1, '{}')", &[&queue]);
+    let row = worker
+        .query_one(
+            "SELECT id, lease FROM jobs_claim($1, worker => 'w') WHERE id = $2",
+            &[&queue, &id],
+        )
+        .unwrap();
+    (row.get(0), row.get(1))
+}
+
+#[test]
+fn tenants_cannot_see_or_touch_each_others_jobs() {
+    let cluster = cluster();
+    cluster
+        .connect()
+        .batch_execute("SELECT jobs_create_queue('tenants', lease => '1 hour')")
+        .unwrap();
+    let mut acme = cluster.connect_as("acme_worker");
+    acme.batch_execute("SET pg_jobs.tenant = 'acme'").unwrap();
+    let mut globex = cluster.connect_as("globex_worker");
+    globex
+        .batch_execute("SET pg_jobs.tenant = 'globex'")
+        .unwrap();
+
+    let (acme_job, _acme_lease) = job_of(&mut acme, "tenants");
+    let (globex_running, globex_lease) = job_of(&mut globex, "tenants");
+    let globex_queued: i64 = one(&mut globex, "SELECT jobs_enqueue('tenants', '{}')", &[]);
+    let tenant: Option<String> = one(
+        &mut cluster.connect(),
+        "SELECT tenant FROM jobs.job WHERE id = $1",
+        &[&globex_queued],
+    );
+    assert_eq!(
+        tenant.as_deref(),
+        Some("globex"),
+        "a job carries its tenant"
+    );
+    let before = jobs_of_queue("tenants");
+
+    // Every function, pointed at globex's jobs from acme's session.
+    let got: Option<i64> = one(&mut acme, "SELECT (jobs_get($1)).id", &[&globex_running]);
+    assert_eq!(got, None, "jobs_get shows another tenant's job");
+    let listed: Vec<i64> = acme
+        .query("SELECT id FROM jobs_list('tenants')", &[])
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(listed, [acme_job], "jobs_list shows other tenants' jobs");
+    for id in [globex_running, globex_queued] {
+        let (code, _, _) = refusal(&mut acme, "SELECT jobs_cancel($1)", &[&id]);
+        assert_eq!(code, "P0002", "another tenant's job is no job at all");
+    }
+    for sql in [
+        "SELECT jobs_heartbeat($1, $2)",
+        "SELECT jobs_complete($1, $2)",
+        "SELECT jobs_fail($1, $2, 'x')",
+        "SELECT jobs_release($1, $2)",
+    ] {
+        // Even with the right lease (leaked), and with a guessed one.
+        for lease in [globex_lease, uuid::Uuid::new_v4()] {
+            let answer: String = one(&mut acme, sql, &[&globex_running, &lease]);
+            assert_eq!(answer, "lost", "{sql} acted on another tenant's job");
+        }
+    }
+    let batch: String = one(
+        &mut acme,
+        "SELECT outcome FROM jobs_complete_batch(ARRAY[$1::bigint], ARRAY[$2::uuid])",
+        &[&globex_running, &globex_lease],
+    );
+    assert_eq!(batch, "lost");
+    let claimed: i64 = one(
+        &mut acme,
+        "SELECT count(*) FROM jobs_claim('tenants', n => 100)",
+        &[],
+    );
+    assert_eq!(claimed, 0, "acme claimed globex's queued job");
+    let mut acme_admin = cluster.connect_as("acme_admin");
+    acme_admin
+        .batch_execute("SET pg_jobs.tenant = 'acme'")
+        .unwrap();
+    let (code, _, _) = refusal(&mut acme_admin, "SELECT jobs_retry($1)", &[&globex_running]);
+    assert_eq!(code, "P0002");
+
+    // Direct reads of every table and view.
+    for (sql, expected) in [
+        ("SELECT count(*) FROM jobs.job WHERE tenant IS DISTINCT FROM 'acme'", 0i64),
+        ("SELECT count(*) FROM jobs.job WHERE queue = 'tenants'", 1),
+        (
+            "SELECT coalesce(sum(ready + scheduled + running + succeeded + failed + cancelled), 0)::bigint
+               FROM jobs.queue_stats WHERE queue = 'tenants'",
+            1,
+        ),
+    ] {
+        let seen: i64 = one(&mut acme, sql, &[]);
+        assert_eq!(seen, expected, "{sql}");
+    }
+    let metrics: String = one(&mut acme, "SELECT jobs_metrics()", &[]);
+    assert!(
+        metrics.contains("pg_jobs_jobs{queue=\"tenants\",state=\"running\"} 1"),
+        "metrics count other tenants' jobs:\n{metrics}"
+    );
+    assert_eq!(
+        jobs_of_queue("tenants"),
+        before,
+        "acme changed globex's jobs"
+    );
+
+    // A client without a tenant set sees only jobs without a tenant; a worker without one
+    // sees every tenant's (the shared pool).
+    let mut plain_client = cluster.connect_as("app_client");
+    let seen: i64 = one(
+        &mut plain_client,
+        "SELECT count(*) FROM jobs.job WHERE queue = 'tenants'",
+        &[],
+    );
+    assert_eq!(seen, 0);
+    let mut pool = cluster.connect_as("app_worker");
+    let seen: i64 = one(
+        &mut pool,
+        "SELECT count(*) FROM jobs.job WHERE queue = 'tenants'",
+        &[],
+    );
+    assert_eq!(seen, 3);
+}
+
+#[test]
+fn a_role_granted_one_tenant_cannot_act_for_another_however_the_setting_is_made() {
+    let cluster = cluster();
+    let mut superuser = cluster.connect();
+    superuser
+        .batch_execute(
+            "CREATE OR REPLACE FUNCTION public.as_globex() RETURNS bigint
+                 LANGUAGE sql SET pg_jobs.tenant = 'globex'
+                 AS $$ SELECT jobs_enqueue('shared', '{}') $$;
+             GRANT EXECUTE ON FUNCTION public.as_globex() TO acme_client;",
+        )
+        .unwrap();
+    let refused = |client: &mut Client, sql: &str| {
+        let (code, message, hint) = refusal(client, sql, &[]);
+        assert_eq!(code, "42501", "{sql}: {message}");
+        assert!(
+            message.contains("tenant 'globex'"),
+            "{sql}: the message must name the tenant: {message}"
+        );
+        assert!(hint.contains("jobs_grant_tenant"), "{sql}: {hint}");
+    };
+
+    // SET in the session.
+    let mut acme = cluster.connect_as("acme_client");
+    acme.batch_execute("SET pg_jobs.tenant = 'globex'").unwrap();
+    refused(&mut acme, "SELECT jobs_enqueue('shared', '{}')");
+    refused(&mut acme, "SELECT * FROM jobs_list()");
+    refused(&mut acme, "SELECT * FROM jobs.job");
+    acme.batch_execute("SET pg_jobs.tenant = 'acme, globex'")
+        .unwrap();
+    refused(
+        &mut acme,
+        "SELECT jobs_enqueue('shared', '{}', tenant => 'acme')",
+    );
+
+    // The explicit argument, with and without a tenant set.
+    let mut acme = cluster.connect_as("acme_client");
+    refused(
+        &mut acme,
+        "SELECT jobs_enqueue('shared', '{}', tenant => 'globex')",
+    );
+    acme.batch_execute("SET pg_jobs.tenant = 'acme'").unwrap();
+    let (code, _, _) = refusal(
+        &mut acme,
+        "SELECT jobs_enqueue('shared', '{}', tenant => 'globex')",
+        &[],
+    );
+    assert_eq!(code, "42501");
+
+    // SET made by a superuser before SET ROLE.
+    let mut session = cluster.connect();
+    session
+        .batch_execute("SET pg_jobs.tenant = 'globex'; SET ROLE acme_client")
+        .unwrap();
+    refused(&mut session, "SELECT jobs_enqueue('shared', '{}')");
+
+    // SET by a function's SET clause.
+    let mut acme = cluster.connect_as("acme_client");
+    refused(&mut acme, "SELECT public.as_globex()");
+
+    // ALTER ROLE ... SET, made by a superuser.
+    superuser
+        .batch_execute("ALTER ROLE acme_client SET pg_jobs.tenant = 'globex'")
+        .unwrap();
+    let mut acme = cluster.connect_as("acme_client");
+    refused(&mut acme, "SELECT jobs_enqueue('shared', '{}')");
+    superuser
+        .batch_execute("ALTER ROLE acme_client RESET pg_jobs.tenant")
+        .unwrap();
+
+    // A revoke takes effect at the next call of a session that already acted for the tenant.
+    superuser
+        .batch_execute("CREATE ROLE acme_temp LOGIN; GRANT jobs_client TO acme_temp; SELECT jobs_grant_tenant('acme_temp', 'acme')")
+        .unwrap();
+    let mut temp = cluster.connect_as("acme_temp");
+    temp.batch_execute("SET pg_jobs.tenant = 'acme'").unwrap();
+    let _: i64 = one(&mut temp, "SELECT jobs_enqueue('shared', '{}')", &[]);
+    superuser
+        .batch_execute("SELECT jobs_revoke_tenant('acme_temp', 'acme')")
+        .unwrap();
+    let (code, message, _) = refusal(&mut temp, "SELECT jobs_enqueue('shared', '{}')", &[]);
+    assert_eq!(code, "42501", "a revoked tenant still works: {message}");
+}
+
+#[test]
+fn objects_users_create_change_nothing_the_functions_do() {
+    let cluster = cluster();
+    let mut superuser = cluster.connect();
+    superuser
+        .batch_execute(
+            "CREATE SCHEMA IF NOT EXISTS hostile;
+             CREATE OR REPLACE FUNCTION hostile.never(text, text) RETURNS boolean
+                 LANGUAGE sql AS 'SELECT false';
+             DROP OPERATOR IF EXISTS hostile.= (text, text);
+             CREATE OPERATOR hostile.= (LEFTARG = text, RIGHTARG = text, FUNCTION = hostile.never);
+             CREATE OR REPLACE FUNCTION public.now() RETURNS timestamptz
+                 LANGUAGE sql AS $$ SELECT '2000-01-01 00:00:00+00'::timestamptz $$;
+             CREATE TABLE IF NOT EXISTS public.job (id bigint, queue text, state text);
+             CREATE TABLE IF NOT EXISTS public.queue (name text);
+             GRANT USAGE ON SCHEMA hostile TO app_worker;
+             SELECT jobs_create_queue('captured');",
+        )
+        .unwrap();
+    let mut worker = cluster.connect_as("app_worker");
+    worker
+        .batch_execute(
+            "SET search_path = hostile, public, pg_catalog;
+             CREATE TEMP TABLE job (id bigint, queue text);
+             CREATE TEMP TABLE queue (name text);",
+        )
+        .unwrap();
+    let id: i64 = one(
+        &mut worker,
+        "SELECT public.jobs_enqueue('captured', '{\"n\": 1}')",
+        &[],
+    );
+    let row = worker
+        .query_one(
+            "SELECT id, lease, run_at > '2001-01-01' FROM public.jobs_claim('captured')",
+            &[],
+        )
+        .unwrap();
+    assert_eq!(row.get::<_, i64>(0), id, "the claim found the job");
+    assert!(
+        row.get::<_, bool>(2),
+        "run_at came from a user's now() instead of pg_catalog.now()"
+    );
+    let lease: uuid::Uuid = row.get(1);
+    let answer: String = one(
+        &mut worker,
+        "SELECT public.jobs_complete($1, $2)",
+        &[&id, &lease],
+    );
+    assert_eq!(answer, "succeeded");
+    let listed: i64 = one(
+        &mut worker,
+        "SELECT count(*) FROM public.jobs_list(queue => 'captured')",
+        &[],
+    );
+    assert_eq!(listed, 1);
+}
+
+#[test]
+fn the_install_script_passes_pgspot() {
+    let pgspot = std::env::var("PG_JOBS_PGSPOT").unwrap_or_else(|_| "pgspot".to_owned());
+    let extension_dir = pg_jobs_tests::pg_config_dir("--sharedir").join("extension");
+    let scripts: Vec<_> = std::fs::read_dir(&extension_dir)
+        .expect("read the extension directory")
+        .filter_map(|entry| entry.ok().map(|e| e.path()))
+        .filter(|path| {
+            path.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("pg_jobs--") && n.ends_with(".sql"))
+        })
+        .collect();
+    assert!(
+        !scripts.is_empty(),
+        "no pg_jobs scripts in {extension_dir:?}"
+    );
+    let installed: String = one(
+        &mut cluster().connect(),
+        "SELECT extversion FROM pg_extension WHERE extname = 'pg_jobs'",
+        &[],
+    );
+    for script in scripts {
+        let name = script.file_name().unwrap().to_string_lossy().into_owned();
+        // The released install scripts of earlier versions are kept as they shipped; the
+        // current install script and every upgrade script must be clean.
+        let install_of_other_version =
+            name.matches("--").count() == 1 && name != format!("pg_jobs--{installed}.sql");
+        if install_of_other_version {
+            continue;
+        }
+        let output = std::process::Command::new(&pgspot)
+            .arg(&script)
+            .output()
+            .unwrap_or_else(|e| {
+                panic!("run {pgspot} (pip install pgspot; scripts/test installs it): {e}")
+            });
+        let report = String::from_utf8_lossy(&output.stdout).into_owned()
+            + &String::from_utf8_lossy(&output.stderr);
+        assert!(
+            report.contains("Errors: 0 Warnings: 0 Unknown: 0"),
+            "pgspot finds problems in {name}:\n{report}"
+        );
+    }
+}
