@@ -1,5 +1,5 @@
 //! PostgreSQL plumbing that knows nothing about jobs: errors, settings, pass-through datums,
-//! the server clock, the current database, subtransactions, and the shims that hide differences between PostgreSQL
+//! the server clock, the current database, set-returning functions, subtransactions, and the shims that hide differences between PostgreSQL
 //! versions. Every other layer may use it; it uses none of them.
 
 pub mod clock;
@@ -9,5 +9,6 @@ pub mod errors;
 pub mod roles;
 pub mod settings;
 pub mod snapshot;
+pub mod srf;
 pub mod subtransaction;
 pub mod version;
