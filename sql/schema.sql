@@ -34,7 +34,7 @@ COMMENT ON SCHEMA jobs IS 'pg_jobs: tables, types and views of the job queue';
 CREATE TYPE jobs.state AS ENUM ('queued', 'running', 'succeeded', 'failed', 'cancelled');
 
 CREATE TABLE jobs.queue (
-    name              text PRIMARY KEY
+    name              text COLLATE pg_catalog."C" PRIMARY KEY
                       CHECK (name OPERATOR(pg_catalog.~) '^[A-Za-z0-9_.:-]{1,63}$'),
     lease             interval NOT NULL DEFAULT '30 seconds'
                       CHECK (lease OPERATOR(pg_catalog.>) '0'),
@@ -53,7 +53,7 @@ CREATE TABLE jobs.queue (
     rate_limit        double precision CHECK (rate_limit OPERATOR(pg_catalog.>) 0),
     group_concurrency integer NOT NULL DEFAULT 1
                       CHECK (group_concurrency OPERATOR(pg_catalog.>=) 1),
-    dead_letter       text REFERENCES jobs.queue (name) DEFERRABLE INITIALLY DEFERRED
+    dead_letter       text COLLATE pg_catalog."C" REFERENCES jobs.queue (name) DEFERRABLE INITIALLY DEFERRED
                       CHECK (dead_letter OPERATOR(pg_catalog.<>) name),
     created_at        timestamptz NOT NULL DEFAULT pg_catalog.now(),
     updated_at        timestamptz NOT NULL DEFAULT pg_catalog.now(),
@@ -71,15 +71,15 @@ COMMENT ON TABLE jobs.queue IS 'pg_jobs queues and their settings; change them w
 -- heartbeats change, and last what every claim and settle changes.
 CREATE TABLE jobs.job (
     id             bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    queue          text NOT NULL,
-    kind           text NOT NULL DEFAULT 'default',
+    queue          text COLLATE pg_catalog."C" NOT NULL,
+    kind           text COLLATE pg_catalog."C" NOT NULL DEFAULT 'default',
     payload        jsonb NOT NULL DEFAULT '{}',
     headers        jsonb,
     priority       smallint NOT NULL DEFAULT 0,
     max_attempts   integer NOT NULL,
-    tenant         text,
-    group_key      text,
-    unique_key     text,
+    tenant         text COLLATE pg_catalog."C",
+    group_key      text COLLATE pg_catalog."C",
+    unique_key     text COLLATE pg_catalog."C",
     origin         jsonb,
     created_at     timestamptz NOT NULL DEFAULT pg_catalog.now(),
     run_at         timestamptz NOT NULL DEFAULT pg_catalog.now(),
@@ -142,7 +142,7 @@ CREATE TYPE jobs.enqueued AS (
 -- Rate limits without shared memory: one token bucket per limited queue, updated under its row
 -- lock by each claim (the slower path; with the preload the buckets live in shared memory).
 CREATE TABLE jobs.rate_bucket (
-    queue  text PRIMARY KEY,
+    queue  text COLLATE pg_catalog."C" PRIMARY KEY,
     tokens double precision NOT NULL,
     at     timestamptz NOT NULL
 );
