@@ -51,7 +51,11 @@ fn primary_settings() -> Vec<&'static str> {
         .iter()
         .copied()
         .filter(|line| !line.starts_with("synchronous_commit"))
-        .chain(["synchronous_commit = on", "wal_level = replica"])
+        .chain([
+            "synchronous_commit = on",
+            "wal_level = replica",
+            "max_prepared_transactions = 10",
+        ])
         .collect()
 }
 
@@ -104,6 +108,7 @@ fn start_pair() -> (Cluster, Cluster) {
              SELECT jobs_create_queue('fo', lease => '2 seconds', max_attempts => 5);
              SELECT jobs_create_queue('fo-load', lease => '2 seconds', max_attempts => 5);
              SELECT jobs_create_queue('fo-empty');
+             SELECT jobs_create_queue('fo-2pc');
              SELECT jobs_create_queue('fo-rate', rate_limit => 0.01, rate_burst => 1);",
         )
         .unwrap();
@@ -535,6 +540,14 @@ fn failover_to_a_synchronous_standby() {
     let mut admin = primary.connect();
     let mut holder = primary.connect_as("failover_app");
     let mut jobs = make_jobs(&mut admin, &mut holder);
+    // A transaction prepared on the old primary and committed on the new one, whose shared
+    // memory never heard of it.
+    let mut preparer = primary.connect();
+    preparer.batch_execute("BEGIN").unwrap();
+    let prepared: i64 = scalar(&mut preparer, "SELECT jobs_enqueue('fo-2pc', '{}')", &[]);
+    preparer
+        .batch_execute("PREPARE TRANSACTION 'fo-prepared'")
+        .unwrap();
 
     // Clients at work on the primary, then the jobs whose holder dies with it, then the crash.
     let seen = Arc::new(Mutex::new(Acknowledged::default()));
@@ -548,7 +561,7 @@ fn failover_to_a_synchronous_standby() {
     for thread in load {
         thread.join().expect("a load client panicked");
     }
-    drop((admin, holder));
+    drop((admin, holder, preparer));
     let seen = Arc::try_unwrap(seen).ok().unwrap().into_inner().unwrap();
     assert!(
         !seen.enqueued.is_empty() && !seen.completed.is_empty(),
@@ -801,7 +814,7 @@ fn failover_to_a_synchronous_standby() {
         "the rate-limited queue's token was spent on the standby"
     );
 
-    // New ids continue above every id of the old primary.
+    // New ids continue above every id of the old primary, the prepared job's included.
     let new_ids: Vec<i64> = admin
         .query(
             "SELECT id FROM jobs_enqueue_batch('fo', array_fill('{}'::jsonb, ARRAY[100]))",
@@ -811,9 +824,73 @@ fn failover_to_a_synchronous_standby() {
         .iter()
         .map(|r| r.get(0))
         .collect();
+    let old_max = max_before.max(prepared);
     assert!(
-        new_ids.iter().all(|id| *id > max_before),
-        "ids after the failover must not repeat: max before {max_before}, new {new_ids:?}"
+        new_ids.iter().all(|id| *id > old_max),
+        "ids after the failover must not repeat: max before {old_max}, new {new_ids:?}"
+    );
+
+    // The prepared transaction is still prepared. Claims on the new primary raise the queue's
+    // floor past its invisible job; COMMIT PREPARED finds no effects stashed for it here, and
+    // the worker's floor check must still hand the job to a waiting claim within a few ticks.
+    let still_prepared: i64 = scalar(
+        &mut admin,
+        "SELECT count(*) FROM pg_prepared_xacts WHERE gid = 'fo-prepared'",
+        &[],
+    );
+    assert_eq!(
+        still_prepared, 1,
+        "the prepared transaction survives the failover"
+    );
+    let burned: Vec<i64> = (0..3)
+        .map(|n| enqueue(&mut admin, "fo-2pc", json!({ "burn": n })))
+        .collect();
+    let taken = claim(&mut holder, "fo-2pc", 3, "");
+    assert_eq!(taken.iter().map(|c| c.id).collect::<Vec<_>>(), burned);
+    let floor: Option<i64> = scalar(
+        &mut admin,
+        "SELECT floor_id FROM jobs.runtime_state('fo-2pc')",
+        &[],
+    );
+    assert!(
+        floor.is_some_and(|f| f > prepared),
+        "the claims should have raised the floor ({floor:?}) past the prepared job ({prepared})"
+    );
+    let healed_before: i64 = scalar(
+        &mut admin,
+        "SELECT floors_healed FROM jobs_worker_status() WHERE database = 'postgres'",
+        &[],
+    );
+    admin
+        .batch_execute("COMMIT PREPARED 'fo-prepared'")
+        .unwrap();
+    let started = Instant::now();
+    let late = claim(&mut holder, "fo-2pc", 1, ", wait => '10 seconds'");
+    let took = started.elapsed();
+    assert_eq!(
+        late.iter().map(|c| c.id).collect::<Vec<_>>(),
+        [prepared],
+        "the job committed by COMMIT PREPARED on the new primary"
+    );
+    eprintln!(
+        "the prepared job was claimed {} ms after COMMIT PREPARED",
+        took.as_millis()
+    );
+    assert!(
+        took < Duration::from_secs(3),
+        "the prepared job took {took:?} to be claimed"
+    );
+    // The worker records a tick's count once the tick ends, after the wake-up it sent.
+    wait_until(
+        Duration::from_secs(5),
+        "the worker to count the floor it reset for the prepared job",
+        || {
+            scalar::<i64>(
+                &mut admin,
+                "SELECT floors_healed FROM jobs_worker_status() WHERE database = 'postgres'",
+                &[],
+            ) > healed_before
+        },
     );
 
     // In a read-only transaction on the new primary, the same calls fail the same way.
