@@ -45,7 +45,7 @@ pub fn register() {
             .set_extra(database)
             .enable_spi_access()
             // Started on a hot standby as well, where it idles (see the loop): it is then
-            // visible there, and serves the moment the standby is promoted.
+            // visible there, and serves within a tick of the promotion.
             .set_start_time(BgWorkerStartTime::ConsistentState)
             .set_restart_time(Some(Duration::from_secs(1)))
             .load();
