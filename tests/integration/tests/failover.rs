@@ -7,13 +7,17 @@
 //! saying to run it on the primary, leaving shared memory as it was (a waiting claim does not
 //! wait); the reading functions show the replicated jobs; the background worker is there but
 //! idle: it runs no tick, reports no error and does not reclaim a lease that expires meanwhile.
-//! Then the primary is stopped hard (`pg_ctl stop -m immediate`) while clients enqueue, claim
-//! and complete, and the standby is promoted: the worker serves it within a few ticks and
+//! Then the standby is cut off for half a second (no commit may return meanwhile), the primary
+//! is stopped hard (`pg_ctl stop -m immediate`) while clients enqueue, claim and complete, and
+//! the standby is promoted: the worker serves it within a few ticks and
 //! reclaims the expired leases of holders that died with the primary (Rule 5); a holder that
 //! lived through the failover settles with its old lease (Rule 4); every acknowledged enqueue,
 //! claim and completion is there; new ids continue above the old ones; the reclaimed jobs run
 //! again. Last, the same writing functions in a read-only transaction on the new primary fail
 //! the same way.
+//!
+//! A second pair replicates asynchronously and shows what the README warns of: the commits the
+//! standby missed are lost, though their clients saw them return.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -95,9 +99,9 @@ struct Acknowledged {
     completed: BTreeSet<i64>,
 }
 
-/// Starts the primary (extension created, a login role granted `jobs_worker`) and its
-/// synchronous hot standby.
-fn start_pair() -> (Cluster, Cluster) {
+/// Starts the primary (extension created, a login role granted `jobs_worker`) and its hot
+/// standby, replicated to synchronously or not.
+fn start_pair(synchronous: bool) -> (Cluster, Cluster) {
     let primary = Cluster::start("failover-primary", &primary_settings());
     let mut admin = primary.connect();
     admin
@@ -115,25 +119,56 @@ fn start_pair() -> (Cluster, Cluster) {
     let standby = primary.start_standby(STANDBY, &[]);
     // Named only now: set before the base backup, the standby would have inherited it and, once
     // promoted, waited for itself on every commit.
-    admin
-        .batch_execute(&format!(
-            "ALTER SYSTEM SET synchronous_standby_names = '{STANDBY}'"
-        ))
-        .unwrap();
-    admin.batch_execute("SELECT pg_reload_conf()").unwrap();
+    if synchronous {
+        admin
+            .batch_execute(&format!(
+                "ALTER SYSTEM SET synchronous_standby_names = '{STANDBY}'"
+            ))
+            .unwrap();
+        admin.batch_execute("SELECT pg_reload_conf()").unwrap();
+    }
+    let sync_state = if synchronous { "sync" } else { "async" };
     wait_until(
         Duration::from_secs(30),
-        "the standby to stream synchronously",
+        &format!("the standby to stream ({sync_state})"),
         || {
             scalar::<i64>(
                 &mut admin,
                 "SELECT count(*) FROM pg_stat_replication
-                  WHERE application_name = $1 AND sync_state = 'sync' AND state = 'streaming'",
-                &[&STANDBY],
+                  WHERE application_name = $1 AND sync_state = $2 AND state = 'streaming'",
+                &[&STANDBY, &sync_state],
             ) == 1
         },
     );
     (primary, standby)
+}
+
+/// Cuts the standby off its primary (an empty `primary_conninfo`, as when the network between
+/// them fails) and waits until the primary no longer streams to it. The standby keeps what it
+/// received.
+fn disconnect_standby(primary: &mut Client, standby: &Cluster) {
+    let mut client = standby.connect();
+    client
+        .batch_execute("ALTER SYSTEM SET primary_conninfo = ''")
+        .unwrap();
+    client.batch_execute("SELECT pg_reload_conf()").unwrap();
+    wait_until(
+        Duration::from_secs(30),
+        "the primary to stop streaming to the standby",
+        || {
+            scalar::<i64>(
+                primary,
+                "SELECT count(*) FROM pg_stat_replication WHERE application_name = $1",
+                &[&STANDBY],
+            ) == 0
+        },
+    );
+}
+
+/// How many commits the load clients saw return so far.
+fn acknowledged(seen: &Mutex<Acknowledged>) -> usize {
+    let seen = seen.lock().unwrap();
+    seen.enqueued.len() + seen.claims.len() + seen.completed.len()
 }
 
 /// Makes jobs in every state on the primary; the running ones are claimed by `holder`.
@@ -536,7 +571,7 @@ fn every_function_is_classified(client: &mut Client, jobs: &Jobs) {
 
 #[test]
 fn failover_to_a_synchronous_standby() {
-    let (primary, standby) = start_pair();
+    let (primary, standby) = start_pair(true);
     let mut admin = primary.connect();
     let mut holder = primary.connect_as("failover_app");
     let mut jobs = make_jobs(&mut admin, &mut holder);
@@ -556,6 +591,17 @@ fn failover_to_a_synchronous_standby() {
     thread::sleep(Duration::from_millis(500));
     orphan_jobs(&mut admin, &mut holder, &mut jobs);
     let orphaned_at = Instant::now();
+    // The standby goes away for a while before the crash: no commit may return meanwhile, as
+    // none can reach the standby.
+    disconnect_standby(&mut admin, &standby);
+    thread::sleep(Duration::from_millis(100));
+    let before_pause = acknowledged(&seen);
+    thread::sleep(Duration::from_millis(400));
+    assert_eq!(
+        acknowledged(&seen),
+        before_pause,
+        "commits returned while the synchronous standby was cut off"
+    );
     primary.crash();
     stop.store(true, Ordering::Release);
     for thread in load {
@@ -903,5 +949,115 @@ fn failover_to_a_synchronous_standby() {
         &outcomes,
         &["in a read-only transaction", "BEGIN READ WRITE"],
         "in a read-only transaction",
+    );
+}
+
+/// With asynchronous replication, the commits the standby had not received when the primary
+/// died are lost, although their clients saw them return: enqueued jobs that the new primary
+/// never had, completions whose jobs run again there (at-least-once, not exactly-once), and a
+/// claim whose holder is then told `lost`. The README's "Failover and standbys" says so; this
+/// shows it.
+#[test]
+fn asynchronous_replication_can_lose_acknowledged_commits() {
+    let (primary, standby) = start_pair(false);
+    let mut admin = primary.connect();
+    let backlog: BTreeSet<i64> = admin
+        .query(
+            "SELECT id FROM jobs_enqueue_batch('fo-load', array_fill('{}'::jsonb, ARRAY[500]))",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let sent: String = scalar(&mut admin, "SELECT pg_current_wal_lsn()::text", &[]);
+    let mut reader = standby.connect();
+    wait_until(
+        Duration::from_secs(30),
+        "the standby to replay the backlog",
+        || {
+            scalar::<bool>(
+                &mut reader,
+                "SELECT pg_last_wal_replay_lsn() >= $1::text::pg_lsn",
+                &[&sent],
+            )
+        },
+    );
+    drop(reader);
+
+    // Cut off, the standby misses everything from here on; the primary does not wait for it.
+    disconnect_standby(&mut admin, &standby);
+    let mut holder = primary.connect_as("failover_app");
+    let held = claim(&mut holder, "fo-load", 1, ", lease => '1 hour'");
+    let seen = Arc::new(Mutex::new(Acknowledged::default()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = start_load(&primary, &seen, &stop);
+    thread::sleep(Duration::from_millis(500));
+    primary.crash();
+    stop.store(true, Ordering::Release);
+    for thread in load {
+        thread.join().expect("a load client panicked");
+    }
+    drop((admin, holder));
+    let seen = Arc::try_unwrap(seen).ok().unwrap().into_inner().unwrap();
+
+    standby.promote();
+    let mut admin = standby.connect();
+    let exists = |client: &mut Client, id: i64| -> bool {
+        scalar(
+            client,
+            "SELECT EXISTS (SELECT FROM jobs.job WHERE id = $1)",
+            &[&id],
+        )
+    };
+    let lost_enqueues = seen
+        .enqueued
+        .iter()
+        .filter(|id| !exists(&mut admin, **id))
+        .count();
+    let completed_backlog: Vec<i64> = seen
+        .completed
+        .iter()
+        .copied()
+        .filter(|id| backlog.contains(id))
+        .collect();
+    eprintln!(
+        "asynchronous: {} enqueues and {} completions of backlog jobs acknowledged after the standby was cut off; {lost_enqueues} enqueues lost",
+        seen.enqueued.len(),
+        completed_backlog.len()
+    );
+    assert!(
+        lost_enqueues > 0 && lost_enqueues == seen.enqueued.len(),
+        "every enqueue acknowledged after the standby was cut off is lost: {lost_enqueues} of {}",
+        seen.enqueued.len()
+    );
+    assert!(
+        !completed_backlog.is_empty(),
+        "the load completed no backlog job after the cut"
+    );
+    for id in &completed_backlog {
+        assert_eq!(
+            job(&mut admin, *id),
+            ("queued".to_owned(), 0, None),
+            "job {id}, completed on the old primary, is queued again on the new one"
+        );
+    }
+
+    // The holder of the claim that was lost is told so, and the jobs whose completion was lost
+    // run again.
+    let mut holder = standby.connect_as("failover_app");
+    let answer: String = scalar(
+        &mut holder,
+        "SELECT jobs_heartbeat($1, $2)",
+        &[&held[0].id, &held[0].lease],
+    );
+    assert_eq!(answer, "lost", "a claim the new primary never had");
+    let again: BTreeSet<i64> = claim(&mut holder, "fo-load", 500, "")
+        .iter()
+        .map(|c| c.id)
+        .collect();
+    assert!(
+        completed_backlog.iter().all(|id| again.contains(id)),
+        "the jobs whose completion was lost must be claimable again"
     );
 }
