@@ -21,7 +21,8 @@ pub struct WorkerStatus {
     pub last_tick: AtomicI64,
     /// When the last failing tick finished (0 when none has failed).
     pub last_error_at: AtomicI64,
-    /// 1 when the extension exists in the database at the last tick.
+    /// 1 when the worker serves the database: the extension existed there at its last tick.
+    /// 0 before the first tick, without the extension, and on a standby (no ticks there).
     pub serving: AtomicU32,
     /// Ticks run since start.
     pub ticks: AtomicU64,
