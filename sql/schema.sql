@@ -150,3 +150,49 @@ CREATE TABLE jobs.tenant_grant (
 );
 COMMENT ON TABLE jobs.tenant_grant IS 'pg_jobs: the tenants each role may act for; change them with jobs_grant_tenant and jobs_revoke_tenant';
 SELECT pg_catalog.pg_extension_config_dump('jobs.tenant_grant', '');
+
+-- ==== Idempotency records (issue 13) ============================================================
+-- Request-level idempotency for HTTP middleware: per (tenant, scope, key), a pending record
+-- while a request runs, then its stored response. The functions jobs_idempotency_get, _save,
+-- _update and _delete are the only writers; the background worker purges expired records.
+--
+-- tenant, scope and key are separate columns of the primary key, so no choice of scope and key
+-- can name another pair's record (scope 'a' + key 'bc' is not scope 'ab' + key 'c'). No
+-- tenant and no scope are stored as '' (tenant names are never empty; scope NULL and '' are
+-- the same scope), which keeps the key a plain primary key: ON CONFLICT can infer it and
+-- logical replication can use it as the replica identity.
+CREATE TABLE jobs.idempotency (
+    tenant       text NOT NULL DEFAULT ''
+                 CHECK (pg_catalog.octet_length(tenant) OPERATOR(pg_catalog.<=) 255),
+    scope        text NOT NULL DEFAULT ''
+                 CHECK (pg_catalog.octet_length(scope) OPERATOR(pg_catalog.<=) 255),
+    key          text NOT NULL
+                 CHECK (pg_catalog.octet_length(key) OPERATOR(pg_catalog.>=) 1
+                        AND pg_catalog.octet_length(key) OPERATOR(pg_catalog.<=) 255),
+    status       text NOT NULL
+                 CHECK (status OPERATOR(pg_catalog.=) ANY (ARRAY['pending', 'completed', 'failed']::pg_catalog.text[])),
+    -- The token the save that took the key returned; updates present it, so the holder of a
+    -- record that was taken over cannot change its successor.
+    token        uuid NOT NULL,
+    -- How the save that took the key found it: created, replaced (a finished record),
+    -- replaced_expired or taken_over (a pending record past its pending_for).
+    save_outcome text NOT NULL
+                 CHECK (save_outcome OPERATOR(pg_catalog.=) ANY (ARRAY['created', 'replaced', 'replaced_expired', 'taken_over']::pg_catalog.text[])),
+    fingerprint  text,
+    -- A pending record not updated for this long belongs to a request that died: the next save
+    -- takes it over. NULL: never before it expires.
+    pending_for  interval,
+    created_at   timestamptz NOT NULL,
+    updated_at   timestamptz NOT NULL,
+    expires_at   timestamptz NOT NULL,
+    response     jsonb,
+    PRIMARY KEY (tenant, scope, key)
+)
+-- An update (status, response, updated_at) changes no indexed column unless it sets a new
+-- ttl; room on the page lets it stay a heap-only update.
+WITH (fillfactor = 70);
+COMMENT ON TABLE jobs.idempotency IS 'pg_jobs idempotency records, one per (tenant, scope, key); change them with jobs_idempotency_save, _update and _delete';
+-- The worker's purge finds expired records here, oldest first, a bounded batch at a time.
+CREATE INDEX idempotency_expires_idx ON jobs.idempotency (expires_at);
+SELECT pg_catalog.pg_extension_config_dump('jobs.idempotency', '');
+-- ==== end of idempotency records ==================================================================

@@ -43,6 +43,12 @@ pub mod limits {
     pub const LIST: i64 = 10_000;
     /// Most running jobs per group a queue may allow.
     pub const GROUP_CONCURRENCY: i64 = 10_000;
+    /// Longest idempotency key, in bytes.
+    pub const IDEMPOTENCY_KEY_BYTES: usize = 255;
+    /// Longest idempotency scope, in bytes.
+    pub const IDEMPOTENCY_SCOPE_BYTES: usize = 255;
+    /// Longest request fingerprint of an idempotency record, in bytes.
+    pub const FINGERPRINT_BYTES: usize = 1024;
 }
 
 /// Checks that an integer argument lies in `min..=max`.
