@@ -8,7 +8,7 @@ use super::args::{check_interval, check_payload_size, check_text, limits};
 use crate::engine::access::{self, Role};
 use crate::engine::idempotency::{self, NewRecord, RecordKey, STATUSES};
 use crate::engine::tenants;
-use crate::pg::datum::Jsonb;
+use crate::pg::datum::{IdempotencyRecordRow, IdempotencySavedRow, Jsonb};
 use crate::pg::errors::{quote, raise, raise_with_hint, required, BAD_ARGUMENT};
 
 /// Checks the key and scope arguments and names the caller's record of them.
@@ -73,36 +73,15 @@ fn response_arg(response: Option<Jsonb>) -> Option<Jsonb> {
 /// The live record of `key` in `scope`: its status, stored response, fingerprint, when the key
 /// was taken, last changed and when it expires; no row when there is none (an expired record is
 /// absent, purged or not).
-// pgrx reads the column names from `name!` in the signature, so the type cannot be an alias.
-#[allow(clippy::type_complexity)]
 #[pg_extern(volatile, parallel_unsafe, security_definer)]
 #[search_path(pg_catalog, pg_temp)]
 fn jobs_idempotency_get(
     key: Option<&str>,
     scope: default!(Option<&str>, "NULL"),
-) -> TableIterator<
-    'static,
-    (
-        name!(status, String),
-        name!(response, Option<Jsonb>),
-        name!(fingerprint, Option<String>),
-        name!(created_at, TimestampWithTimeZone),
-        name!(updated_at, TimestampWithTimeZone),
-        name!(expires_at, TimestampWithTimeZone),
-    ),
-> {
+) -> SetOfIterator<'static, IdempotencyRecordRow> {
     access::require(Role::Client, "read idempotency records");
     let key = record_key(key, scope);
-    TableIterator::new(idempotency::get(&key).into_iter().map(|r| {
-        (
-            r.status,
-            r.response,
-            r.fingerprint,
-            r.created_at,
-            r.updated_at,
-            r.expires_at,
-        )
-    }))
+    SetOfIterator::new(idempotency::get(&key))
 }
 
 /// Takes `key` in `scope` for a new record, in one statement: when there is no record, or it
@@ -111,7 +90,7 @@ fn jobs_idempotency_get(
 /// `replaced_expired`, `taken_over`), the token that updates present, and the expiry. A live
 /// pending record raises the idempotency conflict (55P03); a finished record with another
 /// fingerprint the mismatch (23000).
-#[allow(clippy::too_many_arguments, clippy::type_complexity)]
+#[allow(clippy::too_many_arguments)]
 #[pg_extern(volatile, parallel_unsafe, security_definer)]
 #[search_path(pg_catalog, pg_temp)]
 fn jobs_idempotency_save(
@@ -122,14 +101,7 @@ fn jobs_idempotency_save(
     scope: default!(Option<&str>, "NULL"),
     fingerprint: default!(Option<&str>, "NULL"),
     pending_for: default!(Option<Interval>, "NULL"),
-) -> TableIterator<
-    'static,
-    (
-        name!(outcome, &'static str),
-        name!(token, pgrx::Uuid),
-        name!(expires_at, TimestampWithTimeZone),
-    ),
-> {
+) -> IdempotencySavedRow {
     access::require(Role::Client, "save idempotency records");
     let record_key = record_key(key, scope);
     let status = status_arg(status);
@@ -139,7 +111,7 @@ fn jobs_idempotency_save(
         check_text(fingerprint, "fingerprint", limits::FINGERPRINT_BYTES);
     }
     let pending_for = pending_for.map(|p| lifetime_arg(&p, "pending_for"));
-    let saved = idempotency::save(
+    idempotency::save(
         &record_key,
         &NewRecord {
             status: status.to_owned(),
@@ -148,8 +120,7 @@ fn jobs_idempotency_save(
             fingerprint: fingerprint.map(str::to_owned),
             pending_for,
         },
-    );
-    TableIterator::once((saved.outcome.as_str(), saved.token, saved.expires_at))
+    )
 }
 
 /// Sets the status and response of the record of `key` in `scope` that holds `token` (the one

@@ -8,7 +8,7 @@
 
 mod filter;
 mod pick;
-mod token;
+pub mod token;
 mod wait;
 
 use pgrx::datum::{DatumWithOid, Interval};

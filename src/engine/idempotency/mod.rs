@@ -14,9 +14,12 @@ use pgrx::pg_sys::{self, INT4OID, INTERVALOID, JSONBOID, TEXTOID, TIMESTAMPTZOID
 use pgrx::spi::SpiClient;
 use pgrx::Uuid;
 
+// Tokens fence, as leases do, and are no secret (whoever may read the record sees it): the
+// claim's fast generator, seeded from the strong random source, serves them too.
+use crate::engine::claim::token::lease_token;
 use crate::engine::tenants::TenantScope;
 use crate::pg::clock::server_now;
-use crate::pg::datum::Jsonb;
+use crate::pg::datum::{IdempotencyRecordRow, IdempotencySavedRow, Jsonb};
 use crate::pg::errors::{
     quote, raise_with_hint, BAD_ARGUMENT, IDEMPOTENCY_CONFLICT, IDEMPOTENCY_MISMATCH,
 };
@@ -35,8 +38,9 @@ static SAVE: Statement = Statement {
         param("fingerprint", TEXTOID),
         param("pending_for", INTERVALOID),
         param("now", TIMESTAMPTZOID),
+        param("token", UUIDOID),
     ],
-    columns: &["outcome", "token", "expires_at"],
+    columns: &["saved"],
 };
 
 static HELD: Statement = Statement {
@@ -59,14 +63,7 @@ static GET: Statement = Statement {
         param("key", TEXTOID),
         param("now", TIMESTAMPTZOID),
     ],
-    columns: &[
-        "status",
-        "response",
-        "fingerprint",
-        "created_at",
-        "updated_at",
-        "expires_at",
-    ],
+    columns: &["record"],
 };
 
 static UPDATE: Statement = Statement {
@@ -82,7 +79,7 @@ static UPDATE: Statement = Statement {
         param("ttl", INTERVALOID),
         param("now", TIMESTAMPTZOID),
     ],
-    columns: &["expires_at"],
+    columns: &[],
 };
 
 static DELETE: Statement = Statement {
@@ -178,56 +175,14 @@ pub struct NewRecord {
     pub pending_for: Option<Interval>,
 }
 
-/// How a save took its key.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SaveOutcome {
-    /// There was no record.
-    Created,
-    /// A finished record with the same fingerprint was replaced.
-    Replaced,
-    /// An expired record was replaced.
-    ReplacedExpired,
-    /// A pending record not updated for its `pending_for` was taken over.
-    TakenOver,
-}
-
-impl SaveOutcome {
-    /// The outcome as SQL sees it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SaveOutcome::Created => "created",
-            SaveOutcome::Replaced => "replaced",
-            SaveOutcome::ReplacedExpired => "replaced_expired",
-            SaveOutcome::TakenOver => "taken_over",
-        }
-    }
-
-    fn parse(outcome: &str) -> SaveOutcome {
-        match outcome {
-            "created" => SaveOutcome::Created,
-            "replaced" => SaveOutcome::Replaced,
-            "replaced_expired" => SaveOutcome::ReplacedExpired,
-            "taken_over" => SaveOutcome::TakenOver,
-            other => panic!("pg_jobs idempotency/save returned the unknown outcome {other:?}"),
-        }
-    }
-}
-
-/// What a successful save returns: how it took the key, the token that updates present, and
-/// when the record expires.
-pub struct Saved {
-    /// How the key was taken.
-    pub outcome: SaveOutcome,
-    /// The record's token; [`update`] and [`delete`] present it.
-    pub token: Uuid,
-    /// When the record expires.
-    pub expires_at: TimestampWithTimeZone,
-}
-
-/// Takes `key` for `record`, or raises the idempotency conflict (a live pending record) or
-/// mismatch (a finished record saved with another fingerprint) SQLSTATE.
-pub fn save(key: &RecordKey<'_>, record: &NewRecord) -> Saved {
+/// Takes `key` for `record` and returns how it took it (`created`, `replaced`,
+/// `replaced_expired` or `taken_over`), the token that [`update`] and [`delete`] present, and
+/// the expiry, as a row of `jobs.idempotency_saved`; or raises the idempotency conflict (a live
+/// pending record) or mismatch (a finished record saved with another fingerprint) SQLSTATE.
+pub fn save(key: &RecordKey<'_>, record: &NewRecord) -> IdempotencySavedRow {
     let now = server_now();
+    // SAFETY: reading the current context pointer (the caller's, which outlives SPI).
+    let context = unsafe { pg_sys::CurrentMemoryContext };
     with_client(|client| {
         let rows = SAVE.run(
             client,
@@ -241,14 +196,11 @@ pub fn save(key: &RecordKey<'_>, record: &NewRecord) -> Saved {
                 record.fingerprint.as_deref().into(),
                 record.pending_for.into(),
                 timestamptz_arg(now),
+                lease_token().into(),
             ],
         );
-        if let Some(row) = rows.first() {
-            return Saved {
-                outcome: SaveOutcome::parse(&row.expect::<String>("outcome")),
-                token: row.expect("token"),
-                expires_at: row.expect("expires_at"),
-            };
+        if let Some(saved) = rows.first().and_then(|row| row.get_in("saved", context)) {
+            return saved;
         }
         refuse(client, key)
     })
@@ -293,24 +245,9 @@ fn refuse(client: &SpiClient<'_>, key: &RecordKey<'_>) -> ! {
     );
 }
 
-/// A live record, as `jobs_idempotency_get` returns it.
-pub struct Record {
-    /// Its status.
-    pub status: String,
-    /// Its stored response.
-    pub response: Option<Jsonb>,
-    /// The fingerprint it was saved with.
-    pub fingerprint: Option<String>,
-    /// When the save that took the key ran.
-    pub created_at: TimestampWithTimeZone,
-    /// When it was last saved or updated.
-    pub updated_at: TimestampWithTimeZone,
-    /// When it expires.
-    pub expires_at: TimestampWithTimeZone,
-}
-
-/// The live record of `key`, if any: an expired record is absent.
-pub fn get(key: &RecordKey<'_>) -> Option<Record> {
+/// The live record of `key` as a row of `jobs.idempotency_record`, if any: an expired record
+/// is absent.
+pub fn get(key: &RecordKey<'_>) -> Option<IdempotencyRecordRow> {
     // SAFETY: reading the current context pointer (the caller's, which outlives SPI).
     let context = unsafe { pg_sys::CurrentMemoryContext };
     with_client(|client| {
@@ -323,14 +260,7 @@ pub fn get(key: &RecordKey<'_>) -> Option<Record> {
                 timestamptz_arg(server_now()),
             ],
         );
-        rows.first().map(|row| Record {
-            status: row.expect("status"),
-            response: row.get_in("response", context),
-            fingerprint: row.get("fingerprint"),
-            created_at: row.expect("created_at"),
-            updated_at: row.expect("updated_at"),
-            expires_at: row.expect("expires_at"),
-        })
+        rows.first().and_then(|row| row.get_in("record", context))
     })
 }
 

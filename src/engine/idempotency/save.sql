@@ -6,11 +6,11 @@
 -- No row: the record stays, locked by this statement until the transaction ends (the caller
 -- then reads it to say why).
 -- $1 tenant ('' for none), $2 scope ('' for none), $3 key, $4 status, $5 response,
--- $6 ttl (exact), $7 fingerprint, $8 pending_for (exact), $9 now
+-- $6 ttl (exact), $7 fingerprint, $8 pending_for (exact), $9 now, $10 a fresh token
 INSERT INTO jobs.idempotency AS r
        (tenant, scope, key, status, token, save_outcome, fingerprint, pending_for,
         created_at, updated_at, expires_at, response)
-VALUES ($1, $2, $3, $4, gen_random_uuid(), 'created', $7, $8, $9, $9, $9 + $6, $5)
+VALUES ($1, $2, $3, $4, $10, 'created', $7, $8, $9, $9, $9 + $6, $5)
 ON CONFLICT (tenant, scope, key) DO UPDATE
    SET status       = excluded.status,
        token        = excluded.token,
@@ -26,4 +26,4 @@ ON CONFLICT (tenant, scope, key) DO UPDATE
  WHERE r.expires_at <= $9
     OR (r.status <> 'pending' AND r.fingerprint IS NOT DISTINCT FROM excluded.fingerprint)
     OR (r.status = 'pending' AND r.updated_at + r.pending_for <= $9)
-RETURNING r.save_outcome AS outcome, r.token, r.expires_at
+RETURNING ROW(r.save_outcome, r.token, r.expires_at)::jobs.idempotency_saved AS saved

@@ -10,4 +10,3 @@ UPDATE jobs.idempotency r
        updated_at = $8,
        expires_at = CASE WHEN $7::interval IS NULL THEN r.expires_at ELSE $8 + $7::interval END
  WHERE r.tenant = $1 AND r.scope = $2 AND r.key = $3 AND r.token = $4 AND r.expires_at > $8
-RETURNING r.expires_at
