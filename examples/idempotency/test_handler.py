@@ -122,11 +122,13 @@ class IdempotentEndpoint(unittest.TestCase):
         first = {}
         thread = threading.Thread(target=lambda: first.update(answer=self.post("pay-1", {"amount": 42})))
         thread.start()
-        self.assertTrue(Payments.started.wait(30), "the first request did not start")
-        status, body, _ = self.post("pay-1", {"amount": 42})
-        self.assertEqual(status, 409, body)
-        Payments.release.set()
-        thread.join(60)
+        try:
+            self.assertTrue(Payments.started.wait(30), "the first request did not start")
+            status, body, _ = self.post("pay-1", {"amount": 42})
+            self.assertEqual(status, 409, body)
+        finally:
+            Payments.release.set()  # also when the test fails, so later tests do not wait
+            thread.join(60)
         status, body, replayed = first["answer"]
         self.assertEqual((status, replayed), (201, None))
         self.assertEqual(body["amount"], 42)

@@ -64,7 +64,10 @@ fn try_save(client: &mut Client, key: &str, extra: &str) -> Result<Saved, postgr
 }
 
 fn save(client: &mut Client, key: &str, extra: &str) -> Saved {
-    try_save(client, key, extra).unwrap_or_else(|e| panic!("save {key}{extra}: {e}"))
+    try_save(client, key, extra).unwrap_or_else(|e| {
+        let (code, message) = refusal(&e);
+        panic!("save {key}{extra}: {code} {message}")
+    })
 }
 
 /// The SQLSTATE and message of a refused call.
