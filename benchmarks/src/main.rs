@@ -27,7 +27,8 @@ use comparators::Comparator;
 use config::Config;
 use report::Run;
 use scenarios::{
-    backlog, burndown, enqueue, idle, latency, pgbench, snapshot, wal, Ctx, Measurement,
+    backlog, burndown, enqueue, idempotency, idle, latency, pgbench, snapshot, wal, Ctx,
+    Measurement,
 };
 
 fn main() -> ExitCode {
@@ -129,6 +130,11 @@ fn measure() -> Result<()> {
         for c in idle_set {
             results.extend(idle::run(&ctx, &mut admin, c));
         }
+    }
+
+    if ctx.cfg.runs('i') {
+        eprintln!("\n== i. idempotency records");
+        results.extend(idempotency::run(&ctx, &mut admin));
     }
 
     let run = save(&ctx.cfg, &machine, &waiting, started, &results)?;

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::machine::Machine;
 use crate::scenarios::{
-    backlog, burndown, enqueue, idle, latency, pgbench, snapshot, wal, Measurement,
+    backlog, burndown, enqueue, idempotency, idle, latency, pgbench, snapshot, wal, Measurement,
 };
 
 /// Everything one run measured; saved as JSON so the report can be re-rendered.
@@ -730,6 +730,7 @@ pub fn render(run: &Run) -> String {
     out.push('\n');
     ratios(&mut out, run);
     absolute(&mut out, run);
+    idempotency::report(&mut out, run);
     method(&mut out, run);
     machine(&mut out, run);
     out

@@ -6,6 +6,7 @@
 pub mod backlog;
 pub mod burndown;
 pub mod enqueue;
+pub mod idempotency;
 pub mod idle;
 pub mod latency;
 pub mod pgbench;
