@@ -1,11 +1,13 @@
 //! PostgreSQL plumbing that knows nothing about jobs: errors, settings, pass-through datums,
-//! the server clock, subtransactions, and the shims that hide differences between PostgreSQL
+//! the server clock, the current database, subtransactions, and the shims that hide differences between PostgreSQL
 //! versions. Every other layer may use it; it uses none of them.
 
 pub mod clock;
+pub mod database;
 pub mod datum;
 pub mod errors;
 pub mod roles;
 pub mod settings;
+pub mod snapshot;
 pub mod subtransaction;
 pub mod version;

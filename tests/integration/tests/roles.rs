@@ -80,12 +80,15 @@ fn one<T: for<'a> postgres::types::FromSql<'a>>(
         .get(0)
 }
 
-/// Every job row of the cluster as JSON, read as the superuser.
-fn all_jobs() -> Value {
+/// Every job of `queue`, as the superuser sees it: the snapshot a refused or
+/// cross-tenant call must leave unchanged. Scoped to one queue because the
+/// other tests of this file enqueue into theirs at the same time.
+fn jobs_of_queue(queue: &str) -> Value {
     one(
         &mut cluster().connect(),
-        "SELECT coalesce(jsonb_agg(to_jsonb(j) ORDER BY j.id), '[]') FROM jobs.job j",
-        &[],
+        "SELECT coalesce(jsonb_agg(to_jsonb(j) ORDER BY j.id), '[]') FROM jobs.job j
+          WHERE j.queue = $1",
+        &[&queue],
     )
 }
 
@@ -136,7 +139,7 @@ fn a_worker_works_jobs_but_cannot_write_tables_or_manage_queues() {
     assert_eq!(answer, "queued");
 
     // Direct writes are refused: the functions are the only way to change state.
-    let before = all_jobs();
+    let before = jobs_of_queue("work");
     for sql in [
         format!(
             "UPDATE jobs.job SET state = 'succeeded' WHERE id = {}",
@@ -152,7 +155,11 @@ fn a_worker_works_jobs_but_cannot_write_tables_or_manage_queues() {
         let (code, message, _) = refusal(&mut worker, &sql, &[]);
         assert_eq!(code, "42501", "{sql}: {message}");
     }
-    assert_eq!(all_jobs(), before, "a refused write changed a job");
+    assert_eq!(
+        jobs_of_queue("work"),
+        before,
+        "a refused write changed a job"
+    );
 
     // Queue administration needs jobs_admin, and the refusal says so.
     refused_naming(
@@ -281,7 +288,7 @@ fn tenants_cannot_see_or_touch_each_others_jobs() {
         Some("globex"),
         "a job carries its tenant"
     );
-    let before = all_jobs();
+    let before = jobs_of_queue("tenants");
 
     // Every function, pointed at globex's jobs from acme's session.
     let got: Option<i64> = one(&mut acme, "SELECT (jobs_get($1)).id", &[&globex_running]);
@@ -346,7 +353,11 @@ fn tenants_cannot_see_or_touch_each_others_jobs() {
         metrics.contains("pg_jobs_jobs{queue=\"tenants\",state=\"running\"} 1"),
         "metrics count other tenants' jobs:\n{metrics}"
     );
-    assert_eq!(all_jobs(), before, "acme changed globex's jobs");
+    assert_eq!(
+        jobs_of_queue("tenants"),
+        before,
+        "acme changed globex's jobs"
+    );
 
     // A client without a tenant set sees only jobs without a tenant; a worker without one
     // sees every tenant's (the shared pool).
@@ -552,4 +563,71 @@ fn the_install_script_passes_pgspot() {
             "pgspot finds problems in {name}:\n{report}"
         );
     }
+}
+
+#[test]
+fn totals_and_metrics_count_only_the_callers_tenants() {
+    let cluster = cluster();
+    cluster
+        .connect()
+        .batch_execute("SELECT jobs_create_queue('counted', lease => '1 hour')")
+        .unwrap();
+    let settle = |role: &str, tenant: &str, jobs: usize| {
+        let mut worker = cluster.connect_as(role);
+        worker
+            .batch_execute(&format!("SET pg_jobs.tenant = '{tenant}'"))
+            .unwrap();
+        for _ in 0..jobs {
+            let (id, lease) = job_of(&mut worker, "counted");
+            let answer: String = one(&mut worker, "SELECT jobs_complete($1, $2)", &[&id, &lease]);
+            assert_eq!(answer, "succeeded");
+        }
+    };
+    settle("acme_worker", "acme", 2);
+    settle("globex_worker", "globex", 1);
+    let completed = |client: &mut Client| -> i64 {
+        one(
+            client,
+            "SELECT coalesce(sum(completed), 0)::bigint FROM jobs_totals() WHERE queue = 'counted'",
+            &[],
+        )
+    };
+    let mut acme = cluster.connect_as("acme_worker");
+    acme.batch_execute("SET pg_jobs.tenant = 'acme'").unwrap();
+    assert_eq!(completed(&mut acme), 2, "acme's totals");
+    let mut globex = cluster.connect_as("globex_worker");
+    globex
+        .batch_execute("SET pg_jobs.tenant = 'globex'")
+        .unwrap();
+    assert_eq!(completed(&mut globex), 1, "globex's totals");
+    assert_eq!(
+        completed(&mut cluster.connect_as("app_worker")),
+        3,
+        "a worker without a tenant sees every tenant's"
+    );
+    assert_eq!(
+        completed(&mut cluster.connect_as("app_client")),
+        0,
+        "a client without a tenant sees only jobs without one"
+    );
+
+    let metrics: String = one(&mut acme, "SELECT jobs_metrics()", &[]);
+    assert!(
+        metrics.contains("pg_jobs_completed_total{queue=\"counted\"} 2\n"),
+        "acme's metrics count other tenants' jobs:\n{metrics}"
+    );
+    assert!(
+        !metrics.contains("pg_jobs_worker_"),
+        "a tenant's session is shown the shared worker's health:\n{metrics}"
+    );
+    let all: String = one(
+        &mut cluster.connect_as("app_worker"),
+        "SELECT jobs_metrics()",
+        &[],
+    );
+    assert!(
+        all.contains("pg_jobs_completed_total{queue=\"counted\"} 3\n")
+            && all.contains("pg_jobs_worker_up{database=\"postgres\"} 1\n"),
+        "{all}"
+    );
 }
