@@ -358,6 +358,7 @@ fn jobs_worker_status() -> TableIterator<
         name!(floors_healed, i64),
         name!(last_error, Option<String>),
         name!(last_error_at, Option<TimestampWithTimeZone>),
+        name!(idempotency_purged, i64),
     ),
 > {
     access::require_to_read(Role::Client, "read the background workers' status");
@@ -374,6 +375,7 @@ fn jobs_worker_status() -> TableIterator<
             w.floors_healed,
             w.last_error,
             timestamp(w.last_error_at),
+            w.idempotency_purged,
         )
     }))
 }

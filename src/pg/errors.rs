@@ -32,6 +32,12 @@ pub const QUEUE_IN_USE: PgSqlErrorCode = PgSqlErrorCode::ERRCODE_OBJECT_IN_USE;
 pub const READ_ONLY: PgSqlErrorCode = PgSqlErrorCode::ERRCODE_READ_ONLY_SQL_TRANSACTION;
 /// The caller lacks the role, or the tenant grant, the call needs (42501).
 pub const INSUFFICIENT_PRIVILEGE: PgSqlErrorCode = PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE;
+/// An idempotency key is held by a pending record whose request is still in flight (55P03).
+pub const IDEMPOTENCY_CONFLICT: PgSqlErrorCode = PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE;
+/// An idempotency key was saved again for a different request: its finished record has
+/// another fingerprint (23000).
+pub const IDEMPOTENCY_MISMATCH: PgSqlErrorCode =
+    PgSqlErrorCode::ERRCODE_INTEGRITY_CONSTRAINT_VIOLATION;
 
 /// Raises an ERROR with a hint at the caller's location; never returns.
 #[track_caller]

@@ -135,6 +135,9 @@ fn record(status: &WorkerStatus, database: &str, outcome: Result<tick::TickRepor
             status
                 .floors_healed
                 .fetch_add(report.floors_healed as u64, Ordering::AcqRel);
+            status
+                .idempotency_purged
+                .fetch_add(report.idempotency_purged as u64, Ordering::AcqRel);
         }
         Err(message) => {
             pgrx::log!(
