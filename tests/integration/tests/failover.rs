@@ -46,6 +46,10 @@ const READING_CALLS: &[(&str, &str)] = &[
     ("jobs_metrics", "SELECT jobs_metrics()"),
     ("jobs_totals", "SELECT * FROM jobs_totals()"),
     ("jobs_worker_status", "SELECT * FROM jobs_worker_status()"),
+    (
+        "jobs_idempotency_get",
+        "SELECT * FROM jobs_idempotency_get('request-1')",
+    ),
 ];
 
 /// The primary's settings: the test settings, with commits that wait for the standby (the
@@ -369,6 +373,18 @@ fn writing_calls(jobs: &Jobs) -> Vec<(&'static str, String)> {
         (
             "jobs_revoke_tenant",
             "SELECT jobs_revoke_tenant('failover_app', 'acme')".into(),
+        ),
+        (
+            "jobs_idempotency_save",
+            "SELECT * FROM jobs_idempotency_save('request-2')".into(),
+        ),
+        (
+            "jobs_idempotency_update",
+            "SELECT jobs_idempotency_update('request-1', 'succeeded')".into(),
+        ),
+        (
+            "jobs_idempotency_delete",
+            "SELECT jobs_idempotency_delete('request-1')".into(),
         ),
     ]
 }
