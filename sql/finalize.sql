@@ -97,3 +97,7 @@ BEGIN
     END LOOP;
 END
 $privileges$;
+
+-- Schedules (pg_jobs issue 12): only admins schedule, so only admins read them (their
+-- payloads are jobs of no tenant). The tables stay writable by the owner alone.
+GRANT SELECT ON jobs.schedule, jobs.schedules TO jobs_admin;

@@ -43,6 +43,10 @@ pub mod limits {
     pub const LIST: i64 = 10_000;
     /// Most running jobs per group a queue may allow.
     pub const GROUP_CONCURRENCY: i64 = 10_000;
+    /// Longest schedule name, in bytes.
+    pub const SCHEDULE_NAME_BYTES: usize = 255;
+    /// Longest schedule expression (`cron`), in bytes.
+    pub const CRON_BYTES: usize = 1024;
 }
 
 /// Checks that an integer argument lies in `min..=max`.

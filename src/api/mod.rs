@@ -7,4 +7,5 @@ mod observe;
 mod operate;
 mod produce;
 mod queues;
+mod schedules;
 mod tenants;

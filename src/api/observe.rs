@@ -162,6 +162,7 @@ fn jobs_worker_status() -> TableIterator<
         name!(reclaimed, i64),
         name!(purged, i64),
         name!(floors_healed, i64),
+        name!(scheduled, i64),
         name!(last_error, Option<String>),
         name!(last_error_at, Option<TimestampWithTimeZone>),
     ),
@@ -178,6 +179,7 @@ fn jobs_worker_status() -> TableIterator<
             w.reclaimed,
             w.purged,
             w.floors_healed,
+            w.scheduled,
             w.last_error,
             timestamp(w.last_error_at),
         )

@@ -31,6 +31,8 @@ pub struct WorkerStatus {
     pub purged: AtomicU64,
     /// Claim floors the worker found below a due job and reset, since start.
     pub floors_healed: AtomicU64,
+    /// Jobs enqueued for schedules' slots since start.
+    pub scheduled: AtomicU64,
     /// Sequence lock over `last_error`: odd while it is being written.
     error_seq: AtomicU64,
     /// The last tick error, NUL-padded.

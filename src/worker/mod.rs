@@ -70,6 +70,7 @@ pub extern "C-unwind" fn pg_jobs_worker_main(argument: pg_sys::Datum) {
         }
     }
 
+    tick::stopping();
     // Leave with status 1 so the postmaster starts us again unless it is shutting down:
     // pg_terminate_backend on the worker restarts it rather than stopping the queue for good.
     if let Some(status) = status {
@@ -107,6 +108,16 @@ fn record(status: &WorkerStatus, database: &str, outcome: Result<tick::TickRepor
             status
                 .floors_healed
                 .fetch_add(report.floors_healed as u64, Ordering::AcqRel);
+            status
+                .scheduled
+                .fetch_add(report.scheduled as u64, Ordering::AcqRel);
+            if let Some(message) = report.schedule_error {
+                pgrx::log!(
+                    "pg_jobs worker for database {database}: enqueueing schedules failed, retrying next tick: {message}"
+                );
+                status.set_last_error(&message);
+                status.last_error_at.store(server_now(), Ordering::Release);
+            }
         }
         Err(message) => {
             pgrx::log!(

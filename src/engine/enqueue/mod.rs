@@ -12,6 +12,9 @@ use crate::pg::datum::{Jsonb, JsonbArray};
 use crate::runtime::locks;
 use crate::storage::{param, with_client, Statement};
 
+mod many;
+pub use many::{enqueue_many, NewJob};
+
 static INSERT: Statement = Statement {
     name: "enqueue/insert",
     sql: include_str!("insert.sql"),
