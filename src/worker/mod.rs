@@ -57,6 +57,8 @@ pub extern "C-unwind" fn pg_jobs_worker_main(argument: pg_sys::Datum) {
     }
     BackgroundWorker::connect_worker_to_spi(Some(&database), None);
     pgrx::log!("pg_jobs worker started for database {database}");
+    // Slots that come due from now on come due while this worker is up (schedules' catch_up).
+    let started_at = server_now();
 
     while BackgroundWorker::wait_latch(Some(Duration::from_millis(settings::TICK_MS.get() as u64)))
     {
@@ -64,7 +66,7 @@ pub extern "C-unwind" fn pg_jobs_worker_main(argument: pg_sys::Datum) {
             // SAFETY: the standard way for a background worker to reload its settings.
             unsafe { pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP) };
         }
-        let outcome = tick::run();
+        let outcome = tick::run(started_at);
         if let Some(status) = status {
             record(status, &database, outcome);
         }

@@ -46,8 +46,9 @@ pub struct TickReport {
 }
 
 /// Runs one tick in its own transaction; an ERROR rolls the tick back and is returned.
-pub fn run() -> Result<TickReport, String> {
-    run_transaction(tick)
+/// `started_at` is when this worker started (server clock).
+pub fn run(started_at: i64) -> Result<TickReport, String> {
+    run_transaction(|| tick(started_at))
 }
 
 /// Runs `work` in a transaction of its own, committed when it returns and rolled back on an
@@ -84,7 +85,7 @@ fn run_transaction<R>(work: impl FnOnce() -> R) -> Result<R, String> {
 }
 
 /// The work of one tick, inside its transaction.
-fn tick() -> TickReport {
+fn tick(started_at: i64) -> TickReport {
     with_client(|client| {
         let serving = EXTENSION_EXISTS
             .first::<bool>(client, &[], "installed")
@@ -119,7 +120,7 @@ fn tick() -> TickReport {
         let floors_healed = claim::heal_floors(client);
 
         // Each due schedule slot once: its job and the schedule's progress commit together.
-        let (scheduled, schedule_error) = schedule_step(client);
+        let (scheduled, schedule_error) = schedule_step(client, started_at);
 
         let purged = purge::sweep(client);
 
@@ -137,10 +138,14 @@ fn tick() -> TickReport {
 
 /// Enqueues the due slots of schedules in a subtransaction of the tick: a failure there is
 /// rolled back alone and reported, so it cannot hold back reclaim and purge.
-fn schedule_step(client: &pgrx::spi::SpiClient<'_>) -> (usize, Option<String>) {
+fn schedule_step(client: &pgrx::spi::SpiClient<'_>, started_at: i64) -> (usize, Option<String>) {
     PgTryBuilder::new(|| {
-        let scheduled =
-            in_subtransaction(|| (schedules::run_for_worker(client, server_now()), true));
+        let scheduled = in_subtransaction(|| {
+            (
+                schedules::run_for_worker(client, server_now(), started_at),
+                true,
+            )
+        });
         (scheduled, None)
     })
     .catch_others(|error| (0, Some(error_message(error))))

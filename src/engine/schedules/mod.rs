@@ -384,8 +384,9 @@ fn grace_micros() -> i64 {
 }
 
 /// The worker's part of each tick: enqueue due slots, treating the slots between the last
-/// recorded run and this worker's start as missed, then record that a worker is up now.
-pub fn run_for_worker(client: &SpiClient<'_>, now: i64) -> usize {
+/// recorded run and this worker's start (`started_at`) as missed, then record that a worker is
+/// up now.
+pub fn run_for_worker(client: &SpiClient<'_>, now: i64, started_at: i64) -> usize {
     let missed = match WORKER.get() {
         Some(start) => start.missed,
         None => {
@@ -404,7 +405,7 @@ pub fn run_for_worker(client: &SpiClient<'_>, now: i64) -> usize {
                 Some(at) if stopped => at,
                 Some(at) => at.saturating_add(grace_micros()),
             };
-            let missed = (from < now).then_some((from, now));
+            let missed = (from < started_at).then_some((from, started_at));
             WORKER.set(Some(WorkerStart { missed }));
             missed
         }
