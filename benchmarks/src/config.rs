@@ -141,7 +141,7 @@ impl Config {
             json: PathBuf::from(var("BENCH_JSON")?),
             scale,
             comparators,
-            scenarios: var_or("BENCH_SCENARIOS", "pabcdefg"),
+            scenarios: var_or("BENCH_SCENARIOS", "pabcdefgh"),
             graphile_version: var_or("BENCH_GRAPHILE_VERSION", "?"),
             node_version: var_or("BENCH_NODE_VERSION", "?"),
             pgmq_version: var_or("BENCH_PGMQ_VERSION", "?"),

@@ -131,6 +131,11 @@ fn measure() -> Result<()> {
         }
     }
 
+    if ctx.cfg.runs('h') && ctx.cfg.wants("pg_jobs") {
+        eprintln!("\n== h. schedules");
+        results.extend(scenarios::schedules::run(&ctx, &mut admin));
+    }
+
     let run = save(&ctx.cfg, &machine, &waiting, started, &results)?;
     eprintln!(
         "\nwrote {} and {} ({:.0} minutes)",

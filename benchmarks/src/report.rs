@@ -730,6 +730,7 @@ pub fn render(run: &Run) -> String {
     out.push('\n');
     ratios(&mut out, run);
     absolute(&mut out, run);
+    crate::scenarios::schedules::report(&mut out, run);
     method(&mut out, run);
     machine(&mut out, run);
     out

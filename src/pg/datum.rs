@@ -138,16 +138,6 @@ raw_datum_type!(
 );
 
 impl Jsonb {
-    /// A new jsonb value holding `value` (for values pg_jobs makes itself, such as the headers
-    /// of a schedule's job), allocated in the current memory context.
-    pub fn from_json(value: serde_json::Value) -> Jsonb {
-        Jsonb(
-            pgrx::JsonB(value)
-                .into_datum()
-                .expect("a JSON value is a jsonb value"),
-        )
-    }
-
     /// The value's size in bytes before compression, as `pg_column_size` reports it for a value
     /// that is not stored yet.
     pub fn size_bytes(self) -> usize {

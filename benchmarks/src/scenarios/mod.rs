@@ -9,6 +9,7 @@ pub mod enqueue;
 pub mod idle;
 pub mod latency;
 pub mod pgbench;
+pub mod schedules;
 pub mod snapshot;
 pub mod wal;
 

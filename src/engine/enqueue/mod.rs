@@ -12,8 +12,8 @@ use crate::pg::datum::{Jsonb, JsonbArray};
 use crate::runtime::locks;
 use crate::storage::{param, with_client, Statement};
 
-mod many;
-pub use many::{enqueue_many, NewJob};
+mod slots;
+pub use slots::enqueue_slots;
 
 static INSERT: Statement = Statement {
     name: "enqueue/insert",

@@ -4,11 +4,14 @@
 //! A schedule row keeps its progress: the first slot not handled yet (`next_slot`). A run
 //! locks the due schedules (`FOR UPDATE SKIP LOCKED`), works out which of their slots to
 //! enqueue ([`plan`]), enqueues them through the one door for new jobs
-//! ([`enqueue::enqueue_many`], one statement for all of them) and records the new progress,
+//! ([`enqueue_slots`], one statement for all of them) and records the new progress,
 //! all in the run's transaction: the jobs of a slot and the progress past it commit together
 //! or not at all, so a crash, a killed worker, a failed tick or a second worker racing can
 //! neither lose a slot nor enqueue it twice. The worker enqueues jobs only; it never runs SQL
 //! a user wrote.
+//!
+//! A slot's job carries the schedule's headers plus `pg_jobs.schedule` (its name) and
+//! `pg_jobs.slot` (the slot, RFC 3339 in UTC), and runs at the slot (`run_at`).
 //!
 //! Downtime: a worker remembers when it started, and finds in `jobs.schedule_clock` when a
 //! worker last ran the schedules (and whether it stopped cleanly then). Slots between the two
@@ -28,7 +31,7 @@ use pgrx::pg_sys::{
 };
 use pgrx::spi::SpiClient;
 
-use crate::engine::enqueue::{enqueue_many, NewJob};
+use crate::engine::enqueue::enqueue_slots;
 use crate::engine::queues::{self, unknown_queue};
 use crate::pg::clock::server_now;
 use crate::pg::datum::{Jsonb, ScheduleRow};
@@ -42,10 +45,6 @@ use slots::Slots;
 pub const BATCH: usize = 1_000;
 /// Batches one run handles at most, so one tick stays bounded however many schedules are due.
 pub const BATCHES_PER_RUN: usize = 10;
-/// The header naming the schedule a job was enqueued for.
-pub const SCHEDULE_HEADER: &str = "pg_jobs.schedule";
-/// The header holding the slot (an RFC 3339 UTC time) a job was enqueued for.
-pub const SLOT_HEADER: &str = "pg_jobs.slot";
 
 static UPSERT: Statement = Statement {
     name: "schedules/upsert",
@@ -86,17 +85,13 @@ static DUE: Statement = Statement {
     sql: include_str!("due.sql"),
     params: &[param("now", TIMESTAMPTZOID), param("limit", INT8OID)],
     columns: &[
+        "tid",
         "name",
         "cron",
         "timezone",
         "catch_up",
         "next_slot",
         "queue",
-        "payload",
-        "kind",
-        "headers",
-        "priority",
-        "max_attempts",
     ],
 };
 
@@ -104,7 +99,7 @@ static ADVANCE: Statement = Statement {
     name: "schedules/advance",
     sql: include_str!("advance.sql"),
     params: &[
-        param("names", TEXTARRAYOID),
+        param("schedule row ctids", TEXTARRAYOID),
         param("next slots", TIMESTAMPTZARRAYOID),
         param("last slots", TIMESTAMPTZARRAYOID),
         param("last jobs", INT8ARRAYOID),
@@ -142,32 +137,49 @@ struct WorkerStart {
     missed: Option<Downtime>,
 }
 
-/// Parsed expressions kept per session (the worker reads the same few thousand every tick);
-/// cleared when it grows past this many.
+/// Parsed expressions kept per session (the worker reads the same few thousand every tick),
+/// by time zone then expression, so a lookup allocates nothing; cleared when it grows past
+/// this many.
 const CACHE_LIMIT: usize = 20_000;
 
+/// Parsed expressions by time zone, then by expression.
+type SlotsCache = HashMap<String, HashMap<String, Result<Slots, String>>>;
+
 thread_local! {
-    static CACHE: RefCell<HashMap<(String, String), Result<Slots, String>>> =
-        RefCell::new(HashMap::new());
+    static CACHE: RefCell<SlotsCache> = RefCell::new(HashMap::new());
+    static CACHED: Cell<usize> = const { Cell::new(0) };
     /// The downtime this worker found when it first ran the schedules.
     static WORKER: Cell<Option<WorkerStart>> = const { Cell::new(None) };
 }
 
-/// The slots of `cron` in `timezone`, or why they cannot be computed (naming the argument).
-pub fn slots_of(cron: &str, timezone: &str) -> Result<Slots, String> {
+/// Runs `body` with the slots of `cron` in `timezone`, or why they cannot be computed (naming
+/// the argument), parsing them only the first time in this session.
+fn with_slots<R>(cron: &str, timezone: &str, body: impl FnOnce(Result<&Slots, &String>) -> R) -> R {
     CACHE.with(|cache| {
         let mut cache = cache.borrow_mut();
-        let key = (cron.to_owned(), timezone.to_owned());
-        if let Some(found) = cache.get(&key) {
-            return found.clone();
+        let known = cache
+            .get(timezone)
+            .is_some_and(|by_cron| by_cron.contains_key(cron));
+        if !known {
+            if CACHED.get() >= CACHE_LIMIT {
+                cache.clear();
+                CACHED.set(0);
+            }
+            let made =
+                slots::parse(cron).and_then(|spec| Ok(Slots::new(spec, slots::zone(timezone)?)));
+            cache
+                .entry(timezone.to_owned())
+                .or_default()
+                .insert(cron.to_owned(), made);
+            CACHED.set(CACHED.get() + 1);
         }
-        if cache.len() >= CACHE_LIMIT {
-            cache.clear();
-        }
-        let made = slots::parse(cron).and_then(|spec| Ok(Slots::new(spec, slots::zone(timezone)?)));
-        cache.insert(key, made.clone());
-        made
+        body(cache[timezone][cron].as_ref())
     })
+}
+
+/// The slots of `cron` in `timezone`, or why they cannot be computed (naming the argument).
+pub fn slots_of(cron: &str, timezone: &str) -> Result<Slots, String> {
+    with_slots(cron, timezone, |found| found.cloned().map_err(Clone::clone))
 }
 
 /// The slots of `cron` in `timezone`, or a 22023 error saying what is wrong (Rule 11).
@@ -274,20 +286,6 @@ pub fn refuse_drop_of_scheduled_queue(client: &SpiClient<'_>, queue: &str) {
     }
 }
 
-/// The headers of a slot's job: the schedule's own, plus the schedule's name and the slot.
-fn slot_headers(base: &Option<serde_json::Value>, name: &str, slot: i64) -> Jsonb {
-    let mut object = match base {
-        Some(serde_json::Value::Object(map)) => map.clone(),
-        _ => serde_json::Map::new(),
-    };
-    let slot_text = jiff::Timestamp::from_microsecond(slot + 946_684_800_000_000)
-        .map(|t| t.to_string())
-        .unwrap_or_default();
-    object.insert(SCHEDULE_HEADER.into(), name.into());
-    object.insert(SLOT_HEADER.into(), slot_text.into());
-    Jsonb::from_json(serde_json::Value::Object(object))
-}
-
 /// Enqueues the due slots of every due schedule at `now` (server clock) and returns how many
 /// jobs it enqueued. Slots strictly inside `missed` came due while no worker ran and follow
 /// each schedule's `catch_up`; every other due slot is enqueued.
@@ -295,67 +293,61 @@ pub fn run_due(client: &SpiClient<'_>, now: i64, missed: Option<Downtime>) -> us
     let mut enqueued = 0;
     for _ in 0..BATCHES_PER_RUN {
         let rows = DUE.run(client, &[timestamptz_arg(now), (BATCH as i64).into()]);
-        let mut jobs = Vec::new();
-        let mut names = Vec::with_capacity(rows.len());
-        let mut next_slots = Vec::with_capacity(rows.len());
-        let mut last_slots = Vec::with_capacity(rows.len());
-        let mut last_job_index = Vec::with_capacity(rows.len());
-        for row in rows.iter() {
-            let name: String = row.expect("name");
-            let cron: String = row.expect("cron");
-            let timezone: String = row.expect("timezone");
-            let next: TimestampWithTimeZone = row.expect("next_slot");
-            let catch_up: String = row.expect("catch_up");
-            let Plan { slots, next_slot } = match slots_of(&cron, &timezone) {
-                Ok(computed) => plan::plan(
-                    &computed,
-                    i64::from(next),
-                    now,
-                    missed,
-                    CatchUp::from_name(&catch_up).unwrap_or(CatchUp::Latest),
-                ),
-                // Checked when the schedule was defined; a time zone that has since left the
-                // system's database stops the schedule rather than every other schedule.
-                Err(message) => {
-                    pgrx::warning!("pg_jobs: schedule {} stopped: {message}", quote(&name));
-                    Plan {
-                        slots: Vec::new(),
-                        next_slot: None,
-                    }
-                }
-            };
-            let queue: String = row.expect("queue");
-            let payload: Jsonb = row.expect("payload");
-            let kind: String = row.expect("kind");
-            let priority: i16 = row.expect("priority");
-            let max_attempts: Option<i32> = row.get("max_attempts");
-            let headers: Option<serde_json::Value> = row.get::<pgrx::JsonB>("headers").map(|h| h.0);
-            for &slot in &slots {
-                jobs.push(NewJob {
-                    queue: queue.clone(),
-                    payload,
-                    kind: kind.clone(),
-                    run_at: slot,
-                    priority,
-                    max_attempts,
-                    headers: Some(slot_headers(&headers, &name, slot)),
-                    tenant: None,
-                });
-            }
-            names.push(name);
-            next_slots.push(next_slot.and_then(|s| TimestampWithTimeZone::try_from(s).ok()));
-            last_slots.push(
-                slots
-                    .last()
-                    .and_then(|&s| TimestampWithTimeZone::try_from(s).ok()),
-            );
-            last_job_index.push((!slots.is_empty()).then(|| jobs.len() - 1));
-        }
-        let locked = names.len();
+        let locked = rows.len();
         if locked == 0 {
             break;
         }
-        let ids = enqueue_many(client, &jobs);
+        // Per job: its schedule's row and its slot. Per schedule: its progress.
+        let (mut job_rows, mut job_slots) = (Vec::new(), Vec::new());
+        let mut schedule_rows = Vec::with_capacity(locked);
+        let mut next_slots = Vec::with_capacity(locked);
+        let mut last_slots = Vec::with_capacity(locked);
+        let mut last_job_index = Vec::with_capacity(locked);
+        let mut queues: Vec<String> = Vec::new();
+        for row in rows.iter() {
+            let tid: String = row.expect("tid");
+            let next: TimestampWithTimeZone = row.expect("next_slot");
+            let catch_up: String = row.expect("catch_up");
+            let Plan { slots, next_slot } = with_slots(
+                &row.expect::<String>("cron"),
+                &row.expect::<String>("timezone"),
+                |computed| match computed {
+                    Ok(computed) => plan::plan(
+                        computed,
+                        i64::from(next),
+                        now,
+                        missed,
+                        CatchUp::from_name(&catch_up).unwrap_or(CatchUp::Latest),
+                    ),
+                    // Checked when the schedule was defined; a time zone that has since left
+                    // the system's database stops this schedule rather than every schedule.
+                    Err(message) => {
+                        let name: String = row.expect("name");
+                        pgrx::warning!("pg_jobs: schedule {} stopped: {message}", quote(&name));
+                        Plan {
+                            slots: Vec::new(),
+                            next_slot: None,
+                        }
+                    }
+                },
+            );
+            let to_time = |slot: i64| TimestampWithTimeZone::try_from(slot).ok();
+            for &slot in &slots {
+                job_rows.push(tid.clone());
+                job_slots.push(to_time(slot).expect("a slot is a finite time"));
+            }
+            if !slots.is_empty() {
+                let queue: String = row.expect("queue");
+                if !queues.contains(&queue) {
+                    queues.push(queue);
+                }
+            }
+            next_slots.push(next_slot.and_then(to_time));
+            last_slots.push(slots.last().and_then(|&slot| to_time(slot)));
+            last_job_index.push((!slots.is_empty()).then(|| job_slots.len() - 1));
+            schedule_rows.push(tid);
+        }
+        let ids = enqueue_slots(client, &queues, job_rows, job_slots);
         let last_jobs: Vec<Option<i64>> = last_job_index
             .iter()
             .map(|index| index.map(|i| ids[i]))
@@ -363,7 +355,7 @@ pub fn run_due(client: &SpiClient<'_>, now: i64, missed: Option<Downtime>) -> us
         ADVANCE.run(
             client,
             &[
-                names.into(),
+                schedule_rows.into(),
                 next_slots.into(),
                 last_slots.into(),
                 last_jobs.into(),
