@@ -131,9 +131,10 @@ static TARGETING: Statement = Statement {
 /// Slots strictly between these two instants came due while no worker was running.
 pub type Downtime = (i64, i64);
 
-/// When this worker started running the schedules, and the downtime it found then.
+/// What this worker found when it first ran the schedules.
 #[derive(Clone, Copy)]
 struct WorkerStart {
+    /// The slots missed before this worker started, if any.
     missed: Option<Downtime>,
 }
 
