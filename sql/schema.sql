@@ -56,7 +56,10 @@ CREATE TABLE jobs.queue (
     dead_letter       text REFERENCES jobs.queue (name) DEFERRABLE INITIALLY DEFERRED
                       CHECK (dead_letter OPERATOR(pg_catalog.<>) name),
     created_at        timestamptz NOT NULL DEFAULT pg_catalog.now(),
-    updated_at        timestamptz NOT NULL DEFAULT pg_catalog.now()
+    updated_at        timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    -- Flow control (0.2.0): the burst a rate limit allows (NULL: one second's worth). Columns
+    -- added after 0.1.0 come last, as an upgrade's ADD COLUMN puts them.
+    rate_burst        double precision CHECK (rate_burst OPERATOR(pg_catalog.>=) 1)
 );
 COMMENT ON TABLE jobs.queue IS 'pg_jobs queues and their settings; change them with jobs_create_queue';
 
@@ -93,6 +96,11 @@ CREATE TABLE jobs.job (
     heartbeat_at   timestamptz,
     finished_at    timestamptz,
     result         jsonb,
+    -- Unique jobs (0.2.0): whether this job holds its unique_key in its queue (while queued or
+    -- running, and once succeeded for unique_for), and that window. Last, as an upgrade's ADD
+    -- COLUMN puts them, and where the claims and settles of other jobs never change them.
+    unique_hold    boolean NOT NULL DEFAULT false,
+    unique_for     interval,
     CHECK (attempt OPERATOR(pg_catalog.>=) 0 AND attempt OPERATOR(pg_catalog.<=) max_attempts)
 )
 -- Every job is updated at least twice (claim, settle). Room on its page lets the new version
@@ -105,12 +113,39 @@ COMMENT ON TABLE jobs.job IS 'pg_jobs jobs, one row per job for its whole life, 
 -- running jobs are not in it, so a table full of history does not slow claims down.
 CREATE INDEX job_claim_idx ON jobs.job (queue, priority, run_at, id)
     WHERE state OPERATOR(pg_catalog.=) 'queued';
+-- Unique jobs: at most one job holds a unique key in a queue (per tenant; '' stands for no
+-- tenant, which no tenant can be called). Only jobs that hold a key are in it.
+CREATE UNIQUE INDEX job_unique_idx ON jobs.job (queue, (COALESCE(tenant, '')), unique_key)
+    WHERE unique_hold;
+-- Groups: the unfinished jobs of each group in enqueue order, so a claim finds a group's head
+-- and its running jobs in one probe. Only grouped jobs are in it.
+CREATE INDEX job_group_idx ON jobs.job (queue, group_key, id)
+    WHERE group_key IS NOT NULL
+      AND (state OPERATOR(pg_catalog.=) 'queued' OR state OPERATOR(pg_catalog.=) 'running');
+-- Groups: their running jobs, counted against group_concurrency (at most that many per group).
+CREATE INDEX job_group_running_idx ON jobs.job (queue, group_key)
+    WHERE group_key IS NOT NULL AND state OPERATOR(pg_catalog.=) 'running';
 -- Reclaim finds expired leases here.
 CREATE INDEX job_lease_idx ON jobs.job (lease_until)
     WHERE state OPERATOR(pg_catalog.=) 'running';
 -- No index serves the retention purge: an index on finished jobs would cost every completion
 -- an insertion (and its WAL) to speed up a job that runs once a tick. The worker sweeps the
 -- table in id order instead, a bounded window at a time.
+
+-- What jobs_enqueue_batch returns for each payload: the job's id, and whether it was inserted
+-- (false: a unique duplicate was found, whose id this is).
+CREATE TYPE jobs.enqueued AS (
+    id       bigint,
+    inserted boolean
+);
+
+-- Rate limits without shared memory: one token bucket per limited queue, updated under its row
+-- lock by each claim (the slower path; with the preload the buckets live in shared memory).
+CREATE TABLE jobs.rate_bucket (
+    queue  text PRIMARY KEY,
+    tokens double precision NOT NULL,
+    at     timestamptz NOT NULL
+);
 
 -- What jobs_claim returns for each claimed job.
 CREATE TYPE jobs.claimed AS (

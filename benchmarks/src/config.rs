@@ -28,6 +28,24 @@ pub struct Scale {
     pub idle_secs: u64,
     /// pgbench -T.
     pub pgbench_secs: u64,
+    /// h: jobs of the long burn-down at 100 per claim.
+    pub long_jobs: u64,
+    /// k: jobs of other kinds queued ahead of the wanted kind.
+    pub kinds_backlog: u64,
+    /// k: claims timed, filtered and unfiltered each.
+    pub kinds_claims: u64,
+    /// v: rows of the busy table, and seconds its rows are updated while the workers wait.
+    pub vacuum_rows: u64,
+    pub vacuum_secs: u64,
+    /// w: jobs burnt down at each point of the scaling curve, 1 and 100 per claim.
+    pub scaling_jobs_1: u64,
+    pub scaling_jobs_100: u64,
+    /// s: seconds of the capacity measurement, of the soak, and of one sample; how long
+    /// finished jobs are kept before they are purged.
+    pub capacity_secs: u64,
+    pub soak_secs: u64,
+    pub soak_sample_secs: u64,
+    pub soak_retention_secs: u64,
 }
 
 impl Scale {
@@ -43,6 +61,17 @@ impl Scale {
             wal_jobs: 10_000,
             idle_secs: 30,
             pgbench_secs: 20,
+            long_jobs: 3_000_000,
+            kinds_backlog: 200_000,
+            kinds_claims: 200,
+            vacuum_rows: 10_000,
+            vacuum_secs: 5,
+            scaling_jobs_1: 20_000,
+            scaling_jobs_100: 100_000,
+            capacity_secs: 30,
+            soak_secs: 600,
+            soak_sample_secs: 10,
+            soak_retention_secs: 60,
         }
     }
 
@@ -58,6 +87,17 @@ impl Scale {
             wal_jobs: 1_000,
             idle_secs: 5,
             pgbench_secs: 5,
+            long_jobs: 300_000,
+            kinds_backlog: 20_000,
+            kinds_claims: 50,
+            vacuum_rows: 2_000,
+            vacuum_secs: 3,
+            scaling_jobs_1: 2_000,
+            scaling_jobs_100: 10_000,
+            capacity_secs: 5,
+            soak_secs: 60,
+            soak_sample_secs: 5,
+            soak_retention_secs: 10,
         }
     }
 }
@@ -70,6 +110,8 @@ pub const IDLE_WORKERS: usize = 16;
 pub const LATENCY_INTERVAL_MS: u64 = 10;
 /// Small backlog of d.
 pub const SMALL_BACKLOG: u64 = 1_000;
+/// Scenarios run when BENCH_SCENARIOS is not set: all of them.
+pub const ALL_SCENARIOS: &str = "pabcdefghklvwst";
 
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -92,8 +134,11 @@ pub struct Config {
     pub scale: Scale,
     /// Comparators to run (all by default).
     pub comparators: Vec<String>,
-    /// Scenarios to run, as letters: p (pgbench), a..g (all by default).
+    /// Scenarios to run, as letters: p (pgbench), a..h, k, l (client libraries), v, w, s (all
+    /// by default).
     pub scenarios: String,
+    /// How many times the scenarios whose spread the report shows (a, b, c) run.
+    pub repeats: u32,
     /// Versions of the comparators, for the report.
     pub graphile_version: String,
     pub node_version: String,
@@ -115,6 +160,10 @@ impl Config {
             "full" => Scale::full(),
             "small" => Scale::small(),
             other => bail!("BENCH_SCALE must be full or small, not {other:?}"),
+        };
+        let repeats = match var_or("BENCH_REPEATS", "2").parse::<u32>() {
+            Ok(n) if (1..=10).contains(&n) => n,
+            _ => bail!("BENCH_REPEATS must be a whole number from 1 to 10"),
         };
         let socket_dir = var("BENCH_SOCKETS")?;
         let port = var("BENCH_PORT")?;
@@ -141,11 +190,19 @@ impl Config {
             json: PathBuf::from(var("BENCH_JSON")?),
             scale,
             comparators,
-            scenarios: var_or("BENCH_SCENARIOS", "pabcdefgh"),
+            scenarios: var_or("BENCH_SCENARIOS", ALL_SCENARIOS),
+            repeats,
             graphile_version: var_or("BENCH_GRAPHILE_VERSION", "?"),
             node_version: var_or("BENCH_NODE_VERSION", "?"),
             pgmq_version: var_or("BENCH_PGMQ_VERSION", "?"),
         })
+    }
+
+    /// Where the report's charts go: `charts/` beside the report.
+    pub fn charts_dir(&self) -> PathBuf {
+        self.report
+            .parent()
+            .map_or_else(|| PathBuf::from("charts"), |d| d.join("charts"))
     }
 
     pub fn runs(&self, scenario: char) -> bool {

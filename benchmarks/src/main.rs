@@ -1,10 +1,12 @@
 //! pg_jobs_bench: the load generator and report writer of the pg_jobs benchmark suite.
 //!
 //! `benchmarks/run` prepares everything (toolchain, extension, comparators, its own cluster)
-//! and then runs this program, which runs every scenario of issue 4 §3 for every comparator on
-//! the same cluster, writes the figures to BENCH_JSON and the Markdown report to BENCH_REPORT.
-//! `pg_jobs_bench report` re-renders the report from BENCH_JSON without measuring anything.
+//! and then runs this program, which runs every scenario (issue 4 §3, issues 18 and 19) for
+//! every comparator on the same cluster, writes the figures to BENCH_JSON, the Markdown report
+//! to BENCH_REPORT and its charts to `charts/` beside it. `pg_jobs_bench report` re-renders
+//! the report and charts from BENCH_JSON without measuring anything.
 
+mod charts;
 mod comparators;
 mod config;
 mod cpu;
@@ -27,7 +29,8 @@ use comparators::Comparator;
 use config::Config;
 use report::Run;
 use scenarios::{
-    backlog, burndown, enqueue, idle, latency, pgbench, snapshot, wal, Ctx, Measurement,
+    backlog, burndown, enqueue, idle, kinds, latency, long, pgbench, scaling, snapshot, soak,
+    vacuum, wal, Ctx, Measurement,
 };
 
 fn main() -> ExitCode {
@@ -52,12 +55,17 @@ fn rerender() -> Result<()> {
     let text = std::fs::read_to_string(&cfg.json)
         .with_context(|| format!("reading {}", cfg.json.display()))?;
     let run: Run = serde_json::from_str(&text)?;
+    charts::write(&cfg.charts_dir(), &run)?;
     std::fs::write(&cfg.report, report::render(&run))?;
     eprintln!("wrote {}", cfg.report.display());
     Ok(())
 }
 
 type Scenario = fn(&Ctx, &mut Client, &dyn Comparator) -> Vec<Measurement>;
+
+/// Scenarios run `BENCH_REPEATS` times, so that the report shows their run-to-run noise: the
+/// ones most targets come from, and short enough to repeat.
+const REPEATED: &str = "abc";
 
 fn measure() -> Result<()> {
     let cfg = Config::from_env()?;
@@ -91,21 +99,46 @@ fn measure() -> Result<()> {
         eprintln!("\n== pgbench: the machine's commit-rate ceiling");
         results.push(pgbench::run(&ctx, &mut admin));
     }
-    let scenarios: [(char, &str, Scenario); 6] = [
+    let scenarios: [(char, &str, Scenario); 9] = [
         ('a', "enqueue", enqueue::run),
         ('b', "burn-down", burndown::run),
         ('c', "pickup latency", latency::run),
         ('d', "backlog", backlog::run),
         ('e', "held snapshot", snapshot::run),
         ('f', "WAL and commits per job", wal::run),
+        ('h', "long burn-down", long::run),
+        ('k', "kinds-filtered claims", kinds::run),
+        ('w', "scaling curve", scaling::run),
     ];
+    let backwards: Vec<&dyn Comparator> = comparators.iter().rev().copied().collect();
     for (letter, title, run) in scenarios {
         if !ctx.cfg.runs(letter) {
             continue;
         }
-        eprintln!("\n== {letter}. {title}");
-        for c in &comparators {
-            results.extend(run(&ctx, &mut admin, *c));
+        let repeats = if REPEATED.contains(letter) {
+            ctx.cfg.repeats
+        } else {
+            1
+        };
+        for repeat in 0..repeats {
+            if repeats > 1 {
+                eprintln!("\n== {letter}. {title} (run {} of {repeats})", repeat + 1);
+            } else {
+                eprintln!("\n== {letter}. {title}");
+            }
+            // Every other run takes the queues in reverse order, so that none always runs
+            // first (or last) after a change of scenario.
+            let order = if repeat % 2 == 0 {
+                &comparators
+            } else {
+                &backwards
+            };
+            for c in order {
+                results.extend(run(&ctx, &mut admin, *c).into_iter().map(|mut m| {
+                    m.repeat = repeat;
+                    m
+                }));
+            }
         }
         // Keep what is measured so far, should a later scenario kill the run.
         save(&ctx.cfg, &machine, &waiting, started, &results)?;
@@ -130,10 +163,27 @@ fn measure() -> Result<()> {
             results.extend(idle::run(&ctx, &mut admin, c));
         }
     }
-
-    if ctx.cfg.runs('h') && ctx.cfg.wants("pg_jobs") {
-        eprintln!("\n== h. schedules");
+    if ctx.cfg.runs('l') {
+        eprintln!("\n== l. client libraries");
+        results.extend(scenarios::clients::run(&ctx, &mut admin));
+        save(&ctx.cfg, &machine, &waiting, started, &results)?;
+    }
+    if ctx.cfg.runs('v') {
+        eprintln!("\n== v. dead rows held back while workers wait");
+        results.push(vacuum::baseline(&ctx, &mut admin));
+        for c in &comparators {
+            results.extend(vacuum::run(&ctx, &mut admin, *c));
+        }
+        save(&ctx.cfg, &machine, &waiting, started, &results)?;
+    }
+    if ctx.cfg.runs('t') && ctx.cfg.wants("pg_jobs") {
+        eprintln!("\n== t. schedules");
         results.extend(scenarios::schedules::run(&ctx, &mut admin));
+        save(&ctx.cfg, &machine, &waiting, started, &results)?;
+    }
+    if ctx.cfg.runs('s') {
+        eprintln!("\n== s. soak");
+        results.extend(soak::run(&ctx, &mut admin, &comparators));
     }
 
     let run = save(&ctx.cfg, &machine, &waiting, started, &results)?;
@@ -163,6 +213,7 @@ fn save(
     };
     std::fs::write(&cfg.json, serde_json::to_string_pretty(&run)?)
         .with_context(|| format!("writing {}", cfg.json.display()))?;
+    charts::write(&cfg.charts_dir(), &run)?;
     std::fs::write(&cfg.report, report::render(&run))
         .with_context(|| format!("writing {}", cfg.report.display()))?;
     Ok(run)

@@ -5,9 +5,13 @@ use std::fmt::Write;
 
 use serde::{Deserialize, Serialize};
 
+mod sections;
+mod targets;
+
 use crate::machine::Machine;
 use crate::scenarios::{
-    backlog, burndown, enqueue, idle, latency, pgbench, snapshot, wal, Measurement,
+    backlog, burndown, enqueue, idle, latency, long, pgbench, snapshot, soak, vacuum, wal,
+    Measurement,
 };
 
 /// Everything one run measured; saved as JSON so the report can be re-rendered.
@@ -50,6 +54,105 @@ impl Run {
             .filter(|m| m.scenario == scenario && m.variant == variant)
             .collect()
     }
+
+    /// Measurements grouped by what they measure: the repetitions of one figure together.
+    fn groups(&self) -> Vec<Vec<&Measurement>> {
+        let mut groups: Vec<Vec<&Measurement>> = Vec::new();
+        for m in &self.measurements {
+            match groups.iter_mut().find(|g| same_figure(g[0], m)) {
+                Some(g) => g.push(m),
+                None => groups.push(vec![m]),
+            }
+        }
+        groups
+    }
+
+    /// The run with the repetitions of each figure replaced by their mean: what the report
+    /// shows and judges.
+    pub fn merged(&self) -> Run {
+        Run {
+            measurements: self.groups().iter().map(|g| mean_of(g)).collect(),
+            ..self.clone()
+        }
+    }
+
+    /// The run as its `k`-th repetition saw it: repetition `k` of each repeated figure, and
+    /// the single measurement of every other.
+    fn repetition(&self, k: u32) -> Run {
+        Run {
+            measurements: self
+                .groups()
+                .iter()
+                .filter_map(|g| {
+                    if g.len() == 1 {
+                        Some(g[0].clone())
+                    } else {
+                        g.iter().find(|m| m.repeat == k).map(|m| (*m).clone())
+                    }
+                })
+                .collect(),
+            ..self.clone()
+        }
+    }
+
+    /// How many repetitions the figures of `scenarios` had (1 when they ran once).
+    fn repetitions(&self, scenarios: &[&str]) -> u32 {
+        1 + self
+            .measurements
+            .iter()
+            .filter(|m| scenarios.contains(&m.scenario.as_str()))
+            .map(|m| m.repeat)
+            .max()
+            .unwrap_or(0)
+    }
+}
+
+fn same_figure(a: &Measurement, b: &Measurement) -> bool {
+    a.scenario == b.scenario
+        && a.variant == b.variant
+        && a.comparator == b.comparator
+        && a.workers == b.workers
+}
+
+/// The mean of a figure's repetitions (those that did not fail); the notes are the first's.
+fn mean_of(group: &[&Measurement]) -> Measurement {
+    let ok: Vec<&Measurement> = group
+        .iter()
+        .copied()
+        .filter(|m| m.missing.is_none())
+        .collect();
+    if group.len() == 1 || ok.is_empty() {
+        return group[0].clone();
+    }
+    let mean = |f: &dyn Fn(&Measurement) -> Option<f64>| {
+        let v: Vec<f64> = ok.iter().filter_map(|m| f(m)).collect();
+        (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+    };
+    let mut m = ok[0].clone();
+    m.repeat = 0;
+    m.jobs = mean(&|m| Some(m.jobs as f64)).unwrap_or(0.0).round() as u64;
+    m.seconds = mean(&|m| Some(m.seconds)).unwrap_or(0.0);
+    m.rate = mean(&|m| m.rate);
+    m.server_cpu_s = mean(&|m| m.server_cpu_s);
+    m.client_cpu_s = mean(&|m| m.client_cpu_s);
+    m.p50_ms = mean(&|m| m.p50_ms);
+    m.p99_ms = mean(&|m| m.p99_ms);
+    m.max_ms = mean(&|m| m.max_ms);
+    m.mean_ms = mean(&|m| m.mean_ms);
+    m.wal_bytes_per_job = mean(&|m| m.wal_bytes_per_job);
+    m.commits_per_job = mean(&|m| m.commits_per_job);
+    m.statements_per_s = mean(&|m| m.statements_per_s);
+    m.commits_per_s = mean(&|m| m.commits_per_s);
+    m.empty_claims = mean(&|m| m.empty_claims.map(|e| e as f64)).map(|e| e.round() as u64);
+    if ok.len() < group.len() {
+        m.note = Some(format!(
+            "{}mean of {} of {} runs (the others failed)",
+            m.note.map(|n| format!("{n}; ")).unwrap_or_default(),
+            ok.len(),
+            group.len()
+        ));
+    }
+    m
 }
 
 /// 12345.6 → "12,346".
@@ -86,183 +189,6 @@ fn ms(v: f64) -> String {
 
 fn cpu(v: f64) -> String {
     format!("{v:.3}")
-}
-
-struct Target {
-    what: String,
-    measured: String,
-    ratio: String,
-    verdict: &'static str,
-}
-
-fn verdict(ok: Option<bool>) -> &'static str {
-    match ok {
-        Some(true) => "**MET**",
-        Some(false) => "**MISSED**",
-        None => "not measured",
-    }
-}
-
-/// A throughput target: pg_jobs's rate ÷ the other's ≥ `at_least`.
-fn rate_target(
-    what: &str,
-    mine: Option<(f64, String)>,
-    other: Option<(f64, String)>,
-    at_least: f64,
-) -> Target {
-    match (mine, other) {
-        (Some((a, an)), Some((b, bn))) => {
-            let r = a / b;
-            Target {
-                what: what.into(),
-                measured: format!("{an} {}/s vs {bn} {}/s", int(a), int(b)),
-                ratio: ratio(r),
-                verdict: verdict(Some(r >= at_least)),
-            }
-        }
-        _ => Target {
-            what: what.into(),
-            measured: "–".into(),
-            ratio: "–".into(),
-            verdict: verdict(None),
-        },
-    }
-}
-
-fn targets(run: &Run) -> Vec<Target> {
-    let (b1, b100) = (burndown::VARIANTS[0].0, burndown::VARIANTS[1].0);
-    let named = |scenario: &str, variant: &str, c: &str, label: &str| {
-        run.rate(scenario, variant, c)
-            .map(|r| (r, label.to_owned()))
-    };
-    let mut out = vec![
-        rate_target(
-            "b, 1 per claim: ≥ 1.3× the hand-rolled queue",
-            named("b", b1, PG_JOBS, "pg_jobs"),
-            named("b", b1, "hand-rolled", "hand-rolled"),
-            1.3,
-        ),
-        rate_target(
-            "b, 1 per claim: ≥ pgmq",
-            named("b", b1, PG_JOBS, "pg_jobs"),
-            named("b", b1, "pgmq", "pgmq"),
-            1.0,
-        ),
-        rate_target(
-            "b, 100 per claim: ≥ 1.5× the hand-rolled queue (100 per claim)",
-            named("b", b100, PG_JOBS, "pg_jobs"),
-            named("b", b100, "hand-rolled", "hand-rolled"),
-            1.5,
-        ),
-    ];
-    // Graphile Worker at its best: its defaults or its local queue + batched completion.
-    let graphile_best = [b1, b100]
-        .iter()
-        .filter_map(|v| {
-            run.rate("b", v, "Graphile Worker")
-                .map(|r| (r, format!("Graphile Worker ({v})")))
-        })
-        .max_by(|a, b| a.0.total_cmp(&b.0));
-    out.push(rate_target(
-        "b, 100 per claim: ≥ Graphile Worker (its best mode)",
-        named("b", b100, PG_JOBS, "pg_jobs"),
-        graphile_best,
-        1.0,
-    ));
-
-    let lat = |c: &str| run.get("c", latency::VARIANT, c);
-    out.push(
-        match (
-            lat(PG_JOBS).and_then(|m| m.p99_ms),
-            lat("Graphile Worker").and_then(|m| m.p99_ms),
-        ) {
-            (Some(a), Some(b)) => Target {
-                what: "c: p99 ≤ ½ of Graphile Worker's".into(),
-                measured: format!("pg_jobs {} vs Graphile Worker {}", ms(a), ms(b)),
-                ratio: ratio(a / b),
-                verdict: verdict(Some(a <= 0.5 * b)),
-            },
-            _ => Target {
-                what: "c: p99 ≤ ½ of Graphile Worker's".into(),
-                measured: "–".into(),
-                ratio: "–".into(),
-                verdict: verdict(None),
-            },
-        },
-    );
-    let p50 = lat(PG_JOBS).and_then(|m| m.p50_ms);
-    out.push(Target {
-        what: "c: p50 < 2 ms".into(),
-        measured: opt(p50, |v| format!("pg_jobs {}", ms(v))),
-        ratio: opt(p50, |v| format!("{:.2}× the limit", v / 2.0)),
-        verdict: verdict(p50.map(|v| v < 2.0)),
-    });
-
-    let small = run.rate("d", backlog::SMALL, PG_JOBS);
-    for (variant, label) in [
-        (backlog::QUEUED, "1,000,000 queued"),
-        (backlog::FINISHED, "1,000,000 finished"),
-    ] {
-        let big = run.rate("d", variant, PG_JOBS);
-        let r = small.zip(big).map(|(s, b)| b / s);
-        out.push(Target {
-            what: format!("d: {label} ≥ 75% of the small-backlog rate"),
-            measured: match (big, small) {
-                (Some(b), Some(s)) => format!("{}/s vs {}/s", int(b), int(s)),
-                _ => "–".into(),
-            },
-            ratio: opt(r, |v| format!("{:.0}%", v * 100.0)),
-            verdict: verdict(r.map(|v| v >= 0.75)),
-        });
-    }
-
-    let held = run.rate("e", snapshot::VARIANT, PG_JOBS);
-    let free = run.rate("b", b1, PG_JOBS);
-    let r = held.zip(free).map(|(h, f)| h / f);
-    out.push(Target {
-        what: "e: held snapshot ≥ 70% of the rate without".into(),
-        measured: match (held, free) {
-            (Some(h), Some(f)) => format!("{}/s vs {}/s", int(h), int(f)),
-            _ => "–".into(),
-        },
-        ratio: opt(r, |v| format!("{:.0}%", v * 100.0)),
-        verdict: verdict(r.map(|v| v >= 0.70)),
-    });
-
-    let walb = run
-        .get("f", wal::VARIANTS[1].0, PG_JOBS)
-        .and_then(|m| m.wal_bytes_per_job);
-    out.push(Target {
-        what: "f: ≤ 1 KiB of WAL per job with batches of 100".into(),
-        measured: opt(walb, |v| format!("{} bytes/job", int(v))),
-        ratio: opt(walb, |v| format!("{:.2}× the limit", v / 1024.0)),
-        verdict: verdict(walb.map(|v| v <= 1024.0)),
-    });
-
-    let idle_pg = run.get("g", idle::VARIANT, PG_JOBS);
-    let statements = idle_pg.and_then(|m| m.statements_per_s.map(|s| (s * m.seconds).round()));
-    out.push(Target {
-        what: "g: no statements from waiting workers".into(),
-        measured: opt(statements, |s| {
-            format!(
-                "{} statements in {:.0} s from 16 waiting pg_jobs workers",
-                int(s),
-                idle_pg.map_or(0.0, |m| m.seconds)
-            )
-        }),
-        ratio: opt(statements, |s| {
-            format!(
-                "{}/s",
-                if s == 0.0 {
-                    "0".into()
-                } else {
-                    format!("{:.2}", s / idle_pg.map_or(1.0, |m| m.seconds))
-                }
-            )
-        }),
-        verdict: verdict(statements.map(|s| s == 0.0)),
-    });
-    out
 }
 
 /// A row of the ratio table: one metric where pg_jobs is compared with each other queue,
@@ -383,6 +309,36 @@ fn ratios(out: &mut String, run: &Run) {
         out,
         "g. idle · server CPU (% of a core)",
         |c| idle(c).and_then(|m| m.server_cpu_s.map(|s| 100.0 * s / m.seconds)),
+        false,
+    );
+    advantage_row(
+        out,
+        "h. long burn-down, 100 per claim · jobs/s",
+        |c| run.rate("h", long::VARIANT, c),
+        true,
+    );
+    advantage_row(
+        out,
+        "v. waiting workers · dead rows not removable",
+        |c| {
+            run.get("v", vacuum::VARIANT, c)
+                .and_then(|m| m.dead_rows_kept.map(|k| k as f64))
+        },
+        false,
+    );
+    advantage_row(
+        out,
+        "s. soak · pickup p99",
+        |c| run.get("s", soak::SOAK, c).and_then(|m| m.p99_ms),
+        false,
+    );
+    advantage_row(
+        out,
+        "s. soak · server CPU per job",
+        |c| {
+            run.get("s", soak::SOAK, c)
+                .and_then(|m| m.server_cpu_per_1000())
+        },
         false,
     );
     out.push('\n');
@@ -633,6 +589,11 @@ fn absolute(out: &mut String, run: &Run) {
         });
     }
     out.push('\n');
+    sections::long_burn_down(out, run);
+    sections::kinds_filtered(out, run);
+    sections::dead_rows(out, run);
+    sections::scaling_curve(out, run);
+    sections::soak_section(out, run);
 }
 
 fn method(out: &mut String, run: &Run) {
@@ -664,7 +625,17 @@ fn method(out: &mut String, run: &Run) {
          - e: the snapshot is taken after the load and vacuum, just before the workers start.\n\
          - f: WAL = `pg_current_wal_insert_lsn()` difference, commits = \
          `pg_stat_database.xact_commit` difference (whole bench database, including the pg_jobs \
-         background worker's ticks and autovacuum, which are small here) over enqueue + burn-down.\n\n",
+         background worker's ticks and autovacuum, which are small here) over enqueue + burn-down.\n\
+         - h: b's 100-per-claim burn-down on a queue big enough to last 15 s and more.\n\
+         - k: one session; each round times one claim with `kinds` (its jobs queued behind the \
+         other kind's) and one without, each completed at once; the means are compared.\n\
+         - v: the busy table has autovacuum off, so only the measured `VACUUM (VERBOSE)` removes \
+         rows; its \"dead but not yet removable\" count is the figure.\n\
+         - w: every point loads, vacuums and checkpoints its queue afresh.\n\
+         - s: see the soak's section; capacity and soak each start with 5 s of the same traffic \
+         and an `ANALYZE` of the table.\n\
+         - Noise: a, b and c run several times (BENCH_REPEATS), every other time with the \
+         queues in reverse order; their figures here are the means.\n\n",
     );
     out.push_str("How each comparator's workers wait for work (c, g):\n\n");
     for (name, mode) in &run.waiting {
@@ -692,6 +663,7 @@ fn machine(out: &mut String, run: &Run) {
     out.push('\n');
 }
 
+/// The report of a run (repeated figures are shown as their means, with their spread).
 pub fn render(run: &Run) -> String {
     let mut out = String::new();
     out.push_str("# pg_jobs benchmark report\n\n");
@@ -713,24 +685,18 @@ pub fn render(run: &Run) -> String {
     {
         out.push_str(
             "**Small scale** (BENCH_SCALE=small): every size is cut down (for instance 10,000 jobs \
-             in b, 100,000 instead of 1,000,000 in d, 5 s instead of 30 s in c and g); the \
-             scenario names keep the full-scale sizes, the notes give the real ones. For iterating \
-             on the suite, not for judging the targets.\n\n",
+             in b, 100,000 instead of 1,000,000 in d, 5 s instead of 30 s in c and g, a soak of \
+             60 s instead of 10 minutes); the scenario names keep the full-scale sizes, the notes \
+             give the real ones. For iterating on the suite, not for judging the targets.\n\n",
         );
     }
-    out.push_str("## Targets (issue 4 §4)\n\n");
-    out.push_str("| target | measured | ratio | verdict |\n|---|---|---|---|\n");
-    for t in targets(run) {
-        let _ = writeln!(
-            out,
-            "| {} | {} | {} | {} |",
-            t.what, t.measured, t.ratio, t.verdict
-        );
-    }
-    out.push('\n');
-    ratios(&mut out, run);
-    absolute(&mut out, run);
-    crate::scenarios::schedules::report(&mut out, run);
+    let view = run.merged();
+    targets::write(&mut out, &view, run);
+    ratios(&mut out, &view);
+    absolute(&mut out, &view);
+    crate::scenarios::clients::render(&mut out, &view);
+    crate::scenarios::schedules::report(&mut out, &view);
+    sections::noise(&mut out, run);
     method(&mut out, run);
     machine(&mut out, run);
     out

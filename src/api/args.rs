@@ -47,6 +47,10 @@ pub mod limits {
     pub const SCHEDULE_NAME_BYTES: usize = 255;
     /// Longest schedule expression (`cron`), in bytes.
     pub const CRON_BYTES: usize = 1024;
+    /// Longest unique key, in bytes (it is an index key).
+    pub const UNIQUE_KEY_BYTES: usize = 512;
+    /// Longest group key, in bytes.
+    pub const GROUP_KEY_BYTES: usize = 255;
 }
 
 /// Checks that an integer argument lies in `min..=max`.

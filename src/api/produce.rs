@@ -3,13 +3,43 @@
 use pgrx::prelude::*;
 
 use super::args::{
-    check_finite, check_object, check_payload_size, check_range, check_text, limits, queue_arg,
+    check_finite, check_object, check_payload_size, check_range, check_text, delay_arg, limits,
+    queue_arg,
 };
 use crate::engine::access::{self, Role};
-use crate::engine::enqueue::{self, JobOptions};
+use crate::engine::enqueue::{self, JobOptions, OnConflict, Uniqueness};
 use crate::engine::tenants;
-use crate::pg::datum::{Jsonb, JsonbArray};
-use crate::pg::errors::{raise, required, BAD_ARGUMENT, NOT_SUPPORTED, NULL_ARGUMENT};
+use crate::pg::datum::{EnqueuedRow, Jsonb, JsonbArray};
+use crate::pg::errors::{raise, required, BAD_ARGUMENT, NULL_ARGUMENT};
+
+/// What a call asked of unique keys and groups, before checking.
+struct FlowArguments<'a> {
+    unique_key: Option<&'a str>,
+    unique_keys: Option<Vec<Option<String>>>,
+    unique_for: Option<Interval>,
+    on_conflict: Option<&'a str>,
+    group_key: Option<&'a str>,
+    group_keys: Option<Vec<Option<String>>>,
+}
+
+/// Checks the per-payload keys of a batch: as many as payloads, each a valid key or NULL.
+fn check_keys(keys: &Option<Vec<Option<String>>>, argument: &str, payloads: usize, max: usize) {
+    let Some(keys) = keys else { return };
+    if keys.len() != payloads {
+        raise(
+            BAD_ARGUMENT,
+            format!(
+                "{argument} must have one element per payload, got {} for {payloads} payloads",
+                keys.len()
+            ),
+        );
+    }
+    for (i, key) in keys.iter().enumerate() {
+        if let Some(key) = key {
+            check_text(key, &format!("{argument}[{}]", i + 1), max);
+        }
+    }
+}
 
 /// Checks the options every job of one enqueue call shares, and decides the jobs' tenant.
 #[allow(clippy::too_many_arguments)]
@@ -19,11 +49,9 @@ fn job_options(
     priority: Option<i32>,
     max_attempts: Option<i32>,
     headers: Option<Jsonb>,
-    unique_key: Option<&str>,
-    unique_for: Option<Interval>,
-    on_conflict: Option<&str>,
     tenant: Option<&str>,
-    group_key: Option<&str>,
+    flow: FlowArguments<'_>,
+    payloads: usize,
 ) -> JobOptions {
     let kind = required(kind, "kind");
     check_text(kind, "kind", limits::KIND_BYTES);
@@ -41,30 +69,47 @@ fn job_options(
     }
     check_object(headers, "headers");
     let tenant = tenants::tenant_for_new_job(tenant, &tenants::scope());
-    let on_conflict = required(on_conflict, "on_conflict");
-    if !matches!(on_conflict, "skip" | "replace" | "error") {
+    let on_conflict = match required(flow.on_conflict, "on_conflict") {
+        "skip" => OnConflict::Skip,
+        "replace" => OnConflict::Replace,
+        "error" => OnConflict::Error,
+        other => raise(
+            BAD_ARGUMENT,
+            format!("on_conflict must be 'skip', 'replace' or 'error', got '{other}'"),
+        ),
+    };
+    if let Some(key) = flow.unique_key {
+        check_text(key, "unique_key", limits::UNIQUE_KEY_BYTES);
+    }
+    check_keys(
+        &flow.unique_keys,
+        "unique_keys",
+        payloads,
+        limits::UNIQUE_KEY_BYTES,
+    );
+    let unique_for = flow
+        .unique_for
+        .map(|window| delay_arg(&window, "unique_for"));
+    let keyed = flow.unique_key.is_some()
+        || flow
+            .unique_keys
+            .as_ref()
+            .is_some_and(|keys| keys.iter().any(Option::is_some));
+    if unique_for.is_some() && !keyed {
         raise(
             BAD_ARGUMENT,
-            format!("on_conflict must be 'skip', 'replace' or 'error', got '{on_conflict}'"),
+            "unique_for needs a unique_key: it is how long a succeeded job keeps its key".into(),
         );
     }
-    // These arguments belong to features with their own issues; until they are built,
-    // refusing them is honest where ignoring them would silently break a caller's intent.
-    for (given, argument, feature) in [
-        (
-            unique_key.is_some() || unique_for.is_some(),
-            "unique_key",
-            "unique jobs",
-        ),
-        (group_key.is_some(), "group_key", "job groups"),
-    ] {
-        if given {
-            raise(
-                NOT_SUPPORTED,
-                format!("{argument} is reserved for {feature}, which this version of pg_jobs does not provide yet"),
-            );
-        }
+    if let Some(group) = flow.group_key {
+        check_text(group, "group_key", limits::GROUP_KEY_BYTES);
     }
+    check_keys(
+        &flow.group_keys,
+        "group_keys",
+        payloads,
+        limits::GROUP_KEY_BYTES,
+    );
     JobOptions {
         kind: kind.to_owned(),
         run_at,
@@ -72,11 +117,20 @@ fn job_options(
         max_attempts,
         headers,
         tenant,
+        group_key: flow.group_key.map(str::to_owned),
+        group_keys: flow.group_keys,
+        unique: keyed.then(|| Uniqueness {
+            key: flow.unique_key.map(str::to_owned),
+            keys: flow.unique_keys,
+            unique_for,
+            on_conflict,
+        }),
     }
 }
 
-/// Enqueues one job and returns its id. It becomes visible to claims when the caller's
-/// transaction commits, and never exists if it rolls back.
+/// Enqueues one job and returns its id: with `unique_key`, the existing job's id when another
+/// job of the queue holds the key (see `on_conflict`). It becomes visible to claims when the
+/// caller's transaction commits, and never exists if it rolls back.
 #[allow(clippy::too_many_arguments)]
 #[pg_extern(volatile, parallel_unsafe, security_definer)]
 #[search_path(pg_catalog, pg_temp)]
@@ -104,16 +158,24 @@ fn jobs_enqueue(
         priority,
         max_attempts,
         headers,
-        unique_key,
-        unique_for,
-        on_conflict,
         tenant,
-        group_key,
+        FlowArguments {
+            unique_key,
+            unique_keys: None,
+            unique_for,
+            on_conflict,
+            group_key,
+            group_keys: None,
+        },
+        1,
     );
-    enqueue::enqueue(queue, payload, &options)
+    enqueue::enqueue(queue, payload, &options).id
 }
 
-/// Enqueues one job per payload in one statement and returns their ids in payload order.
+/// Enqueues one job per payload in one statement; one `(id, inserted)` row per payload, in
+/// payload order (`inserted` false where a unique duplicate was found, whose id it is).
+/// `unique_keys` and `group_keys` give each payload its own key (NULL elements: the shared
+/// `unique_key` / `group_key`).
 #[allow(clippy::too_many_arguments)]
 #[pg_extern(volatile, parallel_unsafe, security_definer)]
 #[search_path(pg_catalog, pg_temp)]
@@ -130,11 +192,14 @@ fn jobs_enqueue_batch(
     on_conflict: default!(Option<&str>, "'skip'"),
     tenant: default!(Option<&str>, "NULL"),
     group_key: default!(Option<&str>, "NULL"),
-) -> SetOfIterator<'static, i64> {
+    unique_keys: default!(Option<Vec<Option<String>>>, "NULL"),
+    group_keys: default!(Option<Vec<Option<String>>>, "NULL"),
+) -> SetOfIterator<'static, EnqueuedRow> {
     access::require(Role::Client, "enqueue jobs");
     let queue = queue_arg(queue);
     let payloads = required(payloads, "payloads");
-    for (i, payload) in payloads.elements().iter().enumerate() {
+    let elements = payloads.elements();
+    for (i, payload) in elements.iter().enumerate() {
         // Report positions the way SQL indexes arrays; named only when there is something to
         // report, as a batch holds thousands.
         let argument = || format!("payloads[{}]", i + 1);
@@ -149,11 +214,20 @@ fn jobs_enqueue_batch(
         priority,
         max_attempts,
         headers,
-        unique_key,
-        unique_for,
-        on_conflict,
         tenant,
-        group_key,
+        FlowArguments {
+            unique_key,
+            unique_keys,
+            unique_for,
+            on_conflict,
+            group_key,
+            group_keys,
+        },
+        elements.len(),
     );
-    SetOfIterator::new(enqueue::enqueue_batch(queue, payloads, &options))
+    SetOfIterator::new(
+        enqueue::enqueue_batch(queue, payloads, &options)
+            .into_iter()
+            .map(|e| EnqueuedRow::new(e.id, e.inserted)),
+    )
 }

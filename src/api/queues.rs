@@ -6,11 +6,11 @@ use super::args::{check_queue_name, check_range, delay_arg, lease_arg, limits, q
 use crate::engine::access::{self, Role};
 use crate::engine::queues::{self, QueueSettings};
 use crate::pg::datum::QueueRow;
-use crate::pg::errors::{raise, required, BAD_ARGUMENT, NOT_SUPPORTED};
+use crate::pg::errors::{raise, required, BAD_ARGUMENT};
 
 /// Creates a queue, or updates the settings given of an existing one. `NULL` leaves a setting
-/// as it is (or at its default for a new queue); `rate_limit => 0` and `dead_letter => ''`
-/// clear those settings.
+/// as it is (or at its default for a new queue); `rate_limit => 0`, `rate_burst => 0` and
+/// `dead_letter => ''` clear those settings.
 #[allow(clippy::too_many_arguments)]
 #[pg_extern(volatile, parallel_unsafe, security_definer)]
 #[search_path(pg_catalog, pg_temp)]
@@ -23,6 +23,7 @@ fn jobs_create_queue(
     jitter: default!(Option<f64>, "NULL"),
     retention: default!(Option<Interval>, "NULL"),
     rate_limit: default!(Option<f64>, "NULL"),
+    rate_burst: default!(Option<f64>, "NULL"),
     group_concurrency: default!(Option<i32>, "NULL"),
     dead_letter: default!(Option<&str>, "NULL"),
 ) -> QueueRow {
@@ -50,11 +51,12 @@ fn jobs_create_queue(
                 format!("rate_limit must be a number of claims per second above 0 (0 clears it), got {rate_limit}"),
             );
         }
-        // Rate limits have their own issue; refusing beats silently ignoring the setting.
-        if rate_limit > 0.0 {
+    }
+    if let Some(rate_burst) = rate_burst {
+        if !(rate_burst == 0.0 || (rate_burst >= 1.0 && rate_burst.is_finite())) {
             raise(
-                NOT_SUPPORTED,
-                "rate_limit is reserved for per-queue rate limits, which this version of pg_jobs does not enforce yet".into(),
+                BAD_ARGUMENT,
+                format!("rate_burst must be a number of jobs of at least 1 (0 clears it), got {rate_burst}"),
             );
         }
     }
@@ -79,6 +81,7 @@ fn jobs_create_queue(
             jitter,
             retention,
             rate_limit,
+            rate_burst,
             group_concurrency,
             dead_letter,
         },

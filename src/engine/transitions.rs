@@ -36,6 +36,14 @@ pub fn queued_row(row: &Row<'_>) {
     job_queued(&queue, Position::from_row(row));
 }
 
+/// A group of `queue` frees a slot when this transaction commits (a job of it finished or
+/// went back to the queue): its next job may run, so a waiting claim should look. Blocked jobs
+/// of a group never lie below the claim floor (claims count them as skipped), so the floor
+/// stays.
+pub fn group_freed(queue: &str) {
+    effects::jobs_unblocked(queue, 1);
+}
+
 /// Every queued job of `queue` becomes claimable again when this transaction commits (a
 /// resume).
 pub fn queue_resumed(queue: &str) {

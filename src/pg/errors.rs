@@ -13,6 +13,8 @@ pub const NULL_ARGUMENT: PgSqlErrorCode = PgSqlErrorCode::ERRCODE_NULL_VALUE_NOT
 pub const BAD_ARGUMENT: PgSqlErrorCode = PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE;
 /// The named queue does not exist (42704).
 pub const UNKNOWN_QUEUE: PgSqlErrorCode = PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT;
+/// A unique job's key is held by another job and `on_conflict => 'error'` (23505).
+pub const UNIQUE_VIOLATION: PgSqlErrorCode = PgSqlErrorCode::ERRCODE_UNIQUE_VIOLATION;
 /// The named role does not exist (42704).
 pub const UNKNOWN_ROLE: PgSqlErrorCode = PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT;
 /// A payload is larger than `pg_jobs.max_payload_bytes` (54000).
@@ -28,8 +30,6 @@ pub const WRONG_STATE: PgSqlErrorCode = PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PR
 pub const QUEUE_IN_USE: PgSqlErrorCode = PgSqlErrorCode::ERRCODE_OBJECT_IN_USE;
 /// The caller lacks the role, or the tenant grant, the call needs (42501).
 pub const INSUFFICIENT_PRIVILEGE: PgSqlErrorCode = PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE;
-/// An argument asks for a feature this version does not provide (0A000).
-pub const NOT_SUPPORTED: PgSqlErrorCode = PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED;
 
 /// Raises an ERROR with a hint at the caller's location; never returns.
 #[track_caller]

@@ -7,5 +7,6 @@ pub mod datum;
 pub mod errors;
 pub mod roles;
 pub mod settings;
+pub mod snapshot;
 pub mod subtransaction;
 pub mod version;

@@ -240,3 +240,20 @@ unsafe extern "C-unwind" fn process_utility(
         })
     }
 }
+
+/// Clears the xmin this backend advertises in the proc array.
+///
+/// # Safety
+/// Only when nothing will read with the backend's current snapshots again (see
+/// `pg::snapshot::stop_advertising_xmin`).
+pub unsafe fn clear_advertised_xmin() {
+    #[cfg(feature = "pg13")]
+    {
+        // PostgreSQL 13 keeps the xmin in PGXACT.
+        (*pg_sys::MyPgXact).xmin = pg_sys::InvalidTransactionId;
+    }
+    #[cfg(not(feature = "pg13"))]
+    {
+        (*pg_sys::MyProc).xmin = pg_sys::InvalidTransactionId;
+    }
+}

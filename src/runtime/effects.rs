@@ -84,6 +84,8 @@ thread_local! {
     static PENDING: RefCell<Vec<QueueEffects>> = const { RefCell::new(Vec::new()) };
     /// Whether this transaction changed tenant grants.
     static GRANTS_CHANGED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// Whether this transaction changed queue settings.
+    static QUEUES_CHANGED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     /// The gid of the PREPARE TRANSACTION this transaction ends with, once the statement ran.
     static PREPARING: RefCell<Option<String>> = const { RefCell::new(None) };
 }
@@ -124,6 +126,14 @@ pub fn jobs_queued(queue: &str, count: u32, first: Position) {
     });
 }
 
+/// Notes that `count` queued jobs of `queue` become claimable without moving in claim order
+/// when this transaction commits (a group's slot was freed, so its next job may run).
+pub fn jobs_unblocked(queue: &str, count: u32) {
+    note(queue, |e| {
+        e.wake_on_commit = e.wake_on_commit.saturating_add(count)
+    });
+}
+
 /// Notes that a resume makes every queued job of `queue` claimable again.
 pub fn queue_resumed(queue: &str) {
     note(queue, |e| e.wake_on_commit = WAKE_ALL);
@@ -148,6 +158,21 @@ pub fn job_locked(queue: &str) {
 /// grants it cached.
 pub fn tenant_grants_changed() {
     GRANTS_CHANGED.with(|c| c.set(true));
+}
+
+/// Notes that this transaction changed queue settings: when it commits, every session drops
+/// the settings it cached.
+pub fn queue_settings_changed() {
+    QUEUES_CHANGED.with(|c| c.set(true));
+}
+
+/// Tells every session that queue settings may have changed.
+fn bump_queue_settings() {
+    if let Some(shared) = shared() {
+        shared
+            .queue_settings()
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+    }
 }
 
 /// Tells every session that tenant grants may have changed.
@@ -181,6 +206,7 @@ unsafe extern "C-unwind" fn on_xact_event(
         // if it had committed.
         pg_sys::XactEvent::XACT_EVENT_PREPARE => {
             GRANTS_CHANGED.with(|c| c.set(false));
+            QUEUES_CHANGED.with(|c| c.set(false));
             let pending = PENDING.with(|p| std::mem::take(&mut *p.borrow_mut()));
             let gid = PREPARING.with(|g| g.borrow_mut().take());
             if let (Some(shared), Some(gid)) = (shared(), gid) {
@@ -216,6 +242,9 @@ unsafe extern "C-unwind" fn on_resource_release(
     let pending = PENDING.with(|p| std::mem::take(&mut *p.borrow_mut()));
     if GRANTS_CHANGED.with(|c| c.replace(false)) && commit {
         bump_tenant_grants();
+    }
+    if QUEUES_CHANGED.with(|c| c.replace(false)) && commit {
+        bump_queue_settings();
     }
     let Some(shared) = shared() else { return };
     for effects in pending {
@@ -253,6 +282,7 @@ fn on_two_phase_statement(statement: TwoPhaseStatement, gid: &str) {
             // A prepared transaction may have changed tenant grants; which ones is not
             // recorded, and dropping the sessions' caches is cheap.
             bump_tenant_grants();
+            bump_queue_settings();
             let Some(shared) = shared() else { return };
             let committed = statement == TwoPhaseStatement::CommitPrepared;
             match unstash(shared.prepared(), gid) {

@@ -20,18 +20,25 @@ const QUEUE_LOCK: u16 = 0x504a;
 const JOB_LOCK: u16 = 0x504b;
 /// `locktag_field4` of the lock that serialises changes of dead-letter settings.
 const DEAD_LETTER_LOCK: u16 = 0x504c;
+/// `locktag_field4` of the group locks.
+const GROUP_LOCK: u16 = 0x504d;
 
-/// Takes lock `key` of kind `tag` in `mode`; returns whether it was granted (always true when
-/// waiting).
-fn acquire(tag: u16, key: u64, mode: u32, wait: bool) -> bool {
-    let locktag = pg_sys::LOCKTAG {
+/// The lock tag of lock `key` of kind `kind` in this database.
+fn tag(kind: u16, key: u64) -> pg_sys::LOCKTAG {
+    pg_sys::LOCKTAG {
         locktag_field1: current_database(),
         locktag_field2: (key >> 32) as u32,
         locktag_field3: key as u32,
-        locktag_field4: tag,
+        locktag_field4: kind,
         locktag_type: pg_sys::LockTagType::LOCKTAG_ADVISORY as u8,
         locktag_lockmethodid: pg_sys::USER_LOCKMETHOD as u8,
-    };
+    }
+}
+
+/// Takes lock `key` of kind `kind` in `mode`; returns whether it was granted (always true when
+/// waiting).
+fn acquire(kind: u16, key: u64, mode: u32, wait: bool) -> bool {
+    let locktag = tag(kind, key);
     // SAFETY: a fully initialised advisory lock tag; held until transaction end.
     let result = unsafe { pg_sys::LockAcquire(&locktag, mode as pg_sys::LOCKMODE, false, !wait) };
     result != pg_sys::LockAcquireResult::LOCKACQUIRE_NOT_AVAIL
@@ -59,6 +66,42 @@ pub fn lock_job(id: i64) {
 /// in claim order and skips the ones it cannot get.
 pub fn try_lock_job(id: i64) -> bool {
     acquire(JOB_LOCK, id as u64, pg_sys::ExclusiveLock, false)
+}
+
+/// Gives up job `id`'s lock before the transaction ends: a claim that picked the job and then
+/// found it may not take it (its group is at capacity) lets other claims have it at once.
+pub fn unlock_job(id: i64) {
+    let locktag = tag(JOB_LOCK, id as u64);
+    // SAFETY: releases a transaction-level advisory lock this backend holds (LockRelease
+    // answers false, harmlessly, for one it does not hold).
+    unsafe { pg_sys::LockRelease(&locktag, pg_sys::ExclusiveLock as pg_sys::LOCKMODE, false) };
+}
+
+/// The key of a group's lock: its queue, tenant and group key.
+pub fn group_key_hash(queue: &str, tenant: Option<&str>, group: &str) -> u64 {
+    let mut hash = queue_hash(queue);
+    for part in [tenant.unwrap_or(""), group] {
+        hash = part
+            .bytes()
+            .chain(std::iter::once(0xff))
+            .fold(hash, |hash, byte| {
+                (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
+            });
+    }
+    hash
+}
+
+/// Takes a group's lock if no other transaction holds it: one claim at a time decides which of
+/// a group's jobs may run, so two claims never both fill its last slot. A claim that cannot
+/// get it skips the group.
+pub fn try_lock_group(key: u64) -> bool {
+    acquire(GROUP_LOCK, key, pg_sys::ExclusiveLock, false)
+}
+
+/// Takes a group's lock, waiting for the claim that holds it (`jobs_retry` of a grouped job,
+/// which may change the group's head).
+pub fn lock_group(key: u64) {
+    acquire(GROUP_LOCK, key, pg_sys::ExclusiveLock, true);
 }
 
 /// Takes the lock that serialises changes of queues' dead-letter settings, so that a check for

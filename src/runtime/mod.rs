@@ -8,6 +8,7 @@ pub mod floor;
 pub mod locks;
 mod position;
 mod queue_id;
+pub mod rate;
 pub mod shmem;
 mod spin;
 pub mod wakeup;

@@ -10,6 +10,7 @@ use pgrx::pg_sys;
 
 use super::effects::PreparedStash;
 use super::floor::FloorCell;
+use super::rate::RateTable;
 use super::worker_status::WorkerStatus;
 use crate::pg::version;
 
@@ -69,6 +70,8 @@ pub struct Shared {
     workers: [WorkerStatus; MAX_DATABASES],
     prepared: PreparedStash,
     tenant_grants: AtomicU64,
+    queue_settings: AtomicU64,
+    rate_table: RateTable,
 }
 
 impl Shared {
@@ -95,6 +98,16 @@ impl Shared {
     /// Bumped by every commit that changes tenant grants, so sessions drop what they cached.
     pub fn tenant_grants(&self) -> &AtomicU64 {
         &self.tenant_grants
+    }
+
+    /// Bumped by every commit that changes queue settings, so sessions drop what they cached.
+    pub fn queue_settings(&self) -> &AtomicU64 {
+        &self.queue_settings
+    }
+
+    /// The token buckets of rate-limited queues.
+    pub(super) fn rate_table(&self) -> &RateTable {
+        &self.rate_table
     }
 
     /// The effects of prepared transactions, applied when they are committed or rolled back.

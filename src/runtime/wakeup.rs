@@ -133,6 +133,17 @@ impl Waiter {
             .map_or(0, |slot| slot.generation().load(Ordering::Acquire))
     }
 
+    /// Passes a wake-up this claim could not use on to another waiting claim (one that may
+    /// take jobs this one may not: other kinds, other tenants). Each waiter passes on at most
+    /// once per generation, so a wake-up nobody can use dies out after visiting every waiter.
+    pub fn pass_on(&self) {
+        if let Some(slot) = self.slot {
+            // SAFETY: signals a shared-memory condition variable; we are not on its wait list
+            // (the attempt's subtransaction took us off), so another waiter gets it.
+            unsafe { pg_sys::ConditionVariableSignal(slot.condition_variable()) };
+        }
+    }
+
     /// Sleeps until woken, until `until`, or until the slot's next delayed job comes due,
     /// whichever is first; returns at once if anything was signalled since `seen` was read.
     /// Raises the usual ERROR on `pg_cancel_backend` or `statement_timeout`.

@@ -4,4 +4,4 @@
 
 mod statement;
 
-pub use statement::{param, timestamptz_arg, with_client, Row, Rows, Statement};
+pub use statement::{param, timestamptz_arg, with_client, Param, Row, Rows, Statement};

@@ -21,6 +21,7 @@ use pgrx::{FromDatum, PgMemoryContexts, Spi};
 use crate::pg::version;
 
 /// One `$n` parameter of a statement.
+#[derive(Clone, Copy)]
 pub struct Param {
     /// What the parameter is, for readers and for the argument-count check's message.
     pub name: &'static str,

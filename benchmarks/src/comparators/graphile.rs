@@ -313,6 +313,11 @@ impl Comparator for Graphile {
         )
     }
 
+    fn set_retention(&self, _admin: &mut Client, _keep: Duration) -> Result<Option<String>> {
+        // Graphile Worker deletes a job when it succeeds: nothing finished stays.
+        Ok(None)
+    }
+
     fn worker(&self, _conn: Client) -> Result<Box<dyn Worker>> {
         bail!("Graphile Worker jobs are consumed by its own worker process")
     }

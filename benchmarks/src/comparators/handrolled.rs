@@ -19,6 +19,7 @@ struct HandrolledWorker {
     claim: Statement,
     complete_one: Statement,
     complete_many: Statement,
+    fail: Statement,
 }
 
 impl Worker for HandrolledWorker {
@@ -33,6 +34,12 @@ impl Worker for HandrolledWorker {
             let ids: Vec<i64> = jobs.iter().map(|j| j.id).collect();
             self.conn.execute(&self.complete_many, &[&ids])?;
         }
+        Ok(())
+    }
+
+    fn fail(&mut self, job: &Claimed, retry_in: Duration) -> Result<()> {
+        self.conn
+            .execute(&self.fail, &[&job.id, &retry_in.as_secs_f64()])?;
         Ok(())
     }
 
@@ -107,6 +114,15 @@ impl Comparator for Handrolled {
             .get(0))
     }
 
+    fn set_retention(&self, _admin: &mut Client, _keep: Duration) -> Result<Option<String>> {
+        // What an application's cron job does; finished_at has no index, as in most such queues.
+        Ok(Some(
+            "DELETE FROM handrolled.jobs
+              WHERE state = 'done' AND finished_at < now() - make_interval(secs => $1::float8)"
+                .into(),
+        ))
+    }
+
     fn producer(&self, conn: Client) -> Result<Box<dyn Producer>> {
         StatementProducer::prepare(
             conn,
@@ -132,11 +148,16 @@ impl Comparator for Handrolled {
         let complete_many = conn.prepare(
             "UPDATE handrolled.jobs SET state = 'done', finished_at = now() WHERE id = ANY($1::bigint[])",
         )?;
+        let fail = conn.prepare(
+            "UPDATE handrolled.jobs SET state = 'queued', run_at = now() + make_interval(secs => $2::float8)
+              WHERE id = $1::bigint",
+        )?;
         Ok(Box::new(HandrolledWorker {
             conn,
             claim,
             complete_one,
             complete_many,
+            fail,
         }))
     }
 }

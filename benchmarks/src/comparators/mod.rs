@@ -74,6 +74,9 @@ pub trait Worker: Send {
     fn claim(&mut self, n: i32) -> Result<Vec<Claimed>>;
     /// Completes jobs: one call for one job, one batched call for several.
     fn complete(&mut self, jobs: &[Claimed]) -> Result<()>;
+    /// Fails one job so that it runs again after `retry_in` (whole seconds for pgmq, whose
+    /// visibility timeout counts in seconds).
+    fn fail(&mut self, job: &Claimed, retry_in: std::time::Duration) -> Result<()>;
     /// One step of the queue's natural way of waiting for work; may return nothing.
     fn wait_claim(&mut self, n: i32) -> Result<Vec<Claimed>>;
     /// Cancels a statement this worker is running (stops a waiting claim).
@@ -101,6 +104,16 @@ pub trait Comparator: Sync {
     fn load_finished(&self, admin: &mut Client, n: u64) -> Result<bool>;
     /// Jobs still waiting to be done (queued or running).
     fn pending(&self, admin: &mut Client) -> Result<i64>;
+    /// Makes finished jobs go after `keep`, as a long-running deployment must: pg_jobs by its
+    /// queue's retention (its background worker purges), the hand-rolled queue by the janitor
+    /// statement returned here, which the caller runs once a second with `keep` in seconds as
+    /// `$1`. `None` when nothing is left to run (the queue purges itself, or deletes jobs as
+    /// they finish).
+    fn set_retention(
+        &self,
+        admin: &mut Client,
+        keep: std::time::Duration,
+    ) -> Result<Option<String>>;
     fn producer(&self, conn: Client) -> Result<Box<dyn Producer>>;
     /// A worker over `conn`, for the queues consumed from this process.
     fn worker(&self, conn: Client) -> Result<Box<dyn Worker>>;

@@ -2,6 +2,8 @@
 //! jobs_complete(id, lease) or jobs_complete(ids[], leases[]); waiting workers block in
 //! jobs_claim(wait => ...), woken by commits.
 
+use std::time::Duration;
+
 use anyhow::Result;
 use postgres::{CancelToken, Client, Statement};
 use uuid::Uuid;
@@ -32,6 +34,7 @@ struct PgJobsWorker {
     wait: Statement,
     complete_one: Statement,
     complete_many: Statement,
+    fail: Statement,
 }
 
 fn claimed(rows: Vec<postgres::Row>) -> Vec<Claimed> {
@@ -57,6 +60,12 @@ impl Worker for PgJobsWorker {
             let leases: Vec<Uuid> = jobs.iter().filter_map(|j| j.lease).collect();
             self.conn.query_one(&self.complete_many, &[&ids, &leases])?;
         }
+        Ok(())
+    }
+
+    fn fail(&mut self, job: &Claimed, retry_in: Duration) -> Result<()> {
+        self.conn
+            .query_one(&self.fail, &[&job.id, &job.lease, &retry_in.as_secs_f64()])?;
         Ok(())
     }
 
@@ -87,7 +96,7 @@ impl Comparator for PgJobs {
 
     fn reset(&self, admin: &mut Client) -> Result<()> {
         admin.batch_execute(&format!(
-            "TRUNCATE jobs.job; SELECT jobs_create_queue('{QUEUE}')"
+            "TRUNCATE jobs.job; SELECT jobs_create_queue('{QUEUE}', retention => '7 days')"
         ))?;
         Ok(())
     }
@@ -128,6 +137,16 @@ impl Comparator for PgJobs {
             .get(0))
     }
 
+    fn set_retention(&self, admin: &mut Client, keep: Duration) -> Result<Option<String>> {
+        admin.execute(
+            &format!(
+                "SELECT jobs_create_queue('{QUEUE}', retention => make_interval(secs => $1::float8))"
+            ),
+            &[&keep.as_secs_f64()],
+        )?;
+        Ok(None)
+    }
+
     fn producer(&self, conn: Client) -> Result<Box<dyn Producer>> {
         StatementProducer::prepare(
             conn,
@@ -147,12 +166,17 @@ impl Comparator for PgJobs {
         let complete_one = conn.prepare("SELECT jobs_complete($1::bigint, $2::uuid)")?;
         let complete_many =
             conn.prepare("SELECT count(*) FROM jobs_complete_batch($1::bigint[], $2::uuid[])")?;
+        let fail = conn.prepare(
+            "SELECT jobs_fail($1::bigint, $2::uuid, 'planned failure',
+                              retry_in => make_interval(secs => $3::float8))",
+        )?;
         Ok(Box::new(PgJobsWorker {
             conn,
             claim,
             wait,
             complete_one,
             complete_many,
+            fail,
         }))
     }
 }

@@ -2,6 +2,8 @@
 //! send_batch, pgmq.read(queue, vt, qty), pgmq.delete (one id or an array); waiting workers
 //! call pgmq.read_with_poll with its defaults (5 s, polling every 100 ms inside the server).
 
+use std::time::Duration;
+
 use anyhow::Result;
 use postgres::{CancelToken, Client, Statement};
 
@@ -19,6 +21,7 @@ struct PgmqWorker {
     read_with_poll: Statement,
     delete_one: Statement,
     delete_many: Statement,
+    set_vt: Statement,
 }
 
 impl Worker for PgmqWorker {
@@ -33,6 +36,13 @@ impl Worker for PgmqWorker {
             let ids: Vec<i64> = jobs.iter().map(|j| j.id).collect();
             self.conn.query_one(&self.delete_many, &[&ids])?;
         }
+        Ok(())
+    }
+
+    fn fail(&mut self, job: &Claimed, retry_in: Duration) -> Result<()> {
+        // A message comes back when its visibility timeout runs out: pgmq's retry.
+        let secs = retry_in.as_secs_f64().ceil() as i32;
+        self.conn.query_one(&self.set_vt, &[&job.id, &secs])?;
         Ok(())
     }
 
@@ -93,6 +103,11 @@ impl Comparator for Pgmq {
             .get(0))
     }
 
+    fn set_retention(&self, _admin: &mut Client, _keep: Duration) -> Result<Option<String>> {
+        // pgmq.delete removes a message as it is done: nothing finished stays.
+        Ok(None)
+    }
+
     fn producer(&self, conn: Client) -> Result<Box<dyn Producer>> {
         StatementProducer::prepare(
             conn,
@@ -112,12 +127,16 @@ impl Comparator for Pgmq {
         let delete_many = conn.prepare(&format!(
             "SELECT count(*) FROM pgmq.delete('{QUEUE}', $1::bigint[])"
         ))?;
+        let set_vt = conn.prepare(&format!(
+            "SELECT msg_id FROM pgmq.set_vt('{QUEUE}', $1::bigint, $2::int)"
+        ))?;
         Ok(Box::new(PgmqWorker {
             conn,
             read,
             read_with_poll,
             delete_one,
             delete_many,
+            set_vt,
         }))
     }
 }

@@ -10,7 +10,7 @@ use std::time::Duration;
 use anyhow::Result;
 use postgres::Client;
 
-use super::{attempt, connect_workers, with_waiting_workers, Ctx, Measurement};
+use super::{attempt, complete, connect_workers, with_waiting_workers, Ctx, Measurement};
 use crate::comparators::graphile::GwOptions;
 use crate::comparators::Comparator;
 use crate::config::IDLE_WORKERS;
@@ -69,7 +69,7 @@ fn watch(ctx: &Ctx, admin: &mut Client, extra_cpu: impl Fn() -> f64) -> Result<S
 
 fn sql(ctx: &Ctx, admin: &mut Client, c: &dyn Comparator) -> Result<Span> {
     let mut workers = connect_workers(ctx, c, IDLE_WORKERS)?;
-    with_waiting_workers(c, &mut workers, |_| {}, || watch(ctx, admin, || 0.0))?
+    with_waiting_workers(c, &mut workers, complete, || watch(ctx, admin, || 0.0))?
 }
 
 fn graphile(ctx: &Ctx, admin: &mut Client, c: &dyn Comparator) -> Result<Span> {

@@ -11,7 +11,7 @@ use postgres::Client;
 
 use super::{attempt, connect_workers, percentile, with_waiting_workers, Ctx, Measurement};
 use crate::comparators::graphile::{Graphile, GwOptions};
-use crate::comparators::{payload, Claimed, Comparator, Producer};
+use crate::comparators::{payload, Claimed, Comparator, Producer, Worker};
 use crate::config::{LATENCY_INTERVAL_MS, WORKERS};
 use crate::db::{self, Span, Window};
 
@@ -70,12 +70,13 @@ fn sql(ctx: &Ctx, admin: &mut Client, c: &dyn Comparator) -> Result<Latencies> {
     let mut producer = c.producer(ctx.connect()?)?;
     let picked: Mutex<Vec<(i64, Instant)>> = Mutex::new(Vec::new());
     let mut committed: Vec<(i64, Instant)> = Vec::new();
-    let record_pick = |jobs: &[Claimed]| {
+    let record_pick = |w: &mut dyn Worker, jobs: &[Claimed]| {
         let at = Instant::now();
         picked
             .lock()
             .unwrap()
             .extend(jobs.iter().map(|j| (j.id, at)));
+        w.complete(jobs)
     };
     let (sent, span) = with_waiting_workers(c, &mut workers, record_pick, || {
         // Let every worker settle into waiting before the first job.

@@ -5,12 +5,18 @@
 
 pub mod backlog;
 pub mod burndown;
+pub mod clients;
 pub mod enqueue;
 pub mod idle;
+pub mod kinds;
 pub mod latency;
+pub mod long;
 pub mod pgbench;
+pub mod scaling;
 pub mod schedules;
 pub mod snapshot;
+pub mod soak;
+pub mod vacuum;
 pub mod wal;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -64,6 +70,35 @@ pub struct Measurement {
     pub note: Option<String>,
     /// Why there is no figure: not applicable, or the error that stopped it.
     pub missing: Option<String>,
+    /// Which repetition of its scenario this is (0 for scenarios that run once): the report
+    /// averages repetitions and shows their spread as the run-to-run noise.
+    #[serde(default)]
+    pub repeat: u32,
+    /// w: workers that burnt the queue down.
+    #[serde(default)]
+    pub workers: Option<u32>,
+    /// k: mean time per claim.
+    #[serde(default)]
+    pub mean_ms: Option<f64>,
+    /// v: dead row versions the updates made, and those VACUUM could not remove.
+    #[serde(default)]
+    pub dead_rows_made: Option<u64>,
+    #[serde(default)]
+    pub dead_rows_kept: Option<u64>,
+    /// v: age of the oldest snapshot a worker session held when VACUUM ran, in seconds.
+    #[serde(default)]
+    pub oldest_snapshot_s: Option<f64>,
+    /// s: jobs per second the producers were asked to enqueue.
+    #[serde(default)]
+    pub offered_rate: Option<f64>,
+    /// s: pickup p99 over the soak's first and last tenth (a minute each at full scale).
+    #[serde(default)]
+    pub first_p99_ms: Option<f64>,
+    #[serde(default)]
+    pub last_p99_ms: Option<f64>,
+    /// s: one sample per interval of the soak.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub samples: Vec<soak::Sample>,
 }
 
 impl Measurement {
@@ -97,6 +132,16 @@ impl Measurement {
 
     pub fn note(mut self, note: impl Into<String>) -> Measurement {
         self.note = Some(note.into());
+        self
+    }
+
+    /// Puts `note` in front of the note the measurement already has.
+    pub fn note_first(mut self, note: impl Into<String>) -> Measurement {
+        let note = note.into();
+        self.note = Some(match self.note.take() {
+            Some(old) => format!("{note}; {old}"),
+            None => note,
+        });
         self
     }
 
@@ -138,6 +183,12 @@ pub fn attempt(
             }
             if let Some(wal) = m.wal_bytes_per_job {
                 shown.push(format!("{wal:.0} WAL bytes/job"));
+            }
+            if let (Some(kept), Some(made)) = (m.dead_rows_kept, m.dead_rows_made) {
+                shown.push(format!("{kept} of {made} dead rows not removable"));
+            }
+            if let Some(mean) = m.mean_ms {
+                shown.push(format!("mean {mean:.2} ms"));
             }
             if let Some(st) = m.statements_per_s {
                 shown.push(format!("{st:.1} statements/s"));
@@ -364,14 +415,19 @@ pub fn percentile(sorted: &[f64], p: f64) -> Option<f64> {
     Some(sorted[rank.min(sorted.len() - 1)])
 }
 
+/// What waiting workers do with the jobs a claim brought: complete them.
+pub fn complete(w: &mut dyn Worker, jobs: &[Claimed]) -> Result<()> {
+    w.complete(jobs)
+}
+
 /// Runs `workers` in their queue's natural way of waiting for work (`wait_claim(1)`, then
-/// complete what came) on threads of their own, started `stagger` apart for polling queues,
-/// while `body` runs; `on_pick` sees each claim's jobs before they are completed. Then stops
-/// them, cancelling the statements they wait in, and returns what `body` returned.
+/// `handle` what came, e.g. [`complete`]) on threads of their own, started `stagger` apart for
+/// polling queues, while `body` runs. Then stops them, cancelling the statements they wait in
+/// (or settle in), and returns what `body` returned.
 pub fn with_waiting_workers<R>(
     c: &dyn Comparator,
     workers: &mut [Box<dyn Worker>],
-    on_pick: impl Fn(&[Claimed]) + Sync,
+    handle: impl Fn(&mut dyn Worker, &[Claimed]) -> Result<()> + Sync,
     body: impl FnOnce() -> R,
 ) -> Result<R> {
     let tokens: Vec<_> = workers.iter().map(|w| w.cancel_token()).collect();
@@ -383,18 +439,17 @@ pub fn with_waiting_workers<R>(
             .iter_mut()
             .enumerate()
             .map(|(i, w)| {
-                let (stop, running, on_pick) = (&stop, &running, &on_pick);
+                let (stop, running, handle) = (&stop, &running, &handle);
                 s.spawn(move || -> Result<()> {
                     std::thread::sleep(stagger * i as u32);
                     let outcome = (|| loop {
                         if stop.load(Ordering::Relaxed) {
                             return Ok(());
                         }
-                        match w.wait_claim(1) {
-                            Ok(jobs) => {
-                                on_pick(&jobs);
-                                w.complete(&jobs)?;
-                            }
+                        let step = w.wait_claim(1).and_then(|jobs| handle(w.as_mut(), &jobs));
+                        match step {
+                            Ok(()) => {}
+                            // Stopping cancels whatever statement the worker is in.
                             Err(e) if stop.load(Ordering::Relaxed) && db::is_cancel(&e) => {
                                 return Ok(())
                             }

@@ -1,4 +1,4 @@
-//! h. Schedules: what one run of the schedules costs per job when 1,000 of 10,000 schedules
+//! t. Schedules: what one run of the schedules costs per job when 1,000 of 10,000 schedules
 //! are due, against `jobs_enqueue_batch` of 1,000 jobs (pg_jobs issue 12: at most 1.5×).
 //!
 //! Runs in a database of its own in the suite's cluster, which the pg_jobs background worker
@@ -30,7 +30,7 @@ const DATABASE: &str = "bench_schedules";
 /// The two figures of the scenario: the run, and the batch enqueue it is judged against.
 pub fn run(ctx: &Ctx, admin: &mut Client) -> Vec<Measurement> {
     let mut figures: Option<(f64, f64)> = None;
-    let run = attempt("h", "run, 1,000 due of 10,000", "pg_jobs", || {
+    let run = attempt("t", "run, 1,000 due of 10,000", "pg_jobs", || {
         let (run_ms, batch_ms) = measure(ctx, admin)?;
         figures = Some((run_ms, batch_ms));
         Ok(figure("run, 1,000 due of 10,000", run_ms, batch_ms))
@@ -47,7 +47,7 @@ pub fn run(ctx: &Ctx, admin: &mut Client) -> Vec<Measurement> {
 }
 
 fn figure(variant: &str, ms: f64, batch_ms: f64) -> Measurement {
-    let mut m = Measurement::new("h", variant, "pg_jobs");
+    let mut m = Measurement::new("t", variant, "pg_jobs");
     m.jobs = DUE as u64;
     m.seconds = ms / 1000.0;
     m.rate = Some(DUE as f64 / (ms / 1000.0));
@@ -131,12 +131,12 @@ pub fn report(out: &mut String, run: &Run) {
     let rows: Vec<&Measurement> = run
         .measurements
         .iter()
-        .filter(|m| m.scenario == "h")
+        .filter(|m| m.scenario == "t")
         .collect();
     if rows.is_empty() {
         return;
     }
-    out.push_str("## h. Schedules: a run with 1,000 of 10,000 schedules due\n\n");
+    out.push_str("## t. Schedules: a run with 1,000 of 10,000 schedules due\n\n");
     out.push_str(
         "Target (issue 12): per job at most 1.5× `jobs_enqueue_batch` of the same 1,000 jobs.\n\n",
     );

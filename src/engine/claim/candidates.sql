@@ -25,7 +25,7 @@ WITH RECURSIVE priorities (priority) AS (
       FROM priorities p
      WHERE p.priority IS NOT NULL
 )
-SELECT due.id, due.priority, due.run_at
+SELECT due.id, due.priority, due.run_at, due.group_key, due.tenant
   FROM (SELECT $5, $6, $7 WHERE $5 IS NOT NULL
         UNION ALL
         SELECT p.priority, '-infinity'::timestamptz, -9223372036854775808
@@ -33,7 +33,7 @@ SELECT due.id, due.priority, due.run_at
          WHERE p.priority IS NOT NULL
        ) AS p(priority, from_run_at, from_id)
  CROSS JOIN LATERAL (
-        SELECT j.id, j.priority, j.run_at
+        SELECT j.id, j.priority, j.run_at, j.group_key, j.tenant
           FROM jobs.job j
          WHERE j.queue = $1
            AND j.state = 'queued'

@@ -7,9 +7,13 @@
 //! commit makes a job claimable ([`wait`]).
 
 mod filter;
+mod groups;
 mod pick;
+mod rate;
 mod token;
 mod wait;
+
+use std::collections::HashSet;
 
 use pgrx::datum::{DatumWithOid, Interval};
 use pgrx::pg_sys::{
@@ -22,7 +26,7 @@ pub use filter::ClaimFilter;
 pub use wait::wake_due_waiters;
 
 use crate::engine::model::Position;
-use crate::engine::queues::unknown_queue;
+use crate::engine::queues::{self, unknown_queue};
 use crate::engine::transitions;
 use crate::pg::clock::server_now;
 use crate::pg::datum::ClaimedRow;
@@ -93,29 +97,57 @@ pub struct ClaimRequest<'a> {
 struct Probe {
     paused: bool,
     earliest_run_at: Option<pg_sys::TimestampTz>,
+    /// The queue's rate limit let nothing through: a token comes (or a reserved one is this
+    /// claim's) at this time.
+    throttled_until: Option<pg_sys::TimestampTz>,
+    /// Whether that time is a token this claim reserved (its next attempt may spend it).
+    reserved: bool,
 }
 
 /// Claims up to `request.n` due jobs (waiting for work when it asks to) and returns them in
 /// claim order.
 pub fn claim(request: &ClaimRequest<'_>) -> Vec<ClaimedRow> {
     if request.wait_micros == 0 {
-        return attempt(request, server_now()).0;
+        return attempt(request, server_now(), 0).0;
     }
     wait::claim_waiting(request)
 }
 
-/// One attempt at claiming: picks and takes up to `n` due jobs as of `now`. When it got
-/// nothing it also says whether the queue is paused and when its earliest queued job is due.
+/// Most candidates one attempt examines (picked and let go again because their group was
+/// full), per job it wants, before it returns with what it has: groups that are all busy must
+/// not make a claim walk the whole queue.
+const EXAMINED_PER_JOB: usize = 10;
+
+/// One attempt at claiming: picks and takes up to `n` due jobs as of `now` (fewer when the
+/// queue's rate limit says so; `prepaid` tokens were reserved by an earlier attempt). When it
+/// got nothing it also says whether the queue is paused, when its earliest queued job is due,
+/// and whether the rate limit held it back.
 fn attempt(
     request: &ClaimRequest<'_>,
     now: pg_sys::TimestampTz,
+    prepaid: u32,
 ) -> (Vec<ClaimedRow>, Option<Probe>) {
     let queue = request.queue;
     // The caller's memory context: results copied here outlive SPI and any subtransaction.
     // SAFETY: reading the current context pointer.
     let result_context = unsafe { pg_sys::CurrentMemoryContext };
     let slot = wakeup::slot(queue);
+    let flow = queues::flow_settings(queue);
+    let concurrency = flow.map_or(1, |f| f.group_concurrency);
     with_client(|client| {
+        let budget = rate::Budget::open(
+            client,
+            queue,
+            flow.and_then(|f| f.rate),
+            request,
+            now,
+            prepaid,
+        );
+        let allowed = budget.allowed();
+        if allowed == 0 {
+            let probe = budget.throttled(client, queue, request, now);
+            return (Vec::new(), Some(probe));
+        }
         let seen = floor::read(slot, queue);
         let picking = Picking {
             queue,
@@ -126,35 +158,64 @@ fn attempt(
         };
         let mut claimed_rows: Vec<(Position, ClaimedRow)> = Vec::new();
         let mut first_skipped: Option<Position> = None;
+        let mut first_dropped: Option<Position> = None;
+        let mut kept_positions: Vec<Position> = Vec::new();
+        let mut let_go: HashSet<i64> = HashSet::new();
+        let mut examined = 0;
         // A picked job that another claim took (and committed) after the candidates' snapshot
-        // is not taken; pick again, with a fresh snapshot, for the ones missing.
+        // is not taken, nor one its group does not allow now; pick again, with a fresh
+        // snapshot, for the ones missing.
         loop {
-            let wanted = request.n - claimed_rows.len();
-            let (picked, skipped) = picking.pick_jobs(client, wanted);
+            let wanted = allowed - claimed_rows.len();
+            let (candidates, skipped) = picking.pick_jobs(client, wanted, &let_go);
             first_skipped = earliest(first_skipped, skipped);
-            if picked.is_empty() {
+            if candidates.is_empty() {
                 break;
             }
-            let leases: Vec<pgrx::Uuid> = picked.iter().map(|_| token::lease_token()).collect();
-            let picked_count = picked.len();
-            let take_args: [DatumWithOid; 6] = [
-                picked.into(),
-                leases.into(),
-                request.worker.as_str().into(),
-                request.lease.into(),
-                timestamptz_arg(now),
-                queue.into(),
-            ];
-            let taken = TAKE.run(client, &take_args);
-            for row in taken.iter() {
-                if let Some(claimed) = row.get_in::<ClaimedRow>("claimed", result_context) {
-                    claimed_rows.push((Position::from_row(&row), claimed));
+            let exhausted = candidates.len() < wanted;
+            examined += candidates.len();
+            let (kept, dropped) = groups::admit(client, queue, concurrency, &candidates);
+            if let Some(dropped) = dropped {
+                first_dropped = earliest(first_dropped, Some(dropped));
+                first_skipped = earliest(first_skipped, Some(dropped));
+                let_go.extend(
+                    candidates
+                        .iter()
+                        .map(|c| c.position.id)
+                        .filter(|id| !kept.iter().any(|k| k.position.id == *id)),
+                );
+            }
+            let picked: Vec<i64> = kept.iter().map(|c| c.position.id).collect();
+            kept_positions.extend(kept.iter().map(|c| c.position));
+            let mut taken_count = 0;
+            if !picked.is_empty() {
+                let leases: Vec<pgrx::Uuid> = picked.iter().map(|_| token::lease_token()).collect();
+                let take_args: [DatumWithOid; 6] = [
+                    picked.into(),
+                    leases.into(),
+                    request.worker.as_str().into(),
+                    request.lease.into(),
+                    timestamptz_arg(now),
+                    queue.into(),
+                ];
+                let taken = TAKE.run(client, &take_args);
+                taken_count = taken.len();
+                for row in taken.iter() {
+                    if let Some(claimed) = row.get_in::<ClaimedRow>("claimed", result_context) {
+                        claimed_rows.push((Position::from_row(&row), claimed));
+                    }
                 }
             }
-            if taken.len() == picked_count || claimed_rows.len() >= request.n {
+            let all_taken = taken_count == candidates.len();
+            if claimed_rows.len() >= allowed
+                || (exhausted && all_taken)
+                || examined >= EXAMINED_PER_JOB * request.n.max(100)
+            {
                 break;
             }
         }
+        picking.extend_reach(&kept_positions, first_dropped);
+        budget.settle(client, queue, claimed_rows.len());
         if let (true, Some(slot), Some(seen)) = (request.filter.takes_every_job(), slot, &seen) {
             let taken: Vec<Position> = claimed_rows.iter().map(|(key, _)| *key).collect();
             if let Some(to) = new_floor(client, queue, seen, &taken, first_skipped) {
@@ -167,21 +228,24 @@ fn attempt(
             claimed_rows.sort_unstable_by_key(|(key, _)| *key);
             return (claimed_rows.into_iter().map(|(_, row)| row).collect(), None);
         }
-        let probe = PROBE.run(client, &[queue.into()]);
-        let Some(probe) = probe.first() else {
-            unknown_queue(queue)
-        };
-        let earliest_run_at = probe
-            .get::<TimestampWithTimeZone>("earliest_run_at")
-            .map(i64::from);
-        (
-            Vec::new(),
-            Some(Probe {
-                paused: probe.get("paused").unwrap_or(false),
-                earliest_run_at,
-            }),
-        )
+        (Vec::new(), Some(probe(client, queue)))
     })
+}
+
+/// What the queue looks like to an attempt that got nothing.
+fn probe(client: &SpiClient<'_>, queue: &str) -> Probe {
+    let rows = PROBE.run(client, &[queue.into()]);
+    let Some(row) = rows.first() else {
+        unknown_queue(queue)
+    };
+    Probe {
+        paused: row.get("paused").unwrap_or(false),
+        earliest_run_at: row
+            .get::<TimestampWithTimeZone>("earliest_run_at")
+            .map(i64::from),
+        throttled_until: None,
+        reserved: false,
+    }
 }
 
 /// Where the claim floor may move after a claim of every kind took `taken`: just past the last

@@ -28,7 +28,7 @@ static CANDIDATES: Statement = Statement {
         param("start id", INT8OID),
         param("tenants", TEXTARRAYOID),
     ],
-    columns: &["id", "priority", "run_at"],
+    columns: &["id", "priority", "run_at", "group_key", "tenant"],
 };
 
 /// The earlier of two positions, either of which may be unknown.
@@ -37,6 +37,15 @@ pub fn earliest(a: Option<Position>, b: Option<Position>) -> Option<Position> {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
     }
+}
+
+/// A job a claim picked (and holds the job lock of).
+#[derive(Clone, Debug)]
+pub struct Candidate {
+    /// Its position in claim order (its id included).
+    pub position: Position,
+    /// Its group and tenant, when it has a group.
+    pub group: Option<(String, Option<String>)>,
 }
 
 /// What one claim is picking from.
@@ -54,17 +63,21 @@ pub struct Picking<'a> {
 }
 
 impl Picking<'_> {
-    /// Picks up to `wanted` due jobs, holding their job locks; returns their ids and the
-    /// position of the first job skipped or left unexamined (the floor may not rise past it).
+    /// Picks up to `wanted` due jobs, holding their job locks; returns them and the position of
+    /// the first job skipped or left unexamined (the floor may not rise past it).
     ///
     /// A claim of every kind that knows its queue's reach (see `runtime::floor::extend_reach`)
     /// starts just past it, where the jobs are not held by the claims in flight, and goes back
     /// to the floor only for what it still lacks. Without that, concurrent claims all start at
     /// the floor and each tries the locks of the jobs the others hold first: a claim of 100
-    /// among 8 tried about 660. A claim of every kind then extends the reach to the last job it
-    /// picked in the floor's priority (jobs of later priorities may lie past delayed jobs of
-    /// that one, which come due in place).
-    pub fn pick_jobs(&self, client: &SpiClient<'_>, wanted: usize) -> (Vec<i64>, Option<Position>) {
+    /// among 8 tried about 660.
+    /// Jobs in `let_go` (picked before by this claim and let go) are passed over.
+    pub fn pick_jobs(
+        &self,
+        client: &SpiClient<'_>,
+        wanted: usize,
+        let_go: &HashSet<i64>,
+    ) -> (Vec<Candidate>, Option<Position>) {
         let every_job = self.filter.takes_every_job();
         let floor_key = self.seen.and_then(|s| s.key);
         let reach = self
@@ -72,42 +85,53 @@ impl Picking<'_> {
             .filter(|_| every_job)
             .and_then(|s| s.reach)
             .filter(|reach| floor_key.is_some_and(|floor| *reach >= floor));
-        let nothing_picked = HashSet::new();
+        let passed_over = let_go.clone();
         let (mut picked, mut skipped) = match reach {
             Some(reach) => {
                 let past_reach = reach.successor();
-                let (picked, skipped) =
-                    self.pick(client, wanted, Some(past_reach), &nothing_picked);
+                let (picked, skipped) = self.pick(client, wanted, Some(past_reach), &passed_over);
                 // What lies between the floor and the reach was not examined.
                 (
                     picked,
                     Some(skipped.map_or(past_reach, |s| s.min(past_reach))),
                 )
             }
-            None => self.pick(client, wanted, floor_key, &nothing_picked),
+            None => self.pick(client, wanted, floor_key, &passed_over),
         };
         if reach.is_some() && picked.len() < wanted {
-            let already: HashSet<i64> = picked.iter().map(|k| k.id).collect();
+            let mut already: HashSet<i64> = picked.iter().map(|c| c.position.id).collect();
+            already.extend(let_go);
             let (more, skipped_here) =
                 self.pick(client, wanted - picked.len(), floor_key, &already);
             picked.extend(more);
             skipped = earliest(skipped, skipped_here);
         }
-        if let (true, Some(slot), Some(seen), Some(floor_key)) =
-            (every_job, self.slot, self.seen, floor_key)
-        {
-            let furthest = picked
-                .iter()
-                .filter(|key| key.priority == floor_key.priority)
-                .max();
-            if let Some(furthest) = furthest {
-                // Should this transaction roll back, the jobs come back below the reach: the
-                // rollback must reset the floor, and the reach with it.
-                transitions::job_locked(self.queue);
-                floor::extend_reach(slot, self.queue, seen, *furthest);
-            }
+        (picked, skipped)
+    }
+
+    /// After a claim of every kind kept `kept` of what it picked: extends the queue's reach to
+    /// the last of them in the floor's priority (jobs of later priorities may lie past delayed
+    /// jobs of that one, which come due in place), but not past `first_dropped`, a job it
+    /// picked and let go (its group was full): nobody holds that one.
+    pub fn extend_reach(&self, kept: &[Position], first_dropped: Option<Position>) {
+        if !self.filter.takes_every_job() {
+            return;
         }
-        (picked.iter().map(|key| key.id).collect(), skipped)
+        let (Some(slot), Some(seen)) = (self.slot, self.seen) else {
+            return;
+        };
+        let Some(floor_key) = seen.key else { return };
+        let furthest = kept
+            .iter()
+            .filter(|key| key.priority == floor_key.priority)
+            .filter(|key| first_dropped.is_none_or(|dropped| **key < dropped))
+            .max();
+        if let Some(furthest) = furthest {
+            // Should this transaction roll back, the jobs come back below the reach: the
+            // rollback must reset the floor, and the reach with it.
+            transitions::job_locked(self.queue);
+            floor::extend_reach(slot, self.queue, seen, *furthest);
+        }
     }
 
     /// Picks up to `wanted` due jobs in claim order, from `start` on, taking each one's job
@@ -119,7 +143,7 @@ impl Picking<'_> {
         wanted: usize,
         mut start: Option<Position>,
         already: &HashSet<i64>,
-    ) -> (Vec<Position>, Option<Position>) {
+    ) -> (Vec<Candidate>, Option<Position>) {
         // Read a few more candidates than needed: the head of a busy queue is usually held by
         // other claims in flight. Each further batch is twice as large, so a claim behind many
         // others catches up in a few statements.
@@ -148,7 +172,13 @@ impl Picking<'_> {
                     continue;
                 }
                 if locks::try_lock_job(key.id) {
-                    picked.push(key);
+                    let group = row
+                        .get::<String>("group_key")
+                        .map(|group| (group, row.get::<String>("tenant")));
+                    picked.push(Candidate {
+                        position: key,
+                        group,
+                    });
                     if picked.len() == wanted {
                         return (picked, first_skipped);
                     }

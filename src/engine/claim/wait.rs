@@ -1,17 +1,51 @@
 //! Claims that wait for work: between attempts the claim sleeps on its queue's wake-up slot
 //! until a commit makes a job claimable, a delayed job comes due, or the wait runs out.
+//!
+//! A sleeping claim holds no locks (each attempt runs in a subtransaction rolled back when it
+//! claims nothing) and, when the statement is nothing but the claim, no snapshot either: it
+//! stops advertising its xmin for the sleep (see `pg::snapshot`), so an idle worker pool does
+//! not hold VACUUM back. A wake-up this claim cannot use (a job of another kind, or tenant) is
+//! passed on to another waiter rather than lost.
 
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
 
-use super::{attempt, ClaimRequest, Probe, PROBE};
+use super::{attempt, rate, ClaimRequest, Probe, PROBE};
 use crate::pg::clock::server_now;
 use crate::pg::datum::ClaimedRow;
 use crate::pg::errors::{raise_with_hint, WAIT_NEEDS_READ_COMMITTED};
+use crate::pg::snapshot;
 use crate::pg::subtransaction::in_subtransaction;
 use crate::runtime::wakeup::{self, Waiter};
-use crate::storage::Statement;
+use crate::storage::{with_client, Statement};
+
+static OWN_FUNCTION: Statement = Statement {
+    name: "claim/own_function",
+    sql: include_str!("own_function.sql"),
+    params: &[],
+    columns: &["function"],
+};
+
+thread_local! {
+    /// The oid of jobs_claim in this session's database, once looked up.
+    static CLAIM_FUNCTION: std::cell::Cell<Option<pg_sys::Oid>> = const { std::cell::Cell::new(None) };
+}
+
+/// The oid of `jobs_claim` (looked up once per session).
+fn claim_function() -> Option<pg_sys::Oid> {
+    if let Some(oid) = CLAIM_FUNCTION.with(std::cell::Cell::get) {
+        return Some(oid);
+    }
+    // In a subtransaction rolled back at once, so the catalog locks the lookup takes are not
+    // held through the sleep that follows.
+    let oid: Option<pg_sys::Oid> = in_subtransaction(|| {
+        let oid = with_client(|client| OWN_FUNCTION.first(client, &[], "function"));
+        (oid, false)
+    });
+    CLAIM_FUNCTION.with(|cell| cell.set(oid));
+    oid
+}
 
 static UNPAUSED_QUEUES: Statement = Statement {
     name: "claim/unpaused_queues",
@@ -32,31 +66,78 @@ pub(super) fn claim_waiting(request: &ClaimRequest<'_>) -> Vec<ClaimedRow> {
         );
     }
     let deadline = server_now().saturating_add(request.wait_micros);
+    // Whether nothing in the statement reads with its snapshot after this call returns, so the
+    // sleep need not hold it.
+    let release_snapshot = claim_function().is_some_and(snapshot::statement_is_lone_call);
     let waiter = Waiter::new(request.queue);
+    let mut passed_on: Option<u64> = None;
+    // A token of the queue's rate limit this claim reserved, and from when it may spend it.
+    let mut reserved_at: Option<pg_sys::TimestampTz> = None;
     loop {
         let seen = waiter.generation();
         let now = server_now();
+        if let Some(at) = reserved_at.filter(|at| *at > now) {
+            if now >= deadline {
+                // The wait ran out before the reserved token came.
+                rate::give_back_reservation(request.queue);
+                return Vec::new();
+            }
+            // Woken before the reserved token is paid for: spending it now would beat the
+            // limit, so sleep on until then (or the end of the wait).
+            waiter.sleep(at.min(deadline), waiter.generation());
+            continue;
+        }
+        let prepaid = u32::from(reserved_at.take().is_some());
         // Each attempt runs in a subtransaction that is rolled back when it claims nothing,
-        // so the locks its statements took are gone while we sleep.
+        // so the locks its statements took are gone while we sleep. (The attempt gives back
+        // the tokens it did not use, the prepaid one included.)
         let (rows, probe) = in_subtransaction(|| {
-            let (rows, probe) = attempt(request, now);
+            let (rows, probe) = attempt(request, now, prepaid);
             let keep = !rows.is_empty();
             ((rows, probe), keep)
         });
+        if let Some(Probe {
+            reserved: true,
+            throttled_until: Some(at),
+            ..
+        }) = probe
+        {
+            reserved_at = Some(at);
+        }
         if !rows.is_empty() || now >= deadline {
+            if reserved_at.is_some() {
+                rate::give_back_reservation(request.queue);
+            }
             return rows;
         }
         let mut wake_at = deadline;
         if let Some(Probe {
-            paused: false,
-            earliest_run_at: Some(run_at),
+            throttled_until: Some(at),
+            ..
         }) = probe
         {
-            // A due job we could not take (held by another claimer, another kind) must not
-            // make us spin; only a future one times the sleep.
+            // The rate limit holds the queue's due jobs back until then (a reserved token, or
+            // the next one): the claim sleeps until it, without polling.
+            wake_at = wake_at.min(at);
+        } else if let Some(Probe {
+            paused: false,
+            earliest_run_at: Some(run_at),
+            ..
+        }) = probe
+        {
             if run_at > now {
+                // Only a future job times the sleep.
                 wake_at = wake_at.min(run_at);
+            } else if passed_on != Some(seen) {
+                // A due job we could not take (another kind, another tenant, or held by a
+                // claim in flight): the wake-up that brought us here may be for a waiter that
+                // can take it.
+                waiter.pass_on();
+                passed_on = Some(seen);
             }
+        }
+        if release_snapshot {
+            snapshot::stop_advertising_xmin();
         }
         waiter.sleep(wake_at, seen);
     }

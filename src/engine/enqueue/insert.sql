@@ -1,9 +1,9 @@
 -- Inserts one job into queue $1 and returns its id; no row when the queue does not exist.
 -- The caller holds the queue's shared lock, so a concurrent jobs_drop_queue cannot orphan it.
 -- $1 queue, $2 payload, $3 kind, $4 run_at, $5 priority, $6 max_attempts (NULL: the queue's),
--- $7 headers, $8 tenant
-INSERT INTO jobs.job (queue, kind, payload, headers, priority, run_at, max_attempts, tenant)
-SELECT q.name, $3, $2, $7, $5, $4, coalesce($6, q.max_attempts), $8
+-- $7 headers, $8 tenant, $9 group_key
+INSERT INTO jobs.job (queue, kind, payload, headers, priority, run_at, max_attempts, tenant, group_key)
+SELECT q.name, $3, $2, $7, $5, $4, coalesce($6, q.max_attempts), $8, $9
   FROM jobs.queue q
  WHERE q.name = $1
 RETURNING id

@@ -1,16 +1,47 @@
 //! Producing jobs: one at a time or many in one statement. A job becomes claimable when the
 //! caller's transaction commits, and never exists if it rolls back (Rule 9).
+//!
+//! Unique jobs: a job with a `unique_key` holds the key in its queue (per tenant) while it is
+//! queued or running and, with `unique_for`, for that long after it succeeded. The database
+//! enforces it: a partial unique index on the jobs that hold a key (`job_unique_idx`), and
+//! inserts with `ON CONFLICT DO NOTHING`, which wait for a holder still being inserted by
+//! another transaction, so when that transaction rolls back this one inserts. A duplicate is
+//! then resolved by `on_conflict`: `skip` answers the holder, `replace` updates a still-queued
+//! holder, `error` raises 23505 naming it. A succeeded holder whose window has passed gives the
+//! key up on the spot. Retries, releases and reclaims keep the job's own hold, so a job never
+//! conflicts with itself.
 
-use pgrx::datum::DatumWithOid;
-use pgrx::pg_sys::{self, INT2OID, INT4OID, JSONBARRAYOID, JSONBOID, TEXTOID, TIMESTAMPTZOID};
+use std::collections::{HashMap, HashSet};
+
+use pgrx::datum::{DatumWithOid, Interval};
+use pgrx::pg_sys::{
+    self, INT2OID, INT4OID, INT8ARRAYOID, INT8OID, INTERVALOID, JSONBARRAYOID, JSONBOID,
+    TEXTARRAYOID, TEXTOID, TIMESTAMPTZOID,
+};
 use pgrx::prelude::*;
+use pgrx::spi::SpiClient;
 
 use crate::engine::model::Position;
 use crate::engine::queues::{self, unknown_queue};
 use crate::engine::transitions;
+use crate::pg::clock::server_now;
 use crate::pg::datum::{Jsonb, JsonbArray};
+use crate::pg::errors::{quote, raise, raise_with_hint, UNIQUE_VIOLATION};
 use crate::runtime::locks;
-use crate::storage::{param, with_client, Statement};
+use crate::storage::{param, timestamptz_arg, with_client, Statement};
+
+/// The parameters every insert statement starts with.
+const JOB_PARAMS: [crate::storage::Param; 9] = [
+    param("queue", TEXTOID),
+    param("payload", JSONBOID),
+    param("kind", TEXTOID),
+    param("run_at", TIMESTAMPTZOID),
+    param("priority", INT2OID),
+    param("max_attempts", INT4OID),
+    param("headers", JSONBOID),
+    param("tenant", TEXTOID),
+    param("group_key", TEXTOID),
+];
 
 mod slots;
 pub use slots::enqueue_slots;
@@ -18,15 +49,25 @@ pub use slots::enqueue_slots;
 static INSERT: Statement = Statement {
     name: "enqueue/insert",
     sql: include_str!("insert.sql"),
+    params: &JOB_PARAMS,
+    columns: &["id"],
+};
+
+static INSERT_UNIQUE: Statement = Statement {
+    name: "enqueue/insert_unique",
+    sql: include_str!("insert_unique.sql"),
     params: &[
-        param("queue", TEXTOID),
-        param("payload", JSONBOID),
-        param("kind", TEXTOID),
-        param("run_at", TIMESTAMPTZOID),
-        param("priority", INT2OID),
-        param("max_attempts", INT4OID),
-        param("headers", JSONBOID),
-        param("tenant", TEXTOID),
+        JOB_PARAMS[0],
+        JOB_PARAMS[1],
+        JOB_PARAMS[2],
+        JOB_PARAMS[3],
+        JOB_PARAMS[4],
+        JOB_PARAMS[5],
+        JOB_PARAMS[6],
+        JOB_PARAMS[7],
+        JOB_PARAMS[8],
+        param("unique_key", TEXTOID),
+        param("unique_for", INTERVALOID),
     ],
     columns: &["id"],
 };
@@ -35,17 +76,95 @@ static INSERT_BATCH: Statement = Statement {
     name: "enqueue/insert_batch",
     sql: include_str!("insert_batch.sql"),
     params: &[
-        param("queue", TEXTOID),
+        JOB_PARAMS[0],
         param("payloads", JSONBARRAYOID),
-        param("kind", TEXTOID),
-        param("run_at", TIMESTAMPTZOID),
-        param("priority", INT2OID),
-        param("max_attempts", INT4OID),
-        param("headers", JSONBOID),
-        param("tenant", TEXTOID),
+        JOB_PARAMS[2],
+        JOB_PARAMS[3],
+        JOB_PARAMS[4],
+        JOB_PARAMS[5],
+        JOB_PARAMS[6],
+        JOB_PARAMS[7],
+        JOB_PARAMS[8],
+        param("group_keys", TEXTARRAYOID),
     ],
     columns: &["id"],
 };
+
+static INSERT_BATCH_UNIQUE: Statement = Statement {
+    name: "enqueue/insert_batch_unique",
+    sql: include_str!("insert_batch_unique.sql"),
+    params: &[
+        JOB_PARAMS[0],
+        param("payloads", JSONBARRAYOID),
+        JOB_PARAMS[2],
+        JOB_PARAMS[3],
+        JOB_PARAMS[4],
+        JOB_PARAMS[5],
+        JOB_PARAMS[6],
+        JOB_PARAMS[7],
+        JOB_PARAMS[8],
+        param("group_keys", TEXTARRAYOID),
+        param("unique_key", TEXTOID),
+        param("unique_keys", TEXTARRAYOID),
+        param("unique_for", INTERVALOID),
+    ],
+    columns: &["id", "unique_key"],
+};
+
+static UNIQUE_HOLDERS: Statement = Statement {
+    name: "enqueue/unique_holders",
+    sql: include_str!("unique_holders.sql"),
+    params: &[
+        param("queue", TEXTOID),
+        param("tenant", TEXTOID),
+        param("unique keys", TEXTARRAYOID),
+        param("now", TIMESTAMPTZOID),
+    ],
+    columns: &["unique_key", "id", "state", "expired"],
+};
+
+static UNIQUE_RELEASE: Statement = Statement {
+    name: "enqueue/unique_release",
+    sql: include_str!("unique_release.sql"),
+    params: &[param("ids", INT8ARRAYOID), param("now", TIMESTAMPTZOID)],
+    columns: &[],
+};
+
+static UNIQUE_REPLACE: Statement = Statement {
+    name: "enqueue/unique_replace",
+    sql: include_str!("unique_replace.sql"),
+    params: &[
+        param("id", INT8OID),
+        param("payload", JSONBOID),
+        param("headers", JSONBOID),
+        param("run_at", TIMESTAMPTZOID),
+        param("priority", INT2OID),
+    ],
+    columns: &["queue", "priority", "run_at", "id"],
+};
+
+/// What an enqueue does when a job of the same queue already holds the unique key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OnConflict {
+    /// Answer the existing job's id.
+    Skip,
+    /// Update a still-queued existing job's payload, headers, run_at and priority.
+    Replace,
+    /// Raise 23505 naming the existing job.
+    Error,
+}
+
+/// Uniqueness of the jobs of one enqueue call.
+pub struct Uniqueness {
+    /// The key of every job, unless `keys` gives one.
+    pub key: Option<String>,
+    /// One key per payload (batch only; NULL elements take `key`).
+    pub keys: Option<Vec<Option<String>>>,
+    /// How long a succeeded job keeps its key.
+    pub unique_for: Option<Interval>,
+    /// What a duplicate does.
+    pub on_conflict: OnConflict,
+}
 
 /// The options every job of one enqueue call shares, checked.
 pub struct JobOptions {
@@ -61,17 +180,32 @@ pub struct JobOptions {
     pub headers: Option<Jsonb>,
     /// The tenant the jobs belong to (checked against the caller's grants).
     pub tenant: Option<String>,
+    /// The group of every job, unless `group_keys` gives one.
+    pub group_key: Option<String>,
+    /// One group per payload (batch only; NULL elements take `group_key`).
+    pub group_keys: Option<Vec<Option<String>>>,
+    /// Unique keys, when any job has one.
+    pub unique: Option<Uniqueness>,
 }
 
+/// A job an enqueue call asked for: the job's id, and whether it was inserted (false: a
+/// unique duplicate was found, and this is its id).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Enqueued {
+    /// The job's id.
+    pub id: i64,
+    /// Whether this call inserted it.
+    pub inserted: bool,
+}
+
+/// Rounds an insert that lost the key to a holder that then vanished (rolled back, expired,
+/// cancelled) retries before giving up.
+const UNIQUE_ROUNDS: usize = 8;
+
 impl JobOptions {
-    /// The arguments of the insert statements: the queue, the payload (one jsonb or a jsonb[])
-    /// and these options.
-    fn statement_args<'a>(
-        &'a self,
-        queue: &'a str,
-        payload: DatumWithOid<'a>,
-    ) -> [DatumWithOid<'a>; 8] {
-        [
+    /// The first nine arguments of every insert statement.
+    fn job_args<'a>(&'a self, queue: &'a str, payload: DatumWithOid<'a>) -> Vec<DatumWithOid<'a>> {
+        vec![
             queue.into(),
             payload,
             self.kind.as_str().into(),
@@ -80,6 +214,7 @@ impl JobOptions {
             self.max_attempts.into(),
             self.headers.into(),
             self.tenant.as_deref().into(),
+            self.group_key.as_deref().into(),
         ]
     }
 
@@ -91,38 +226,330 @@ impl JobOptions {
             id,
         }
     }
+
+    /// The unique key of payload `index` (0-based), if it has one.
+    fn unique_key_of(&self, index: usize) -> Option<&str> {
+        let unique = self.unique.as_ref()?;
+        unique
+            .keys
+            .as_ref()
+            .and_then(|keys| keys.get(index))
+            .and_then(|key| key.as_deref())
+            .or(unique.key.as_deref())
+    }
 }
 
-/// Enqueues one job into `queue` and returns its id.
-pub fn enqueue(queue: &str, payload: Jsonb, options: &JobOptions) -> i64 {
+/// Enqueues one job into `queue`; for a unique duplicate, the existing job's id.
+pub fn enqueue(queue: &str, payload: Jsonb, options: &JobOptions) -> Enqueued {
     // Taken before the statement that reads jobs.queue, so that statement's snapshot sees a
     // drop that committed while we waited.
     locks::lock_queue(queue, false);
-    let id = with_client(|client| {
-        let args = options.statement_args(queue, payload.into());
-        INSERT.first::<i64>(client, &args, "id")
-    });
-    let Some(id) = id else { unknown_queue(queue) };
-    transitions::job_queued(queue, options.position(id));
-    id
+    with_client(|client| match options.unique_key_of(0) {
+        None => {
+            let args = options.job_args(queue, payload.into());
+            let Some(id) = INSERT.first::<i64>(client, &args, "id") else {
+                unknown_queue(queue)
+            };
+            transitions::job_queued(queue, options.position(id));
+            Enqueued { id, inserted: true }
+        }
+        Some(key) => {
+            let enqueued = enqueue_unique(client, queue, payload, key, options);
+            if enqueued.inserted {
+                transitions::job_queued(queue, options.position(enqueued.id));
+            }
+            enqueued
+        }
+    })
 }
 
-/// Enqueues one job per payload into `queue` in one statement and returns their ids in
-/// payload order.
-pub fn enqueue_batch(queue: &str, payloads: JsonbArray, options: &JobOptions) -> Vec<i64> {
-    locks::lock_queue(queue, false);
-    // SAFETY: reading the current context pointer (the caller's, which outlives SPI).
-    let result_context = unsafe { pg_sys::CurrentMemoryContext };
-    let ids: Vec<i64> = with_client(|client| {
-        let args = options.statement_args(queue, payloads.into());
-        let ids: Vec<i64> = INSERT_BATCH.collect(client, &args, "id", result_context);
-        if ids.is_empty() && !queues::exists(client, queue) {
+/// [`enqueue`] of a job with unique key `key`, without announcing the job (the caller does).
+fn enqueue_unique(
+    client: &SpiClient<'_>,
+    queue: &str,
+    payload: Jsonb,
+    key: &str,
+    options: &JobOptions,
+) -> Enqueued {
+    let unique = options
+        .unique
+        .as_ref()
+        .expect("a unique key comes with its options");
+    for _ in 0..UNIQUE_ROUNDS {
+        let mut args = options.job_args(queue, payload.into());
+        args.push(key.into());
+        args.push(unique.unique_for.into());
+        if let Some(id) = INSERT_UNIQUE.first::<i64>(client, &args, "id") {
+            return Enqueued { id, inserted: true };
+        }
+        if !queues::exists(client, queue) {
             unknown_queue(queue);
         }
-        ids
-    });
-    if let Some(&first) = ids.first() {
-        transitions::jobs_queued(queue, ids.len(), options.position(first));
+        let holders = holders_of(client, queue, options.tenant.as_deref(), &[key.to_owned()]);
+        match holders.get(key) {
+            // The holder went away (rolled back, finished, cancelled) since: try again.
+            None => continue,
+            Some(holder) if holder.expired => {
+                release(client, &[holder.id]);
+                continue;
+            }
+            Some(holder) => {
+                resolve_duplicate(client, queue, key, holder, payload, options);
+                return Enqueued {
+                    id: holder.id,
+                    inserted: false,
+                };
+            }
+        }
     }
-    ids
+    key_kept_changing_hands(queue, key)
+}
+
+/// A job that holds a unique key.
+pub struct Holder {
+    /// The job.
+    pub id: i64,
+    /// Its state.
+    pub state: String,
+    /// Whether its hold has run out (a succeeded job past its unique_for window).
+    pub expired: bool,
+}
+
+/// The holders of `keys` in `queue` for `tenant`, by key.
+pub fn holders_of(
+    client: &SpiClient<'_>,
+    queue: &str,
+    tenant: Option<&str>,
+    keys: &[String],
+) -> HashMap<String, Holder> {
+    let args: [DatumWithOid; 4] = [
+        queue.into(),
+        tenant.into(),
+        keys.to_vec().into(),
+        timestamptz_arg(server_now()),
+    ];
+    UNIQUE_HOLDERS
+        .run(client, &args)
+        .iter()
+        .map(|row| {
+            (
+                row.expect::<String>("unique_key"),
+                Holder {
+                    id: row.expect("id"),
+                    state: row.expect("state"),
+                    expired: row.expect("expired"),
+                },
+            )
+        })
+        .collect()
+}
+
+/// Ends the holds of succeeded jobs whose window has passed.
+pub fn release(client: &SpiClient<'_>, ids: &[i64]) {
+    UNIQUE_RELEASE.run(
+        client,
+        &[ids.to_vec().into(), timestamptz_arg(server_now())],
+    );
+}
+
+/// Applies `on_conflict` to a duplicate of `holder`.
+fn resolve_duplicate(
+    client: &SpiClient<'_>,
+    queue: &str,
+    key: &str,
+    holder: &Holder,
+    payload: Jsonb,
+    options: &JobOptions,
+) {
+    let unique = options
+        .unique
+        .as_ref()
+        .expect("a unique key comes with its options");
+    match unique.on_conflict {
+        OnConflict::Skip => {}
+        OnConflict::Replace => {
+            let args: [DatumWithOid; 5] = [
+                holder.id.into(),
+                payload.into(),
+                options.headers.into(),
+                options.run_at.into(),
+                options.priority.into(),
+            ];
+            // A running or finished holder is left alone (no row).
+            transitions::queued_rows(&UNIQUE_REPLACE.run(client, &args));
+        }
+        OnConflict::Error => raise_with_hint(
+            UNIQUE_VIOLATION,
+            format!(
+                "job {} ({}) already holds unique key {} in queue {}",
+                holder.id,
+                holder.state,
+                quote(key),
+                quote(queue)
+            ),
+            "Pass on_conflict => 'skip' to get its id instead, or 'replace' to update it while it is queued.",
+        ),
+    }
+}
+
+/// Raises the error for a key whose holders kept vanishing under the insert.
+fn key_kept_changing_hands(queue: &str, key: &str) -> ! {
+    raise(
+        pgrx::PgSqlErrorCode::ERRCODE_T_R_SERIALIZATION_FAILURE,
+        format!(
+            "unique key {} of queue {} changed hands {UNIQUE_ROUNDS} times during this enqueue",
+            quote(key),
+            quote(queue)
+        ),
+    )
+}
+
+/// Enqueues one job per payload into `queue` in one statement; one answer per payload, in
+/// payload order (for a unique duplicate, the existing job's id).
+pub fn enqueue_batch(queue: &str, payloads: JsonbArray, options: &JobOptions) -> Vec<Enqueued> {
+    locks::lock_queue(queue, false);
+    let count = payloads.elements().len();
+    with_client(|client| {
+        let mut args = options.job_args(queue, payloads.into());
+        args.push(options.group_keys.clone().into());
+        let enqueued = match &options.unique {
+            None => {
+                // SAFETY: reading the current context pointer (SPI's, which lives long enough:
+                // the ids are plain numbers).
+                let context = unsafe { pg_sys::CurrentMemoryContext };
+                INSERT_BATCH
+                    .collect::<i64>(client, &args, "id", context)
+                    .into_iter()
+                    .map(|id| Enqueued { id, inserted: true })
+                    .collect::<Vec<_>>()
+            }
+            Some(unique) => {
+                args.push(unique.key.as_deref().into());
+                args.push(unique.keys.clone().into());
+                args.push(unique.unique_for.into());
+                batch_unique(client, queue, payloads, count, options, &args)
+            }
+        };
+        if enqueued.is_empty() && count > 0 && !queues::exists(client, queue) {
+            unknown_queue(queue);
+        }
+        let inserted: Vec<i64> = enqueued
+            .iter()
+            .filter(|e| e.inserted)
+            .map(|e| e.id)
+            .collect();
+        if let Some(&first) = inserted.iter().min() {
+            transitions::jobs_queued(queue, inserted.len(), options.position(first));
+        }
+        enqueued
+    })
+}
+
+/// The unique half of [`enqueue_batch`]: inserts what holds no key yet, then answers each
+/// payload that lost its key with the holder (another job, or an earlier payload of this
+/// batch), resolving `on_conflict` for it.
+fn batch_unique(
+    client: &SpiClient<'_>,
+    queue: &str,
+    payloads: JsonbArray,
+    count: usize,
+    options: &JobOptions,
+    args: &[DatumWithOid<'_>],
+) -> Vec<Enqueued> {
+    let rows = INSERT_BATCH_UNIQUE.run(client, args);
+    let returned: Vec<(i64, Option<String>)> = rows
+        .iter()
+        .map(|row| (row.expect::<i64>("id"), row.get::<String>("unique_key")))
+        .collect();
+    if returned.is_empty() && !queues::exists(client, queue) {
+        unknown_queue(queue);
+    }
+    // Match the inserted rows (in payload order) to payloads: a payload without a key was
+    // inserted; one with a key was inserted if the next row has that key and no earlier
+    // payload of the batch took it.
+    let mut answers: Vec<Option<Enqueued>> = vec![None; count];
+    let mut taken_here: HashMap<String, i64> = HashMap::new();
+    let mut next = returned.into_iter().peekable();
+    for (index, answer) in answers.iter_mut().enumerate() {
+        let key = options.unique_key_of(index);
+        let inserted_here = match key {
+            None => true,
+            Some(key) => {
+                !taken_here.contains_key(key)
+                    && next.peek().is_some_and(|(_, k)| k.as_deref() == Some(key))
+            }
+        };
+        if inserted_here {
+            let (id, _) = next.next().expect("an inserted row for this payload");
+            if let Some(key) = key {
+                taken_here.insert(key.to_owned(), id);
+            }
+            *answer = Some(Enqueued { id, inserted: true });
+        }
+    }
+    // The duplicates: of an earlier payload of this batch, or of another job.
+    let missing: Vec<String> = answers
+        .iter()
+        .enumerate()
+        .filter(|(_, a)| a.is_none())
+        .filter_map(|(i, _)| options.unique_key_of(i))
+        .filter(|key| !taken_here.contains_key(*key))
+        .map(str::to_owned)
+        .collect::<HashSet<_>>()
+        .into_iter()
+        .collect();
+    let mut holders = if missing.is_empty() {
+        HashMap::new()
+    } else {
+        holders_of(client, queue, options.tenant.as_deref(), &missing)
+    };
+    let elements = payloads.elements();
+    for index in 0..count {
+        if answers[index].is_some() {
+            continue;
+        }
+        let key = options
+            .unique_key_of(index)
+            .expect("only payloads with a key can be duplicates");
+        let payload = elements[index].expect("payloads were checked for NULL");
+        if let Some(&id) = taken_here.get(key) {
+            let holder = Holder {
+                id,
+                state: "queued".to_owned(),
+                expired: false,
+            };
+            resolve_duplicate(client, queue, key, &holder, payload, options);
+            answers[index] = Some(Enqueued {
+                id,
+                inserted: false,
+            });
+            continue;
+        }
+        match holders.remove(key) {
+            Some(holder) if !holder.expired => {
+                resolve_duplicate(client, queue, key, &holder, payload, options);
+                answers[index] = Some(Enqueued {
+                    id: holder.id,
+                    inserted: false,
+                });
+                holders.insert(key.to_owned(), holder);
+            }
+            other => {
+                // The holder's window has passed, or it went away: this payload goes in on its
+                // own, through the single path that handles both.
+                if let Some(holder) = other {
+                    release(client, &[holder.id]);
+                }
+                let single = enqueue_unique(client, queue, payload, key, options);
+                if single.inserted {
+                    taken_here.insert(key.to_owned(), single.id);
+                }
+                answers[index] = Some(single);
+            }
+        }
+    }
+    answers
+        .into_iter()
+        .map(|a| a.expect("every payload is answered"))
+        .collect()
 }

@@ -2,5 +2,7 @@
 -- next heartbeat or settle call. The caller locked the row and checked its state.
 -- $1 id, $2 now
 UPDATE jobs.job
-   SET state = 'cancelled', finished_at = $2, lease_until = NULL
+   SET state = 'cancelled', finished_at = $2, lease_until = NULL,
+       -- A cancelled unique job frees its key.
+       unique_hold = false
  WHERE id = $1

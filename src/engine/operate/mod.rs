@@ -4,11 +4,14 @@ use pgrx::pg_sys::{INT8OID, TEXTARRAYOID, TIMESTAMPTZOID};
 use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
 
+use crate::engine::enqueue;
 use crate::engine::model::JobState;
 use crate::engine::tenants::TenantScope;
 use crate::engine::transitions;
 use crate::pg::clock::server_now;
-use crate::pg::errors::{raise, raise_with_hint, UNKNOWN_JOB, WRONG_STATE};
+use crate::pg::errors::{
+    quote, raise, raise_with_hint, UNIQUE_VIOLATION, UNKNOWN_JOB, WRONG_STATE,
+};
 use crate::runtime::locks;
 use crate::storage::{param, timestamptz_arg, with_client, Statement};
 
@@ -16,7 +19,7 @@ static LOCK_STATE: Statement = Statement {
     name: "operate/lock_state",
     sql: include_str!("lock_state.sql"),
     params: &[param("id", INT8OID), param("tenants", TEXTARRAYOID)],
-    columns: &["state", "queue"],
+    columns: &["state", "queue", "group_key", "tenant", "unique_key"],
 };
 
 static CANCEL: Statement = Statement {
@@ -33,15 +36,27 @@ static RETRY: Statement = Statement {
     columns: &["queue", "priority", "run_at", "id"],
 };
 
-/// Locks job `id`'s row and returns its latest committed state and its queue, raising P0002
-/// when there is none (or it belongs to a tenant outside the caller's scope).
-fn lock_job_row(client: &SpiClient<'_>, id: i64, scope: &TenantScope) -> (JobState, String) {
+/// A job as an operation by id finds it.
+struct Locked {
+    state: JobState,
+    queue: String,
+    group_key: Option<String>,
+    tenant: Option<String>,
+    unique_key: Option<String>,
+}
+
+/// Locks job `id`'s row and returns its latest committed state, raising P0002 when there is
+/// none (or it belongs to a tenant outside the caller's scope).
+fn lock_job_row(client: &SpiClient<'_>, id: i64, scope: &TenantScope) -> Locked {
     let rows = LOCK_STATE.run(client, &[id.into(), scope.param()]);
     let found = rows.first().and_then(|row| {
-        Some((
-            JobState::parse(&row.get::<String>("state")?)?,
-            row.get::<String>("queue")?,
-        ))
+        Some(Locked {
+            state: JobState::parse(&row.get::<String>("state")?)?,
+            queue: row.get::<String>("queue")?,
+            group_key: row.get("group_key"),
+            tenant: row.get("tenant"),
+            unique_key: row.get("unique_key"),
+        })
     });
     match found {
         Some(found) => found,
@@ -56,12 +71,16 @@ pub fn cancel(id: i64, scope: &TenantScope) -> JobState {
     // claim (and makes later claims skip the job) instead of a claim waiting on our row lock.
     locks::lock_job(id);
     with_client(|client| {
-        let (state, queue) = lock_job_row(client, id, scope);
-        transitions::job_locked(&queue);
-        if state.is_finished() {
-            return state;
+        let job = lock_job_row(client, id, scope);
+        transitions::job_locked(&job.queue);
+        if job.state.is_finished() {
+            return job.state;
         }
         CANCEL.run(client, &[id.into(), timestamptz_arg(server_now())]);
+        if job.group_key.is_some() {
+            // Its group's next job may run (a queued head blocked it too).
+            transitions::group_freed(&job.queue);
+        }
         JobState::Cancelled
     })
 }
@@ -70,8 +89,8 @@ pub fn cancel(id: i64, scope: &TenantScope) -> JobState {
 /// history stays.
 pub fn retry(id: i64, run_at: TimestampWithTimeZone, scope: &TenantScope) -> JobState {
     with_client(|client| {
-        let (state, _) = lock_job_row(client, id, scope);
-        match state {
+        let job = lock_job_row(client, id, scope);
+        match job.state {
             JobState::Failed | JobState::Cancelled => {}
             JobState::Succeeded => raise_with_hint(
                 WRONG_STATE,
@@ -82,14 +101,50 @@ pub fn retry(id: i64, run_at: TimestampWithTimeZone, scope: &TenantScope) -> Job
                 WRONG_STATE,
                 format!(
                     "job {id} is {}; only failed or cancelled jobs can be retried",
-                    state.as_str()
+                    job.state.as_str()
                 ),
                 "It has not finished yet. Cancel it first (SELECT jobs_cancel(id)) if it must start over.",
             ),
+        }
+        if let Some(group) = &job.group_key {
+            // A retried job of a group may become its head again: no claim may be deciding
+            // for the group meanwhile.
+            locks::lock_group(locks::group_key_hash(
+                &job.queue,
+                job.tenant.as_deref(),
+                group,
+            ));
+        }
+        if let Some(key) = &job.unique_key {
+            check_key_free(client, id, &job, key);
         }
         let rows = RETRY.run(client, &[id.into(), run_at.into()]);
         let row = rows.first().expect("operate/retry updates the locked job");
         transitions::queued_row(&row);
         JobState::Queued
     })
+}
+
+/// Refuses to retry job `id` while another job holds its unique key (a job enqueued with the
+/// key after this one ended); a holder whose window has passed gives the key up.
+fn check_key_free(client: &SpiClient<'_>, id: i64, job: &Locked, key: &str) {
+    let holders = enqueue::holders_of(client, &job.queue, job.tenant.as_deref(), &[key.to_owned()]);
+    let Some(holder) = holders.get(key).filter(|holder| holder.id != id) else {
+        return;
+    };
+    if holder.expired {
+        enqueue::release(client, &[holder.id]);
+        return;
+    }
+    raise_with_hint(
+        UNIQUE_VIOLATION,
+        format!(
+            "job {id} cannot be retried: job {} ({}) holds its unique key {} in queue {}",
+            holder.id,
+            holder.state,
+            quote(key),
+            quote(&job.queue)
+        ),
+        "Cancel that job first, or enqueue the work anew.",
+    );
 }

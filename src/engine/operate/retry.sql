@@ -4,6 +4,8 @@
 -- $1 id, $2 run_at
 UPDATE jobs.job
    SET state = 'queued', attempt = 0, run_at = $2, lease = NULL, lease_until = NULL,
+       -- A unique job takes its key back (the caller checked that no other job holds it).
+       unique_hold = unique_key IS NOT NULL,
        finished_at = NULL, result = NULL
  WHERE id = $1
 RETURNING queue, priority, run_at, id

@@ -10,7 +10,14 @@ use crate::pg::datum::QueueRow;
 use crate::pg::errors::{
     quote, raise, raise_with_hint, BAD_ARGUMENT, QUEUE_IN_USE, UNKNOWN_QUEUE, WRONG_STATE,
 };
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+
+use crate::runtime::effects;
 use crate::runtime::locks;
+use crate::runtime::rate::{self, Limit};
+use crate::runtime::shmem::shared;
 use crate::storage::{param, with_client, Statement};
 
 /// The queue `CREATE EXTENSION` makes, which the contract says always exists.
@@ -37,6 +44,7 @@ static UPDATE: Statement = Statement {
         param("rate_limit", FLOAT8OID),
         param("group_concurrency", INT4OID),
         param("dead_letter", TEXTOID),
+        param("rate_burst", FLOAT8OID),
     ],
     columns: &["queue_row"],
 };
@@ -93,6 +101,8 @@ pub struct QueueSettings<'a> {
     pub retention: Option<Interval>,
     /// Claims per second; 0 clears it.
     pub rate_limit: Option<f64>,
+    /// Most claims at once above the rate (the bucket's size); 0 clears it.
+    pub rate_burst: Option<f64>,
     /// Running jobs allowed at once per group.
     pub group_concurrency: Option<i32>,
     /// The dead-letter queue; `""` clears it.
@@ -130,7 +140,7 @@ pub fn create_or_update(queue: &str, settings: &QueueSettings<'_>) -> QueueRow {
         if let Some(dead_letter) = dead_letter {
             check_dead_letter_chain(client, queue, dead_letter);
         }
-        let args: [DatumWithOid; 10] = [
+        let args: [DatumWithOid; 11] = [
             queue.into(),
             settings.lease.into(),
             settings.max_attempts.into(),
@@ -141,8 +151,10 @@ pub fn create_or_update(queue: &str, settings: &QueueSettings<'_>) -> QueueRow {
             settings.rate_limit.into(),
             settings.group_concurrency.into(),
             settings.dead_letter.into(),
+            settings.rate_burst.into(),
         ];
         if let Some(row) = UPDATE.first::<QueueRow>(client, &args, "queue_row") {
+            settings_changed(queue);
             return row;
         }
         let current = BACKOFF.run(client, &[queue.into()]);
@@ -208,7 +220,7 @@ pub fn drop(queue: &str, force: bool) {
         let row = rows.first().expect("queues/drop returns one row");
         let outcome: String = row.expect("outcome");
         match outcome.as_str() {
-            "dropped" => {}
+            "dropped" => settings_changed(queue),
             "unknown" => unknown_queue(queue),
             "busy" => {
                 let active: i64 = row.get("active").unwrap_or(0);
@@ -235,6 +247,75 @@ pub fn drop(queue: &str, force: bool) {
             }
         }
     });
+}
+
+/// Flow-control settings of a queue, as claims apply them.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct FlowSettings {
+    /// The rate limit, if any.
+    pub rate: Option<Limit>,
+    /// Running jobs allowed at once per group.
+    pub group_concurrency: i32,
+}
+
+static FLOW: Statement = Statement {
+    name: "queues/flow",
+    sql: include_str!("flow.sql"),
+    params: &[param("queue", TEXTOID)],
+    columns: &["rate_limit", "rate_burst", "group_concurrency"],
+};
+
+thread_local! {
+    /// Flow settings read in this session, valid while the shared generation stays the same.
+    static FLOW_CACHE: RefCell<(u64, HashMap<String, Option<FlowSettings>>)> =
+        RefCell::new((u64::MAX, HashMap::new()));
+}
+
+/// The flow-control settings of `queue` (`None` when it does not exist), cached per session
+/// until a commit changes any queue's settings.
+pub fn flow_settings(queue: &str) -> Option<FlowSettings> {
+    let generation = shared().map(|s| s.queue_settings().load(Ordering::Acquire));
+    if let Some(generation) = generation {
+        let cached = FLOW_CACHE.with(|cache| {
+            let cache = cache.borrow();
+            (cache.0 == generation)
+                .then(|| cache.1.get(queue).copied())
+                .flatten()
+        });
+        if let Some(settings) = cached {
+            return settings;
+        }
+    }
+    let settings = with_client(|client| {
+        let rows = FLOW.run(client, &[queue.into()]);
+        rows.first().map(|row| {
+            let rate_limit: Option<f64> = row.get("rate_limit");
+            FlowSettings {
+                rate: rate_limit.map(|rate| Limit {
+                    rate,
+                    burst: row.get::<f64>("rate_burst").unwrap_or(rate).max(1.0),
+                }),
+                group_concurrency: row.expect("group_concurrency"),
+            }
+        })
+    });
+    if let Some(generation) = generation {
+        FLOW_CACHE.with(|cache| {
+            let mut cache = cache.borrow_mut();
+            if cache.0 != generation {
+                *cache = (generation, HashMap::new());
+            }
+            cache.1.insert(queue.to_owned(), settings);
+        });
+    }
+    settings
+}
+
+/// A change of `queue`'s settings (or its drop): every session's cached settings go at commit,
+/// and its rate bucket now.
+fn settings_changed(queue: &str) {
+    effects::queue_settings_changed();
+    rate::forget(queue);
 }
 
 /// Pauses or resumes `queue`; a resume wakes the claims waiting on it.

@@ -23,7 +23,7 @@ static RECLAIM: Statement = Statement {
         param("batch size", INT4OID),
         param("tenants", TEXTARRAYOID),
     ],
-    columns: &["id", "queue", "state", "priority", "run_at"],
+    columns: &["id", "queue", "state", "priority", "run_at", "group_key"],
 };
 
 /// Takes back up to [`BATCH`] expired leases within `scope`: queued again while attempts
@@ -39,6 +39,10 @@ pub fn reclaim_batch(client: &SpiClient<'_>, scope: &TenantScope) -> usize {
     );
     let mut failed = Vec::new();
     for row in rows.iter() {
+        if row.get::<String>("group_key").is_some() {
+            // The group's slot is free: its next job may run.
+            transitions::group_freed(&row.expect::<String>("queue"));
+        }
         if row.expect::<String>("state") == JobState::Failed.as_str() {
             failed.push(row.expect::<i64>("id"));
         } else {

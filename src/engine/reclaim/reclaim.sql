@@ -20,6 +20,8 @@ UPDATE jobs.job j
                          'attempt', j.attempt,
                          'at', $1,
                          'error', CASE WHEN j.attempt < j.max_attempts THEN 'lease expired'
-                                       ELSE 'lease expired on the final attempt' END))
+                                       ELSE 'lease expired on the final attempt' END)),
+       -- A unique job that ends failed frees its key; one queued again keeps it.
+       unique_hold = j.unique_hold AND j.attempt < j.max_attempts
 WHERE j.id = ANY (ARRAY(SELECT id FROM expired))
-RETURNING j.id, j.queue, j.state::text AS state, j.priority, j.run_at
+RETURNING j.id, j.queue, j.state::text AS state, j.priority, j.run_at, j.group_key

@@ -12,8 +12,10 @@ UPDATE jobs.job j
        lease       = CASE WHEN $5 AND j.attempt < j.max_attempts THEN NULL ELSE j.lease END,
        lease_until = NULL,
        finished_at = CASE WHEN $5 AND j.attempt < j.max_attempts THEN NULL ELSE $6 END,
-       errors      = j.errors || jsonb_build_array(jsonb_build_object('attempt', j.attempt, 'at', $6, 'error', $3))
+       errors      = j.errors || jsonb_build_array(jsonb_build_object('attempt', j.attempt, 'at', $6, 'error', $3)),
+       -- A unique job that ends failed frees its key; one retried keeps it.
+       unique_hold = j.unique_hold AND $5 AND j.attempt < j.max_attempts
   FROM jobs.queue q
  WHERE j.id = $1 AND j.lease = $2 AND j.state = $8::jobs.state AND q.name = j.queue
    AND ($7::text[] IS NULL OR (j.tenant IS NULL AND cardinality($7::text[]) = 0) OR j.tenant = ANY ($7::text[]))
-RETURNING j.state::text AS state, j.queue, j.priority, j.run_at, j.id
+RETURNING j.state::text AS state, j.queue, j.priority, j.run_at, j.id, j.group_key

@@ -9,6 +9,7 @@
 use std::collections::{HashMap, HashSet};
 
 use pgrx::datum::{DatumWithOid, Interval};
+use pgrx::pg_sys;
 use pgrx::pg_sys::{
     BOOLOID, INT8ARRAYOID, INT8OID, INTERVALOID, JSONBOID, TEXTARRAYOID, TEXTOID, TIMESTAMPTZOID,
     UUIDARRAYOID, UUIDOID,
@@ -21,7 +22,7 @@ use crate::engine::tenants::TenantScope;
 use crate::engine::transitions;
 use crate::pg::clock::server_now;
 use crate::pg::datum::Jsonb;
-use crate::runtime::locks::lock_job;
+use crate::runtime::locks::{lock_job, try_lock_job};
 use crate::storage::{param, timestamptz_arg, with_client, Rows, Statement};
 
 static COMPLETE: Statement = Statement {
@@ -35,7 +36,7 @@ static COMPLETE: Statement = Statement {
         param("tenants", TEXTARRAYOID),
         param("state", TEXTOID),
     ],
-    columns: &["settled"],
+    columns: &["queue", "group_key"],
 };
 
 static COMPLETE_BATCH: Statement = Statement {
@@ -48,7 +49,7 @@ static COMPLETE_BATCH: Statement = Statement {
         param("tenants", TEXTARRAYOID),
         param("state", TEXTOID),
     ],
-    columns: &["id", "lease"],
+    columns: &["id", "lease", "queue", "group_key"],
 };
 
 static HELD_STATE: Statement = Statement {
@@ -75,7 +76,7 @@ static FAIL: Statement = Statement {
         param("tenants", TEXTARRAYOID),
         param("state", TEXTOID),
     ],
-    columns: &["state", "queue", "priority", "run_at", "id"],
+    columns: &["state", "queue", "priority", "run_at", "id", "group_key"],
 };
 
 static RELEASE: Statement = Statement {
@@ -90,7 +91,14 @@ static RELEASE: Statement = Statement {
         param("tenants", TEXTARRAYOID),
         param("state", TEXTOID),
     ],
-    columns: &["queue", "priority", "run_at", "id"],
+    columns: &["queue", "priority", "run_at", "id", "group_key"],
+};
+
+static ROW_LOCKER: Statement = Statement {
+    name: "settle/row_locker",
+    sql: include_str!("row_locker.sql"),
+    params: &[param("id", INT8OID)],
+    columns: &["xmax"],
 };
 
 static HEARTBEAT: Statement = Statement {
@@ -132,10 +140,45 @@ fn held_states(
         .collect()
 }
 
-/// Takes the job lock of a job a reclaim put back in the queue, before acting on it.
-fn lock_reclaimed(id: i64, queue: &str) {
-    lock_job(id);
+/// Takes the job lock of a job a reclaim put back in the queue, before acting on it, so claims
+/// skip the job meanwhile instead of waiting for us.
+///
+/// Unless this transaction holds the job's row lock already: the first settle statement, meeting
+/// the row while the reclaim changed it, waited for the reclaim and then locked the row's new
+/// version when its recheck failed. A claim holding the job lock may then be waiting for that
+/// row lock, and waiting for its job lock would deadlock; no claim can change the row before we
+/// end, so the job is ours to settle without it.
+fn lock_reclaimed(client: &SpiClient<'_>, id: i64, queue: &str) {
+    if !try_lock_job(id) && !holds_row_lock(client, id) {
+        lock_job(id);
+    }
     transitions::job_locked(queue);
+}
+
+/// Whether this transaction (or the subtransaction it is in) holds the lock of job `id`'s row.
+fn holds_row_lock(client: &SpiClient<'_>, id: i64) -> bool {
+    let Some(xmax) = ROW_LOCKER
+        .first::<String>(client, &[id.into()], "xmax")
+        .and_then(|xmax| xmax.parse::<u32>().ok())
+    else {
+        return false;
+    };
+    // SAFETY: reads this backend's transaction ids (invalid when none is assigned).
+    let (top, current) = unsafe {
+        (
+            u32::from(pg_sys::GetTopTransactionIdIfAny()),
+            u32::from(pg_sys::GetCurrentTransactionIdIfAny()),
+        )
+    };
+    xmax != 0 && (xmax == top || xmax == current)
+}
+
+/// A grouped job left `running` in `row` (it finished, or went back to the queue): its group
+/// has a free slot once this transaction commits.
+fn free_group_slot(row: &crate::storage::Row<'_>) {
+    if row.get::<String>("group_key").is_some() {
+        transitions::group_freed(&row.expect::<String>("queue"));
+    }
 }
 
 /// Runs a settle statement (whose last argument is the state it acts on) for the job held
@@ -159,7 +202,7 @@ fn run_held(
     let held = held_states(client, &[(id, lease)], scope).remove(&(id, lease));
     match held {
         Some((JobState::Queued, queue)) => {
-            lock_reclaimed(id, &queue);
+            lock_reclaimed(client, id, &queue);
             *args.last_mut().expect("the state argument") = JobState::Queued.as_str().into();
             let rows = statement.run(client, &args);
             if !rows.is_empty() {
@@ -209,7 +252,10 @@ pub fn complete(held: Held, result: Option<Jsonb>, scope: &TenantScope) -> Outco
             timestamptz_arg(server_now()),
         ];
         match run_held(client, &COMPLETE, held, scope, args) {
-            Ok(_) => Outcome::Succeeded,
+            Ok(rows) => {
+                rows.iter().for_each(|row| free_group_slot(&row));
+                Outcome::Succeeded
+            }
             Err(answer) => answer,
         }
     })
@@ -231,7 +277,10 @@ pub fn complete_batch(pairs: &[Held], scope: &TenantScope) -> Vec<(i64, Outcome)
             COMPLETE_BATCH
                 .run(client, &args)
                 .iter()
-                .filter_map(|row| Some((row.get::<i64>("id")?, row.get::<pgrx::Uuid>("lease")?)))
+                .filter_map(|row| {
+                    free_group_slot(&row);
+                    Some((row.get::<i64>("id")?, row.get::<pgrx::Uuid>("lease")?))
+                })
                 .collect()
         };
         let missed = |done: &HashSet<Held>| -> Vec<Held> {
@@ -254,7 +303,7 @@ pub fn complete_batch(pairs: &[Held], scope: &TenantScope) -> Vec<(i64, Outcome)
             reclaimed.sort_unstable();
             reclaimed
                 .iter()
-                .for_each(|((id, _), queue)| lock_reclaimed(*id, queue));
+                .for_each(|((id, _), queue)| lock_reclaimed(client, *id, queue));
             let reclaimed: Vec<Held> = reclaimed.into_iter().map(|(pair, _)| pair).collect();
             done.extend(complete(&reclaimed, JobState::Queued));
             states = held_states(client, &missed(&done), scope);
@@ -301,6 +350,7 @@ pub fn fail(
             Err(answer) => return answer,
         };
         let row = rows.first().expect("settle/fail returned a row");
+        free_group_slot(&row);
         if row.expect::<String>("state") == JobState::Failed.as_str() {
             dead_letter::copy_failed(client, vec![held.0]);
             Outcome::Failed
@@ -329,6 +379,7 @@ pub fn release(
         ];
         match run_held(client, &RELEASE, held, scope, args) {
             Ok(rows) => {
+                rows.iter().for_each(|row| free_group_slot(&row));
                 transitions::queued_rows(&rows);
                 Outcome::Queued
             }

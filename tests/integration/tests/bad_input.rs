@@ -3,19 +3,22 @@
 //!
 //! * [`bad_calls_raise_documented_errors_and_change_nothing`] runs a table of bad calls, each on
 //!   a fresh session, against a fixture queue with a running, a queued and a succeeded job. It
-//!   snapshots every table of the extension's `jobs` schema before and after each call and
-//!   checks the SQLSTATE, the message and that the snapshot did not move. It prints the table of
+//!   snapshots every table of the extension's `jobs` schema and each queue's shared memory
+//!   (`jobs.runtime_state`: claim floor and reach, wake-up slot) before and after each call, and
+//!   checks the SQLSTATE, the message and that the snapshot did not move. Every `jobs_*`
+//!   function that takes arguments must have a bad call in the table. It prints the table of
 //!   calls and their SQLSTATEs at the end (`--nocapture` shows it).
 //! * [`error_messages_name_the_argument_and_the_range`] pins the exact wording of a few
 //!   messages, and the hint of the unknown-queue error.
 //! * [`payload_limit_is_the_jsonb_size_to_the_byte`] shows the limit is exact: a payload of
 //!   exactly `pg_jobs.max_payload_bytes` is accepted, one byte more is refused.
 //!
-//! The tests of this file share the cluster's tables, so they run one at a time.
+//! The tests of this file share a cluster of their own, whose worker does not tick (it would
+//! change shared memory between the snapshots), and its tables, so they run one at a time.
 
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 
-use pg_jobs_tests::{claim, enqueue, scalar, Client, Cluster};
+use pg_jobs_tests::{claim, enqueue, scalar, Client, Cluster, TEST_SETTINGS};
 use serde_json::json;
 
 /// Serialises the tests of this file: the snapshots cover the whole schema.
@@ -49,7 +52,33 @@ impl BadCall {
     }
 }
 
-/// Every table of the extension (each relation of schema `jobs`), rendered as sorted JSON.
+/// Queue names the bad calls use that name no queue; their shared-memory slots are watched too.
+const UNKNOWN_QUEUES: [&str; 2] = ["no-such-queue", "bad-input-new"];
+
+/// The cluster of this file: the test settings with a worker that does not tick, so that the
+/// only changes to shared memory (claim floors and reaches, which the tick forgets, and
+/// wake-up slots, which it signals for due jobs) are the calls' own.
+fn cluster() -> &'static Cluster {
+    static CLUSTER: OnceLock<Cluster> = OnceLock::new();
+    CLUSTER.get_or_init(|| {
+        let settings: Vec<&str> = TEST_SETTINGS
+            .iter()
+            .copied()
+            .filter(|s| !s.starts_with("pg_jobs.tick"))
+            .chain(["pg_jobs.tick = '1h'"])
+            .collect();
+        let cluster = Cluster::start("bad-input", &settings);
+        cluster
+            .connect()
+            .batch_execute("CREATE EXTENSION pg_jobs")
+            .expect("create the extension");
+        cluster
+    })
+}
+
+/// Every table of the extension (each relation of schema `jobs`), rendered as sorted JSON, and
+/// what shared memory holds for every queue (`jobs.runtime_state`: claim floor, reach, wake-up
+/// slot), so that "changes nothing" covers both.
 fn snapshot(client: &mut Client) -> Vec<(String, String)> {
     let tables: Vec<String> = client
         .query(
@@ -67,7 +96,7 @@ fn snapshot(client: &mut Client) -> Vec<(String, String)> {
         tables.iter().any(|t| t == "jobs.job") && tables.iter().any(|t| t == "jobs.queue"),
         "the extension's tables: {tables:?}"
     );
-    tables
+    let mut snapshot: Vec<(String, String)> = tables
         .into_iter()
         .map(|table| {
             let rows: String = scalar(
@@ -80,6 +109,49 @@ fn snapshot(client: &mut Client) -> Vec<(String, String)> {
             );
             (table, rows)
         })
+        .collect();
+    let unknown: Vec<&str> = UNKNOWN_QUEUES.to_vec();
+    let memory: String = scalar(
+        client,
+        "SELECT coalesce(jsonb_agg(jsonb_build_object('queue', q.name, 'state', to_jsonb(s))
+                                   ORDER BY q.name), '[]')::text
+           FROM (SELECT name FROM jobs.queue UNION SELECT unnest($1::text[])) AS q(name),
+                LATERAL jobs.runtime_state(q.name) AS s",
+        &[&unknown],
+    );
+    assert!(
+        memory.contains("floor_generation"),
+        "jobs.runtime_state shows the shared memory of the preloaded library: {memory}"
+    );
+    snapshot.push(("shared memory (jobs.runtime_state)".to_owned(), memory));
+    snapshot
+}
+
+/// The `jobs_*` functions of the extension that take arguments (as `pg_proc` lists them) but
+/// that no call of `calls` tries.
+fn functions_without_bad_calls(client: &mut Client, calls: &[BadCall]) -> Vec<String> {
+    let functions: Vec<String> = client
+        .query(
+            "SELECT DISTINCT p.proname::text
+               FROM pg_proc p
+               JOIN pg_depend d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid
+                               AND d.deptype = 'e'
+               JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'pg_jobs'
+              WHERE p.proname LIKE 'jobs\\_%' AND p.pronargs > 0
+              ORDER BY 1",
+            &[],
+        )
+        .expect("list the extension's functions")
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    assert!(
+        functions.iter().any(|f| f == "jobs_claim"),
+        "the extension's functions: {functions:?}"
+    );
+    functions
+        .into_iter()
+        .filter(|f| !calls.iter().any(|call| call.sql.contains(&format!("{f}("))))
         .collect()
 }
 
@@ -119,7 +191,7 @@ fn check(cluster: &Cluster, observer: &mut Client, call: &BadCall) -> Result<(),
                         call.message
                     ));
                 }
-                if call.sqlstate == "42704" {
+                if call.sqlstate == "42704" && call.message.starts_with("queue '") {
                     let hint = db.hint().unwrap_or_default();
                     if !hint.contains("jobs_create_queue(") {
                         problems.push(format!("hint {hint:?} does not say how to create it"));
@@ -205,7 +277,7 @@ fn sized_payload(client: &mut Client) -> (String, i32) {
 #[test]
 fn bad_calls_raise_documented_errors_and_change_nothing() {
     let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let cluster = Cluster::shared();
+    let cluster = cluster();
     let mut observer = cluster.connect();
     let f = fixture(&mut observer, "bad-input");
     let (q, dl, stale) = (&f.queue, &f.dead_letter, f.stale);
@@ -241,6 +313,11 @@ fn bad_calls_raise_documented_errors_and_change_nothing() {
         bad(format!("SELECT * FROM jobs_complete_batch(ARRAY[{id}, NULL]::bigint[], ARRAY['{lease}', '{lease}']::uuid[])"), "22004", "ids[2] must not be NULL"),
         bad(format!("SELECT * FROM jobs_complete_batch(ARRAY[{id}]::bigint[], ARRAY[NULL]::uuid[])"), "22004", "leases[1] must not be NULL"),
         bad("SELECT jobs_cancel(NULL)", "22004", "id must not be NULL"),
+        bad("SELECT * FROM jobs_get(NULL)", "22004", "id must not be NULL"),
+        bad("SELECT jobs_grant_tenant(NULL, 'acme')", "22004", "role must not be NULL"),
+        bad("SELECT jobs_grant_tenant('postgres', NULL)", "22004", "tenant must not be NULL"),
+        bad("SELECT jobs_revoke_tenant(NULL, 'acme')", "22004", "role must not be NULL"),
+        bad("SELECT jobs_revoke_tenant('postgres', NULL)", "22004", "tenant must not be NULL"),
         bad(format!("SELECT jobs_retry({id}, run_at => NULL)"), "22004", "run_at must not be NULL"),
         // Arguments out of range: 22023, naming the argument and the range.
         bad(format!("SELECT * FROM jobs_claim('{q}', n => 0)"), "22023", "n must be between 1 and 1000, got 0"),
@@ -292,17 +369,27 @@ fn bad_calls_raise_documented_errors_and_change_nothing() {
             .after(format!("SET pg_jobs.max_payload_bytes = {}", size - 1)),
         bad(format!("SELECT jobs_enqueue_batch('{q}', ARRAY['{{}}', '{payload}']::jsonb[])"), "54000", format!("payloads[2] is {size} bytes"))
             .after(format!("SET pg_jobs.max_payload_bytes = {}", size - 1)),
-        // Reserved arguments of features not built yet: 0A000, naming the argument.
-        bad(format!("SELECT jobs_enqueue('{q}', unique_key => 'k')"), "0A000", "unique_key"),
+        // Tenants, unique jobs, groups and rate limits.
         bad(format!("SELECT jobs_enqueue('{q}', tenant => 'a,b')"), "22023", "tenant must be 1 to 255 bytes without commas or surrounding spaces, got 'a,b'"),
-        bad(format!("SELECT jobs_enqueue('{q}', group_key => 'g')"), "0A000", "group_key"),
-        bad(format!("SELECT jobs_enqueue_batch('{q}', ARRAY['{{}}']::jsonb[], unique_key => 'k')"), "0A000", "unique_key"),
-        bad(format!("SELECT jobs_create_queue('{q}', rate_limit => 5)"), "0A000", "rate_limit"),
+        bad("SELECT jobs_grant_tenant('postgres', 'a,b')", "22023", "tenant must be 1 to 255 bytes without commas or surrounding spaces, got 'a,b'"),
+        bad(format!("SELECT jobs_enqueue('{q}', unique_key => '')"), "22023", "unique_key must be 1 to 512 bytes long, got 0 bytes"),
+        bad(format!("SELECT jobs_enqueue('{q}', unique_key => repeat('k', 513))"), "22023", "unique_key must be 1 to 512 bytes long, got 513 bytes"),
+        bad(format!("SELECT jobs_enqueue('{q}', unique_for => '1 hour')"), "22023", "unique_for needs a unique_key"),
+        bad(format!("SELECT jobs_enqueue('{q}', unique_key => 'k', unique_for => '-1 second')"), "22023", "unique_for must be at least 0 and at most 100 years"),
+        bad(format!("SELECT jobs_enqueue('{q}', group_key => '')"), "22023", "group_key must be 1 to 255 bytes long, got 0 bytes"),
+        bad(format!("SELECT * FROM jobs_enqueue_batch('{q}', ARRAY['{{}}', '{{}}']::jsonb[], unique_keys => ARRAY['a'])"), "22023", "unique_keys must have one element per payload, got 1 for 2 payloads"),
+        bad(format!("SELECT * FROM jobs_enqueue_batch('{q}', ARRAY['{{}}']::jsonb[], group_keys => ARRAY[''])"), "22023", "group_keys[1] must be 1 to 255 bytes long, got 0 bytes"),
+        bad(format!("SELECT jobs_create_queue('{q}', rate_limit => -1)"), "22023", "rate_limit must be a number of claims per second above 0"),
+        bad(format!("SELECT jobs_create_queue('{q}', rate_limit => 'infinity')"), "22023", "rate_limit must be a number of claims per second above 0"),
+        bad(format!("SELECT jobs_create_queue('{q}', rate_burst => 0.5)"), "22023", "rate_burst must be a number of jobs of at least 1"),
+        bad(format!("SELECT jobs_create_queue('{q}', group_concurrency => 0)"), "22023", "group_concurrency must be between 1 and 10000, got 0"),
         // A waiting claim under REPEATABLE READ or SERIALIZABLE: 25000.
         bad(format!("SELECT * FROM jobs_claim('{q}', wait => '1 second')"), "25000", "REPEATABLE READ or SERIALIZABLE")
             .after("BEGIN ISOLATION LEVEL REPEATABLE READ"),
         bad(format!("SELECT * FROM jobs_claim('{q}', wait => '1 second')"), "25000", "REPEATABLE READ or SERIALIZABLE")
             .after("BEGIN ISOLATION LEVEL SERIALIZABLE"),
+        // Unknown roles: 42704.
+        bad("SELECT jobs_grant_tenant('no_such_role', 'acme')", "42704", "role 'no_such_role' does not exist"),
         // Unknown job ids: P0002.
         bad(format!("SELECT jobs_cancel({stale})"), "P0002", format!("no job has id {stale}")),
         bad(format!("SELECT jobs_retry({stale})"), "P0002", format!("no job has id {stale}")),
@@ -314,7 +401,12 @@ fn bad_calls_raise_documented_errors_and_change_nothing() {
         bad(format!("SELECT jobs_drop_queue('{q}')"), "55006", format!("queue '{q}' has 2 queued or running jobs")),
         bad(format!("SELECT jobs_drop_queue('{dl}')"), "55006", format!("queue '{dl}' is the dead-letter queue of queue '{q}'")),
     ];
-    assert!(calls.len() >= 25);
+    let uncovered = functions_without_bad_calls(&mut observer, &calls);
+    assert!(
+        uncovered.is_empty(),
+        "these functions take arguments but no bad call here tries them: {uncovered:?}; add \
+         their bad calls (rule 11 holds for every function)"
+    );
 
     let mut failures = Vec::new();
     let mut table = String::new();
@@ -368,7 +460,7 @@ fn error_of(client: &mut Client, sql: &str) -> (String, String, Option<String>) 
 #[test]
 fn error_messages_name_the_argument_and_the_range() {
     let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let mut client = Cluster::shared().connect();
+    let mut client = cluster().connect();
     for (sql, sqlstate, message) in [
         (
             "SELECT * FROM jobs_claim('default', n => 0)",
@@ -450,7 +542,7 @@ fn error_messages_name_the_argument_and_the_range() {
 #[test]
 fn payload_limit_is_the_jsonb_size_to_the_byte() {
     let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let mut client = Cluster::shared().connect();
+    let mut client = cluster().connect();
     let queue = pg_jobs_tests::unique_queue(&mut client, "payload-limit", "");
     let (payload, size) = sized_payload(&mut client);
 
@@ -499,7 +591,7 @@ fn payload_limit_is_the_jsonb_size_to_the_byte() {
 #[test]
 fn odd_values_a_new_user_pastes_are_refused() {
     let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let cluster = Cluster::shared();
+    let cluster = cluster();
     let mut observer = cluster.connect();
     let f = fixture(&mut observer, "odd-input");
     let (q, dl, stale) = (&f.queue, &f.dead_letter, f.stale);
@@ -574,7 +666,7 @@ fn odd_values_a_new_user_pastes_are_refused() {
 #[test]
 fn a_lease_with_months_ends_as_long_after_the_claim_as_it_was_judged() {
     let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let mut client = Cluster::shared().connect();
+    let mut client = cluster().connect();
     let queue = pg_jobs_tests::unique_queue(&mut client, "month-lease", "");
     enqueue(&mut client, &queue, json!({}));
     let held = claim(&mut client, &queue, 1, ", lease => '1 mon -27 days'");
@@ -601,7 +693,7 @@ fn a_lease_with_months_ends_as_long_after_the_claim_as_it_was_judged() {
 #[test]
 fn long_error_and_reason_texts_are_kept_cut_to_their_limits() {
     let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let mut client = Cluster::shared().connect();
+    let mut client = cluster().connect();
     let queue = pg_jobs_tests::unique_queue(&mut client, "long-texts", "");
     let id = enqueue(&mut client, &queue, json!({}));
     let held = claim(&mut client, &queue, 1, "");
@@ -646,7 +738,7 @@ fn long_error_and_reason_texts_are_kept_cut_to_their_limits() {
 #[test]
 fn monitoring_survives_a_row_with_infinite_times() {
     let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let mut client = Cluster::shared().connect();
+    let mut client = cluster().connect();
     let queue = pg_jobs_tests::unique_queue(&mut client, "infinite-row", "");
     let ids: Vec<i64> = ["-infinity", "infinity"]
         .iter()

@@ -16,7 +16,7 @@
 //!   that the two wait detectors above do fire when a session of the test blocks on a row lock.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant, SystemTime};
@@ -205,9 +205,8 @@ struct ClaimRecord {
     lease: Uuid,
     attempt: i32,
     claimer: String,
-    pid: i32,
-    /// The order in which claim transactions committed, across all claimers.
-    seq: u64,
+    /// `statement_timestamp()` of the claim: the server's clock when the claim began.
+    began: SystemTime,
     /// `clock_timestamp()` right after the claim returned, on the server.
     claimed_at: SystemTime,
 }
@@ -243,7 +242,6 @@ struct ClaimerPlan {
     claimer: String,
     n: i32,
     seed: u64,
-    seq: Arc<AtomicU64>,
 }
 
 /// Claims and completes until no job of the queue is queued any more.
@@ -321,7 +319,7 @@ fn claim(
 ) -> Result<Vec<ClaimRecord>, postgres::Error> {
     let mut transaction = client.transaction()?;
     let rows = transaction.query(
-        "SELECT c.id, c.lease, c.attempt, clock_timestamp()
+        "SELECT c.id, c.lease, c.attempt, clock_timestamp(), statement_timestamp()
            FROM jobs_claim($1, worker => $2, n => $3) AS c",
         &[&plan.queue, &plan.claimer, &plan.n],
     )?;
@@ -337,7 +335,6 @@ fn claim(
         });
     }
     transaction.commit()?;
-    let seq = plan.seq.fetch_add(1, Ordering::SeqCst);
     Ok(rows
         .iter()
         .map(|row| ClaimRecord {
@@ -345,8 +342,7 @@ fn claim(
             lease: row.get(1),
             attempt: row.get(2),
             claimer: plan.claimer.clone(),
-            pid: report.pid,
-            seq,
+            began: row.get(4),
             claimed_at: row.get(3),
         })
         .collect())
@@ -444,7 +440,7 @@ fn concurrent_claimers_get_every_job_exactly_once_without_waiting() {
     let queue = unique_queue(&mut setup, "exclusive", "lease => '1 hour'");
     let enqueued: Vec<i64> = setup
         .query(
-            "SELECT jobs_enqueue_batch($1, ARRAY(
+            "SELECT id FROM jobs_enqueue_batch($1, ARRAY(
                  SELECT jsonb_build_object('n', g) FROM generate_series(1, $2) AS g))",
             &[&queue, &JOBS],
         )
@@ -462,7 +458,6 @@ fn concurrent_claimers_get_every_job_exactly_once_without_waiting() {
 
     let application_name = format!("pg_jobs-test-{queue}");
     let sampler = LockSampler::start(&application_name);
-    let seq = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
     let claimers: Vec<JoinHandle<ClaimerReport>> = (0..CLAIMERS)
         .map(|i| {
@@ -472,7 +467,6 @@ fn concurrent_claimers_get_every_job_exactly_once_without_waiting() {
                 claimer: format!("claimer-{i}"),
                 n: if i % 2 == 0 { 1 } else { 10 },
                 seed: i as u64 + 1,
-                seq: seq.clone(),
             };
             thread::spawn(move || run_claimer(plan))
         })
@@ -566,10 +560,14 @@ fn concurrent_claimers_get_every_job_exactly_once_without_waiting() {
         );
     }
 
-    // The database agrees: every job succeeded once, under the lease and worker recorded here.
+    // The database agrees: every job succeeded once, under the lease and worker recorded here,
+    // claimed at a moment of its own claim statement by the server's clock (rule 10: not the
+    // start of the claim's transaction, nor of another claimer's), under the queue's 1 hour
+    // lease from then.
     let rows = setup
         .query(
-            "SELECT id, state::text, attempt, lease, worker, finished_at IS NOT NULL
+            "SELECT id, state::text, attempt, lease, worker, finished_at IS NOT NULL,
+                    started_at, lease_until IS NULL AND finished_at > started_at
                FROM jobs.job WHERE queue = $1",
             &[&queue],
         )
@@ -589,14 +587,17 @@ fn concurrent_claimers_get_every_job_exactly_once_without_waiting() {
             ("succeeded", 1, claim.lease, claim.claimer.as_str(), true),
             "job {id} in the database"
         );
-    }
-
-    // The claim record is in commit order: each claimer's clock and sequence only move forward.
-    for report in &reports {
-        for pair in report.claims.windows(2) {
-            assert!(pair[0].seq <= pair[1].seq && pair[0].claimed_at <= pair[1].claimed_at);
-            assert_eq!(pair[0].pid, report.pid);
-        }
+        let started: SystemTime = row.get(6);
+        assert!(
+            claim.began <= started && started <= claim.claimed_at,
+            "job {id}: started_at {started:?} outside its claim statement [{:?}, {:?}]",
+            claim.began,
+            claim.claimed_at
+        );
+        assert!(
+            row.get::<_, bool>(7),
+            "job {id}: settled after it started, lease cleared"
+        );
     }
 
     // The claimers really ran side by side: while one held its rows, others kept claiming.
@@ -684,7 +685,7 @@ fn race_worker(queue: String, worker: String, n: i32, seed: u64, lease: Duration
             break;
         }
         let rows = match client.query(
-            "SELECT c.id, c.lease, c.attempt, clock_timestamp()
+            "SELECT c.id, c.lease, c.attempt, clock_timestamp(), statement_timestamp()
                FROM jobs_claim($1, worker => $2, n => $3) AS c",
             &[&queue, &worker, &n],
         ) {
@@ -714,8 +715,7 @@ fn race_worker(queue: String, worker: String, n: i32, seed: u64, lease: Duration
                 lease: row.get(1),
                 attempt: row.get(2),
                 claimer: worker.clone(),
-                pid: 0,
-                seq: 0,
+                began: row.get(4),
                 claimed_at: row.get(3),
             })
             .collect();
@@ -772,7 +772,7 @@ fn claims_racing_reclaim_and_cancel_never_complete_a_job_twice() {
     );
     let ids: Vec<i64> = setup
         .query(
-            "SELECT jobs_enqueue_batch($1, ARRAY(
+            "SELECT id FROM jobs_enqueue_batch($1, ARRAY(
                  SELECT jsonb_build_object('n', g) FROM generate_series(1, $2) AS g))",
             &[&queue, &JOBS],
         )
@@ -860,17 +860,12 @@ fn claims_racing_reclaim_and_cancel_never_complete_a_job_twice() {
         "two claims got the same lease"
     );
 
-    // No job succeeded twice, or under two leases.
+    // No job succeeded twice (under one lease or two).
     for (id, leases) in &succeeded {
         assert_eq!(
             leases.len(),
             1,
             "job {id} was completed with 'succeeded' {leases:?}"
-        );
-        let distinct: HashSet<&Uuid> = leases.iter().collect();
-        assert!(
-            distinct.len() <= 1,
-            "job {id} succeeded under leases {leases:?}"
         );
     }
 
@@ -884,6 +879,17 @@ fn claims_racing_reclaim_and_cancel_never_complete_a_job_twice() {
             ["cancelled", "succeeded", "failed"].contains(&answer.as_str()),
             "jobs_cancel({id}) answered {answer:?}"
         );
+    }
+
+    // Holder calls that heard 'cancelled', by job.
+    let mut cancelled_answers: HashMap<i64, Vec<(Uuid, &str)>> = HashMap::new();
+    for (id, lease, call, answer) in reports.iter().flat_map(|r| &r.outcomes) {
+        if answer == "cancelled" {
+            cancelled_answers
+                .entry(*id)
+                .or_default()
+                .push((*lease, call));
+        }
     }
 
     // Every job ended in exactly one terminal state, agreeing with what its callers were told.
@@ -960,6 +966,19 @@ fn claims_racing_reclaim_and_cancel_never_complete_a_job_twice() {
             assert_eq!(
                 state, "cancelled",
                 "job {id}: jobs_cancel answered 'cancelled'"
+            );
+        }
+        // Rule 7: a holder hears 'cancelled' only when the job was cancelled under its own
+        // lease (a cancel keeps the lease); any other holder hears 'lost'.
+        for (answered, call) in cancelled_answers
+            .get(&id)
+            .map(Vec::as_slice)
+            .unwrap_or_default()
+        {
+            assert!(
+                state == "cancelled" && lease == Some(*answered),
+                "job {id}: a {call} under lease {answered} answered 'cancelled', but the job is \
+                 {state} under lease {lease:?}"
             );
         }
     }

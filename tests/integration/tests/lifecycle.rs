@@ -837,8 +837,8 @@ fn terminal_states_stay_terminal_except_through_retry() {
 
 /// Rule 9 (Transactions): everything joins the caller's transaction. A rolled-back enqueue
 /// (single or batch) never existed for anyone; a rolled-back claim leaves the job queued with
-/// its attempt and no lease; a rolled-back complete, fail or release leaves it running under
-/// its lease.
+/// its attempt and no lease; a rolled-back heartbeat (with a new lease length and progress),
+/// complete, fail or release leaves it running under its lease, exactly as it was.
 #[test]
 fn rolled_back_calls_leave_no_trace() {
     let mut client = Cluster::shared().connect();
@@ -852,7 +852,7 @@ fn rolled_back_calls_leave_no_trace() {
         .get(0);
     let batch: Vec<i64> = tx
         .query(
-            "SELECT jobs_enqueue_batch($1::text, ARRAY['{\"n\": 2}', '{\"n\": 3}']::jsonb[])",
+            "SELECT id FROM jobs_enqueue_batch($1::text, ARRAY['{\"n\": 2}', '{\"n\": 3}']::jsonb[])",
             &[&queue],
         )
         .unwrap()
@@ -904,6 +904,10 @@ fn rolled_back_calls_leave_no_trace() {
     assert_eq!((held.id, held.attempt), (id, 1));
     let running = job_row(&mut client, id);
     for (call, answer) in [
+        (
+            "SELECT jobs_heartbeat($1::bigint, $2::uuid, extend => '1 hour', progress => '{\"p\": 1}')",
+            "running",
+        ),
         (
             "SELECT jobs_complete($1::bigint, $2::uuid, '{\"ok\": true}')",
             "succeeded",
@@ -1536,7 +1540,7 @@ fn headers_reach_every_attempt_untouched() {
 
     let batch: Vec<i64> = client
         .query(
-            "SELECT jobs_enqueue_batch($1::text, ARRAY['{}', '{}']::jsonb[], headers => $2::jsonb)",
+            "SELECT id FROM jobs_enqueue_batch($1::text, ARRAY['{}', '{}']::jsonb[], headers => $2::jsonb)",
             &[&queue, &headers],
         )
         .unwrap()
@@ -1559,4 +1563,541 @@ fn headers_reach_every_attempt_untouched() {
             .map(|&id| (id, headers.clone()))
             .collect::<Vec<_>>()
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Rules that need a test able to fail on the bug they name (issue 16)
+// ---------------------------------------------------------------------------------------------
+
+/// The server's clock, in microseconds since the epoch.
+const SERVER_MICROS: &str = "(extract(epoch FROM clock_timestamp()) * 1000000)::int8";
+
+/// A timestamp column of job `id`, in microseconds since the epoch (`None`: NULL).
+fn job_micros(client: &mut Client, id: i64, column: &str) -> Option<i64> {
+    scalar(
+        client,
+        &format!(
+            "SELECT (extract(epoch FROM {column}) * 1000000)::int8 FROM jobs.job WHERE id = $1"
+        ),
+        &[&id],
+    )
+}
+
+/// Changes settings of an existing queue (SQL named arguments).
+fn set_queue(client: &mut Client, queue: &str, settings: &str) {
+    client
+        .batch_execute(&format!("SELECT jobs_create_queue('{queue}', {settings})"))
+        .unwrap_or_else(|e| panic!("change queue {queue} ({settings}): {e}"));
+}
+
+/// Claims one job of `queue` with `extra` arguments between two readings of the server's
+/// clock: (job, reported lease_until, max_attempts, clock before, clock after), times in µs.
+fn claim_timed(client: &mut Client, queue: &str, extra: &str) -> (Claimed, i64, i32, i64, i64) {
+    let before: i64 = scalar(client, &format!("SELECT {SERVER_MICROS}"), &[]);
+    let row = client
+        .query_one(
+            &format!(
+                "SELECT id, lease, attempt, (extract(epoch FROM lease_until) * 1000000)::int8,
+                        max_attempts
+                   FROM jobs_claim($1::text{extra})"
+            ),
+            &[&queue],
+        )
+        .unwrap_or_else(|e| panic!("claim from {queue}: {e}"));
+    let after: i64 = scalar(client, &format!("SELECT {SERVER_MICROS}"), &[]);
+    let job = Claimed {
+        id: row.get(0),
+        lease: row.get(1),
+        attempt: row.get(2),
+    };
+    (job, row.get(3), row.get(4), before, after)
+}
+
+/// Lease length: a claim holds the job for exactly the lease it asked for (or the queue's)
+/// from the moment of the claim on the server's clock: `lease_until = started_at + lease`,
+/// `started_at` lies between readings of the server's clock taken around the claim, and the
+/// claim reports the `lease_until` it stored. A claim that granted a shorter lease fails here.
+/// A heartbeat renews by its `extend`, else by the claim's lease, from the heartbeat's time.
+#[test]
+fn a_claim_holds_the_job_for_exactly_the_lease_it_asks_for() {
+    let mut client = Cluster::shared().connect();
+    let queue = unique_queue(&mut client, "lease-length", "lease => '45 seconds'");
+    for (extra, lease) in [
+        (", lease => '7 seconds'", 7_000_000i64),
+        (", lease => '1 hour 30 minutes'", 5_400_000_000),
+        (", lease => '250 milliseconds'", 250_000),
+        ("", 45_000_000),
+    ] {
+        let id = enqueue(&mut client, &queue, json!({ "lease": lease }));
+        let (job, reported, _, before, after) = claim_timed(&mut client, &queue, extra);
+        assert_eq!(job.id, id);
+        let started = job_micros(&mut client, id, "started_at").expect("started_at");
+        let until = job_micros(&mut client, id, "lease_until");
+        assert!(
+            (before..=after).contains(&started),
+            "claim{extra}: started_at {started} outside the claim's [{before}, {after}]"
+        );
+        assert_eq!(
+            until,
+            Some(started + lease),
+            "claim{extra}: lease_until must be started_at + {lease} µs"
+        );
+        assert_eq!(
+            Some(reported),
+            until,
+            "claim{extra}: the claim reports what it stored"
+        );
+        let lease_duration: i64 = scalar(
+            &mut client,
+            "SELECT (extract(epoch FROM lease_duration) * 1000000)::int8 FROM jobs.job WHERE id = $1",
+            &[&id],
+        );
+        assert_eq!(
+            lease_duration, lease,
+            "claim{extra}: the lease length kept for heartbeats"
+        );
+
+        if lease < 1_000_000 {
+            // It may run out under a slow heartbeat; the long leases cover renewal.
+            assert_eq!(cancel(&mut client, id), "cancelled");
+            continue;
+        }
+        for (call, renewal) in [
+            (
+                "jobs_heartbeat($1::bigint, $2::uuid, extend => '90 seconds')",
+                90_000_000,
+            ),
+            ("jobs_heartbeat($1::bigint, $2::uuid)", lease),
+        ] {
+            let before: i64 = scalar(&mut client, &format!("SELECT {SERVER_MICROS}"), &[]);
+            assert_eq!(
+                text(&mut client, &format!("SELECT {call}"), &[&id, &job.lease]),
+                "running"
+            );
+            let after: i64 = scalar(&mut client, &format!("SELECT {SERVER_MICROS}"), &[]);
+            let beat = job_micros(&mut client, id, "heartbeat_at").expect("heartbeat_at");
+            assert!(
+                (before..=after).contains(&beat),
+                "{call}: heartbeat_at {beat} outside [{before}, {after}]"
+            );
+            assert_eq!(
+                job_micros(&mut client, id, "lease_until"),
+                Some(beat + renewal),
+                "{call}: lease_until must be heartbeat_at + {renewal} µs"
+            );
+        }
+        assert_eq!(complete(&mut client, id, job.lease), "succeeded");
+    }
+}
+
+/// Rule 3: `max_attempts` is fixed per job at enqueue. Lowering or raising the queue's setting
+/// afterwards changes neither the job's own value nor what its claims report, nor when a
+/// failure or a reclaim ends it.
+#[test]
+fn max_attempts_stays_what_it_was_at_enqueue() {
+    let mut client = Cluster::shared().connect();
+    let queue = unique_queue(&mut client, "fixed-attempts", "max_attempts => 2");
+    let two = enqueue(&mut client, &queue, json!({"enqueued with": 2}));
+    set_queue(&mut client, &queue, "max_attempts => 4");
+    let four = enqueue(&mut client, &queue, json!({"enqueued with": 4}));
+    set_queue(&mut client, &queue, "max_attempts => 1");
+
+    // Each job fails with a retry due at once until it ends; the queue says 1 meanwhile.
+    let mut outcomes: Vec<(i64, i32, i32, String)> = Vec::new();
+    loop {
+        let claimed = client
+            .query(
+                "SELECT id, lease, attempt, max_attempts FROM jobs_claim($1::text, n => 10)",
+                &[&queue],
+            )
+            .unwrap();
+        if claimed.is_empty() {
+            break;
+        }
+        for row in claimed {
+            let (id, lease, attempt, max): (i64, Uuid, i32, i32) =
+                (row.get(0), row.get(1), row.get(2), row.get(3));
+            outcomes.push((id, attempt, max, fail_now(&mut client, id, lease, "boom")));
+        }
+    }
+    let of = |job: i64| -> Vec<(i32, i32, String)> {
+        outcomes
+            .iter()
+            .filter(|o| o.0 == job)
+            .map(|o| (o.1, o.2, o.3.clone()))
+            .collect()
+    };
+    let expect = |max: i32| -> Vec<(i32, i32, String)> {
+        (1..=max)
+            .map(|a| (a, max, if a < max { "queued" } else { "failed" }.to_owned()))
+            .collect()
+    };
+    assert_eq!(of(two), expect(2), "the job enqueued under max_attempts 2");
+    assert_eq!(of(four), expect(4), "the job enqueued under max_attempts 4");
+
+    // A reclaim decides by the job's own value too, both ways.
+    let one = enqueue(&mut client, &queue, json!({"enqueued with": 1}));
+    set_queue(&mut client, &queue, "max_attempts => 3");
+    let three = enqueue(&mut client, &queue, json!({"enqueued with": 3}));
+    set_queue(&mut client, &queue, "max_attempts => 1");
+    let held = claim(&mut client, &queue, 2, ", lease => '100 milliseconds'");
+    assert_eq!(held.len(), 2);
+    for id in [one, three] {
+        wait_for_reclaim(&mut client, id);
+    }
+    let row = job_row(&mut client, one);
+    assert_eq!(
+        (row["state"].clone(), row["max_attempts"].clone()),
+        (json!("failed"), json!(1))
+    );
+    assert_eq!(
+        last_error(&row)["error"],
+        "lease expired on the final attempt"
+    );
+    let row = job_row(&mut client, three);
+    assert_eq!(
+        (row["state"].clone(), row["max_attempts"].clone()),
+        (json!("queued"), json!(3))
+    );
+    assert_eq!(last_error(&row)["error"], "lease expired");
+    assert_eq!(cancel(&mut client, three), "cancelled");
+}
+
+/// The retry delay a failure gave job `id`, in µs: run_at minus the failure's own `at` (both
+/// stamped by the same statement from the server's clock), so it is exact.
+fn retry_delay(client: &mut Client, id: i64) -> i64 {
+    scalar(
+        client,
+        "SELECT (extract(epoch FROM run_at - (errors -> -1 ->> 'at')::timestamptz) * 1000000)::int8
+           FROM jobs.job WHERE id = $1",
+        &[&id],
+    )
+}
+
+/// Rule 6: `jobs_fail` stretches the backoff by the jitter. Twenty failures of attempt 1 with a
+/// 10 s base and jitter 0.5 get delays in [10 s, 15 s] that spread over more than a second
+/// and average 11–14 s (12.5 s expected; a sample mean's deviation is 0.32 s); with jitter 0
+/// the delay is exactly 10 s. The delays are exact (see [`retry_delay`]), so a failure that
+/// applies no jitter, or too little, fails here.
+#[test]
+fn jobs_fail_applies_the_jitter() {
+    let mut client = Cluster::shared().connect();
+    let base = 10_000_000i64;
+    for (jitter, count) in [(0.5, 20), (0.0, 3)] {
+        let queue = unique_queue(
+            &mut client,
+            "jitter",
+            &format!("backoff_base => '10 seconds', backoff_max => '1 hour', jitter => {jitter}"),
+        );
+        for n in 0..count {
+            enqueue(&mut client, &queue, json!({ "n": n }));
+        }
+        let delays: Vec<i64> = claim(&mut client, &queue, count, "")
+            .into_iter()
+            .map(|job| {
+                assert_eq!(fail(&mut client, job.id, job.lease, "boom"), "queued");
+                let delay = retry_delay(&mut client, job.id);
+                assert_eq!(cancel(&mut client, job.id), "cancelled");
+                delay
+            })
+            .collect();
+        assert_eq!(delays.len(), count as usize);
+        let (min, max) = (*delays.iter().min().unwrap(), *delays.iter().max().unwrap());
+        let mean = delays.iter().sum::<i64>() as f64 / delays.len() as f64;
+        if jitter == 0.0 {
+            assert!(
+                delays.iter().all(|&d| d == base),
+                "jitter 0: delays {delays:?}"
+            );
+            continue;
+        }
+        assert!(
+            min >= base && max <= base + base / 2,
+            "jitter 0.5: delays {delays:?} outside [10 s, 15 s]"
+        );
+        assert!(
+            max - min > 1_000_000,
+            "jitter 0.5: delays {delays:?} barely vary: no jitter"
+        );
+        assert!(
+            (11_000_000.0..=14_000_000.0).contains(&mean),
+            "jitter 0.5: delays average {mean} µs, expected about 12.5 s: {delays:?}"
+        );
+        println!("jitter 0.5 over 10 s: delays from {min} to {max} µs, mean {mean:.0} µs");
+    }
+}
+
+/// Rule 6: the queue's backoff settings are read when the job fails, not when it was claimed
+/// (or enqueued): jobs claimed under a 10 s base without jitter fail after the settings
+/// changed, and get the new delays.
+#[test]
+fn backoff_settings_are_read_when_the_job_fails() {
+    let mut client = Cluster::shared().connect();
+    let queue = unique_queue(
+        &mut client,
+        "backoff-now",
+        "backoff_base => '10 seconds', backoff_max => '1 hour', jitter => 0",
+    );
+    for n in 0..3 {
+        enqueue(&mut client, &queue, json!({ "n": n }));
+    }
+    let held = claim(&mut client, &queue, 3, "");
+    assert_eq!(held.len(), 3);
+
+    set_queue(&mut client, &queue, "backoff_base => '20 seconds'");
+    assert_eq!(
+        fail(&mut client, held[0].id, held[0].lease, "boom"),
+        "queued"
+    );
+    assert_eq!(
+        retry_delay(&mut client, held[0].id),
+        20_000_000,
+        "the new base"
+    );
+
+    set_queue(
+        &mut client,
+        &queue,
+        "backoff_base => '2 seconds', backoff_max => '3 seconds'",
+    );
+    assert_eq!(
+        fail(&mut client, held[1].id, held[1].lease, "boom"),
+        "queued"
+    );
+    assert_eq!(
+        retry_delay(&mut client, held[1].id),
+        2_000_000,
+        "the new base, under the new cap"
+    );
+
+    set_queue(&mut client, &queue, "jitter => 1");
+    assert_eq!(
+        fail(&mut client, held[2].id, held[2].lease, "boom"),
+        "queued"
+    );
+    let delay = retry_delay(&mut client, held[2].id);
+    assert!(
+        delay > 2_000_000 && delay < 4_000_000,
+        "jitter 1 set after the claim: delay {delay} µs, expected in (2 s, 4 s)"
+    );
+    for job in held {
+        assert_eq!(cancel(&mut client, job.id), "cancelled");
+    }
+}
+
+/// Rule 10 inside a long transaction: time decisions and stamps use the server's clock at the
+/// call, not the transaction's start (`now()`). In a transaction open for 400 ms, a job that
+/// came due 200 ms after it began is claimable; the claim's `started_at` and `lease_until`, a
+/// heartbeat's `heartbeat_at` and `lease_until`, a failure's `errors.at` and backoff `run_at`,
+/// a complete's `finished_at`, and a reclaim of a lease that ran out after the transaction
+/// began all follow `clock_timestamp()` read just before each call. On a cluster without the
+/// worker, so only the reclaim in the transaction can take the lease back.
+#[test]
+fn time_decisions_use_the_server_clock_inside_a_long_transaction() {
+    let cluster = cluster_without_worker("long-transaction");
+    let mut client = cluster.connect();
+    let mut other = cluster.connect();
+    let queue = unique_queue(
+        &mut client,
+        "clock",
+        "lease => '300 milliseconds', backoff_base => '1 second', jitter => 0",
+    );
+    let clock = |client: &mut postgres::Transaction| -> i64 {
+        client
+            .query_one(&format!("SELECT {SERVER_MICROS}"), &[])
+            .unwrap()
+            .get(0)
+    };
+    let stamp = |client: &mut postgres::Transaction, id: i64, column: &str| -> i64 {
+        client
+            .query_one(
+                &format!("SELECT (extract(epoch FROM {column}) * 1000000)::int8 FROM jobs.job WHERE id = $1"),
+                &[&id],
+            )
+            .unwrap()
+            .get(0)
+    };
+
+    let mut tx = client.transaction().unwrap();
+    let began: i64 = tx
+        .query_one("SELECT (extract(epoch FROM now()) * 1000000)::int8", &[])
+        .unwrap()
+        .get(0);
+    // Committed by another session: one job due at once, one due 200 ms after `began`.
+    let due = enqueue(&mut other, &queue, json!({"due": "now"}));
+    let later: i64 = scalar(
+        &mut other,
+        "SELECT jobs_enqueue($1::text, '{\"due\": \"later\"}',
+                             run_at => to_timestamp(($2::int8 + 200000) / 1000000.0))",
+        &[&queue, &began],
+    );
+    tx.batch_execute("SELECT pg_sleep(0.4)").unwrap();
+
+    let before = clock(&mut tx);
+    assert!(before >= began + 400_000);
+    let claimed: Vec<(i64, Uuid)> = tx
+        .query(
+            "SELECT id, lease FROM jobs_claim($1::text, n => 10)",
+            &[&queue],
+        )
+        .unwrap()
+        .iter()
+        .map(|row| (row.get(0), row.get(1)))
+        .collect();
+    let ids: Vec<i64> = claimed.iter().map(|c| c.0).collect();
+    assert_eq!(
+        ids,
+        [due, later],
+        "the job due after the transaction began is claimable"
+    );
+    for (id, _) in &claimed {
+        let started = stamp(&mut tx, *id, "started_at");
+        assert!(
+            started >= before,
+            "job {id}: started_at {started} is before the call ({before})"
+        );
+        assert_eq!(
+            stamp(&mut tx, *id, "lease_until"),
+            started + 300_000,
+            "job {id}: lease_until"
+        );
+    }
+    let (due_lease, later_lease) = (claimed[0].1, claimed[1].1);
+
+    let before = clock(&mut tx);
+    let beat: String = tx
+        .query_one(
+            "SELECT jobs_heartbeat($1, $2, extend => '1 second')",
+            &[&later, &later_lease],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(beat, "running");
+    let heartbeat_at = stamp(&mut tx, later, "heartbeat_at");
+    assert!(
+        heartbeat_at >= before,
+        "heartbeat_at {heartbeat_at} is before the call ({before})"
+    );
+    assert_eq!(
+        stamp(&mut tx, later, "lease_until"),
+        heartbeat_at + 1_000_000
+    );
+
+    let before = clock(&mut tx);
+    let failed: String = tx
+        .query_one("SELECT jobs_fail($1, $2, 'boom')", &[&due, &due_lease])
+        .unwrap()
+        .get(0);
+    assert_eq!(failed, "queued");
+    let failed_at = stamp(&mut tx, due, "(errors -> -1 ->> 'at')::timestamptz");
+    assert!(
+        failed_at >= before,
+        "errors.at {failed_at} is before the call ({before})"
+    );
+    assert_eq!(
+        stamp(&mut tx, due, "run_at"),
+        failed_at + 1_000_000,
+        "backoff from the failure"
+    );
+
+    let before = clock(&mut tx);
+    let done: String = tx
+        .query_one("SELECT jobs_complete($1, $2)", &[&later, &later_lease])
+        .unwrap()
+        .get(0);
+    assert_eq!(done, "succeeded");
+    let finished = stamp(&mut tx, later, "finished_at");
+    assert!(
+        finished >= before,
+        "finished_at {finished} is before the call ({before})"
+    );
+    tx.commit().unwrap();
+
+    // A lease that runs out while a transaction is open is reclaimed by a jobs_reclaim() in it.
+    let held = enqueue(&mut other, &queue, json!({"held": true}));
+    let short = claim(&mut other, &queue, 10, ", lease => '200 milliseconds'");
+    assert_eq!(short.iter().map(|c| c.id).collect::<Vec<_>>(), [held]);
+    let mut tx = client.transaction().unwrap();
+    let began: i64 = tx
+        .query_one("SELECT (extract(epoch FROM now()) * 1000000)::int8", &[])
+        .unwrap()
+        .get(0);
+    let until = stamp(&mut tx, held, "lease_until");
+    assert!(
+        until > began,
+        "the lease runs out after the transaction began"
+    );
+    tx.batch_execute("SELECT pg_sleep(0.4)").unwrap();
+    let before = clock(&mut tx);
+    let reclaimed: i32 = tx.query_one("SELECT jobs_reclaim()", &[]).unwrap().get(0);
+    assert_eq!(
+        reclaimed, 1,
+        "the lease ran out by the server's clock, not by now()"
+    );
+    let reclaimed_at = stamp(&mut tx, held, "(errors -> -1 ->> 'at')::timestamptz");
+    assert!(
+        reclaimed_at >= before,
+        "the reclaim's stamp {reclaimed_at} is before the call ({before})"
+    );
+    tx.commit().unwrap();
+}
+
+/// Rule 9 for a heartbeat that revives a reclaimed job: rolled back, it leaves no trace, in
+/// the table or in shared memory. While it was open, a claim skipped the job (its job lock
+/// was held) and took the next one; after the rollback the job is queued under its old lease
+/// again and the next claim of one job takes it, ahead of the jobs behind it (rule 2). On a
+/// cluster with the preload whose worker does not tick, so no periodic reset of the claim
+/// floor and reach hides a trace the rollback left.
+#[test]
+fn a_rolled_back_heartbeat_of_a_reclaimed_job_leaves_no_trace() {
+    let mut settings: Vec<&str> = TEST_SETTINGS
+        .iter()
+        .copied()
+        .filter(|s| !s.starts_with("pg_jobs.tick"))
+        .collect();
+    settings.push("pg_jobs.tick = '1h'");
+    let cluster = Cluster::start("heartbeat-rollback", &settings);
+    let mut holder = cluster.connect();
+    holder.batch_execute("CREATE EXTENSION pg_jobs").unwrap();
+    let mut claimer = cluster.connect();
+    let queue = unique_queue(&mut holder, "revive", "");
+    let revived = enqueue(&mut holder, &queue, json!({"n": 0}));
+    let old = claim_one(&mut holder, &queue, ", lease => '100 milliseconds'");
+    assert_eq!(old.id, revived);
+    let behind: Vec<i64> = (1..=3)
+        .map(|n| enqueue(&mut holder, &queue, json!({ "n": n })))
+        .collect();
+    wait_for_expiry(&mut holder, &[revived]);
+    assert_eq!(reclaim(&mut holder), 1);
+    let reclaimed = job_row(&mut holder, revived);
+    assert_eq!(reclaimed["state"], "queued");
+
+    let mut tx = holder.transaction().unwrap();
+    let beat: String = tx
+        .query_one(
+            "SELECT jobs_heartbeat($1, $2, progress => '{\"step\": 1}')",
+            &[&revived, &old.lease],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(beat, "running");
+    let skipped = claim_one(&mut claimer, &queue, "");
+    assert_eq!(
+        skipped.id, behind[0],
+        "the claim skips the job the heartbeat holds"
+    );
+    tx.rollback().unwrap();
+
+    assert_eq!(
+        job_row(&mut claimer, revived),
+        reclaimed,
+        "the table kept a trace"
+    );
+    let next = claim_one(&mut claimer, &queue, "");
+    assert_eq!(
+        (next.id, next.attempt),
+        (revived, 2),
+        "the next claim must take the job the rolled-back heartbeat had revived, first in order"
+    );
+    assert_eq!(heartbeat(&mut holder, revived, old.lease), "lost");
 }

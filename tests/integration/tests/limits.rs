@@ -59,7 +59,9 @@ fn payload_at_the_limit_is_accepted_and_one_byte_more_is_refused() {
     assert_eq!(code, SqlState::PROGRAM_LIMIT_EXCEEDED);
     let code = error_code(
         &mut client,
-        &format!("SELECT jobs_enqueue_batch('{queue}', ARRAY['{{}}'::jsonb, {over_limit}])"),
+        &format!(
+            "SELECT id FROM jobs_enqueue_batch('{queue}', ARRAY['{{}}'::jsonb, {over_limit}])"
+        ),
     );
     assert_eq!(code, SqlState::PROGRAM_LIMIT_EXCEEDED);
     let jobs: i64 = scalar(
@@ -76,7 +78,7 @@ fn a_batch_of_100000_jobs_is_enqueued_in_one_call_in_order() {
     let queue = unique_queue(&mut client, "limit-batch", "");
     let ids: Vec<i64> = client
         .query(
-            "SELECT jobs_enqueue_batch($1::text, (SELECT array_agg(jsonb_build_object('n', n) ORDER BY n)
+            "SELECT id FROM jobs_enqueue_batch($1::text, (SELECT array_agg(jsonb_build_object('n', n) ORDER BY n)
                                                    FROM generate_series(1, 100000) n))",
             &[&queue],
         )
@@ -107,7 +109,7 @@ fn a_claim_of_n_at_its_cap_works_and_above_is_refused() {
     let queue = unique_queue(&mut client, "limit-claim", "");
     client
         .batch_execute(&format!(
-            "SELECT jobs_enqueue_batch('{queue}', array_fill('{{}}'::jsonb, ARRAY[1500]))"
+            "SELECT id FROM jobs_enqueue_batch('{queue}', array_fill('{{}}'::jsonb, ARRAY[1500]))"
         ))
         .unwrap();
     assert_eq!(claim(&mut client, &queue, 1000, "").len(), 1000);

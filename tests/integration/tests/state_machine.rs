@@ -121,7 +121,7 @@ enum EnqueueFault {
     MaxAttemptsZero,
     HeadersNotObject,
     BadOnConflict,
-    UniqueKey,
+    EmptyUniqueKey,
 }
 
 impl EnqueueFault {
@@ -132,7 +132,7 @@ impl EnqueueFault {
             EnqueueFault::NullQueue | EnqueueFault::NullPayload | EnqueueFault::NullRunAt => {
                 Some("22004")
             }
-            EnqueueFault::UniqueKey => Some("0A000"),
+            EnqueueFault::EmptyUniqueKey => Some("22023"),
             EnqueueFault::BadQueueName
             | EnqueueFault::EmptyKind
             | EnqueueFault::PriorityOutOfRange
@@ -314,7 +314,7 @@ fn enqueue_fault() -> impl Strategy<Value = EnqueueFault> {
             EnqueueFault::MaxAttemptsZero,
             EnqueueFault::HeadersNotObject,
             EnqueueFault::BadOnConflict,
-            EnqueueFault::UniqueKey,
+            EnqueueFault::EmptyUniqueKey,
         ]),
     ]
 }
@@ -1167,7 +1167,7 @@ impl Sut {
                 } else {
                     "skip"
                 };
-                let unique_key = (*fault == EnqueueFault::UniqueKey).then_some("k");
+                let unique_key = (*fault == EnqueueFault::EmptyUniqueKey).then_some("");
                 let sql = "SELECT jobs_enqueue($1::text, $2::jsonb, kind => $3::text,
                                 run_at => CASE $4::int WHEN 0 THEN now()
                                                        WHEN 1 THEN now() + interval '1 hour' END,
@@ -1203,7 +1203,8 @@ impl Sut {
                     payloads.push(None);
                 }
                 let later = spec.later;
-                let sql = "SELECT jobs_enqueue_batch($1::text, $2::jsonb[], kind => $3::text,
+                let sql =
+                    "SELECT id FROM jobs_enqueue_batch($1::text, $2::jsonb[], kind => $3::text,
                                 run_at => CASE WHEN $4::bool THEN now() + interval '1 hour'
                                                ELSE now() END,
                                 priority => $5::int, max_attempts => $6::int)";

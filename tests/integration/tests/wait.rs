@@ -499,6 +499,21 @@ fn voluntary_switches(pid: i32) -> u64 {
         .unwrap_or_else(|| panic!("no voluntary_ctxt_switches in /proc/{pid}/status"))
 }
 
+/// Of processes with voluntary context switch counts `before`, how many went to sleep again
+/// since (woke up at least once), and how many times in all.
+///
+/// Robust against stray wake-ups: a backend also wakes for signals that have nothing to do
+/// with pg_jobs (a cache invalidation catch-up sent to the laggard, a reload), now and then
+/// and one process at a time. A broadcast or a polling loop wakes every waiter, so the tests
+/// compare how many distinct processes woke with how many there are.
+fn woken(before: &[(i32, u64)]) -> (usize, u64) {
+    let grown: Vec<u64> = before
+        .iter()
+        .map(|&(pid, switches)| voluntary_switches(pid) - switches)
+        .collect();
+    (grown.iter().filter(|&&g| g > 0).count(), grown.iter().sum())
+}
+
 /// CPU time of process `pid` so far (user + system), in clock ticks (Linux).
 fn cpu_ticks(pid: i32) -> u64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
@@ -557,14 +572,12 @@ fn one_job_wakes_one_of_many_waiting_claims() {
             waiter.pid
         );
     }
-    let woken: u64 = waiters
-        .iter()
-        .map(|(w, before)| voluntary_switches(w.pid) - before)
-        .sum();
-    // A broadcast would wake all 15 (at least 15 switches); allow a stray wake-up or two.
+    let before: Vec<(i32, u64)> = waiters.iter().map(|(w, b)| (w.pid, *b)).collect();
+    let (woken_waiters, wakeups) = woken(&before);
+    // A broadcast wakes every one of the 15; stray wake-ups touch a few at most.
     assert!(
-        woken <= 3,
-        "the 15 losing claims woke up {woken} times after a commit of one job"
+        woken_waiters <= 5,
+        "{woken_waiters} of the 15 losing claims woke up ({wakeups} times) after a commit of one job"
     );
 
     exec(&mut observer, "BEGIN");
@@ -583,7 +596,9 @@ fn one_job_wakes_one_of_many_waiting_claims() {
     rest.push(first);
     rest.sort_unstable();
     assert_eq!(claimed, rest, "every job claimed exactly once");
-    println!("stampede: one job woke one claim in {latency:?}; the 15 others woke {woken} times");
+    println!(
+        "stampede: one job woke one claim in {latency:?}; of the 15 others {woken_waiters} woke, {wakeups} times"
+    );
 }
 
 /// Starts a claim waiting 30 s on `queue` of `cluster`, makes sure it sleeps and stays asleep through the set-up, runs `wake`, and returns what
@@ -816,7 +831,10 @@ fn idle_waiting_claims_cost_nothing() {
     let mut sampler = IdleSampler::new(cluster.connect(), &pids);
     exec(&mut sampler.client, "SELECT pg_stat_force_next_flush()");
     thread::sleep(Duration::from_millis(50));
-    let switches_before: Vec<u64> = pids.iter().map(|&pid| voluntary_switches(pid)).collect();
+    let switches_before: Vec<(i32, u64)> = pids
+        .iter()
+        .map(|&pid| (pid, voluntary_switches(pid)))
+        .collect();
     let cpu_before: u64 = pids.iter().map(|&pid| cpu_ticks(pid)).sum();
     let window_start = Instant::now();
     let first = sampler.sample();
@@ -832,11 +850,7 @@ fn idle_waiting_claims_cost_nothing() {
     }
     let last = sampler.sample();
     let window = window_start.elapsed();
-    let switches: u64 = pids
-        .iter()
-        .zip(&switches_before)
-        .map(|(&pid, before)| voluntary_switches(pid) - before)
-        .sum();
+    let (woken_waiters, switches) = woken(&switches_before);
     let cpu: u64 = pids.iter().map(|&pid| cpu_ticks(pid)).sum::<u64>() - cpu_before;
     assert!(
         waiters.iter().all(|w| !w.is_done()),
@@ -867,10 +881,10 @@ fn idle_waiting_claims_cost_nothing() {
         transactions <= bound,
         "{transactions} transactions in {window:?}; ticks {ticks} + samples {samples} = {bound}"
     );
-    // Polling even once a second would be about 16 × 4 wake-ups here; allow a stray few.
+    // Polling at any period shorter than the window wakes all 16, each at least once.
     assert!(
-        switches <= 4,
-        "16 idle waiters woke up {switches} times in {window:?}"
+        woken_waiters <= 5 && switches < 16,
+        "{woken_waiters} of 16 idle waiters woke up, {switches} times in all, in {window:?}"
     );
 
     for waiter in waiters {

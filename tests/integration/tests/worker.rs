@@ -1,5 +1,5 @@
 //! The background worker against real servers: it reclaims the lease of a claimer whose session
-//! died, comes back after SIGKILL and SIGTERM, survives a failing tick, starts serving a
+//! died, reclaims within a tick of expiry, comes back after SIGKILL and SIGTERM, survives a failing tick, starts serving a
 //! database whose extension is created after start-up, purges only finished jobs past their
 //! queue's retention, and without the preload everything but the worker still works.
 //!
@@ -269,6 +269,77 @@ fn lease_of_a_terminated_claimer_is_reclaimed_by_the_worker() {
     println!(
         "reclaim after backend termination: {since_claim:?} from claim to both jobs settled \
          (lease 1 s, tick 100 ms); server-side lease_until → reclaim: {lag:?}"
+    );
+}
+
+/// Rule 5: the worker reclaims an expired lease within one tick of its expiry, not merely some
+/// time after it. Eight jobs are claimed one after another with leases of different lengths,
+/// so they run out at different points of the worker's 100 ms tick; each reclaim's own stamp
+/// (`errors.at`, the server's clock) must come after the job's `lease_until` and at most a tick
+/// plus 400 ms of scheduling slack after it. A worker that reclaimed a second late, or only
+/// every few ticks, fails here.
+#[test]
+fn the_worker_reclaims_within_one_tick_of_expiry() {
+    const TICK_MS: i64 = 100;
+    const SLACK_MS: i64 = 400;
+    let mut client = Cluster::shared().connect();
+    let queue = unique_queue(&mut client, "within-a-tick", "");
+    let mut held: Vec<(i64, i64)> = Vec::new();
+    for k in 0..8 {
+        let id = enqueue(&mut client, &queue, json!({ "k": k }));
+        let lease_ms = 150 + 37 * k;
+        let claimed = claim(
+            &mut client,
+            &queue,
+            1,
+            &format!(", lease => '{lease_ms} milliseconds'"),
+        );
+        assert_eq!(claimed.iter().map(|c| c.id).collect::<Vec<_>>(), [id]);
+        let until: i64 = scalar(
+            &mut client,
+            "SELECT (extract(epoch FROM lease_until) * 1000000)::int8 FROM jobs.job WHERE id = $1",
+            &[&id],
+        );
+        held.push((id, until));
+    }
+    let ids: Vec<i64> = held.iter().map(|(id, _)| *id).collect();
+    wait_until(
+        Duration::from_secs(30),
+        "the worker to reclaim every lease",
+        || {
+            scalar::<i64>(
+                &mut client,
+                "SELECT count(*) FROM jobs.job WHERE id = ANY ($1) AND state = 'running'",
+                &[&ids],
+            ) == 0
+        },
+    );
+    let mut lags = Vec::new();
+    for (id, until) in held {
+        let (error, at): (String, i64) = {
+            let row = client
+                .query_one(
+                    "SELECT errors -> -1 ->> 'error',
+                            (extract(epoch FROM (errors -> -1 ->> 'at')::timestamptz) * 1000000)::int8
+                       FROM jobs.job WHERE id = $1",
+                    &[&id],
+                )
+                .unwrap();
+            (row.get(0), row.get(1))
+        };
+        assert_eq!(error, "lease expired", "job {id} was reclaimed");
+        let lag = at - until;
+        assert!(
+            lag > 0,
+            "job {id} was reclaimed {}µs before its lease ran out",
+            -lag
+        );
+        lags.push(lag / 1000);
+    }
+    println!("reclaim lag after lease_until, ms (tick {TICK_MS} ms): {lags:?}");
+    assert!(
+        lags.iter().all(|&lag| lag <= TICK_MS + SLACK_MS),
+        "the worker took longer than a tick (+{SLACK_MS} ms slack) to reclaim: lags {lags:?} ms"
     );
 }
 

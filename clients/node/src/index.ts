@@ -1,0 +1,18 @@
+// pg-jobs: a worker and producer library for pg_jobs (the job queue inside PostgreSQL) on
+// node-postgres. Every rule of the queue is in the server's jobs_* functions; this library
+// runs the worker loop around them.
+export {
+  Worker,
+  PermanentError,
+  JobTimeoutError,
+  isConnectionError,
+  type Job,
+  type JobContext,
+  type Handler,
+  type HandlerFunction,
+  type HandlerSpec,
+  type WorkerOptions,
+  type WorkerEvents,
+  type LostOutcome,
+} from './worker.js';
+export { enqueue, enqueueBatch, interval, json, type EnqueueOptions, type Enqueued, type Queryable } from './enqueue.js';

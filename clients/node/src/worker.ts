@@ -1,0 +1,622 @@
+// The worker: one claim loop that waits in the server (jobs_claim(wait => ...)) for up to as
+// many jobs as it has free slots, a lease keeper per running job that heartbeats every
+// lease/3, and the settle calls that turn a handler's outcome into jobs_complete, jobs_fail or
+// jobs_release. Every call is one autocommit statement with untyped parameters and no session
+// state, so the worker runs unchanged behind PgBouncer in transaction pooling mode.
+
+import { EventEmitter } from 'node:events';
+import net from 'node:net';
+import os from 'node:os';
+import { randomBytes } from 'node:crypto';
+import type { Pool, PoolClient } from 'pg';
+
+import { interval, json } from './enqueue.js';
+
+/** A claimed job as a handler sees it. */
+export interface Job<P = any> {
+  /** The job id as a decimal string: bigint values do not fit a JS number (see README "Ids"). */
+  id: string;
+  queue: string;
+  kind: string;
+  payload: P;
+  headers: Record<string, unknown> | null;
+  /** This attempt's number, from 1; attempts count at claim. */
+  attempt: number;
+  maxAttempts: number;
+  priority: number;
+  /** The lease token of this claim: every heartbeat and settle call presents it. */
+  lease: string;
+  createdAt: Date;
+  runAt: Date;
+}
+
+/** What a handler gets beside the job. */
+export interface JobContext {
+  /** Fires when the job is cancelled, its lease is lost, it times out, or the worker shuts down. */
+  signal: AbortSignal;
+  /**
+   * Stores progress on the job (and renews its lease). Resolves to the heartbeat's outcome:
+   * `'running'`, or `'cancelled'`/`'lost'` (then `signal` has fired too).
+   */
+  progress(value: unknown): Promise<string>;
+}
+
+/** A handler function: its return value becomes the job's result. */
+export type HandlerFunction<P = any> = (job: Job<P>, ctx: JobContext) => unknown;
+
+/** A handler with options. */
+export interface HandlerSpec<P = any> {
+  run: HandlerFunction<P>;
+  /** Returns false for a malformed job: it then fails at once, without retries. */
+  accepts?: (job: Job<P>) => boolean;
+  /** Overrides the worker's `timeoutMs` for this kind. */
+  timeoutMs?: number;
+}
+
+/** A handler: a function, or a function with options. */
+export type Handler<P = any> = HandlerFunction<P> | HandlerSpec<P>;
+
+/** Thrown by a handler for a failure that retrying cannot fix: the job fails at once. */
+export class PermanentError extends Error {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = 'PermanentError';
+  }
+}
+
+/** The reason a job's signal fires with when its handler ran past its time limit. */
+export class JobTimeoutError extends Error {
+  constructor(ms: number) {
+    super(`the handler ran longer than its time limit of ${ms} ms`);
+    this.name = 'JobTimeoutError';
+  }
+}
+
+/** Settings of a worker. */
+export interface WorkerOptions {
+  /** Connections: the claim loop holds one for the worker's life, heartbeats and settles borrow one per call. */
+  pool: Pool;
+  queue: string;
+  /** Handlers by job kind. */
+  handlers: Record<string, Handler>;
+  /** Handlers running at once (default 8). */
+  concurrency?: number;
+  /** Lease of each claim in milliseconds (default: the queue's lease). */
+  lease?: number;
+  /** How long one claim waits in the server for work, in milliseconds (default 30,000). */
+  waitMs?: number;
+  /**
+   * The worker name stored on each job. Passed on every claim: behind a pooler the server's
+   * default (application_name or the backend pid) is whatever connection the pooler lends.
+   * Default: `<hostname>-<pid>-<random>`.
+   */
+  name?: string;
+  /** A job of a kind without a handler: `'release'` it with a delay (default; a deploy in progress) or `'fail'` it. */
+  unknownKind?: 'release' | 'fail';
+  /** The delay of such a release, in milliseconds (default 60,000). */
+  unknownKindDelayMs?: number;
+  /** Claim every kind (`'all'`, the default) or only kinds that have a handler (`'handled'`). */
+  kinds?: 'all' | 'handled';
+  /** Time limit of one handler run in milliseconds (default: none). Past it the job fails (and is retried). */
+  timeoutMs?: number;
+  /** Signals that stop the worker gracefully (default SIGTERM and SIGINT; `[]` for none). */
+  signals?: NodeJS.Signals[];
+  /** The grace a signal-initiated stop gives running handlers, in milliseconds (default 10,000). */
+  graceMs?: number;
+}
+
+/** Outcome of a heartbeat or settle call that means "this job is no longer ours". */
+export type LostOutcome = 'lost' | 'cancelled';
+
+/** The events a worker emits, for metrics and logs. */
+export interface WorkerEvents {
+  picked: [{ job: Job }];
+  completed: [{ job: Job; durationMs: number; result: unknown }];
+  /** `outcome` is `'queued'` (a retry is scheduled) or `'failed'` (for good). */
+  failed: [{ job: Job; durationMs: number; error: unknown; outcome: string; permanent: boolean }];
+  released: [{ job: Job; reason: string; outcome: string }];
+  /** The job was cancelled or its lease lost: nothing was recorded. */
+  lost: [{ job: Job; durationMs: number; outcome: LostOutcome; during: 'heartbeat' | 'settle' }];
+  /** A database call failed for a reason other than an outcome (connection loss, restart); it is retried. */
+  connectionError: [{ error: unknown; during: string }];
+  /**
+   * A claim failed for a reason retrying soon will not fix (an unknown queue, a missing
+   * privilege). Without a listener this throws, as Node's 'error' events do; with one, the
+   * worker keeps trying every 5 s.
+   */
+  error: [unknown];
+  stopped: [];
+}
+
+interface Running {
+  job: Job;
+  controller: AbortController;
+  started: number;
+  leaseMs: number;
+  timer?: NodeJS.Timeout;
+  timeout?: NodeJS.Timeout;
+  /** Set once the job's fate is decided: later outcomes of its handler are ignored. */
+  done: boolean;
+  /** Resolves when the job is settled, released or given up. */
+  finished: Promise<void>;
+  finish: () => void;
+}
+
+const CLAIM_SQL = `SELECT c.*, (extract(epoch FROM c.lease_until - clock_timestamp()) * 1000)::float8 AS lease_ms
+  FROM jobs_claim($1, worker => $2, n => $3, lease => $4, kinds => $5, wait => $6) AS c`;
+const HEARTBEAT_SQL = 'SELECT jobs_heartbeat($1, $2, progress => $3) AS outcome';
+const COMPLETE_SQL = 'SELECT jobs_complete($1, $2, $3) AS outcome';
+const COMPLETE_BATCH_SQL = 'SELECT id, outcome FROM jobs_complete_batch($1, $2)';
+const FAIL_SQL = 'SELECT jobs_fail($1, $2, $3, retry => $4) AS outcome';
+const RELEASE_SQL = 'SELECT jobs_release($1, $2, $3, retry_in => $4) AS outcome';
+const SUCCEEDED_UNDER_SQL = "SELECT (j).state::text = 'succeeded' AND (j).lease = $2 AS ours FROM jobs_get($1) AS j";
+
+/**
+ * Whether an error is a transport or availability failure (the call may be retried) rather
+ * than an SQL error the server raised for the statement itself.
+ */
+export function isConnectionError(error: unknown): boolean {
+  const code = (error as { code?: unknown })?.code;
+  if (typeof code !== 'string' || !/^[0-9A-Z]{5}$/.test(code)) return true; // socket errors: ECONNREFUSED, ...
+  return code.startsWith('08') || ['57P01', '57P02', '57P03', '53300', '57014'].includes(code);
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms).unref?.());
+}
+
+function defaultName(): string {
+  return `${os.hostname()}-${process.pid}-${randomBytes(3).toString('hex')}`;
+}
+
+function toJob(row: any): Job {
+  return {
+    id: String(row.id),
+    queue: row.queue,
+    kind: row.kind,
+    payload: row.payload,
+    headers: row.headers ?? null,
+    attempt: row.attempt,
+    maxAttempts: row.max_attempts,
+    priority: row.priority,
+    lease: row.lease,
+    createdAt: row.created_at,
+    runAt: row.run_at,
+  };
+}
+
+function errorText(error: unknown): string {
+  if (error instanceof Error) return error.stack ?? `${error.name}: ${error.message}`;
+  return String(error);
+}
+
+/**
+ * Sends a CancelRequest for the statement `client` is running, over a connection of its own to
+ * the same server (or pooler: PgBouncer forwards it to the server connection it lent). Like
+ * libpq, it then waits for the other end to close that connection: PgBouncer 1.18 exits with
+ * "bad client state" when a cancelling client hangs up before it has forwarded the request.
+ */
+function cancelStatement(client: PoolClient): Promise<void> {
+  const c = client as unknown as { processID: number | null; secretKey: number | null; host: string; port: number };
+  if (c.processID == null || c.secretKey == null) return Promise.resolve();
+  return new Promise((resolve) => {
+    const socket = c.host?.startsWith('/')
+      ? net.connect(`${c.host}/.s.PGSQL.${c.port}`)
+      : net.connect(c.port, c.host || 'localhost');
+    const timer = setTimeout(() => socket.destroy(), 5_000);
+    const done = () => {
+      clearTimeout(timer);
+      socket.destroy();
+      resolve();
+    };
+    socket.on('connect', () => {
+      const message = Buffer.alloc(16);
+      message.writeInt32BE(16, 0);
+      message.writeInt32BE(80877102, 4); // the CancelRequest code
+      message.writeInt32BE(c.processID!, 8);
+      message.writeInt32BE(c.secretKey!, 12);
+      socket.write(message);
+    });
+    socket.on('data', () => undefined);
+    socket.on('close', done);
+    socket.on('error', done);
+  });
+}
+
+/** A pg_jobs worker for one queue; see README.md for the model. */
+export class Worker extends EventEmitter<WorkerEvents> {
+  readonly name: string;
+  readonly queue: string;
+  private readonly pool: Pool;
+  private readonly handlers: Record<string, HandlerSpec>;
+  private readonly concurrency: number;
+  private readonly leaseMs?: number;
+  private readonly waitMs: number;
+  private readonly unknownKind: 'release' | 'fail';
+  private readonly unknownKindDelayMs: number;
+  private readonly kinds: string[] | null;
+  private readonly timeoutMs?: number;
+  private readonly signals: NodeJS.Signals[];
+  private readonly graceMs: number;
+
+  private readonly running = new Map<string, Running>();
+  /** Jobs done without a result, waiting for the next jobs_complete_batch. */
+  private completions: Running[] = [];
+  /** Jobs whose handlers are done and whose completion is on its way: they hold no slot. */
+  private readonly settling = new Set<Running>();
+  private flushing = false;
+  private claimClient: PoolClient | null = null;
+  private claiming = false;
+  private stopping = false;
+  private loop: Promise<void> | null = null;
+  private slotFreed: (() => void) | null = null;
+  private stopPromise: Promise<void> | null = null;
+  private readonly onSignal = (signal: NodeJS.Signals) => this.stopOnSignal(signal);
+  private readonly onPoolError = (error: Error) => this.emit('connectionError', { error, during: 'idle' });
+
+  constructor(options: WorkerOptions) {
+    super();
+    if (!options.pool) throw new TypeError('Worker needs a pg.Pool as options.pool');
+    if (!options.queue) throw new TypeError('Worker needs a queue name as options.queue');
+    this.pool = options.pool;
+    this.queue = options.queue;
+    this.handlers = {};
+    for (const [kind, handler] of Object.entries(options.handlers ?? {})) {
+      this.handlers[kind] = typeof handler === 'function' ? { run: handler } : handler;
+      if (typeof this.handlers[kind].run !== 'function') {
+        throw new TypeError(`the handler for kind ${JSON.stringify(kind)} must be a function or { run: function }`);
+      }
+    }
+    this.concurrency = options.concurrency ?? 8;
+    if (!Number.isInteger(this.concurrency) || this.concurrency < 1 || this.concurrency > 1000) {
+      throw new RangeError(`concurrency must be an integer from 1 to 1000, not ${options.concurrency}`);
+    }
+    this.leaseMs = options.lease;
+    this.waitMs = options.waitMs ?? 30_000;
+    this.name = options.name ?? defaultName();
+    this.unknownKind = options.unknownKind ?? 'release';
+    this.unknownKindDelayMs = options.unknownKindDelayMs ?? 60_000;
+    this.kinds = options.kinds === 'handled' ? Object.keys(this.handlers) : null;
+    this.timeoutMs = options.timeoutMs;
+    this.signals = options.signals ?? ['SIGTERM', 'SIGINT'];
+    this.graceMs = options.graceMs ?? 10_000;
+  }
+
+  /** Starts claiming. Returns the worker. */
+  start(): this {
+    if (this.loop) throw new Error('this worker was already started; create a new Worker to start again');
+    for (const signal of this.signals) process.on(signal, this.onSignal);
+    // An idle pooled connection that the server closes (a restart) must not crash the process.
+    this.pool.on('error', this.onPoolError);
+    this.loop = this.claimLoop();
+    return this;
+  }
+
+  /** Jobs whose handlers are running now. */
+  get active(): number {
+    return this.running.size;
+  }
+
+  /**
+   * Stops claiming, gives running handlers `graceMs` (default 10,000) to finish, then aborts
+   * the rest and releases their jobs (`'shutting down'`): no lease is left held.
+   */
+  stop(options: { graceMs?: number } = {}): Promise<void> {
+    this.stopPromise ??= this.shutdown(options.graceMs ?? this.graceMs);
+    return this.stopPromise;
+  }
+
+  private async stopOnSignal(signal: NodeJS.Signals): Promise<void> {
+    await this.stop({ graceMs: this.graceMs });
+    // With nobody else listening, do what the signal would have done without us.
+    if (process.listenerCount(signal) === 0) process.kill(process.pid, signal);
+  }
+
+  private async shutdown(graceMs: number): Promise<void> {
+    this.stopping = true;
+    this.slotFreed?.();
+    if (this.claimClient && this.claiming) await cancelStatement(this.claimClient);
+    await this.loop?.catch(() => undefined);
+    const pending = [...this.running.values()].map((r) => r.finished);
+    let graceTimer: NodeJS.Timeout | undefined;
+    await Promise.race([
+      Promise.all(pending),
+      new Promise<void>((resolve) => (graceTimer = setTimeout(resolve, graceMs))),
+    ]);
+    clearTimeout(graceTimer);
+    await Promise.all(
+      [...this.running.values()].filter((r) => !r.done).map((r) => this.release(r, 'shutting down', 0)),
+    );
+    await Promise.all([...this.running.values(), ...this.settling].map((r) => r.finished));
+    for (const signal of this.signals) process.off(signal, this.onSignal);
+    this.pool.off('error', this.onPoolError);
+    this.emit('stopped');
+  }
+
+  private async claimLoop(): Promise<void> {
+    let backoff = 100;
+    while (!this.stopping) {
+      const free = this.concurrency - this.running.size;
+      if (free <= 0) {
+        await new Promise<void>((resolve) => (this.slotFreed = resolve));
+        this.slotFreed = null;
+        continue;
+      }
+      let rows: any[];
+      try {
+        if (!this.claimClient) {
+          this.claimClient = await this.pool.connect();
+          // A server that goes away between two claims raises 'error' on the client itself.
+          this.claimClient.on('error', this.onPoolError);
+        }
+        this.claiming = true;
+        const result = await this.claimClient.query(CLAIM_SQL, [
+          this.queue,
+          this.name,
+          free,
+          this.leaseMs === undefined ? null : interval(this.leaseMs),
+          this.kinds,
+          interval(this.stopping ? 0 : this.waitMs),
+        ]);
+        rows = result.rows;
+        backoff = 100;
+      } catch (error) {
+        this.claiming = false;
+        this.claimClient?.off('error', this.onPoolError);
+        this.claimClient?.release(error as Error);
+        this.claimClient = null;
+        if (this.stopping) break;
+        if (isConnectionError(error)) {
+          this.emit('connectionError', { error, during: 'claim' });
+          await sleep(backoff);
+          backoff = Math.min(backoff * 2, 5_000);
+        } else {
+          this.emit('error', error);
+          await sleep(5_000);
+        }
+        continue;
+      } finally {
+        this.claiming = false;
+      }
+      for (const row of rows) this.begin(toJob(row), Number(row.lease_ms));
+    }
+    this.claimClient?.off('error', this.onPoolError);
+    this.claimClient?.release();
+    this.claimClient = null;
+  }
+
+  private begin(job: Job, leaseMs: number): void {
+    let finish!: () => void;
+    const finished = new Promise<void>((resolve) => (finish = resolve));
+    const r: Running = { job, controller: new AbortController(), started: Date.now(), leaseMs, done: false, finished, finish };
+    this.running.set(job.id, r);
+    this.emit('picked', { job });
+    if (this.stopping) {
+      // Claimed while the stop was cancelling the claim: hand it straight back.
+      void this.release(r, 'shutting down', 0);
+      return;
+    }
+    const handler = this.handlers[job.kind];
+    if (!handler) {
+      if (this.unknownKind === 'fail') {
+        void this.fail(r, new PermanentError(`no handler for kind ${JSON.stringify(job.kind)} in worker ${this.name}`), true);
+      } else {
+        void this.release(r, `no handler for kind ${JSON.stringify(job.kind)}`, this.unknownKindDelayMs);
+      }
+      return;
+    }
+    let accepted: boolean;
+    try {
+      accepted = handler.accepts ? handler.accepts(job) !== false : true;
+    } catch (error) {
+      void this.fail(r, error, true);
+      return;
+    }
+    if (!accepted) {
+      void this.fail(r, new PermanentError(`the ${JSON.stringify(job.kind)} handler does not accept this job (accepts() returned false)`), true);
+      return;
+    }
+    this.scheduleHeartbeat(r);
+    const limit = handler.timeoutMs ?? this.timeoutMs;
+    if (limit !== undefined) {
+      r.timeout = setTimeout(() => {
+        const error = new JobTimeoutError(limit);
+        r.controller.abort(error);
+        void this.fail(r, error, false);
+      }, limit);
+    }
+    const ctx: JobContext = { signal: r.controller.signal, progress: (value) => this.heartbeat(r, value) };
+    Promise.resolve()
+      .then(() => handler.run(job, ctx))
+      .then(
+        (result) => this.complete(r, result),
+        (error) => this.fail(r, error, error instanceof PermanentError),
+      );
+  }
+
+  private scheduleHeartbeat(r: Running, delay = Math.max(r.leaseMs / 3, 50)): void {
+    r.timer = setTimeout(() => void this.heartbeat(r, undefined).catch(() => undefined), delay);
+  }
+
+  private async heartbeat(r: Running, progress: unknown): Promise<string> {
+    if (r.done) return 'lost';
+    clearTimeout(r.timer);
+    let outcome: string;
+    try {
+      outcome = (await this.pool.query(HEARTBEAT_SQL, [r.job.id, r.job.lease, json(progress)])).rows[0].outcome;
+    } catch (error) {
+      if (r.done) return 'lost';
+      this.emit('connectionError', { error, during: 'heartbeat' });
+      // Try again soon: the lease is still running out.
+      this.scheduleHeartbeat(r, Math.min(1_000, r.leaseMs / 6));
+      return 'running';
+    }
+    if (r.done) return outcome;
+    if (outcome === 'running') {
+      this.scheduleHeartbeat(r);
+    } else {
+      this.giveUp(r, outcome as LostOutcome, 'heartbeat');
+    }
+    return outcome;
+  }
+
+  /** The job is no longer ours (cancelled or lost): stop its handler, record nothing. */
+  private giveUp(r: Running, outcome: LostOutcome, during: 'heartbeat' | 'settle'): void {
+    const first = !r.done;
+    this.conclude(r);
+    if (!r.controller.signal.aborted) r.controller.abort(new Error(`the job was ${outcome === 'lost' ? 'lost (its lease is no longer ours)' : 'cancelled'}`));
+    if (first || during === 'settle') {
+      this.emit('lost', { job: r.job, durationMs: Date.now() - r.started, outcome, during });
+    }
+    // The slot is free at once: the job is out of our hands, and its handler was told to stop.
+    this.forget(r);
+  }
+
+  private conclude(r: Running): void {
+    r.done = true;
+    clearTimeout(r.timer);
+    clearTimeout(r.timeout);
+  }
+
+  private forget(r: Running): void {
+    this.running.delete(r.job.id);
+    this.settling.delete(r);
+    r.finish();
+    this.slotFreed?.();
+  }
+
+  /**
+   * Runs a settle statement until it gets an answer: transport errors (a restart, a dropped
+   * connection) are retried with the same (id, lease), which is safe: a repeated call changes
+   * nothing once the first has committed. Returns null when giving up while stopping.
+   */
+  private async settle(sql: string, values: unknown[]): Promise<{ outcome: string; retried: boolean } | null> {
+    let backoff = 100;
+    let retried = false;
+    for (;;) {
+      try {
+        return { outcome: (await this.pool.query(sql, values)).rows[0].outcome, retried };
+      } catch (error) {
+        if (!isConnectionError(error)) throw error;
+        this.emit('connectionError', { error, during: 'settle' });
+        retried = true;
+        await sleep(backoff);
+        backoff = Math.min(backoff * 2, 5_000);
+      }
+    }
+  }
+
+  private async complete(r: Running, result: unknown): Promise<void> {
+    if (r.done) return;
+    if (result === undefined || result === null) {
+      // No result to store: completed with others in one jobs_complete_batch, sent as soon as
+      // the previous batch is answered (one statement and one commit for many jobs).
+      // Its slot is free now, so the next claim overlaps this completion's round trip.
+      this.conclude(r);
+      this.running.delete(r.job.id);
+      this.settling.add(r);
+      this.slotFreed?.();
+      this.completions.push(r);
+      if (!this.flushing) void this.flushCompletions();
+      return;
+    }
+    this.conclude(r);
+    try {
+      let answer = await this.settle(COMPLETE_SQL, [r.job.id, r.job.lease, json(result)]);
+      if (answer && answer.outcome === 'lost' && answer.retried) answer = await this.recheck(r, answer);
+      this.completed(r, answer?.outcome ?? null, result);
+    } catch (error) {
+      // The server refused to record the result (too large, not JSON): the attempt fails.
+      r.done = false;
+      await this.fail(r, new Error(`could not record the result: ${(error as Error).message}`), false);
+      return;
+    }
+    this.forget(r);
+  }
+
+  /** A retried complete answers lost when the first attempt did commit: check which. */
+  private async recheck(r: Running, answer: { outcome: string; retried: boolean }) {
+    const ours = (await this.pool.query(SUCCEEDED_UNDER_SQL, [r.job.id, r.job.lease])).rows[0]?.ours;
+    return ours ? { outcome: 'succeeded', retried: true } : answer;
+  }
+
+  private completed(r: Running, outcome: string | null, result: unknown): void {
+    if (outcome === 'succeeded') {
+      this.emit('completed', { job: r.job, durationMs: Date.now() - r.started, result });
+    } else if (outcome) {
+      this.giveUp(r, outcome as LostOutcome, 'settle');
+    }
+  }
+
+  private async flushCompletions(): Promise<void> {
+    this.flushing = true;
+    try {
+      while (this.completions.length > 0) {
+        const batch = this.completions;
+        this.completions = [];
+        const outcomes = new Map<string, string>();
+        let retried = false;
+        let backoff = 100;
+        for (;;) {
+          try {
+            const { rows } = await this.pool.query(COMPLETE_BATCH_SQL, [batch.map((r) => r.job.id), batch.map((r) => r.job.lease)]);
+            for (const row of rows) outcomes.set(String(row.id), row.outcome);
+            break;
+          } catch (error) {
+            if (!isConnectionError(error)) {
+              this.emit('connectionError', { error, during: 'complete' });
+              break; // left without an outcome: their leases run out and they are retried
+            }
+            this.emit('connectionError', { error, during: 'complete' });
+            retried = true;
+            await sleep(backoff);
+            backoff = Math.min(backoff * 2, 5_000);
+          }
+        }
+        for (const r of batch) {
+          let answer: { outcome: string; retried: boolean } | null = outcomes.has(r.job.id)
+            ? { outcome: outcomes.get(r.job.id)!, retried }
+            : null;
+          if (answer && answer.outcome === 'lost' && retried) answer = await this.recheck(r, answer).catch(() => answer);
+          this.completed(r, answer?.outcome ?? null, undefined);
+          this.forget(r);
+        }
+      }
+    } finally {
+      this.flushing = false;
+    }
+  }
+
+  private async fail(r: Running, error: unknown, permanent: boolean): Promise<void> {
+    if (r.done) return;
+    this.conclude(r);
+    try {
+      const answer = await this.settle(FAIL_SQL, [r.job.id, r.job.lease, errorText(error), !permanent]);
+      if (answer?.outcome === 'queued' || answer?.outcome === 'failed') {
+        this.emit('failed', { job: r.job, durationMs: Date.now() - r.started, error, outcome: answer.outcome, permanent });
+      } else if (answer) {
+        this.giveUp(r, answer.outcome as LostOutcome, 'settle');
+      }
+    } catch (sqlError) {
+      this.emit('connectionError', { error: sqlError, during: 'fail' });
+    }
+    this.forget(r);
+  }
+
+  private async release(r: Running, reason: string, delayMs: number): Promise<void> {
+    if (r.done) return;
+    this.conclude(r);
+    if (!r.controller.signal.aborted) r.controller.abort(new Error(`the worker released the job: ${reason}`));
+    try {
+      const answer = await this.settle(RELEASE_SQL, [r.job.id, r.job.lease, reason, interval(delayMs)]);
+      if (answer?.outcome === 'queued') {
+        this.emit('released', { job: r.job, reason, outcome: answer.outcome });
+      } else if (answer) {
+        this.giveUp(r, answer.outcome as LostOutcome, 'settle');
+      }
+    } catch (error) {
+      this.emit('connectionError', { error, during: 'release' });
+    }
+    this.forget(r);
+  }
+}

@@ -1,0 +1,25 @@
+"""pg_jobs: worker and producer library for pg_jobs, the job queue inside PostgreSQL, on
+psycopg 3. Every rule of the queue is in the server's ``jobs_*`` functions; this library runs
+the worker loop around them, on threads (:class:`Worker`) or asyncio (:class:`AsyncWorker`)."""
+
+from ._common import Event, Handler, JobTimeout, PermanentError, connect_kwargs, is_connection_error
+from .aio import AsyncJob, AsyncWorker
+from .producer import enqueue, enqueue_async, enqueue_batch, enqueue_batch_async
+from .worker import Job, Worker
+
+__all__ = [
+    "AsyncJob",
+    "AsyncWorker",
+    "Event",
+    "Handler",
+    "Job",
+    "JobTimeout",
+    "PermanentError",
+    "Worker",
+    "connect_kwargs",
+    "enqueue",
+    "enqueue_async",
+    "enqueue_batch",
+    "enqueue_batch_async",
+    "is_connection_error",
+]

@@ -1,0 +1,475 @@
+"""The asyncio worker: the same model as :class:`pg_jobs.Worker` on one event loop.
+
+One claim task waits in the server for up to as many jobs as there are free slots; each job
+runs as a task of its own, with a lease keeper task beside it that heartbeats every lease/3.
+When a heartbeat answers ``cancelled`` or ``lost``, when the job runs past its time limit, or
+when the worker shuts down after its grace, the handler's task is cancelled
+(``asyncio.CancelledError`` inside the handler) and ``job.cancelled`` is set.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import time
+from typing import Any, Awaitable, Callable, Mapping
+
+import psycopg
+
+from ._common import (
+    CLAIM_SQL,
+    COMPLETE_BATCH_SQL,
+    COMPLETE_SQL,
+    FAIL_SQL,
+    GONE,
+    HEARTBEAT_SQL,
+    RELEASE_SQL,
+    SUCCEEDED_UNDER_SQL,
+    Event,
+    JobRow,
+    JobTimeout,
+    PermanentError,
+    as_handler,
+    connect_kwargs,
+    default_name,
+    error_text,
+    interval,
+    is_connection_error,
+    jsonb,
+    unpack_claim,
+)
+
+log = logging.getLogger("pg_jobs")
+
+
+class AsyncJob(JobRow):
+    """A claimed job for an async handler: the job's columns, ``cancelled`` (an
+    ``asyncio.Event``) and :meth:`progress`."""
+
+    def __init__(self, row: JobRow, worker: "AsyncWorker", lease_seconds: float):
+        super().__init__(**row.__dict__)
+        self.cancelled = asyncio.Event()
+        self.reason: str | None = None
+        self._worker = worker
+        self._lease_seconds = max(lease_seconds, 0.05)
+        self._done = False
+        self._started = time.monotonic()
+        self._task: asyncio.Task | None = None
+
+    async def progress(self, value: Any) -> str:
+        """Stores progress on the job (and renews its lease); returns ``'running'``, or
+        ``'cancelled'``/``'lost'`` (then the handler's task is being cancelled)."""
+        return await self._worker._heartbeat(self, value)
+
+    def _conclude(self) -> bool:
+        if self._done:
+            return False
+        self._done = True
+        return True
+
+    @property
+    def _elapsed(self) -> float:
+        return time.monotonic() - self._started
+
+
+class _Pool:
+    """Connections for heartbeats and settles, opened on demand up to ``size``."""
+
+    def __init__(self, connect: Callable[[], Awaitable[psycopg.AsyncConnection]], size: int):
+        self._connect = connect
+        self._idle: list[psycopg.AsyncConnection] = []
+        self._count = 0
+        self._size = size
+        self._freed = asyncio.Condition()
+
+    @contextlib.asynccontextmanager
+    async def connection(self):
+        async with self._freed:
+            while not self._idle and self._count >= self._size:
+                await self._freed.wait()
+            conn = self._idle.pop() if self._idle else None
+            if conn is None:
+                self._count += 1
+        try:
+            if conn is None or conn.closed:
+                conn = await self._connect()
+        except BaseException:
+            async with self._freed:
+                self._count -= 1
+                self._freed.notify()
+            raise
+        broken = False
+        try:
+            yield conn
+        except BaseException as error:
+            broken = is_connection_error(error) or isinstance(error, asyncio.CancelledError)
+            raise
+        finally:
+            async with self._freed:
+                if broken or conn.closed:
+                    self._count -= 1
+                    with contextlib.suppress(Exception):
+                        await conn.close()
+                else:
+                    self._idle.append(conn)
+                self._freed.notify()
+
+    async def close(self) -> None:
+        for conn in self._idle:
+            with contextlib.suppress(Exception):
+                await conn.close()
+        self._idle.clear()
+
+
+class AsyncWorker:
+    """A pg_jobs worker for one queue, on asyncio. The options are those of
+    :class:`pg_jobs.Worker`; handlers are coroutine functions ``async def handler(job)``, and
+    ``connect`` is a coroutine function that opens an ``AsyncConnection``."""
+
+    def __init__(
+        self,
+        conninfo: str,
+        queue: str,
+        handlers: Mapping[str, Any],
+        *,
+        concurrency: int = 8,
+        lease: float | None = None,
+        wait: float = 30.0,
+        name: str | None = None,
+        unknown_kind: str = "release",
+        unknown_kind_delay: float = 60.0,
+        kinds: str = "all",
+        timeout: float | None = None,
+        grace: float = 10.0,
+        on_event: Callable[[Event], None] | None = None,
+        connect: Callable[[], Awaitable[psycopg.AsyncConnection]] | None = None,
+    ):
+        if not 1 <= concurrency <= 1000:
+            raise ValueError(f"concurrency must be from 1 to 1000, not {concurrency}")
+        if unknown_kind not in ("release", "fail"):
+            raise ValueError(f"unknown_kind must be 'release' or 'fail', not {unknown_kind!r}")
+        if kinds not in ("all", "handled"):
+            raise ValueError(f"kinds must be 'all' or 'handled', not {kinds!r}")
+        self.queue = queue
+        self.name = name or default_name()
+        self.handlers = {kind: as_handler(kind, h) for kind, h in handlers.items()}
+        self.concurrency = concurrency
+        self.lease = lease
+        self.wait = wait
+        self.unknown_kind = unknown_kind
+        self.unknown_kind_delay = unknown_kind_delay
+        self.kinds = list(self.handlers) if kinds == "handled" else None
+        self.timeout = timeout
+        self.grace = grace
+        self.on_event = on_event
+        self._connect = connect or (lambda: psycopg.AsyncConnection.connect(conninfo, **connect_kwargs()))
+        self._running: dict[int, AsyncJob] = {}
+        self._slot_freed = asyncio.Event()
+        self._stopping = False
+        self._stopped = asyncio.Event()
+        self._claim_conn: psycopg.AsyncConnection | None = None
+        self._claiming = False
+        self._claim_task: asyncio.Task | None = None
+        self._pool: _Pool | None = None
+        self._stop_task: asyncio.Task | None = None
+        # Jobs whose handlers returned None, completed together by one jobs_complete_batch.
+        self._completions: list[AsyncJob] = []
+        self._flush_task: asyncio.Task | None = None
+
+    @property
+    def active(self) -> int:
+        """Jobs whose handlers are running now."""
+        return len(self._running)
+
+    def start(self) -> "AsyncWorker":
+        """Starts claiming on the running event loop and returns at once."""
+        if self._claim_task is not None:
+            raise RuntimeError("this worker was already started; create a new AsyncWorker to start again")
+        self._pool = _Pool(self._connect, self.concurrency + 1)
+        self._claim_task = asyncio.get_running_loop().create_task(self._claim_loop())
+        return self
+
+    async def run(self, *, handle_signals: bool = True) -> None:
+        """Starts the worker and returns once it has stopped; with ``handle_signals``,
+        SIGTERM and SIGINT stop it gracefully."""
+        loop = asyncio.get_running_loop()
+        signals = (signal.SIGTERM, signal.SIGINT) if handle_signals else ()
+        for sig in signals:
+            loop.add_signal_handler(sig, lambda: asyncio.ensure_future(self.stop()))
+        try:
+            self.start()
+            await self._stopped.wait()
+        finally:
+            for sig in signals:
+                loop.remove_signal_handler(sig)
+
+    async def stop(self, grace: float | None = None) -> None:
+        """Stops claiming, gives running handlers ``grace`` seconds to finish, then cancels
+        their tasks and releases their jobs (``'shutting down'``)."""
+        if self._stop_task is None:
+            self._stop_task = asyncio.ensure_future(self._shutdown(self.grace if grace is None else grace))
+        await asyncio.shield(self._stop_task)
+
+    async def _shutdown(self, grace: float) -> None:
+        self._stopping = True
+        self._slot_freed.set()
+        if self._claim_conn is not None and self._claiming:
+            with contextlib.suppress(Exception):
+                await self._claim_conn.cancel_safe(timeout=5.0)
+        if self._claim_task is not None:
+            with contextlib.suppress(BaseException):
+                await self._claim_task
+        tasks = [job._task for job in self._running.values() if job._task is not None]
+        if tasks:
+            await asyncio.wait(tasks, timeout=grace)
+        await asyncio.gather(
+            *(self._release(job, "shutting down", 0) for job in list(self._running.values())),
+            return_exceptions=True,
+        )
+        while self._flush_task is not None and not self._flush_task.done():
+            await asyncio.wait({self._flush_task})
+        if self._pool is not None:
+            await self._pool.close()
+        self._stopped.set()
+
+    def _emit(self, event: Event) -> None:
+        if self.on_event is not None:
+            try:
+                self.on_event(event)
+            except Exception:
+                log.exception("the on_event callback raised")
+        if event.type == "connection_error":
+            log.warning("pg_jobs worker %s: %s failed, retrying: %s", self.name, event.during, event.error)
+
+    async def _claim_loop(self) -> None:
+        backoff = 0.1
+        while not self._stopping:
+            free = self.concurrency - len(self._running)
+            if free <= 0:
+                self._slot_freed.clear()
+                await self._slot_freed.wait()
+                continue
+            params = [self.queue, self.name, str(free), interval(self.lease), self.kinds, interval(self.wait)]
+            try:
+                if self._claim_conn is None or self._claim_conn.closed:
+                    self._claim_conn = await self._connect()
+                self._claiming = True
+                cur = await self._claim_conn.execute(CLAIM_SQL, params)
+                rows = await cur.fetchall()
+                backoff = 0.1
+            except Exception as error:
+                self._claiming = False
+                if self._stopping:
+                    break
+                with contextlib.suppress(Exception):
+                    await self._claim_conn.close()
+                self._claim_conn = None
+                self._emit(Event("connection_error", error=error, during="claim"))
+                if is_connection_error(error):
+                    await asyncio.sleep(backoff)
+                    backoff = min(backoff * 2, 5.0)
+                else:
+                    log.error("pg_jobs worker %s: claiming from %s failed: %s", self.name, self.queue, error)
+                    await asyncio.sleep(5.0)
+                continue
+            finally:
+                self._claiming = False
+            for row in rows:
+                self._begin(*unpack_claim(row))
+        if self._claim_conn is not None:
+            with contextlib.suppress(Exception):
+                await self._claim_conn.close()
+
+    def _begin(self, row: JobRow, lease_seconds: float) -> None:
+        job = AsyncJob(row, self, lease_seconds)
+        self._running[job.id] = job
+        self._emit(Event("picked", job=job))
+        job._task = asyncio.get_running_loop().create_task(self._run(job))
+
+    async def _call(self, job: AsyncJob | None, sql: str, params: list, during: str, retry: bool = True):
+        """One statement on a pooled connection; transport errors are retried with the same
+        (id, lease) while ``retry`` (until the worker has stopped). Returns (rows, retried)."""
+        backoff = 0.1
+        retried = False
+        while True:
+            try:
+                async with self._pool.connection() as conn:
+                    cur = await conn.execute(sql, params)
+                    return await cur.fetchall(), retried
+            except Exception as error:
+                if not is_connection_error(error):
+                    raise
+                self._emit(Event("connection_error", job=job, error=error, during=during))
+                if not retry or self._stopped.is_set():
+                    raise
+                retried = True
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 5.0)
+
+    def _finish(self, job: AsyncJob) -> None:
+        self._running.pop(job.id, None)
+        self._slot_freed.set()
+
+    def _interrupt(self, job: AsyncJob, reason: str) -> None:
+        """Tells the handler to stop: sets ``cancelled`` and cancels its task."""
+        job.reason = reason
+        job.cancelled.set()
+        handler_task = getattr(job, "_handler_task", None)
+        if handler_task is not None and not handler_task.done():
+            handler_task.cancel()
+
+    async def _run(self, job: AsyncJob) -> None:
+        handler = self.handlers.get(job.kind)
+        if handler is None:
+            if self.unknown_kind == "fail":
+                await self._fail(job, PermanentError(f"no handler for kind {job.kind!r} in worker {self.name}"), True)
+            else:
+                await self._release(job, f"no handler for kind {job.kind!r}", self.unknown_kind_delay)
+            return
+        try:
+            accepted = handler.accepts is None or handler.accepts(job) is not False
+        except Exception as error:
+            await self._fail(job, error, True)
+            return
+        if not accepted:
+            await self._fail(job, PermanentError(f"the {job.kind!r} handler does not accept this job (accepts() returned False)"), True)
+            return
+        keeper = asyncio.get_running_loop().create_task(self._keep(job))
+        limit = handler.timeout if handler.timeout is not None else self.timeout
+        job._handler_task = asyncio.ensure_future(handler.run(job))
+        try:
+            # asyncio.wait rather than wait_for: a handler's own TimeoutError is its failure,
+            # not the time limit.
+            finished, _ = await asyncio.wait({job._handler_task}, timeout=limit)
+            if not finished:
+                self._interrupt(job, "timeout")
+                await self._fail(job, JobTimeout(f"the handler ran longer than its time limit of {limit} s"), False)
+                return
+            try:
+                result = job._handler_task.result()
+            except asyncio.CancelledError:
+                if job._done:
+                    return  # lost, cancelled or released: nothing to record
+                await self._fail(job, RuntimeError("the handler's task was cancelled"), False)
+                return
+            except Exception as error:
+                await self._fail(job, error, isinstance(error, PermanentError))
+                return
+            await self._complete(job, result)
+        finally:
+            keeper.cancel()
+
+    async def _keep(self, job: AsyncJob) -> None:
+        while not job._done:
+            await asyncio.sleep(job._lease_seconds / 3)
+            await self._heartbeat(job, None)
+
+    async def _heartbeat(self, job: AsyncJob, progress: Any) -> str:
+        if job._done:
+            return job.reason if job.reason in GONE else "lost"
+        try:
+            rows, _ = await self._call(job, HEARTBEAT_SQL, [str(job.id), job.lease, jsonb(progress)], "heartbeat", retry=False)
+        except Exception as error:
+            self._emit(Event("connection_error", job=job, error=error, during="heartbeat"))
+            return "running"
+        outcome = rows[0][0]
+        if outcome in GONE and job._conclude():
+            self._gone(job, outcome, "heartbeat")
+            self._interrupt(job, outcome)
+            self._finish(job)
+        return outcome
+
+    def _gone(self, job: AsyncJob, outcome: str, during: str) -> None:
+        job.reason = outcome
+        job.cancelled.set()
+        self._emit(Event("lost", job=job, duration=job._elapsed, outcome=outcome, during=during))
+
+    async def _settle(self, job: AsyncJob, sql: str, params: list, during: str) -> tuple[str, bool] | None:
+        try:
+            rows, retried = await self._call(job, sql, params, during)
+        except Exception as error:
+            if is_connection_error(error):
+                return None
+            raise
+        return rows[0][0], retried
+
+    async def _complete(self, job: AsyncJob, result: Any) -> None:
+        if not job._conclude():
+            return
+        if result is None:
+            # Its slot is free now, so the next claim overlaps the batch's round trip.
+            self._running.pop(job.id, None)
+            self._slot_freed.set()
+            self._completions.append(job)
+            if self._flush_task is None or self._flush_task.done():
+                self._flush_task = asyncio.get_running_loop().create_task(self._flush_completions())
+            return
+        try:
+            answer = await self._settle(job, COMPLETE_SQL, [str(job.id), job.lease, jsonb(result)], "complete")
+            if answer == ("lost", True):
+                rows, _ = await self._call(job, SUCCEEDED_UNDER_SQL, [job.lease, str(job.id)], "complete")
+                if rows and rows[0][0]:
+                    answer = ("succeeded", True)
+        except Exception as error:
+            job._done = False
+            await self._fail(job, RuntimeError(f"could not record the result: {error}"), False)
+            return
+        if answer and answer[0] == "succeeded":
+            self._emit(Event("completed", job=job, duration=job._elapsed, result=result, outcome="succeeded"))
+        elif answer:
+            self._gone(job, answer[0], "settle")
+        self._finish(job)
+
+    async def _flush_completions(self) -> None:
+        """Completes the jobs that finished without a result: what finished while the
+        previous batch was on its way goes in the next, one statement and one commit."""
+        while self._completions:
+            batch, self._completions = self._completions, []
+            outcomes: dict[int, str] = {}
+            retried = False
+            try:
+                rows, retried = await self._call(None, COMPLETE_BATCH_SQL,
+                                                 [[str(j.id) for j in batch], [j.lease for j in batch]], "complete")
+                outcomes = {job_id: outcome for job_id, outcome in rows}
+            except Exception as error:
+                # Left without an outcome: their leases run out and they are run again.
+                self._emit(Event("connection_error", error=error, during="complete"))
+            for job in batch:
+                outcome = outcomes.get(job.id)
+                if outcome == "lost" and retried:
+                    with contextlib.suppress(Exception):
+                        rows, _ = await self._call(job, SUCCEEDED_UNDER_SQL, [job.lease, str(job.id)], "complete")
+                        if rows and rows[0][0]:
+                            outcome = "succeeded"
+                if outcome == "succeeded":
+                    self._emit(Event("completed", job=job, duration=job._elapsed, result=None, outcome="succeeded"))
+                elif outcome:
+                    self._gone(job, outcome, "settle")
+                self._finish(job)
+
+    async def _fail(self, job: AsyncJob, error: BaseException, permanent: bool) -> None:
+        if not job._conclude():
+            return
+        try:
+            answer = await self._settle(job, FAIL_SQL, [str(job.id), job.lease, error_text(error), not permanent], "fail")
+        except Exception as sql_error:
+            self._emit(Event("connection_error", job=job, error=sql_error, during="fail"))
+            answer = None
+        if answer and answer[0] in ("queued", "failed"):
+            self._emit(Event("failed", job=job, duration=job._elapsed, error=error, outcome=answer[0]))
+        elif answer:
+            self._gone(job, answer[0], "settle")
+        self._finish(job)
+
+    async def _release(self, job: AsyncJob, reason: str, delay: float) -> None:
+        if not job._conclude():
+            return
+        self._interrupt(job, f"released: {reason}")
+        answer = await self._settle(job, RELEASE_SQL, [str(job.id), job.lease, reason, interval(delay)], "release")
+        if answer and answer[0] == "queued":
+            self._emit(Event("released", job=job, duration=job._elapsed, outcome="queued", result=reason))
+        elif answer:
+            self._gone(job, answer[0], "settle")
+        self._finish(job)

@@ -1,0 +1,581 @@
+"""The thread-based worker.
+
+One claim thread waits in the server (``jobs_claim(wait => ...)``) for up to as many jobs as
+there are free slots; ``concurrency`` runner threads run the handlers and settle on
+connections of their own; one lease keeper thread heartbeats every running job every lease/3
+and enforces time limits; one completer thread completes the jobs whose handlers returned
+None in batches (``jobs_complete_batch``: whatever finished while the previous batch was on
+its way, in one statement and one commit). A handler that never returns cannot be stopped in Python: its
+thread is abandoned (a daemon) and a fresh runner takes its slot.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import queue as queue_module
+import signal
+import threading
+import time
+from typing import Any, Callable, Mapping
+
+import psycopg
+
+from ._common import (
+    CLAIM_SQL,
+    COMPLETE_BATCH_SQL,
+    COMPLETE_SQL,
+    FAIL_SQL,
+    GONE,
+    HEARTBEAT_SQL,
+    RELEASE_SQL,
+    SUCCEEDED_UNDER_SQL,
+    Event,
+    JobRow,
+    JobTimeout,
+    PermanentError,
+    as_handler,
+    connect_kwargs,
+    default_name,
+    error_text,
+    interval,
+    is_connection_error,
+    jsonb,
+    unpack_claim,
+)
+
+log = logging.getLogger("pg_jobs")
+
+
+class Job(JobRow):
+    """A claimed job as a handler sees it: the job's columns, ``cancelled`` (a
+    ``threading.Event`` set when the job is cancelled, lost, timed out or handed back at
+    shutdown: stop then) and :meth:`progress`."""
+
+    def __init__(self, row: JobRow, worker: "Worker", lease_seconds: float):
+        super().__init__(**row.__dict__)
+        self.cancelled = threading.Event()
+        self.reason: str | None = None
+        self._worker = worker
+        self._lease_seconds = max(lease_seconds, 0.05)
+        self._lock = threading.Lock()
+        self._done = False
+        self._started = time.monotonic()
+        self._runner: _Runner | None = None
+
+    def progress(self, value: Any) -> str:
+        """Stores progress on the job (and renews its lease) from the handler's thread;
+        returns ``'running'``, or ``'cancelled'``/``'lost'`` (then ``cancelled`` is set)."""
+        runner = self._runner
+        if runner is None:
+            raise RuntimeError("progress() is for the handler's own thread")
+        return self._worker._heartbeat(self, runner.conn, value)
+
+    def _conclude(self) -> bool:
+        """Marks the job's fate decided; False when it already was."""
+        with self._lock:
+            if self._done:
+                return False
+            self._done = True
+            return True
+
+    @property
+    def _elapsed(self) -> float:
+        return time.monotonic() - self._started
+
+
+class _Connection:
+    """A connection that reconnects: ``execute`` retries transport errors with backoff while
+    ``retry`` says so."""
+
+    def __init__(self, connect: Callable[[], psycopg.Connection], worker: "Worker"):
+        self._connect = connect
+        self._worker = worker
+        self.conn: psycopg.Connection | None = None
+
+    def get(self) -> psycopg.Connection:
+        if self.conn is None or self.conn.closed:
+            self.conn = self._connect()
+        return self.conn
+
+    def drop(self) -> None:
+        if self.conn is not None:
+            try:
+                self.conn.close()
+            except Exception:
+                pass
+        self.conn = None
+
+    def execute(self, sql: str, params: list, *, during: str, job=None, retry: Callable[[], bool] = lambda: True):
+        backoff = 0.1
+        while True:
+            try:
+                return self.get().execute(sql, params).fetchall()
+            except Exception as error:
+                if not is_connection_error(error):
+                    raise
+                self.drop()
+                self._worker._emit(Event("connection_error", job=job, error=error, during=during))
+                if not retry():
+                    raise
+                time.sleep(backoff)
+                backoff = min(backoff * 2, 5.0)
+
+
+class _Runner(threading.Thread):
+    """One slot: runs handlers one after another on its own thread and connection."""
+
+    def __init__(self, worker: "Worker"):
+        super().__init__(name="pg_jobs-runner", daemon=True)
+        self.worker = worker
+        self.conn = _Connection(worker._connect, worker)
+        self.abandoned = False
+
+    def run(self) -> None:
+        try:
+            while not self.abandoned:
+                job = self.worker._jobs.get()
+                if job is None:
+                    return
+                job._runner = self
+                self.worker._run(job, self)
+        finally:
+            self.conn.drop()
+
+
+class Worker:
+    """A pg_jobs worker for one queue, on threads.
+
+    ``handlers`` maps job kinds to callables ``handler(job) -> result`` (or
+    :class:`pg_jobs.Handler`). ``lease`` and ``wait`` are seconds (``lease=None``: the
+    queue's). ``name`` is passed on every claim: behind a pooler the server's default names
+    whichever connection the pooler lends. ``unknown_kind`` is ``'release'`` (with
+    ``unknown_kind_delay`` seconds: a deploy in progress) or ``'fail'``. ``kinds='handled'``
+    claims only kinds that have a handler. ``timeout`` (seconds) fails a handler that runs
+    longer. ``on_event`` receives an :class:`pg_jobs.Event` for every job event. ``connect``
+    opens a connection (default: ``psycopg.connect(conninfo, autocommit=True,
+    prepare_threshold=None)``).
+    """
+
+    def __init__(
+        self,
+        conninfo: str,
+        queue: str,
+        handlers: Mapping[str, Any],
+        *,
+        concurrency: int = 8,
+        lease: float | None = None,
+        wait: float = 30.0,
+        name: str | None = None,
+        unknown_kind: str = "release",
+        unknown_kind_delay: float = 60.0,
+        kinds: str = "all",
+        timeout: float | None = None,
+        grace: float = 10.0,
+        on_event: Callable[[Event], None] | None = None,
+        connect: Callable[[], psycopg.Connection] | None = None,
+    ):
+        if not 1 <= concurrency <= 1000:
+            raise ValueError(f"concurrency must be from 1 to 1000, not {concurrency}")
+        if unknown_kind not in ("release", "fail"):
+            raise ValueError(f"unknown_kind must be 'release' or 'fail', not {unknown_kind!r}")
+        if kinds not in ("all", "handled"):
+            raise ValueError(f"kinds must be 'all' or 'handled', not {kinds!r}")
+        self.queue = queue
+        self.name = name or default_name()
+        self.handlers = {kind: as_handler(kind, h) for kind, h in handlers.items()}
+        self.concurrency = concurrency
+        self.lease = lease
+        self.wait = wait
+        self.unknown_kind = unknown_kind
+        self.unknown_kind_delay = unknown_kind_delay
+        self.kinds = list(self.handlers) if kinds == "handled" else None
+        self.timeout = timeout
+        self.grace = grace
+        self.on_event = on_event
+        self._connect = connect or (lambda: psycopg.connect(conninfo, **connect_kwargs()))
+        self._jobs: queue_module.SimpleQueue[Job | None] = queue_module.SimpleQueue()
+        self._running: dict[int, Job] = {}
+        # Jobs whose handlers returned None, waiting for the completer: they hold no slot.
+        self._settling: dict[int, Job] = {}
+        self._slots = threading.Condition()
+        self._stopping = threading.Event()
+        self._stopped = threading.Event()
+        self._stop_lock = threading.Lock()
+        self._keeper_due: list[tuple[float, int, int]] = []
+        self._keeper_wake = threading.Condition()
+        self._claim_conn = _Connection(self._connect, self)
+        self._completions: queue_module.SimpleQueue[Job | None] = queue_module.SimpleQueue()
+        self._claiming = False
+        self._threads: list[threading.Thread] = []
+        self._runners: list[_Runner] = []
+        self._started = False
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def start(self) -> "Worker":
+        """Starts the threads and returns at once."""
+        if self._started:
+            raise RuntimeError("this worker was already started; create a new Worker to start again")
+        self._started = True
+        for _ in range(self.concurrency):
+            self._add_runner()
+        for target, name in (
+            (self._claim_loop, "pg_jobs-claim"),
+            (self._keeper_loop, "pg_jobs-keeper"),
+            (self._completer_loop, "pg_jobs-completer"),
+        ):
+            thread = threading.Thread(target=target, name=name, daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        return self
+
+    def run(self, *, handle_signals: bool = True) -> None:
+        """Starts the worker and blocks until it has stopped. With ``handle_signals`` (and on
+        the main thread) SIGTERM and SIGINT stop it gracefully, with the worker's grace."""
+        previous = {}
+        if handle_signals and threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                previous[sig] = signal.signal(sig, lambda *_: threading.Thread(target=self.stop, daemon=True).start())
+        try:
+            self.start()
+            while not self._stopped.wait(0.5):
+                pass
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    @property
+    def active(self) -> int:
+        """Jobs whose handlers are running now."""
+        with self._slots:
+            return len(self._running)
+
+    def stop(self, grace: float | None = None) -> None:
+        """Stops claiming, gives running handlers ``grace`` seconds (default: the worker's) to
+        finish, then sets their ``cancelled`` and releases their jobs (``'shutting down'``):
+        no lease is left held. Returns when that is done."""
+        grace = self.grace if grace is None else grace
+        with self._stop_lock:
+            if self._stopped.is_set():
+                return
+            self._stopping.set()
+            with self._slots:
+                self._slots.notify_all()
+            conn = self._claim_conn.conn
+            if conn is not None and self._claiming:
+                try:
+                    conn.cancel_safe(timeout=5.0)
+                except Exception:
+                    pass
+            self._threads[0].join()
+            deadline = time.monotonic() + grace
+            with self._slots:
+                while self._running and time.monotonic() < deadline:
+                    self._slots.wait(deadline - time.monotonic())
+                left = list(self._running.values())
+            if left:
+                conn = _Connection(self._connect, self)
+                for job in left:
+                    self._release(job, conn, "shutting down", 0)
+                conn.drop()
+            self._completions.put(None)
+            self._threads[2].join()
+            for _ in self._runners:
+                self._jobs.put(None)
+            with self._keeper_wake:
+                self._keeper_wake.notify_all()
+            self._stopped.set()
+
+    # -- events --------------------------------------------------------------------------
+
+    def _emit(self, event: Event) -> None:
+        if self.on_event is not None:
+            try:
+                self.on_event(event)
+            except Exception:
+                log.exception("the on_event callback raised")
+        if event.type == "connection_error":
+            log.warning("pg_jobs worker %s: %s failed, retrying: %s", self.name, event.during, event.error)
+
+    # -- claiming ------------------------------------------------------------------------
+
+    def _add_runner(self) -> None:
+        runner = _Runner(self)
+        self._runners.append(runner)
+        runner.start()
+
+    def _claim_loop(self) -> None:
+        backoff = 0.1
+        while not self._stopping.is_set():
+            with self._slots:
+                while len(self._running) >= self.concurrency and not self._stopping.is_set():
+                    self._slots.wait()
+                free = self.concurrency - len(self._running)
+            if self._stopping.is_set():
+                break
+            params = [self.queue, self.name, str(free), interval(self.lease), self.kinds, interval(self.wait)]
+            try:
+                self._claiming = True
+                rows = self._claim_conn.get().execute(CLAIM_SQL, params).fetchall()
+                backoff = 0.1
+            except Exception as error:
+                self._claiming = False
+                if self._stopping.is_set():
+                    break
+                self._claim_conn.drop()
+                if is_connection_error(error):
+                    self._emit(Event("connection_error", error=error, during="claim"))
+                    time.sleep(backoff)
+                    backoff = min(backoff * 2, 5.0)
+                else:
+                    log.error("pg_jobs worker %s: claiming from %s failed: %s", self.name, self.queue, error)
+                    self._emit(Event("connection_error", error=error, during="claim"))
+                    self._stopping.wait(5.0)
+                continue
+            finally:
+                self._claiming = False
+            for row in rows:
+                self._begin(*unpack_claim(row))
+        self._claim_conn.drop()
+
+    def _begin(self, row: JobRow, lease_seconds: float) -> None:
+        job = Job(row, self, lease_seconds)
+        with self._slots:
+            self._running[job.id] = job
+        self._emit(Event("picked", job=job))
+        if self._stopping.is_set():
+            conn = _Connection(self._connect, self)
+            self._release(job, conn, "shutting down", 0)
+            conn.drop()
+            return
+        self._schedule(job, job._lease_seconds / 3)
+        self._jobs.put(job)
+
+    # -- running -------------------------------------------------------------------------
+
+    def _run(self, job: Job, runner: _Runner) -> None:
+        conn = runner.conn
+        handler = self.handlers.get(job.kind)
+        if handler is None:
+            if self.unknown_kind == "fail":
+                self._fail(job, conn, PermanentError(f"no handler for kind {job.kind!r} in worker {self.name}"), True)
+            else:
+                self._release(job, conn, f"no handler for kind {job.kind!r}", self.unknown_kind_delay)
+            return
+        try:
+            accepted = handler.accepts is None or handler.accepts(job) is not False
+        except Exception as error:
+            self._fail(job, conn, error, True)
+            return
+        if not accepted:
+            self._fail(job, conn, PermanentError(f"the {job.kind!r} handler does not accept this job (accepts() returned False)"), True)
+            return
+        limit = handler.timeout if handler.timeout is not None else self.timeout
+        if limit is not None:
+            self._schedule(job, limit, timeout=True)
+        try:
+            result = handler.run(job)
+        except Exception as error:
+            self._fail(job, conn, error, isinstance(error, PermanentError))
+        else:
+            self._complete(job, conn, result)
+
+    def _settle(self, job: Job, conn: _Connection, sql: str, params: list, during: str) -> tuple[str, bool] | None:
+        """Runs a settle call until it answers; transport errors are retried with the same
+        (id, lease) until the worker has stopped. Returns (outcome, retried)."""
+        retried = False
+
+        def retry() -> bool:
+            nonlocal retried
+            retried = True
+            return not self._stopped.is_set()
+
+        try:
+            rows = conn.execute(sql, params, during=during, job=job, retry=retry)
+        except Exception as error:
+            if is_connection_error(error):
+                return None
+            raise
+        return rows[0][0], retried
+
+    def _finish(self, job: Job) -> None:
+        with self._slots:
+            self._running.pop(job.id, None)
+            self._settling.pop(job.id, None)
+            self._slots.notify_all()
+
+    def _complete(self, job: Job, conn: _Connection, result: Any) -> None:
+        if not job._conclude():
+            return
+        if result is None:
+            # The completer sends it with the others that finished; its slot is free now, so
+            # the next claim overlaps that round trip.
+            with self._slots:
+                self._running.pop(job.id, None)
+                self._settling[job.id] = job
+                self._slots.notify_all()
+            self._completions.put(job)
+            return
+        try:
+            answer = self._settle(job, conn, COMPLETE_SQL, [str(job.id), job.lease, jsonb(result)], "complete")
+            if answer and answer == ("lost", True):
+                # A retried complete answers lost when the first attempt did commit: check which.
+                ours = conn.execute(SUCCEEDED_UNDER_SQL, [job.lease, str(job.id)], during="complete", job=job)
+                if ours and ours[0][0]:
+                    answer = ("succeeded", True)
+        except Exception as error:
+            # The server refused to record the result (not JSON, too large): the attempt fails.
+            with job._lock:
+                job._done = False
+            self._fail(job, conn, RuntimeError(f"could not record the result: {error}"), False)
+            return
+        if answer and answer[0] == "succeeded":
+            self._emit(Event("completed", job=job, duration=job._elapsed, result=result, outcome="succeeded"))
+        elif answer:
+            self._gone(job, answer[0], "settle")
+        self._finish(job)
+
+    def _completer_loop(self) -> None:
+        conn = _Connection(self._connect, self)
+        try:
+            while True:
+                first = self._completions.get()
+                if first is None:
+                    return
+                batch = [first]
+                while True:
+                    try:
+                        job = self._completions.get_nowait()
+                    except queue_module.Empty:
+                        break
+                    if job is None:
+                        self._completions.put(None)  # stop after this batch
+                        break
+                    batch.append(job)
+                self._complete_batch(batch, conn)
+        finally:
+            conn.drop()
+
+    def _complete_batch(self, batch: list[Job], conn: _Connection) -> None:
+        retried = False
+
+        def retry() -> bool:
+            nonlocal retried
+            retried = True
+            return not self._stopped.is_set()
+
+        outcomes: dict[int, str] = {}
+        try:
+            rows = conn.execute(COMPLETE_BATCH_SQL, [[str(j.id) for j in batch], [j.lease for j in batch]],
+                                during="complete", retry=retry)
+            outcomes = {job_id: outcome for job_id, outcome in rows}
+        except Exception as error:
+            # Left without an outcome: their leases run out and they are run again.
+            self._emit(Event("connection_error", error=error, during="complete"))
+        for job in batch:
+            outcome = outcomes.get(job.id)
+            if outcome == "lost" and retried:
+                ours = conn.execute(SUCCEEDED_UNDER_SQL, [job.lease, str(job.id)], during="complete", job=job)
+                if ours and ours[0][0]:
+                    outcome = "succeeded"
+            if outcome == "succeeded":
+                self._emit(Event("completed", job=job, duration=job._elapsed, result=None, outcome="succeeded"))
+            elif outcome:
+                self._gone(job, outcome, "settle")
+            self._finish(job)
+
+    def _fail(self, job: Job, conn: _Connection, error: BaseException, permanent: bool) -> None:
+        if not job._conclude():
+            return
+        try:
+            answer = self._settle(job, conn, FAIL_SQL, [str(job.id), job.lease, error_text(error), not permanent], "fail")
+        except Exception as sql_error:
+            self._emit(Event("connection_error", job=job, error=sql_error, during="fail"))
+            answer = None
+        if answer and answer[0] in ("queued", "failed"):
+            self._emit(Event("failed", job=job, duration=job._elapsed, error=error, outcome=answer[0]))
+        elif answer:
+            self._gone(job, answer[0], "settle")
+        self._finish(job)
+
+    def _release(self, job: Job, conn: _Connection, reason: str, delay: float) -> None:
+        if not job._conclude():
+            return
+        job.reason = f"released: {reason}"
+        job.cancelled.set()
+        answer = self._settle(job, conn, RELEASE_SQL, [str(job.id), job.lease, reason, interval(delay)], "release")
+        if answer and answer[0] == "queued":
+            self._emit(Event("released", job=job, duration=job._elapsed, outcome="queued", result=reason))
+        elif answer:
+            self._gone(job, answer[0], "settle")
+        self._finish(job)
+
+    def _gone(self, job: Job, outcome: str, during: str) -> None:
+        """The job is no longer ours: tell its handler, record nothing."""
+        job.reason = outcome
+        job.cancelled.set()
+        self._emit(Event("lost", job=job, duration=job._elapsed, outcome=outcome, during=during))
+
+    # -- the lease keeper ----------------------------------------------------------------
+
+    def _schedule(self, job: Job, after: float, timeout: bool = False) -> None:
+        with self._keeper_wake:
+            heapq.heappush(self._keeper_due, (time.monotonic() + after, job.id, 1 if timeout else 0))
+            self._keeper_wake.notify()
+
+    def _heartbeat(self, job: Job, conn: _Connection, progress: Any = None) -> str:
+        if job._done:
+            return job.reason if job.reason in GONE else "lost"
+        try:
+            rows = conn.execute(HEARTBEAT_SQL, [str(job.id), job.lease, jsonb(progress)], during="heartbeat", job=job, retry=lambda: False)
+        except Exception as error:
+            self._emit(Event("connection_error", job=job, error=error, during="heartbeat"))
+            return "running"
+        outcome = rows[0][0]
+        if outcome in GONE and job._conclude():
+            self._gone(job, outcome, "heartbeat")
+            self._retire(job)
+            self._finish(job)
+        return outcome
+
+    def _retire(self, job: Job) -> None:
+        """The job's handler may still be running on its runner thread: abandon that thread
+        to it and start a fresh runner for the slot."""
+        runner = job._runner
+        if runner is not None and runner.is_alive() and not self._stopping.is_set():
+            runner.abandoned = True
+            self._add_runner()
+
+    def _keeper_loop(self) -> None:
+        conn = _Connection(self._connect, self)
+        try:
+            while not self._stopped.is_set():
+                with self._keeper_wake:
+                    now = time.monotonic()
+                    if not self._keeper_due or self._keeper_due[0][0] > now:
+                        timeout = self._keeper_due[0][0] - now if self._keeper_due else None
+                        self._keeper_wake.wait(timeout)
+                        continue
+                    _, job_id, is_timeout = heapq.heappop(self._keeper_due)
+                with self._slots:
+                    job = self._running.get(job_id)
+                if job is None or job._done:
+                    continue
+                if is_timeout:
+                    self._time_out(job, conn)
+                    continue
+                outcome = self._heartbeat(job, conn)
+                if outcome == "running":
+                    # A failed call answers 'running' too: try again sooner, the lease runs out.
+                    self._schedule(job, job._lease_seconds / 3)
+        finally:
+            conn.drop()
+
+    def _time_out(self, job: Job, conn: _Connection) -> None:
+        handler = self.handlers.get(job.kind)
+        limit = handler.timeout if handler and handler.timeout is not None else self.timeout
+        job.reason = "timeout"
+        job.cancelled.set()
+        self._retire(job)
+        self._fail(job, conn, JobTimeout(f"the handler ran longer than its time limit of {limit} s"), False)

@@ -1,0 +1,8 @@
+-- on_conflict => 'replace': gives the still-queued job $1 the payload, headers, run_at and
+-- priority of the duplicate enqueued now; a job that is running (or finished) is left alone
+-- (no row). Returns the job's new position.
+-- $1 id, $2 payload, $3 headers, $4 run_at, $5 priority
+UPDATE jobs.job j
+   SET payload = $2, headers = $3, run_at = $4, priority = $5
+ WHERE j.id = $1 AND j.state = 'queued'
+RETURNING j.queue, j.priority, j.run_at, j.id

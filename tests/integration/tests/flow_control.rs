@@ -1,0 +1,883 @@
+//! Flow control (README "Unique jobs", "Groups", "Rate limits"), over real connections: the
+//! semantics of each feature, and the failure modes peers are known for, each a test.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Barrier};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use pg_jobs_tests::{claim, enqueue, scalar, state, unique_queue, wait_until, Client, Cluster};
+use postgres::types::ToSql;
+use serde_json::json;
+
+/// Enqueues with extra named arguments and returns the id.
+fn enqueue_with(client: &mut Client, queue: &str, options: &str) -> i64 {
+    scalar(
+        client,
+        &format!("SELECT jobs_enqueue($1, '{{}}'{options})"),
+        &[&queue],
+    )
+}
+
+/// The SQLSTATE and message of the error `sql` raises.
+fn error_of(client: &mut Client, sql: &str, params: &[&(dyn ToSql + Sync)]) -> (String, String) {
+    let error = client
+        .query(sql, params)
+        .expect_err(&format!("{sql} must fail"));
+    let db = error.as_db_error().expect("a server error");
+    (db.code().code().to_owned(), db.message().to_owned())
+}
+
+fn count(client: &mut Client, sql: &str, params: &[&(dyn ToSql + Sync)]) -> i64 {
+    scalar(client, sql, params)
+}
+
+// ---------------------------------------------------------------------------------------
+// Unique jobs
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn a_duplicate_is_skipped_replaced_or_refused_as_asked() {
+    let mut client = Cluster::shared().connect();
+    let queue = unique_queue(&mut client, "unique", "");
+    let first = enqueue_with(&mut client, &queue, ", unique_key => 'k'");
+    // skip (the default): the existing job's id, nothing inserted.
+    let again: i64 = scalar(
+        &mut client,
+        "SELECT jobs_enqueue($1, '{\"second\": true}', unique_key => 'k')",
+        &[&queue],
+    );
+    assert_eq!(again, first);
+    assert_eq!(
+        count(
+            &mut client,
+            "SELECT count(*) FROM jobs.job WHERE queue = $1",
+            &[&queue]
+        ),
+        1
+    );
+    // replace: a still-queued duplicate takes the new payload, headers, run_at and priority.
+    let replaced: i64 = scalar(
+        &mut client,
+        "SELECT jobs_enqueue($1, '{\"v\": 2}', unique_key => 'k', on_conflict => 'replace',
+                            priority => -3, headers => '{\"h\": 1}', run_at => now() + interval '1 hour')",
+        &[&queue],
+    );
+    assert_eq!(replaced, first);
+    let row = client
+        .query_one(
+            "SELECT payload, headers, priority, run_at > now() + interval '59 minutes'
+               FROM jobs.job WHERE id = $1",
+            &[&first],
+        )
+        .unwrap();
+    assert_eq!(row.get::<_, serde_json::Value>(0), json!({"v": 2}));
+    assert_eq!(row.get::<_, serde_json::Value>(1), json!({"h": 1}));
+    assert_eq!(row.get::<_, i16>(2), -3);
+    assert!(row.get::<_, bool>(3));
+    // error: 23505, naming the existing job.
+    let (code, message) = error_of(
+        &mut client,
+        "SELECT jobs_enqueue($1, '{}', unique_key => 'k', on_conflict => 'error')",
+        &[&queue],
+    );
+    assert_eq!(code, "23505");
+    assert!(
+        message.contains(&format!("job {first} (queued)")),
+        "{message}"
+    );
+
+    // 'replace' never touches a running job.
+    let running = enqueue_with(&mut client, &queue, ", unique_key => 'r'");
+    let held = claim(&mut client, &queue, 1, "");
+    let held: Vec<_> = held.into_iter().filter(|c| c.id == running).collect();
+    assert_eq!(held.len(), 1, "claimed the job with key r");
+    let before: serde_json::Value = scalar(
+        &mut client,
+        "SELECT to_jsonb(j) FROM jobs.job j WHERE id = $1",
+        &[&running],
+    );
+    let answer: i64 = scalar(
+        &mut client,
+        "SELECT jobs_enqueue($1, '{\"new\": 1}', unique_key => 'r', on_conflict => 'replace')",
+        &[&queue],
+    );
+    assert_eq!(answer, running);
+    let after: serde_json::Value = scalar(
+        &mut client,
+        "SELECT to_jsonb(j) FROM jobs.job j WHERE id = $1",
+        &[&running],
+    );
+    assert_eq!(before, after, "replace changed a running job");
+}
+
+#[test]
+fn a_key_is_free_again_once_its_job_failed_was_cancelled_or_its_window_passed() {
+    let mut client = Cluster::shared().connect();
+    let queue = unique_queue(&mut client, "unique-free", "max_attempts => 1");
+    // Failed.
+    let first = enqueue_with(&mut client, &queue, ", unique_key => 'f'");
+    let held = claim(&mut client, &queue, 1, "");
+    let answer: String = scalar(
+        &mut client,
+        "SELECT jobs_fail($1, $2, 'boom')",
+        &[&first, &held[0].lease],
+    );
+    assert_eq!(answer, "failed");
+    let second = enqueue_with(&mut client, &queue, ", unique_key => 'f'");
+    assert_ne!(second, first, "the key of a failed job must be free");
+    // Cancelled.
+    let state: String = scalar(&mut client, "SELECT jobs_cancel($1)", &[&second]);
+    assert_eq!(state, "cancelled");
+    let third = enqueue_with(&mut client, &queue, ", unique_key => 'f'");
+    assert_ne!(third, second, "the key of a cancelled job must be free");
+    // Succeeded without a window: free at once.
+    let held = claim(&mut client, &queue, 1, "");
+    let _: String = scalar(
+        &mut client,
+        "SELECT jobs_complete($1, $2)",
+        &[&third, &held[0].lease],
+    );
+    let fourth = enqueue_with(&mut client, &queue, ", unique_key => 'f'");
+    assert_ne!(fourth, third);
+    // Succeeded with unique_for: held for the window, free after it.
+    let windowed = enqueue_with(
+        &mut client,
+        &queue,
+        ", unique_key => 'w', unique_for => '2 seconds'",
+    );
+    let held: Vec<_> = claim(&mut client, &queue, 10, "")
+        .into_iter()
+        .filter(|c| c.id == windowed)
+        .collect();
+    let _: String = scalar(
+        &mut client,
+        "SELECT jobs_complete($1, $2)",
+        &[&windowed, &held[0].lease],
+    );
+    let during = enqueue_with(&mut client, &queue, ", unique_key => 'w'");
+    assert_eq!(
+        during, windowed,
+        "a succeeded job holds its key for unique_for"
+    );
+    thread::sleep(Duration::from_millis(2100));
+    let after = enqueue_with(&mut client, &queue, ", unique_key => 'w'");
+    assert_ne!(
+        after, windowed,
+        "the key must be free once the window passed"
+    );
+}
+
+#[test]
+fn a_unique_job_never_conflicts_with_itself() {
+    let mut client = Cluster::shared().connect();
+    let queue = unique_queue(
+        &mut client,
+        "unique-self",
+        "lease => '1 second', max_attempts => 10",
+    );
+    let id = enqueue_with(&mut client, &queue, ", unique_key => 'self'");
+    // Retried by a failure.
+    let held = claim(&mut client, &queue, 1, "");
+    let answer: String = scalar(
+        &mut client,
+        "SELECT jobs_fail($1, $2, 'again', retry_in => '0')",
+        &[&id, &held[0].lease],
+    );
+    assert_eq!(answer, "queued");
+    // Released.
+    let held = claim(&mut client, &queue, 1, "");
+    let answer: String = scalar(
+        &mut client,
+        "SELECT jobs_release($1, $2)",
+        &[&id, &held[0].lease],
+    );
+    assert_eq!(answer, "queued");
+    // Reclaimed after its lease ran out.
+    let _ = claim(&mut client, &queue, 1, "");
+    wait_until(Duration::from_secs(20), "the reclaim", || {
+        state(&mut client, id) == "queued"
+    });
+    // Failed for good, then jobs_retry'd.
+    let held = claim(&mut client, &queue, 1, "");
+    let answer: String = scalar(
+        &mut client,
+        "SELECT jobs_fail($1, $2, 'stop', retry => false)",
+        &[&id, &held[0].lease],
+    );
+    assert_eq!(answer, "failed");
+    let answer: String = scalar(&mut client, "SELECT jobs_retry($1)", &[&id]);
+    assert_eq!(answer, "queued");
+    assert_eq!(
+        enqueue_with(&mut client, &queue, ", unique_key => 'self'"),
+        id,
+        "the retried job holds its key again"
+    );
+    // A retry while a newer job holds the key is refused, naming it.
+    let held = claim(&mut client, &queue, 1, "");
+    let _: String = scalar(
+        &mut client,
+        "SELECT jobs_fail($1, $2, 'stop', retry => false)",
+        &[&id, &held[0].lease],
+    );
+    let newer = enqueue_with(&mut client, &queue, ", unique_key => 'self'");
+    assert_ne!(newer, id);
+    let (code, message) = error_of(&mut client, "SELECT jobs_retry($1)", &[&id]);
+    assert_eq!(code, "23505");
+    assert!(
+        message.contains(&format!("job {newer} (queued) holds")),
+        "{message}"
+    );
+}
+
+#[test]
+fn the_same_key_in_two_queues_or_two_tenants_is_two_jobs() {
+    let mut client = Cluster::shared().connect();
+    let a = unique_queue(&mut client, "unique-a", "");
+    let b = unique_queue(&mut client, "unique-b", "");
+    let in_a = enqueue_with(&mut client, &a, ", unique_key => 'same'");
+    let in_b = enqueue_with(&mut client, &b, ", unique_key => 'same'");
+    assert_ne!(in_a, in_b);
+    let acme = enqueue_with(&mut client, &a, ", unique_key => 'same', tenant => 'acme'");
+    let globex = enqueue_with(
+        &mut client,
+        &a,
+        ", unique_key => 'same', tenant => 'globex'",
+    );
+    assert!(acme != in_a && globex != in_a && acme != globex);
+}
+
+#[test]
+fn when_the_first_enqueue_rolls_back_a_concurrent_one_inserts() {
+    let cluster = Cluster::shared();
+    let mut admin = cluster.connect();
+    let queue = unique_queue(&mut admin, "unique-rollback", "");
+    for outcome in ["ROLLBACK", "COMMIT"] {
+        let key = format!("key-{outcome}");
+        let mut first = cluster.connect();
+        first.batch_execute("BEGIN").unwrap();
+        let first_id: i64 = scalar(
+            &mut first,
+            "SELECT jobs_enqueue($1, '{}', unique_key => $2)",
+            &[&queue, &key],
+        );
+        let (queue2, key2) = (queue.clone(), key.clone());
+        let mut second = cluster.connect();
+        let racer = thread::spawn(move || -> i64 {
+            scalar(
+                &mut second,
+                "SELECT jobs_enqueue($1, '{}', unique_key => $2)",
+                &[&queue2, &key2],
+            )
+        });
+        // The second waits on the first's uncommitted job.
+        wait_until(
+            Duration::from_secs(10),
+            "the second enqueue to wait",
+            || {
+                count(
+                    &mut admin,
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'
+                    AND query LIKE 'SELECT jobs_enqueue(%unique_key%'",
+                    &[],
+                ) > 0
+            },
+        );
+        first.batch_execute(outcome).unwrap();
+        let second_id = racer.join().unwrap();
+        let jobs = count(
+            &mut admin,
+            "SELECT count(*) FROM jobs.job WHERE queue = $1 AND unique_key = $2",
+            &[&queue, &key],
+        );
+        assert_eq!(jobs, 1, "{outcome}: exactly one job holds the key");
+        if outcome == "ROLLBACK" {
+            assert_ne!(
+                second_id, first_id,
+                "the loser must insert when the winner rolls back"
+            );
+        } else {
+            assert_eq!(second_id, first_id, "the loser must get the winner's id");
+        }
+    }
+}
+
+#[test]
+fn thirty_two_concurrent_enqueues_of_one_key_make_one_job() {
+    let cluster = Cluster::shared();
+    let mut admin = cluster.connect();
+    let queue = unique_queue(&mut admin, "unique-race", "");
+    let barrier = Arc::new(Barrier::new(32));
+    let racers: Vec<_> = (0..32)
+        .map(|i| {
+            let barrier = barrier.clone();
+            let queue = queue.clone();
+            let mut client = cluster.connect();
+            thread::spawn(move || -> i64 {
+                barrier.wait();
+                if i % 2 == 0 {
+                    scalar(
+                        &mut client,
+                        "SELECT jobs_enqueue($1, '{}', unique_key => 'hot')",
+                        &[&queue],
+                    )
+                } else {
+                    scalar(
+                        &mut client,
+                        "SELECT id FROM jobs_enqueue_batch($1, ARRAY['{}', '{}']::jsonb[],
+                                                          unique_keys => ARRAY['hot', 'hot'])
+                          LIMIT 1",
+                        &[&queue],
+                    )
+                }
+            })
+        })
+        .collect();
+    let ids: HashSet<i64> = racers.into_iter().map(|r| r.join().unwrap()).collect();
+    assert_eq!(
+        ids.len(),
+        1,
+        "every enqueue must answer the one job: {ids:?}"
+    );
+    assert_eq!(
+        count(
+            &mut admin,
+            "SELECT count(*) FROM jobs.job WHERE queue = $1",
+            &[&queue]
+        ),
+        1
+    );
+}
+
+#[test]
+fn a_batch_answers_each_payload_and_takes_duplicates_inside_it() {
+    let mut client = Cluster::shared().connect();
+    let queue = unique_queue(&mut client, "unique-batch", "");
+    let existing = enqueue_with(&mut client, &queue, ", unique_key => 'old'");
+    let rows = client
+        .query(
+            "SELECT id, inserted FROM jobs_enqueue_batch($1,
+                 ARRAY['{\"n\": 1}', '{\"n\": 2}', '{\"n\": 3}', '{\"n\": 4}', '{\"n\": 5}']::jsonb[],
+                 unique_keys => ARRAY['a', 'old', NULL, 'a', 'b'])",
+            &[&queue],
+        )
+        .unwrap();
+    let answers: Vec<(i64, bool)> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
+    assert_eq!(answers.len(), 5, "one row per payload");
+    assert!(answers[0].1 && answers[2].1 && answers[4].1);
+    assert_eq!(
+        answers[1],
+        (existing, false),
+        "the existing holder of 'old'"
+    );
+    assert_eq!(
+        answers[3],
+        (answers[0].0, false),
+        "the batch's own first 'a'"
+    );
+    let payload_of_a: serde_json::Value = scalar(
+        &mut client,
+        "SELECT payload FROM jobs.job WHERE id = $1",
+        &[&answers[0].0],
+    );
+    assert_eq!(
+        payload_of_a,
+        json!({"n": 1}),
+        "skip keeps the first payload"
+    );
+    assert_eq!(
+        count(
+            &mut client,
+            "SELECT count(*) FROM jobs.job WHERE queue = $1",
+            &[&queue]
+        ),
+        4
+    );
+    // The shared unique_key: the first payload wins, the rest are duplicates of it.
+    let rows = client
+        .query(
+            "SELECT id, inserted FROM jobs_enqueue_batch($1, ARRAY['{}', '{}', '{}']::jsonb[],
+                                                          unique_key => 'shared')",
+            &[&queue],
+        )
+        .unwrap();
+    let flags: Vec<bool> = rows.iter().map(|r| r.get(1)).collect();
+    assert_eq!(flags, [true, false, false]);
+}
+
+// ---------------------------------------------------------------------------------------
+// Groups
+// ---------------------------------------------------------------------------------------
+
+/// Claims one job and returns its id, if any.
+fn claim_id(client: &mut Client, queue: &str) -> Option<i64> {
+    claim(client, queue, 1, "").first().map(|c| c.id)
+}
+
+#[test]
+fn a_group_of_concurrency_one_runs_in_enqueue_order_whatever_the_priorities() {
+    let mut client = Cluster::shared().connect();
+    let queue = unique_queue(&mut client, "group-order", "");
+    let ids: Vec<i64> = [5, 0, -5]
+        .iter()
+        .map(|p| {
+            enqueue_with(
+                &mut client,
+                &queue,
+                &format!(", group_key => 'g', priority => {p}"),
+            )
+        })
+        .collect();
+    let mut order = Vec::new();
+    while let Some(c) = claim(&mut client, &queue, 10, "").first().copied() {
+        assert!(
+            claim(&mut client, &queue, 10, "").is_empty(),
+            "a second job of the group ran while {} ran",
+            c.id
+        );
+        let _: String = scalar(
+            &mut client,
+            "SELECT jobs_complete($1, $2)",
+            &[&c.id, &c.lease],
+        );
+        order.push(c.id);
+    }
+    assert_eq!(order, ids, "priority is ignored inside a group");
+}
+
+#[test]
+fn a_head_waiting_for_its_backoff_blocks_its_group_and_no_other() {
+    let mut client = Cluster::shared().connect();
+    let queue = unique_queue(&mut client, "group-backoff", "");
+    let head = enqueue_with(&mut client, &queue, ", group_key => 'g'");
+    let _later = enqueue_with(&mut client, &queue, ", group_key => 'g'");
+    let other = enqueue_with(&mut client, &queue, ", group_key => 'h'");
+    let held = claim(&mut client, &queue, 10, "");
+    let ids: HashSet<i64> = held.iter().map(|c| c.id).collect();
+    assert_eq!(ids, HashSet::from([head, other]), "one job per group");
+    let head_lease = held.iter().find(|c| c.id == head).unwrap().lease;
+    let answer: String = scalar(
+        &mut client,
+        "SELECT jobs_fail($1, $2, 'later', retry_in => '1 hour')",
+        &[&head, &head_lease],
+    );
+    assert_eq!(answer, "queued");
+    assert!(
+        claim(&mut client, &queue, 10, "").is_empty(),
+        "the group's next job ran while its head waits for its retry"
+    );
+    let free_group = enqueue_with(&mut client, &queue, ", group_key => 'i'");
+    assert_eq!(claim_id(&mut client, &queue), Some(free_group));
+}
+
+#[test]
+fn every_path_that_ends_a_run_frees_the_groups_slot() {
+    let cluster = Cluster::shared();
+    let mut client = cluster.connect();
+    let queue = unique_queue(
+        &mut client,
+        "group-slots",
+        "lease => '1 second', max_attempts => 5",
+    );
+    let jobs: Vec<i64> = (0..6)
+        .map(|_| enqueue_with(&mut client, &queue, ", group_key => 'g'"))
+        .collect();
+    type Ender = Box<dyn Fn(&mut Client, i64, uuid::Uuid)>;
+    let enders: Vec<(&str, Ender)> = vec![
+        (
+            "complete",
+            Box::new(|c, id, lease| {
+                let _: String = scalar(c, "SELECT jobs_complete($1, $2)", &[&id, &lease]);
+            }),
+        ),
+        (
+            "fail",
+            Box::new(|c, id, lease| {
+                let _: String = scalar(
+                    c,
+                    "SELECT jobs_fail($1, $2, 'x', retry => false)",
+                    &[&id, &lease],
+                );
+            }),
+        ),
+        (
+            "cancel",
+            Box::new(|c, id, _| {
+                let _: String = scalar(c, "SELECT jobs_cancel($1)", &[&id]);
+            }),
+        ),
+        (
+            "release to a later time",
+            Box::new(|c, id, lease| {
+                let _: String = scalar(
+                    c,
+                    "SELECT jobs_release($1, $2, retry_in => '1 hour')",
+                    &[&id, &lease],
+                );
+            }),
+        ),
+    ];
+    for (name, end) in &enders {
+        let held = claim(&mut client, &queue, 10, "");
+        assert_eq!(held.len(), 1, "{name}: one job of the group at a time");
+        assert!(claim(&mut client, &queue, 10, "").is_empty());
+        end(&mut client, held[0].id, held[0].lease);
+        if *name == "release to a later time" {
+            // A released head keeps its place: the group waits for it.
+            assert!(claim(&mut client, &queue, 10, "").is_empty(), "{name}");
+            let _: String = scalar(&mut client, "SELECT jobs_cancel($1)", &[&held[0].id]);
+        }
+    }
+    // Reclaim after a worker died.
+    let held = claim(&mut client, &queue, 10, "");
+    assert_eq!(held.len(), 1);
+    wait_until(Duration::from_secs(20), "the reclaim", || {
+        state(&mut client, held[0].id) == "queued"
+    });
+    let again = claim(&mut client, &queue, 10, "");
+    assert_eq!(
+        again.iter().map(|c| c.id).collect::<Vec<_>>(),
+        [held[0].id],
+        "the reclaimed head runs again, and only it"
+    );
+    assert_eq!(jobs.len(), 6);
+}
+
+#[test]
+fn a_claim_skips_full_groups_and_takes_from_as_many_groups_as_it_needs() {
+    let mut client = Cluster::shared().connect();
+    let queue = unique_queue(&mut client, "group-many", "group_concurrency => 2");
+    for group in 0..20 {
+        for _ in 0..3 {
+            enqueue_with(&mut client, &queue, &format!(", group_key => 'g{group}'"));
+        }
+    }
+    let held = claim(&mut client, &queue, 40, "");
+    assert_eq!(held.len(), 40, "two jobs from each of 20 groups");
+    let per_group: HashMap<String, i64> = client
+        .query(
+            "SELECT group_key, count(*) FROM jobs.job WHERE queue = $1 AND state = 'running'
+              GROUP BY group_key",
+            &[&queue],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(per_group.len(), 20);
+    assert!(per_group.values().all(|n| *n == 2), "{per_group:?}");
+    assert!(
+        claim(&mut client, &queue, 40, "").is_empty(),
+        "every group is full"
+    );
+}
+
+#[test]
+fn a_waiting_claim_wakes_when_its_group_frees_a_slot() {
+    let cluster = Cluster::shared();
+    let mut client = cluster.connect();
+    let queue = unique_queue(&mut client, "group-wake", "");
+    let head = enqueue_with(&mut client, &queue, ", group_key => 'g'");
+    let next = enqueue_with(&mut client, &queue, ", group_key => 'g'");
+    let held = claim(&mut client, &queue, 1, "");
+    assert_eq!(held[0].id, head);
+    let q = queue.clone();
+    let mut waiter = cluster.connect();
+    let waiting = thread::spawn(move || claim(&mut waiter, &q, 1, ", wait => '20 seconds'"));
+    wait_until(Duration::from_secs(10), "the claim to wait", || {
+        scalar::<i32>(
+            &mut client,
+            "SELECT waiters FROM jobs.runtime_state($1)",
+            &[&queue],
+        ) > 0
+    });
+    let started = Instant::now();
+    let _: String = scalar(
+        &mut client,
+        "SELECT jobs_complete($1, $2)",
+        &[&head, &held[0].lease],
+    );
+    let got = waiting.join().unwrap();
+    assert_eq!(got.iter().map(|c| c.id).collect::<Vec<_>>(), [next]);
+    assert!(started.elapsed() < Duration::from_secs(15));
+}
+
+/// Eight workers burn down 30 groups of 8 jobs at concurrency 1 (and, in a second queue, 2),
+/// failing some attempts, releasing others and dying now and then, while a monitor reads the
+/// queue's jobs over and over (each read one consistent snapshot): never more running jobs in a
+/// group than its concurrency, and at concurrency 1 never a running job while an earlier job of
+/// its group is unfinished (runs start in enqueue order).
+#[test]
+fn under_concurrent_workers_groups_keep_their_concurrency_and_order() {
+    let cluster = Cluster::shared();
+    for concurrency in [1, 2] {
+        let mut admin = cluster.connect();
+        let queue = unique_queue(
+            &mut admin,
+            "group-race",
+            &format!("group_concurrency => {concurrency}, lease => '2 seconds', max_attempts => 20, backoff_base => '0'"),
+        );
+        admin
+            .execute(
+                "SELECT count(*) FROM jobs_enqueue_batch($1, array_fill('{}'::jsonb, ARRAY[240]),
+                     group_keys => ARRAY(SELECT 'g' || (n % 30) FROM generate_series(0, 239) n))",
+                &[&queue],
+            )
+            .unwrap();
+        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let monitor = {
+            let queue = queue.clone();
+            let done = done.clone();
+            let mut client = cluster.connect();
+            thread::spawn(move || {
+                let (mut reads, mut too_many, mut out_of_order) = (0, 0i64, 0i64);
+                while !done.load(std::sync::atomic::Ordering::Acquire) {
+                    let row = client
+                        .query_one(
+                            "SELECT (SELECT count(*) FROM (
+                                       SELECT group_key FROM jobs.job
+                                        WHERE queue = $1 AND state = 'running'
+                                        GROUP BY group_key HAVING count(*) > $2) g),
+                                    (SELECT count(*) FROM jobs.job later
+                                       JOIN jobs.job earlier
+                                         ON earlier.queue = later.queue AND earlier.group_key = later.group_key
+                                        AND earlier.id < later.id
+                                      WHERE later.queue = $1 AND later.state = 'running'
+                                        AND earlier.state IN ('queued', 'running'))",
+                            &[&queue, &i64::from(concurrency)],
+                        )
+                        .unwrap();
+                    reads += 1;
+                    too_many += row.get::<_, i64>(0);
+                    out_of_order += row.get::<_, i64>(1);
+                }
+                (reads, too_many, out_of_order)
+            })
+        };
+        let workers: Vec<_> = (0..8)
+            .map(|w| {
+                let queue = queue.clone();
+                let dsn = cluster.dsn("postgres");
+                thread::spawn(move || {
+                    let mut client = Client::connect(&dsn, postgres::NoTls).unwrap();
+                    let mut rounds = 0;
+                    let deadline = Instant::now() + Duration::from_secs(90);
+                    loop {
+                        rounds += 1;
+                        let held = claim(&mut client, &queue, 4, ", wait => '1 second'");
+                        if held.is_empty() {
+                            let left: i64 = scalar(
+                                &mut client,
+                                "SELECT count(*) FROM jobs.job WHERE queue = $1 AND state IN ('queued', 'running')",
+                                &[&queue],
+                            );
+                            if left == 0 || Instant::now() > deadline {
+                                return;
+                            }
+                            continue;
+                        }
+                        for (i, job) in held.iter().enumerate() {
+                            let sql = match (rounds * 7 + i * 3 + w) % 10 {
+                                0 => "SELECT jobs_fail($1, $2, 'flaky', retry_in => '0')",
+                                1 => "SELECT jobs_release($1, $2)",
+                                _ => "SELECT jobs_complete($1, $2)",
+                            };
+                            let _: String = scalar(&mut client, sql, &[&job.id, &job.lease]);
+                        }
+                        if rounds % 17 == w {
+                            // A worker dies holding a job: the reclaim must free the slot.
+                            let _ = claim(&mut client, &queue, 1, "");
+                            drop(client);
+                            client = Client::connect(&dsn, postgres::NoTls).unwrap();
+                        }
+                    }
+                })
+            })
+            .collect();
+        for worker in workers {
+            worker.join().unwrap();
+        }
+        done.store(true, std::sync::atomic::Ordering::Release);
+        let (reads, too_many, out_of_order) = monitor.join().unwrap();
+        let left: i64 = scalar(
+            &mut admin,
+            "SELECT count(*) FROM jobs.job WHERE queue = $1 AND state <> 'succeeded'",
+            &[&queue],
+        );
+        assert_eq!(
+            left, 0,
+            "concurrency {concurrency}: every job succeeded in the end"
+        );
+        assert!(reads > 20, "the monitor read the queue only {reads} times");
+        assert_eq!(
+            too_many, 0,
+            "concurrency {concurrency}: {too_many} times a group ran more jobs than allowed ({reads} reads)"
+        );
+        if concurrency == 1 {
+            assert_eq!(
+                out_of_order, 0,
+                "{out_of_order} times a job ran while an earlier job of its group was unfinished ({reads} reads)"
+            );
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Rate limits
+// ---------------------------------------------------------------------------------------
+
+/// Claims of jobs by second of the server's clock (from their started_at), for `queue`.
+fn claims_per_second(client: &mut Client, queue: &str) -> BTreeMap<i64, i64> {
+    client
+        .query(
+            "SELECT floor(extract(epoch FROM started_at))::bigint, count(*)
+               FROM jobs.job WHERE queue = $1 AND started_at IS NOT NULL GROUP BY 1 ORDER BY 1",
+            &[&queue],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect()
+}
+
+/// Runs `claimers` sessions claiming and completing on `queue` for `seconds`; returns the
+/// jobs claimed.
+fn burn_limited(cluster: &Cluster, queue: &str, claimers: usize, seconds: u64, wait: bool) -> i64 {
+    let stop = Instant::now() + Duration::from_secs(seconds);
+    let handles: Vec<_> = (0..claimers)
+        .map(|_| {
+            let queue = queue.to_owned();
+            let mut client = cluster.connect();
+            thread::spawn(move || {
+                let mut claimed = 0i64;
+                while Instant::now() < stop {
+                    let extra = if wait {
+                        ", wait => '200 milliseconds'"
+                    } else {
+                        ""
+                    };
+                    let held = claim(&mut client, &queue, 5, extra);
+                    claimed += held.len() as i64;
+                    for job in held {
+                        let _: String = scalar(
+                            &mut client,
+                            "SELECT jobs_complete($1, $2)",
+                            &[&job.id, &job.lease],
+                        );
+                    }
+                }
+                claimed
+            })
+        })
+        .collect();
+    handles.into_iter().map(|h| h.join().unwrap()).sum()
+}
+
+#[test]
+fn sixteen_claimers_stay_within_the_rate_limit_and_reach_it() {
+    let cluster = Cluster::shared();
+    let mut admin = cluster.connect();
+    let (rate, burst) = (100i64, 20i64);
+    let queue = unique_queue(
+        &mut admin,
+        "rate",
+        &format!("rate_limit => {rate}, rate_burst => {burst}"),
+    );
+    admin
+        .execute(
+            "SELECT count(*) FROM jobs_enqueue_batch($1, array_fill('{}'::jsonb, ARRAY[5000]))",
+            &[&queue],
+        )
+        .unwrap();
+    let seconds = 20;
+    let claimed = burn_limited(cluster, &queue, 16, seconds, false);
+    let per_second = claims_per_second(&mut admin, &queue);
+    for (second, n) in &per_second {
+        assert!(
+            *n <= rate + burst,
+            "second {second}: {n} claims, above limit {rate} + burst {burst}"
+        );
+    }
+    // Full seconds only (the first and last are partial), after the first burst.
+    let full: Vec<i64> = per_second.values().copied().skip(1).collect();
+    let full = &full[..full.len().saturating_sub(1)];
+    let steady = full.iter().sum::<i64>() as f64 / full.len() as f64;
+    assert!(
+        (steady - rate as f64).abs() <= 0.03 * rate as f64,
+        "steady rate {steady:.1}/s over {} full seconds, limit {rate}/s ({claimed} claimed)",
+        full.len()
+    );
+}
+
+#[test]
+fn waiting_claimers_are_admitted_at_the_rate_limit() {
+    let cluster = Cluster::shared();
+    let mut admin = cluster.connect();
+    let rate = 50i64;
+    let queue = unique_queue(
+        &mut admin,
+        "rate-wait",
+        &format!("rate_limit => {rate}, rate_burst => 1"),
+    );
+    admin
+        .execute(
+            "SELECT count(*) FROM jobs_enqueue_batch($1, array_fill('{}'::jsonb, ARRAY[2000]))",
+            &[&queue],
+        )
+        .unwrap();
+    burn_limited(cluster, &queue, 8, 8, true);
+    let per_second = claims_per_second(&mut admin, &queue);
+    for (second, n) in &per_second {
+        assert!(
+            *n <= rate + 1,
+            "second {second}: {n} claims, above limit + burst"
+        );
+    }
+    let full: Vec<i64> = per_second.values().copied().skip(1).collect();
+    let full = &full[..full.len().saturating_sub(1)];
+    let steady = full.iter().sum::<i64>() as f64 / full.len() as f64;
+    assert!(
+        (steady - rate as f64).abs() <= 0.03 * rate as f64,
+        "waiting claimers: steady rate {steady:.1}/s, limit {rate}/s ({per_second:?})"
+    );
+}
+
+#[test]
+fn without_shared_memory_the_rate_limit_still_holds() {
+    let cluster = Cluster::start(
+        "rate-no-preload",
+        &[
+            "max_connections = 100",
+            "fsync = off",
+            "synchronous_commit = off",
+        ],
+    );
+    let mut admin = cluster.connect();
+    admin.batch_execute("CREATE EXTENSION pg_jobs").unwrap();
+    let rate = 40i64;
+    let queue = unique_queue(
+        &mut admin,
+        "rate-slow",
+        &format!("rate_limit => {rate}, rate_burst => 10"),
+    );
+    admin
+        .execute(
+            "SELECT count(*) FROM jobs_enqueue_batch($1, array_fill('{}'::jsonb, ARRAY[1000]))",
+            &[&queue],
+        )
+        .unwrap();
+    burn_limited(&cluster, &queue, 8, 5, false);
+    let per_second = claims_per_second(&mut admin, &queue);
+    assert!(per_second.len() >= 4);
+    for (second, n) in &per_second {
+        assert!(
+            *n <= rate + 10,
+            "second {second}: {n} claims without shared memory"
+        );
+    }
+    let total: i64 = per_second.values().sum();
+    assert!(
+        total >= 3 * rate,
+        "the slow path let only {total} through in 5 s"
+    );
+}

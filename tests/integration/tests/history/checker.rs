@@ -1,0 +1,1720 @@
+//! The history's record (operations and their outcomes) and the checker that judges it; see
+//! the documentation of `history.rs` for what it checks and why each check is sound.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use uuid::Uuid;
+
+/// A time on the server's clock: microseconds since the Unix epoch.
+pub type Micros = i64;
+
+/// The processes of the workload: workers first, then producers, the admin, the fault injector.
+pub const WORKERS: usize = 8;
+
+// ---------------------------------------------------------------------------------------------
+// The history: operations and their outcomes
+// ---------------------------------------------------------------------------------------------
+
+/// An API call (or a fault) as the history records it.
+#[derive(Clone, Debug)]
+pub enum Call {
+    /// One `jobs_enqueue` (one tag) or `jobs_enqueue_batch` (several), every job with
+    /// `max_attempts`.
+    Enqueue {
+        tags: Vec<u64>,
+        max_attempts: i32,
+    },
+    Claim {
+        n: i32,
+        lease_ms: i64,
+    },
+    Heartbeat {
+        id: i64,
+        lease: Uuid,
+    },
+    /// `jobs_complete(id, lease, result => {"op": <this op's index>})`.
+    Complete {
+        id: i64,
+        lease: Uuid,
+    },
+    /// `jobs_complete_batch(ids, leases)`.
+    CompleteMany {
+        pairs: Vec<(i64, Uuid)>,
+    },
+    /// `jobs_fail(id, lease, 'fail op <index>', retry => retry)`.
+    Fail {
+        id: i64,
+        lease: Uuid,
+        retry: bool,
+    },
+    /// `jobs_release(id, lease, 'release op <index>')`.
+    Release {
+        id: i64,
+        lease: Uuid,
+    },
+    Cancel {
+        id: i64,
+    },
+    /// `pg_terminate_backend(pid)` of a process's backend.
+    Terminate {
+        process: usize,
+        pid: i32,
+    },
+    /// `pg_ctl stop -m immediate`, then a start (crash recovery). Complete once the server
+    /// accepts connections again: every backend of before is gone by then.
+    Crash,
+    /// A kill of the background worker: SIGKILL (the postmaster then restarts every process,
+    /// as after any crash of a child; complete once the server accepts connections again) or
+    /// SIGTERM (the worker alone exits and is started again).
+    KillWorker {
+        sigkill: bool,
+    },
+}
+
+impl Call {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Call::Enqueue { tags, .. } if tags.len() == 1 => "enqueue",
+            Call::Enqueue { .. } => "enqueue_batch",
+            Call::Claim { .. } => "claim",
+            Call::Heartbeat { .. } => "heartbeat",
+            Call::Complete { .. } => "complete",
+            Call::CompleteMany { .. } => "complete_many",
+            Call::Fail { retry: true, .. } => "fail",
+            Call::Fail { retry: false, .. } => "fail_final",
+            Call::Release { .. } => "release",
+            Call::Cancel { .. } => "cancel",
+            Call::Terminate { .. } => "terminate",
+            Call::Crash => "server crash",
+            Call::KillWorker { sigkill: true } => "worker SIGKILL",
+            Call::KillWorker { sigkill: false } => "worker SIGTERM",
+        }
+    }
+
+    /// Whether it is a fault the injector caused rather than a call on a connection.
+    fn is_fault(&self) -> bool {
+        matches!(self, Call::Crash | Call::KillWorker { .. })
+    }
+}
+
+/// A job a claim handed out.
+#[derive(Clone, Debug)]
+pub struct Delivered {
+    pub id: i64,
+    pub lease: Uuid,
+    pub attempt: i32,
+    /// The `lease_until` the claim reported (checked against the lease asked for, never
+    /// trusted for lease intervals).
+    pub lease_until: Micros,
+    /// The tag in the job's payload.
+    pub tag: u64,
+    /// The server's clock after the claim (the job was ours from some time before this).
+    pub taken_at: Micros,
+}
+
+/// What a call that completed returned.
+#[derive(Clone, Debug)]
+pub enum Reply {
+    /// Enqueue: the ids, in payload order, between two readings of the server's clock.
+    Ids {
+        ids: Vec<i64>,
+        before: Micros,
+        after: Micros,
+    },
+    /// A claim's jobs, between two readings of the server's clock.
+    Claimed {
+        jobs: Vec<Delivered>,
+        before: Micros,
+        after: Micros,
+    },
+    /// A text outcome, between two readings of the server's clock.
+    Outcome {
+        outcome: String,
+        before: Micros,
+        after: Micros,
+    },
+    /// The batch complete's (id, outcome) rows.
+    Outcomes {
+        rows: Vec<(i64, String)>,
+        before: Micros,
+        after: Micros,
+    },
+    /// `pg_terminate_backend`'s answer.
+    Terminated(bool),
+    /// A fault that was carried out.
+    Done,
+}
+
+/// How a call ended.
+#[derive(Clone, Debug)]
+pub enum OpResult {
+    Ok(Reply),
+    /// A definite error: the call's implicit transaction rolled back.
+    Failed(String),
+    /// The connection died mid-call: it may or may not have committed.
+    Unknown(String),
+    /// An unknown outcome that the checker found could not have run: the call was sent on a
+    /// connection whose backend a termination or a crash had already ended.
+    NotRun(String),
+}
+
+/// One operation of the history.
+#[derive(Clone, Debug)]
+pub struct Op {
+    /// Its place in invocation order, unique in the history.
+    pub index: usize,
+    /// The thread that ran it.
+    pub process: usize,
+    /// Client monotonic time of invocation and completion, in microseconds since the start
+    /// (one clock for every thread).
+    pub invoke: u64,
+    pub complete: u64,
+    pub call: Call,
+    pub result: OpResult,
+    /// The latest server time the process had seen when it invoked the call: a server-side
+    /// lower bound for when the call ran.
+    pub server_floor: Option<Micros>,
+    /// For an unknown outcome: the server time the process read on its next connection, an
+    /// upper bound for when the call can have taken effect (its backend had ended by then).
+    pub server_ceiling: Option<Micros>,
+    /// The backend pid of the connection the call was sent on (0: none).
+    pub backend: i32,
+    /// When (client clock) that connection was made.
+    pub connected_at: u64,
+}
+
+// ---------------------------------------------------------------------------------------------
+// The checker
+// ---------------------------------------------------------------------------------------------
+
+/// One entry of a job's `errors`.
+#[derive(Clone, Debug)]
+pub struct ErrorEntry {
+    pub attempt: i32,
+    pub error: String,
+    /// Its `at`, on the server's clock.
+    pub at: Micros,
+}
+
+impl ErrorEntry {
+    fn is_reclaim(&self) -> bool {
+        self.error.starts_with("lease expired")
+    }
+}
+
+/// A job as the database holds it at the end.
+#[derive(Clone, Debug)]
+pub struct FinalJob {
+    pub id: i64,
+    /// The tag in its payload (`None`: no tag).
+    pub tag: Option<u64>,
+    pub state: String,
+    pub attempt: i32,
+    pub max_attempts: i32,
+    pub errors: Vec<ErrorEntry>,
+    /// `result ->> 'op'`: the complete call that stored it.
+    pub result_op: Option<usize>,
+    pub release_reason: Option<String>,
+    /// The lease column (a cancel keeps the lease it cancelled under).
+    pub lease: Option<Uuid>,
+}
+
+/// The checker's verdict.
+#[derive(Debug, Default)]
+pub struct Report {
+    /// Acknowledged enqueues that are missing or never reached a final state.
+    pub lost: Vec<String>,
+    /// Jobs held by two live leases at once, stale leases acting, double settles, deliveries
+    /// after the end.
+    pub duplicated: Vec<String>,
+    /// Deliveries or rows of jobs never (successfully) enqueued.
+    pub unexpected: Vec<String>,
+    /// Tags whose enqueue outcome was unknown but that showed up.
+    pub recovered: usize,
+    /// Final rows that disagree with the history.
+    pub state_errors: Vec<String>,
+    /// Answers that did nothing (`lost`, `cancelled`) without a reason in the history, and
+    /// answers a call never gives.
+    pub answers: Vec<String>,
+    /// Definite errors from calls that must not fail, and calls answered on a dead backend.
+    pub call_errors: Vec<String>,
+    /// Enqueued tags: acknowledged, failed, unknown.
+    pub enqueues: (usize, usize, usize),
+    /// Jobs delivered at least once.
+    pub delivered: usize,
+    pub final_states: BTreeMap<String, usize>,
+    /// Operations by kind: answers (outcome, or "ok"), definite errors, unknown outcomes,
+    /// calls that never ran.
+    pub ops: BTreeMap<String, BTreeMap<String, usize>>,
+    /// What a few calls with unknown outcomes saw, and why a few others never ran.
+    pub unknown_examples: Vec<String>,
+    pub not_run_examples: Vec<String>,
+    /// Reclaims the final rows record: `lease expired` entries, and jobs failed by a reclaim.
+    pub reclaimed: usize,
+    pub failed_by_reclaim: usize,
+    /// Settle calls surely made after their lease ran out: that took effect ("done wins"),
+    /// and that answered `lost`.
+    pub late_acted: usize,
+    pub late_lost: usize,
+    /// Answers of `lost` and `cancelled` that the checker judged.
+    pub judged: usize,
+    /// Unknown settles that the final rows or a later call resolved, and those left open
+    /// (these end their lease's live time early, where overlaps go unchecked).
+    pub resolved_unknowns: usize,
+    pub open_unknowns: usize,
+    /// Job attempts that only claims with unknown outcomes can explain.
+    pub phantom_attempts: usize,
+}
+
+impl Report {
+    pub fn is_clean(&self) -> bool {
+        self.lost.is_empty()
+            && self.duplicated.is_empty()
+            && self.unexpected.is_empty()
+            && self.state_errors.is_empty()
+            && self.answers.is_empty()
+            && self.call_errors.is_empty()
+    }
+
+    /// How many `kind` operations answered `outcome` ("ok" for replies without one).
+    pub fn answered(&self, kind: &str, outcome: &str) -> usize {
+        self.ops
+            .get(kind)
+            .and_then(|o| o.get(outcome))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    pub fn print(&self) {
+        let (acked, failed, unknown) = self.enqueues;
+        eprintln!("history checker:");
+        eprintln!("  enqueued: {acked} acknowledged, {failed} failed, {unknown} unknown");
+        eprintln!("  delivered at least once: {}", self.delivered);
+        eprintln!(
+            "  reclaims recorded: {} ({} on the final attempt); settles after the lease ran out: {} took effect, {} lost",
+            self.reclaimed, self.failed_by_reclaim, self.late_acted, self.late_lost
+        );
+        eprintln!(
+            "  answers that did nothing, judged: {}; unknown settles resolved {}, left open {}; attempts only unknown claims explain: {}",
+            self.judged, self.resolved_unknowns, self.open_unknowns, self.phantom_attempts
+        );
+        eprintln!("  lost:        {}", self.lost.len());
+        eprintln!("  duplicated:  {}", self.duplicated.len());
+        eprintln!("  unexpected:  {}", self.unexpected.len());
+        eprintln!("  recovered:   {}", self.recovered);
+        eprintln!("  final state mismatches: {}", self.state_errors.len());
+        eprintln!("  unexplained answers: {}", self.answers.len());
+        eprintln!("  calls with definite errors: {}", self.call_errors.len());
+        let states: Vec<String> = self
+            .final_states
+            .iter()
+            .map(|(state, count)| format!("{state} {count}"))
+            .collect();
+        eprintln!("  final states: {}", states.join(", "));
+        eprintln!("  operations:");
+        for (kind, outcomes) in &self.ops {
+            let total: usize = outcomes.values().sum();
+            let detail: Vec<String> = outcomes.iter().map(|(o, c)| format!("{o} {c}")).collect();
+            eprintln!("    {kind:<18} {total:>8}  ({})", detail.join(", "));
+        }
+        for (name, list) in [
+            ("unknown outcomes, for example", &self.unknown_examples),
+            ("calls that never ran, for example", &self.not_run_examples),
+            ("lost", &self.lost),
+            ("duplicated", &self.duplicated),
+            ("unexpected", &self.unexpected),
+            ("final state mismatches", &self.state_errors),
+            ("unexplained answers", &self.answers),
+            ("calls with definite errors", &self.call_errors),
+        ] {
+            if !list.is_empty() {
+                eprintln!("  {name}:");
+                for line in list.iter().take(20) {
+                    eprintln!("    {line}");
+                }
+            }
+        }
+    }
+}
+
+/// How an enqueue of a tag ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Enqueued {
+    Acked(i64),
+    Failed,
+    Unknown,
+}
+
+/// What a lease-holder's call is, for the checker.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum HolderCall {
+    Heartbeat,
+    /// `batch`: the batch complete, which stores no result.
+    Complete {
+        batch: bool,
+    },
+    Fail {
+        retry: bool,
+    },
+    Release,
+}
+
+impl HolderCall {
+    /// Whether an answer means the call took effect.
+    fn acted(self, outcome: &str) -> bool {
+        match self {
+            HolderCall::Heartbeat => outcome == "running",
+            HolderCall::Complete { .. } => outcome == "succeeded",
+            HolderCall::Fail { .. } => outcome == "queued" || outcome == "failed",
+            HolderCall::Release => outcome == "queued",
+        }
+    }
+
+    /// The answers the call can give.
+    fn answers(self) -> &'static [&'static str] {
+        match self {
+            HolderCall::Heartbeat => &["running", "cancelled", "lost"],
+            HolderCall::Complete { .. } => &["succeeded", "cancelled", "lost"],
+            HolderCall::Fail { .. } => &["queued", "failed", "cancelled", "lost"],
+            HolderCall::Release => &["queued", "cancelled", "lost"],
+        }
+    }
+
+    /// Whether, having acted, it ended the lease.
+    fn ends_lease(self) -> bool {
+        self != HolderCall::Heartbeat
+    }
+}
+
+/// A call's outcome as the checker sees it.
+#[derive(Clone, Debug)]
+enum Seen {
+    Answered {
+        outcome: String,
+        before: Micros,
+        after: Micros,
+    },
+    Unknown,
+    /// A definite error, or a call that never ran: no effect.
+    NoEffect,
+}
+
+/// What a heartbeat or settle call did, as far as the history and the final rows tell.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Effect {
+    /// It took effect between these server times.
+    Acted(Micros, Micros),
+    /// An unknown outcome nothing settles: it may have taken effect between these times.
+    Maybe(Micros, Micros),
+    /// It changed nothing.
+    Nothing,
+}
+
+impl Effect {
+    fn possible(self) -> bool {
+        self != Effect::Nothing
+    }
+
+    /// The earliest server time it can have taken effect at.
+    fn earliest(self) -> Option<Micros> {
+        match self {
+            Effect::Acted(lo, _) | Effect::Maybe(lo, _) => Some(lo),
+            Effect::Nothing => None,
+        }
+    }
+
+    /// The latest server time it can have taken effect at.
+    fn latest(self) -> Option<Micros> {
+        match self {
+            Effect::Acted(_, hi) | Effect::Maybe(_, hi) => Some(hi),
+            Effect::Nothing => None,
+        }
+    }
+}
+
+/// A heartbeat or settle call presenting one lease.
+#[derive(Clone, Debug)]
+struct HolderEvent<'a> {
+    op: &'a Op,
+    call: HolderCall,
+    seen: Seen,
+    /// Resolved per job (see [`resolve_effects`]).
+    effect: Effect,
+}
+
+impl HolderEvent<'_> {
+    /// The server times between which it certainly took effect.
+    fn acted_at(&self) -> Option<(Micros, Micros)> {
+        match self.effect {
+            Effect::Acted(lo, hi) => Some((lo, hi)),
+            _ => None,
+        }
+    }
+}
+
+/// A claim of one job.
+#[derive(Clone, Debug)]
+struct ClaimEvent<'a> {
+    op: &'a Op,
+    job: &'a Delivered,
+    /// The lease length asked for.
+    lease_len: Micros,
+    /// The server's clock before the claim: it took effect after this.
+    began: Micros,
+}
+
+impl ClaimEvent<'_> {
+    /// The earliest end of its lease the contract allows: the lease asked for, from the
+    /// earliest moment the claim can have run.
+    fn lease_end(&self) -> Micros {
+        self.began + self.lease_len
+    }
+}
+
+/// Everything the history says about one job.
+#[derive(Default)]
+struct JobHistory<'a> {
+    claims: Vec<ClaimEvent<'a>>,
+    /// Heartbeat and settle calls by lease.
+    holder: HashMap<Uuid, Vec<HolderEvent<'a>>>,
+    cancels: Vec<(&'a Op, Seen)>,
+}
+
+/// A claim with an unknown outcome: it may have taken up to `n` jobs nobody heard of, at some
+/// server time between `floor` and `ceiling`.
+#[derive(Clone, Copy, Debug)]
+struct Phantom {
+    floor: Micros,
+    ceiling: Micros,
+    n: i32,
+}
+
+/// What the checker knows about one job beyond its own history.
+struct Context<'a> {
+    phantoms: &'a [Phantom],
+    /// The earliest server time the job can have existed at (its enqueue's).
+    enqueued_at: Micros,
+}
+
+fn seen(op: &Op) -> Seen {
+    match &op.result {
+        OpResult::Ok(Reply::Outcome {
+            outcome,
+            before,
+            after,
+        }) => Seen::Answered {
+            outcome: outcome.clone(),
+            before: *before,
+            after: *after,
+        },
+        OpResult::Unknown(_) => Seen::Unknown,
+        _ => Seen::NoEffect,
+    }
+}
+
+/// A piece of a lease's live time on the server's clock: `[start, end)`.
+type Segment = (Micros, Micros);
+
+/// Whether some moment of `[floor, ceiling]` inside `(lo, hi)` is covered by none of
+/// `segments`: a claim running then may have found the job free.
+fn touches_free_time(
+    (floor, ceiling): (Micros, Micros),
+    (lo, hi): (Micros, Micros),
+    segments: &[Segment],
+) -> bool {
+    let (start, end) = (floor.max(lo), ceiling.min(hi));
+    if start >= end {
+        return false;
+    }
+    let mut sorted: Vec<Segment> = segments
+        .iter()
+        .copied()
+        .filter(|(s, e)| s < e && *e > start && *s < end)
+        .collect();
+    sorted.sort_unstable();
+    let mut covered_to = start;
+    for (s, e) in sorted {
+        if s > covered_to {
+            return true;
+        }
+        covered_to = covered_to.max(e);
+        if covered_to >= end {
+            return false;
+        }
+    }
+    covered_to < end
+}
+
+/// Finds the calls with unknown outcomes that never reached a server. A call sent on a
+/// connection after `pg_terminate_backend` of its backend returned true cannot run: the
+/// signal is pending before the query arrives, and a backend reading a command handles it
+/// first (PostgreSQL's `ProcessClientReadInterrupt`). A call sent on a connection after a
+/// crash that ended every backend of before cannot run either. Such calls count as having
+/// done nothing; an answer on such a connection is an error of its own.
+fn mark_never_ran(ops: &[Op], report: &mut Report) -> Vec<Op> {
+    let terminated: Vec<(i32, u64, u64)> = ops
+        .iter()
+        .filter_map(|op| match (&op.call, &op.result) {
+            (Call::Terminate { pid, .. }, OpResult::Ok(Reply::Terminated(true))) => {
+                Some((*pid, op.invoke, op.complete))
+            }
+            _ => None,
+        })
+        .collect();
+    let crashes: Vec<(u64, u64)> = ops
+        .iter()
+        .filter_map(|op| match (&op.call, &op.result) {
+            (Call::Crash | Call::KillWorker { sigkill: true }, OpResult::Ok(_)) => {
+                Some((op.invoke, op.complete))
+            }
+            _ => None,
+        })
+        .collect();
+    ops.iter()
+        .map(|op| {
+            if op.call.is_fault() {
+                return op.clone();
+            }
+            let ended = terminated
+                .iter()
+                .find(|(pid, invoke, complete)| {
+                    *pid == op.backend && op.connected_at < *invoke && *complete < op.invoke
+                })
+                .map(|(pid, ..)| format!("its backend {pid} had been terminated"))
+                .or_else(|| {
+                    crashes
+                        .iter()
+                        .any(|(invoke, complete)| {
+                            op.connected_at < *invoke && *complete < op.invoke
+                        })
+                        .then(|| "the server had crashed since it connected".to_owned())
+                });
+            match (&op.result, ended) {
+                (OpResult::Unknown(why), Some(how)) => Op {
+                    result: OpResult::NotRun(format!("{how} ({why})")),
+                    ..op.clone()
+                },
+                (OpResult::Ok(_), Some(how)) => {
+                    report.call_errors.push(format!(
+                        "op {} ({}) was answered, but {how} before it was sent",
+                        op.index,
+                        op.call.name()
+                    ));
+                    op.clone()
+                }
+                _ => op.clone(),
+            }
+        })
+        .collect()
+}
+
+/// Judges a history against the jobs the database holds at the end.
+pub fn check(recorded: &[Op], finals: &[FinalJob]) -> Report {
+    let mut report = Report::default();
+    let ops = mark_never_ran(recorded, &mut report);
+    let ops = &ops[..];
+
+    // Operations by kind and outcome; definite errors are never expected in this workload.
+    for op in ops {
+        let outcome = match &op.result {
+            OpResult::Ok(Reply::Outcome { outcome, .. }) => outcome.clone(),
+            OpResult::Ok(Reply::Terminated(done)) => match &op.call {
+                Call::Terminate { process, .. } if *process < WORKERS => format!("worker {done}"),
+                Call::Terminate { .. } => format!("producer {done}"),
+                _ => format!("{done}"),
+            },
+            OpResult::Ok(Reply::Claimed { jobs, .. }) => format!("{} job(s)", jobs.len().min(2)),
+            OpResult::Ok(_) => "ok".to_owned(),
+            OpResult::Failed(e) => {
+                report
+                    .call_errors
+                    .push(format!("op {} {:?}: {e}", op.index, op.call));
+                "error".to_owned()
+            }
+            OpResult::Unknown(why) => {
+                if report.unknown_examples.len() < 3 {
+                    report.unknown_examples.push(format!(
+                        "op {} {}: {why}",
+                        op.index,
+                        op.call.name()
+                    ));
+                }
+                "unknown".to_owned()
+            }
+            OpResult::NotRun(why) => {
+                if report.not_run_examples.len() < 2 {
+                    report.not_run_examples.push(format!(
+                        "op {} {}: {why}",
+                        op.index,
+                        op.call.name()
+                    ));
+                }
+                "not run".to_owned()
+            }
+        };
+        *report
+            .ops
+            .entry(op.call.name().to_owned())
+            .or_default()
+            .entry(outcome)
+            .or_default() += 1;
+        if let (Call::CompleteMany { .. }, OpResult::Ok(Reply::Outcomes { rows, .. })) =
+            (&op.call, &op.result)
+        {
+            for (_, outcome) in rows {
+                *report
+                    .ops
+                    .entry("complete_many rows".to_owned())
+                    .or_default()
+                    .entry(outcome.clone())
+                    .or_default() += 1;
+            }
+        }
+    }
+
+    // Enqueues: every tag is enqueued by exactly one call, no earlier than its server floor.
+    let mut enqueued: HashMap<u64, (Enqueued, i32, Micros)> = HashMap::new();
+    for op in ops {
+        let Call::Enqueue { tags, max_attempts } = &op.call else {
+            continue;
+        };
+        for (i, tag) in tags.iter().enumerate() {
+            let (status, since) = match &op.result {
+                OpResult::Ok(Reply::Ids { ids, before, .. }) if ids.len() == tags.len() => {
+                    (Enqueued::Acked(ids[i]), *before)
+                }
+                OpResult::Ok(reply) => {
+                    report.unexpected.push(format!(
+                        "op {}: enqueue of {} tags answered {reply:?}",
+                        op.index,
+                        tags.len()
+                    ));
+                    (Enqueued::Unknown, Micros::MIN)
+                }
+                OpResult::Failed(_) | OpResult::NotRun(_) => (Enqueued::Failed, Micros::MIN),
+                OpResult::Unknown(_) => (Enqueued::Unknown, op.server_floor.unwrap_or(Micros::MIN)),
+            };
+            if enqueued
+                .insert(*tag, (status, *max_attempts, since))
+                .is_some()
+            {
+                report
+                    .unexpected
+                    .push(format!("tag {tag} was enqueued by two operations"));
+            }
+        }
+    }
+    report.enqueues = enqueued
+        .values()
+        .fold((0, 0, 0), |(a, f, u), (s, _, _)| match s {
+            Enqueued::Acked(_) => (a + 1, f, u),
+            Enqueued::Failed => (a, f + 1, u),
+            Enqueued::Unknown => (a, f, u + 1),
+        });
+
+    // The jobs at the end, by tag: each must come from one enqueue that did not fail.
+    let mut by_tag: HashMap<u64, &FinalJob> = HashMap::new();
+    let mut by_id: HashMap<i64, &FinalJob> = HashMap::new();
+    for job in finals {
+        by_id.insert(job.id, job);
+        *report.final_states.entry(job.state.clone()).or_default() += 1;
+        let Some(tag) = job.tag else {
+            report
+                .unexpected
+                .push(format!("job {} has no tag: nobody enqueued it", job.id));
+            continue;
+        };
+        match enqueued.get(&tag) {
+            None => report
+                .unexpected
+                .push(format!("job {} carries tag {tag}, never enqueued", job.id)),
+            Some((Enqueued::Failed, _, _)) => report.unexpected.push(format!(
+                "job {} carries tag {tag}, whose enqueue failed (rolled back) or never ran",
+                job.id
+            )),
+            Some((Enqueued::Acked(id), _, _)) if *id != job.id => report.unexpected.push(format!(
+                "job {} carries tag {tag}, but its enqueue answered id {id}",
+                job.id
+            )),
+            Some((_, max_attempts, _)) if *max_attempts != job.max_attempts => {
+                report.state_errors.push(format!(
+                    "job {}: max_attempts {} but it was enqueued with {max_attempts}",
+                    job.id, job.max_attempts
+                ))
+            }
+            _ => {}
+        }
+        if by_tag.insert(tag, job).is_some() {
+            report
+                .unexpected
+                .push(format!("tag {tag} is stored twice (job {})", job.id));
+        }
+    }
+    let enqueued_at = |job: &FinalJob| -> Micros {
+        job.tag
+            .and_then(|tag| enqueued.get(&tag))
+            .map_or(Micros::MIN, |(_, _, since)| *since)
+    };
+
+    // Deliveries: each must be a job that was enqueued, under the id it was stored with.
+    let mut histories: HashMap<i64, JobHistory> = HashMap::new();
+    let mut delivered_tags: HashSet<u64> = HashSet::new();
+    for op in ops {
+        let (Call::Claim { lease_ms, .. }, OpResult::Ok(Reply::Claimed { jobs, before, .. })) =
+            (&op.call, &op.result)
+        else {
+            continue;
+        };
+        for job in jobs {
+            delivered_tags.insert(job.tag);
+            let problem = match enqueued.get(&job.tag) {
+                None => Some("whose tag was never enqueued".to_owned()),
+                Some((Enqueued::Failed, _, _)) => Some("whose enqueue failed".to_owned()),
+                Some((Enqueued::Acked(id), _, _)) if *id != job.id => {
+                    Some(format!("but its enqueue answered id {id}"))
+                }
+                _ => match by_tag.get(&job.tag) {
+                    Some(stored) if stored.id != job.id => {
+                        Some(format!("but the tag is stored as job {}", stored.id))
+                    }
+                    _ => None,
+                },
+            };
+            if let Some(problem) = problem {
+                report.unexpected.push(format!(
+                    "op {} delivered job {} (tag {}) {problem}",
+                    op.index, job.id, job.tag
+                ));
+            }
+            histories
+                .entry(job.id)
+                .or_default()
+                .claims
+                .push(ClaimEvent {
+                    op,
+                    job,
+                    lease_len: lease_ms * 1000,
+                    began: *before,
+                });
+        }
+    }
+    report.delivered = delivered_tags.len();
+    report.recovered = enqueued
+        .iter()
+        .filter(|(tag, (status, _, _))| {
+            *status == Enqueued::Unknown
+                && (by_tag.contains_key(tag) || delivered_tags.contains(tag))
+        })
+        .count();
+
+    // Lost: acknowledged, but missing or unfinished at the end.
+    let mut lost: Vec<(u64, i64, String)> = Vec::new();
+    for (tag, (status, _, _)) in &enqueued {
+        let Enqueued::Acked(id) = status else {
+            continue;
+        };
+        match by_tag.get(tag) {
+            None => lost.push((
+                *tag,
+                *id,
+                format!("job {id} (tag {tag}) is missing at the end"),
+            )),
+            Some(job) if !matches!(job.state.as_str(), "succeeded" | "failed" | "cancelled") => {
+                lost.push((
+                    *tag,
+                    *id,
+                    format!(
+                        "job {id} (tag {tag}) never reached a final state: it is {}",
+                        job.state
+                    ),
+                ))
+            }
+            _ => {}
+        }
+    }
+    lost.sort();
+    let lost_ids: HashSet<i64> = lost.iter().map(|(_, id, _)| *id).collect();
+    report.lost = lost.into_iter().map(|(_, _, line)| line).collect();
+
+    // Heartbeats, settles and cancels, by job.
+    for op in ops {
+        let mut holder = |id: i64, lease: Uuid, call: HolderCall, seen: Seen| {
+            histories
+                .entry(id)
+                .or_default()
+                .holder
+                .entry(lease)
+                .or_default()
+                .push(HolderEvent {
+                    op,
+                    call,
+                    seen,
+                    effect: Effect::Nothing,
+                });
+        };
+        match &op.call {
+            Call::Heartbeat { id, lease } => holder(*id, *lease, HolderCall::Heartbeat, seen(op)),
+            Call::Complete { id, lease } => {
+                holder(*id, *lease, HolderCall::Complete { batch: false }, seen(op))
+            }
+            Call::Fail { id, lease, retry } => {
+                holder(*id, *lease, HolderCall::Fail { retry: *retry }, seen(op))
+            }
+            Call::Release { id, lease } => holder(*id, *lease, HolderCall::Release, seen(op)),
+            Call::CompleteMany { pairs } => {
+                for (i, (id, lease)) in pairs.iter().enumerate() {
+                    let seen = match &op.result {
+                        OpResult::Ok(Reply::Outcomes {
+                            rows,
+                            before,
+                            after,
+                        }) => match rows.get(i) {
+                            Some((row_id, outcome)) if row_id == id => Seen::Answered {
+                                outcome: outcome.clone(),
+                                before: *before,
+                                after: *after,
+                            },
+                            other => {
+                                report.state_errors.push(format!(
+                                    "op {}: row {i} of the batch complete is {other:?}, not job {id}",
+                                    op.index
+                                ));
+                                Seen::NoEffect
+                            }
+                        },
+                        OpResult::Unknown(_) => Seen::Unknown,
+                        _ => Seen::NoEffect,
+                    };
+                    holder(*id, *lease, HolderCall::Complete { batch: true }, seen);
+                }
+            }
+            Call::Cancel { id } => histories
+                .entry(*id)
+                .or_default()
+                .cancels
+                .push((op, seen(op))),
+            _ => {}
+        }
+    }
+
+    // Claims whose outcome is unknown may have taken jobs nobody heard of.
+    let phantoms: Vec<Phantom> = ops
+        .iter()
+        .filter_map(|op| match (&op.call, &op.result) {
+            (Call::Claim { n, .. }, OpResult::Unknown(_)) => Some(Phantom {
+                floor: op.server_floor.unwrap_or(Micros::MIN),
+                ceiling: op.server_ceiling.unwrap_or(Micros::MAX),
+                n: *n,
+            }),
+            _ => None,
+        })
+        .collect();
+
+    let mut ids: Vec<i64> = histories.keys().copied().collect();
+    ids.sort_unstable();
+    for id in ids {
+        let history = histories.get_mut(&id).expect("listed");
+        history.claims.sort_by_key(|c| c.job.taken_at);
+        resolve_effects(history, by_id.get(&id).copied(), &mut report);
+        let history = &histories[&id];
+        match by_id.get(&id) {
+            Some(job) => {
+                let ctx = Context {
+                    phantoms: &phantoms,
+                    enqueued_at: enqueued_at(job),
+                };
+                check_job(job, history, &ctx, &mut report)
+            }
+            None if !history.claims.is_empty() && !lost_ids.contains(&id) => report
+                .lost
+                .push(format!("job {id} was delivered but is missing at the end")),
+            None => {}
+        }
+    }
+    // Jobs nobody ever touched must still be consistent (attempts, errors, final state).
+    for job in finals {
+        if !histories.contains_key(&job.id) {
+            let ctx = Context {
+                phantoms: &phantoms,
+                enqueued_at: enqueued_at(job),
+            };
+            check_job(job, &JobHistory::default(), &ctx, &mut report);
+        }
+    }
+    // Across jobs: the claims with unknown outcomes took at most their `n` jobs each.
+    let capacity: i32 = phantoms.iter().map(|p| p.n).sum();
+    if report.phantom_attempts > capacity as usize {
+        report.state_errors.push(format!(
+            "{} attempts only claims with unknown outcomes explain, but those {} claims took at most {capacity} jobs",
+            report.phantom_attempts,
+            phantoms.len()
+        ));
+    }
+    report
+}
+
+/// Decides what each heartbeat and settle call of a job did. An answer says it; a call that
+/// failed or never ran did nothing. An unknown outcome is settled by evidence where there is
+/// some: a fail stores `fail op <index>` in `errors` exactly when it acted, a single complete
+/// stores `{"op": <index>}` as the result exactly when it acted, and a call that ends the
+/// lease did not act if a later call under the same lease (the same process, after it) took
+/// effect. What nothing settles may have acted.
+fn resolve_effects(history: &mut JobHistory, job: Option<&FinalJob>, report: &mut Report) {
+    for events in history.holder.values_mut() {
+        events.sort_by_key(|e| e.op.index);
+        for i in 0..events.len() {
+            let later_acted = events[i + 1..].iter().any(
+                |e| matches!(&e.seen, Seen::Answered { outcome, .. } if e.call.acted(outcome)),
+            );
+            let event = &mut events[i];
+            event.effect = match &event.seen {
+                Seen::Answered {
+                    outcome,
+                    before,
+                    after,
+                } if event.call.acted(outcome) => Effect::Acted(*before, *after),
+                Seen::Answered { .. } | Seen::NoEffect => Effect::Nothing,
+                Seen::Unknown => {
+                    let window = (
+                        event.op.server_floor.unwrap_or(Micros::MIN),
+                        event.op.server_ceiling.unwrap_or(Micros::MAX),
+                    );
+                    let index = event.op.index;
+                    let evidence = match (event.call, job) {
+                        (HolderCall::Fail { .. }, Some(job)) => Some(
+                            job.errors
+                                .iter()
+                                .any(|e| e.error == format!("fail op {index}")),
+                        ),
+                        (HolderCall::Complete { batch: false }, Some(job)) => {
+                            Some(job.result_op == Some(index))
+                        }
+                        _ => None,
+                    };
+                    let effect = match evidence {
+                        Some(true) => Effect::Acted(window.0, window.1),
+                        Some(false) => Effect::Nothing,
+                        None if later_acted && event.call.ends_lease() => Effect::Nothing,
+                        None => Effect::Maybe(window.0, window.1),
+                    };
+                    if event.call.ends_lease() {
+                        if matches!(effect, Effect::Maybe(..)) {
+                            report.open_unknowns += 1;
+                        } else {
+                            report.resolved_unknowns += 1;
+                        }
+                    }
+                    effect
+                }
+            };
+        }
+    }
+}
+
+/// Checks one job's history and final row.
+fn check_job(job: &FinalJob, history: &JobHistory, ctx: &Context, report: &mut Report) {
+    let id = job.id;
+    let mut duplicated = Vec::new();
+    let mut state_errors = Vec::new();
+    let mut answers = Vec::new();
+    for entry in &job.errors {
+        if entry.is_reclaim() {
+            report.reclaimed += 1;
+        }
+    }
+    let last_error = job.errors.last().map(|e| e.error.as_str());
+    if job.state == "failed" && last_error == Some("lease expired on the final attempt") {
+        report.failed_by_reclaim += 1;
+    }
+    let no_events = Vec::new();
+    let events_of = |lease: &Uuid| history.holder.get(lease).unwrap_or(&no_events);
+    let all_events = || history.holder.values().flatten();
+
+    // Acknowledged terminal facts.
+    let mut succeeded: Vec<&HolderEvent> = Vec::new();
+    let mut failed: Vec<&HolderEvent> = Vec::new();
+    for event in all_events() {
+        if let Seen::Answered { outcome, .. } = &event.seen {
+            match (event.call, outcome.as_str()) {
+                (HolderCall::Complete { .. }, "succeeded") => succeeded.push(event),
+                (HolderCall::Fail { .. }, "failed") => failed.push(event),
+                _ => {}
+            }
+        }
+    }
+    let terminal_acks: Vec<(Micros, &str, usize)> = succeeded
+        .iter()
+        .chain(&failed)
+        .filter_map(|e| match &e.seen {
+            Seen::Answered { outcome, after, .. } => Some((*after, outcome.as_str(), e.op.index)),
+            _ => None,
+        })
+        .collect();
+    if succeeded.len() + failed.len() > 1 {
+        let ops: Vec<String> = terminal_acks
+            .iter()
+            .map(|(_, outcome, op)| format!("op {op} → {outcome}"))
+            .collect();
+        duplicated.push(format!("job {id} was finished twice: {}", ops.join(", ")));
+    }
+    if !succeeded.is_empty() && job.state != "succeeded" {
+        state_errors.push(format!(
+            "job {id} is {} but op {} completed it (succeeded)",
+            job.state, succeeded[0].op.index
+        ));
+    }
+    if !failed.is_empty() && job.state != "failed" {
+        state_errors.push(format!(
+            "job {id} is {} but op {} failed it for good",
+            job.state, failed[0].op.index
+        ));
+    }
+
+    // Cancels. `cancelled`: the server times between which the job became cancelled, from
+    // the earliest cancel that answered 'cancelled' or, failing that, from the cancels with
+    // unknown outcomes of a job that ends cancelled.
+    let mut cancelled: Option<(Micros, Micros)> = None;
+    for (op, seen) in &history.cancels {
+        let Seen::Answered {
+            outcome,
+            before,
+            after,
+        } = seen
+        else {
+            continue;
+        };
+        if *outcome != job.state {
+            state_errors.push(format!(
+                "job {id} is {} but cancel op {} answered {outcome}",
+                job.state, op.index
+            ));
+        }
+        if outcome == "cancelled" {
+            cancelled = Some(match cancelled {
+                None => (*before, *after),
+                Some((b, a)) => (b.min(*before), a.min(*after)),
+            });
+            for (finished, how, by) in &terminal_acks {
+                if finished < before {
+                    state_errors.push(format!(
+                        "job {id}: op {by} finished it ({how}) before cancel op {} turned it cancelled",
+                        op.index
+                    ));
+                }
+            }
+        } else if !matches!(outcome.as_str(), "succeeded" | "failed") {
+            state_errors.push(format!(
+                "job {id}: cancel op {} answered {outcome}, not a final state",
+                op.index
+            ));
+        } else if terminal_acks.iter().all(|(_, how, _)| how != outcome)
+            && outcome == "succeeded"
+            && !all_events()
+                .any(|e| matches!(e.call, HolderCall::Complete { .. }) && e.effect.possible())
+        {
+            state_errors.push(format!(
+                "job {id}: cancel op {} found it succeeded, but no complete could have done that (answered at {after})",
+                op.index
+            ));
+        }
+    }
+    if cancelled.is_none() && job.state == "cancelled" {
+        let windows: Vec<(Micros, Micros)> = history
+            .cancels
+            .iter()
+            .filter(|(_, seen)| matches!(seen, Seen::Unknown))
+            .map(|(op, _)| {
+                (
+                    op.server_floor.unwrap_or(Micros::MIN),
+                    op.server_ceiling.unwrap_or(Micros::MAX),
+                )
+            })
+            .collect();
+        if !windows.is_empty() {
+            cancelled = Some((
+                windows.iter().map(|w| w.0).min().expect("some"),
+                windows.iter().map(|w| w.1).max().expect("some"),
+            ));
+        }
+    }
+    // Rule 7: after a cancel, no holder call takes effect.
+    if let Some((_, cancelled_after)) = cancelled {
+        for event in all_events() {
+            if let Some((before, _)) = event.acted_at() {
+                if before > cancelled_after {
+                    duplicated.push(format!(
+                        "job {id}: op {} ({:?}) took effect after the job was cancelled",
+                        event.op.index, event.call
+                    ));
+                }
+            }
+        }
+    }
+
+    // The final state must be explained by some operation.
+    let maybe = |pred: &dyn Fn(HolderCall) -> bool| {
+        all_events().any(|e| pred(e.call) && e.effect.possible())
+    };
+    match job.state.as_str() {
+        "succeeded" => {
+            if !maybe(&|c| matches!(c, HolderCall::Complete { .. })) {
+                state_errors.push(format!(
+                    "job {id} is succeeded, but no complete of it answered succeeded or had an unknown outcome"
+                ));
+            }
+            let acked_single = succeeded
+                .iter()
+                .find(|e| e.call == HolderCall::Complete { batch: false });
+            let acked_batch = succeeded
+                .iter()
+                .any(|e| e.call == HolderCall::Complete { batch: true });
+            match (job.result_op, acked_single, acked_batch) {
+                (Some(op), Some(acked), _) if op != acked.op.index => state_errors.push(format!(
+                    "job {id}: result is from op {op}, but op {} completed it",
+                    acked.op.index
+                )),
+                (None, Some(acked), _) => state_errors.push(format!(
+                    "job {id}: no result, but op {} completed it with one",
+                    acked.op.index
+                )),
+                (Some(op), None, true) => state_errors.push(format!(
+                    "job {id}: result from op {op}, but a batch complete (no result) completed it"
+                )),
+                (Some(op), None, false)
+                    if !all_events().any(|e| {
+                        e.op.index == op
+                            && e.call == HolderCall::Complete { batch: false }
+                            && e.effect.possible()
+                    }) =>
+                {
+                    state_errors.push(format!(
+                        "job {id}: result from op {op}, which did not complete it"
+                    ))
+                }
+                _ => {}
+            }
+        }
+        "failed" => {
+            let by_fail = maybe(&|c| matches!(c, HolderCall::Fail { .. }));
+            let by_reclaim = last_error == Some("lease expired on the final attempt");
+            if !by_fail && !by_reclaim {
+                state_errors.push(format!(
+                    "job {id} is failed, but no fail ended it and its last error is {last_error:?}"
+                ));
+            }
+            if by_reclaim && job.attempt != job.max_attempts {
+                state_errors.push(format!(
+                    "job {id} failed by reclaim on attempt {} of {}",
+                    job.attempt, job.max_attempts
+                ));
+            }
+        }
+        "cancelled" => {
+            let maybe_cancelled = history.cancels.iter().any(|(_, seen)| match seen {
+                Seen::Answered { outcome, .. } => outcome == "cancelled",
+                Seen::Unknown => true,
+                Seen::NoEffect => false,
+            });
+            if !maybe_cancelled {
+                state_errors.push(format!("job {id} is cancelled, but nobody cancelled it"));
+            }
+        }
+        _ => {} // reported as lost
+    }
+
+    // Leases: what each claim granted, and its live segments on the server's clock.
+    let claims = &history.claims;
+    let mut live: Vec<Vec<Segment>> = Vec::new();
+    for claim in claims {
+        // The claim ran between `began` and `taken_at`; the lease it grants runs for the
+        // length asked for from then (a shorter one breaks the contract).
+        let (low, high) = (claim.lease_end(), claim.job.taken_at + claim.lease_len);
+        if claim.job.lease_until < low || claim.job.lease_until > high {
+            state_errors.push(format!(
+                "job {id}: claim op {} asked for a {} ms lease but got lease_until {}, outside [{low}, {high}] (the claim ran in [{}, {}])",
+                claim.op.index,
+                claim.lease_len / 1000,
+                claim.job.lease_until,
+                claim.began,
+                claim.job.taken_at
+            ));
+        }
+        let events = events_of(&claim.job.lease);
+        // Live from the claim until the lease asked for runs out, and from each renewal for
+        // another lease length; the claim's own report of lease_until is not trusted.
+        let mut segments: Vec<Segment> = vec![(claim.job.taken_at, claim.lease_end())];
+        let expiry = events
+            .iter()
+            .filter(|e| e.call == HolderCall::Heartbeat)
+            .filter_map(|e| e.acted_at().map(|(_, after)| after + claim.lease_len))
+            .fold(claim.job.taken_at + claim.lease_len, Micros::max);
+        for event in events.iter().filter(|e| e.call.ends_lease()) {
+            if let Seen::Answered { before, .. } = &event.seen {
+                if *before > expiry {
+                    if event.acted_at().is_some() {
+                        report.late_acted += 1;
+                    } else {
+                        report.late_lost += 1;
+                    }
+                }
+            }
+        }
+        let mut end = Micros::MAX;
+        for event in events {
+            if event.call == HolderCall::Heartbeat {
+                if let Some((before, after)) = event.acted_at() {
+                    segments.push((after, before + claim.lease_len));
+                }
+            } else if let Some(earliest) = event.effect.earliest() {
+                end = end.min(earliest);
+            }
+        }
+        if let Some((cancelled_before, _)) = cancelled {
+            end = end.min(cancelled_before);
+        }
+        live.push(
+            segments
+                .into_iter()
+                .map(|(start, stop)| (start, stop.min(end)))
+                .filter(|(start, stop)| start < stop)
+                .collect(),
+        );
+    }
+    for (i, a) in claims.iter().enumerate() {
+        for (j, b) in claims.iter().enumerate().skip(i + 1) {
+            let overlap = live[i].iter().find_map(|sa| {
+                live[j]
+                    .iter()
+                    .find(|sb| sa.0.max(sb.0) < sa.1.min(sb.1))
+                    .map(|sb| (sa, sb))
+            });
+            if let Some((sa, sb)) = overlap {
+                duplicated.push(format!(
+                    "job {id}: lease {} (claim op {} by process {}, attempt {}) live over {sa:?} while lease {} (claim op {} by process {}, attempt {}) live over {sb:?}",
+                    a.job.lease, a.op.index, a.op.process, a.job.attempt,
+                    b.job.lease, b.op.index, b.op.process, b.job.attempt
+                ));
+            }
+        }
+    }
+    // A lease acts only until a newer claim, its own settle, or a cancel.
+    for (i, claim) in claims.iter().enumerate() {
+        let events = events_of(&claim.job.lease);
+        // Server times after which the lease is surely dead: a newer claim had taken the job,
+        // its own settle had taken effect, or a cancel had.
+        let mut dead = claims
+            .get(i + 1)
+            .map_or(Micros::MAX, |next| next.job.taken_at);
+        if let Some((_, cancelled_after)) = cancelled {
+            dead = dead.min(cancelled_after);
+        }
+        if let Some(settled) = events
+            .iter()
+            .filter(|e| e.call.ends_lease())
+            .filter_map(|e| e.acted_at().map(|(_, after)| after))
+            .min()
+        {
+            dead = dead.min(settled);
+        }
+        for event in events {
+            if let Some((before, _)) = event.acted_at() {
+                if before > dead {
+                    duplicated.push(format!(
+                        "job {id}: op {} by process {} ({:?}, took effect) used lease {} (claim op {}) after it was replaced, settled or cancelled",
+                        event.op.index, event.op.process, event.call, claim.job.lease, claim.op.index
+                    ));
+                }
+            }
+        }
+        // A claim that began after the job finished is a second delivery.
+        for (finished, how, by) in &terminal_acks {
+            if *finished < claim.began {
+                duplicated.push(format!(
+                    "job {id}: op {} claimed it after op {by} finished it ({how})",
+                    claim.op.index
+                ));
+            }
+        }
+        if let Some((_, cancelled_after)) = cancelled {
+            if cancelled_after < claim.began {
+                duplicated.push(format!(
+                    "job {id}: op {} claimed it after it was cancelled",
+                    claim.op.index
+                ));
+            }
+        }
+    }
+    // Holder calls under leases no claim of this job handed out must all be 'lost'.
+    for (lease, events) in &history.holder {
+        if claims.iter().any(|c| c.job.lease == *lease) {
+            continue;
+        }
+        for event in events {
+            if event.acted_at().is_some() {
+                duplicated.push(format!(
+                    "job {id}: op {} acted under lease {lease}, which no claim of this job returned",
+                    event.op.index
+                ));
+            }
+        }
+    }
+
+    // Attempts (rule 3): each claim adds one, a release gives one back. Between two known
+    // claims (before the first, after the last) only claims with unknown outcomes that ran
+    // while the job may have been free can have added more, one each; and each such attempt
+    // ends in a reclaim that `errors` records (nobody knows its lease to settle it), unless a
+    // cancel ends the job under it.
+    let segments: Vec<Segment> = live.iter().flatten().copied().collect();
+    let gap = |i: usize| -> (Micros, Micros) {
+        (
+            if i == 0 {
+                ctx.enqueued_at
+            } else {
+                claims[i - 1].began
+            },
+            claims.get(i).map_or(Micros::MAX, |c| c.job.taken_at),
+        )
+    };
+    let may_touch =
+        |p: &Phantom, i: usize| touches_free_time((p.floor, p.ceiling), gap(i), &segments);
+    let releases = |claim: &ClaimEvent| -> (bool, bool) {
+        let events = events_of(&claim.job.lease);
+        let released = |effect: fn(Effect) -> bool| {
+            events
+                .iter()
+                .any(|e| e.call == HolderCall::Release && effect(e.effect))
+        };
+        (
+            released(|e| matches!(e, Effect::Acted(..))),
+            released(|e| matches!(e, Effect::Maybe(..))),
+        )
+    };
+    // Attempts only claims with unknown outcomes explain, per gap: (gap, attempt).
+    let mut phantom_attempts: Vec<(usize, i32)> = Vec::new();
+    let mut extras = vec![0; claims.len() + 1];
+    for i in 0..=claims.len() {
+        let allowance = ctx.phantoms.iter().filter(|p| may_touch(p, i)).count() as i32;
+        let bases: Vec<i32> = match i.checked_sub(1).map(|p| &claims[p]) {
+            None => vec![0],
+            Some(previous) => match releases(previous) {
+                (true, _) => vec![previous.job.attempt - 1],
+                (false, true) => vec![previous.job.attempt - 1, previous.job.attempt],
+                (false, false) => vec![previous.job.attempt],
+            },
+        };
+        // The attempt the next claim spent, or the job's final attempt.
+        let (reached, spent) = match claims.get(i) {
+            Some(next) => (next.job.attempt - 1, true),
+            None => (job.attempt, false),
+        };
+        let fitting = bases
+            .iter()
+            .map(|base| reached - base)
+            .filter(|extra| (0..=allowance).contains(extra))
+            .min();
+        match fitting {
+            Some(extra) => {
+                extras[i] = extra;
+                let base = reached - extra;
+                phantom_attempts.extend((base + 1..=reached).map(|attempt| (i, attempt)));
+            }
+            None => {
+                let (low, high) = (
+                    bases.iter().min().expect("a base"),
+                    bases.iter().max().expect("a base") + allowance,
+                );
+                state_errors.push(if spent {
+                    format!(
+                        "job {id}: op {} claimed attempt {}, but the history before allows {}..={} ({allowance} claims with unknown outcomes could have taken it meanwhile)",
+                        claims[i].op.index,
+                        reached + 1,
+                        low + 1,
+                        high + 1
+                    )
+                } else {
+                    format!(
+                        "job {id} ends at attempt {}, but its claims and releases make {low}..={high} ({allowance} claims with unknown outcomes could have taken it meanwhile)",
+                        job.attempt
+                    )
+                });
+            }
+        }
+        if !spent {
+            continue;
+        }
+        let attempt = claims[i].job.attempt;
+        if attempt < 1 || attempt > job.max_attempts {
+            state_errors.push(format!(
+                "job {id}: op {} claimed attempt {attempt} of {}",
+                claims[i].op.index, job.max_attempts
+            ));
+        }
+    }
+    let touching_any = ctx
+        .phantoms
+        .iter()
+        .filter(|p| (0..=claims.len()).any(|i| may_touch(p, i)))
+        .count();
+    if phantom_attempts.len() > touching_any {
+        state_errors.push(format!(
+            "job {id}: {} attempts only claims with unknown outcomes explain, but only {touching_any} such claims could have taken it",
+            phantom_attempts.len()
+        ));
+    }
+    report.phantom_attempts += phantom_attempts.len();
+    for &(i, attempt) in &phantom_attempts {
+        let (lo, hi) = gap(i);
+        let cancelled_under_it =
+            i == claims.len() && job.state == "cancelled" && attempt == job.attempt;
+        let reclaimed = job
+            .errors
+            .iter()
+            .any(|e| e.is_reclaim() && e.attempt == attempt && lo < e.at && e.at < hi);
+        if !cancelled_under_it && !reclaimed {
+            state_errors.push(format!(
+                "job {id}: attempt {attempt} was taken by no known claim, and no reclaim of it is recorded between {lo} and {hi}"
+            ));
+        }
+    }
+
+    // Reclaims: each `lease expired` entry comes from a lease of its attempt that may have run
+    // out by then, never from one that was certainly still live.
+    for entry in job.errors.iter().filter(|e| e.is_reclaim()) {
+        let mut premature = None;
+        let by_claim = claims.iter().enumerate().any(|(j, c)| {
+            if c.job.attempt != entry.attempt || c.began >= entry.at {
+                return false;
+            }
+            let next = claims.get(j + 1).map_or(Micros::MAX, |n| n.job.taken_at);
+            let certainly_live = live[j].iter().any(|(s, e)| *s <= entry.at && entry.at < *e);
+            if certainly_live {
+                premature = Some(c.op.index);
+            }
+            entry.at < next && !certainly_live
+        });
+        let by_phantom = phantom_attempts.iter().any(|&(i, attempt)| {
+            let (lo, hi) = gap(i);
+            attempt == entry.attempt && lo < entry.at && entry.at < hi
+        });
+        if !by_claim && !by_phantom {
+            state_errors.push(match premature {
+                Some(op) => format!(
+                    "job {id}: reclaimed ('{}', attempt {}) at {}, while the lease of claim op {op} was certainly live",
+                    entry.error, entry.attempt, entry.at
+                ),
+                None => format!(
+                    "job {id}: reclaimed ('{}', attempt {}) at {}, but no lease of that attempt can have run out then",
+                    entry.error, entry.attempt, entry.at
+                ),
+            });
+        }
+    }
+
+    // Answers that did nothing must have a reason in the history; every answer must be one
+    // the call gives.
+    for (i, claim) in claims.iter().enumerate() {
+        let events = events_of(&claim.job.lease);
+        for event in events {
+            let Seen::Answered { outcome, after, .. } = &event.seen else {
+                continue;
+            };
+            let (t, what) = (*after, format!("op {} ({:?})", event.op.index, event.call));
+            if !event.call.answers().contains(&outcome.as_str()) {
+                answers.push(format!(
+                    "job {id}: {what} answered '{outcome}', which it never answers"
+                ));
+                continue;
+            }
+            match (outcome.as_str(), event.call) {
+                ("lost", _) => {
+                    report.judged += 1;
+                    let newer_claim = claims[i + 1..].iter().any(|c| c.began < t);
+                    let unknown_claim = extras[i + 1] > 0
+                        && ctx
+                            .phantoms
+                            .iter()
+                            .any(|p| p.floor < t && may_touch(p, i + 1));
+                    let own_end = events.iter().any(|e| {
+                        e.op.index < event.op.index
+                            && e.call.ends_lease()
+                            && e.effect.earliest().is_some_and(|at| at < t)
+                    });
+                    let final_reclaim = job.errors.iter().any(|e| {
+                        e.error == "lease expired on the final attempt"
+                            && e.attempt == claim.job.attempt
+                            && e.at < t
+                    });
+                    if !(newer_claim || unknown_claim || own_end || final_reclaim) {
+                        answers.push(format!(
+                            "job {id}: {what} answered 'lost', but lease {} (claim op {}) was still the job's: no newer claim, no settle under it and no final reclaim came before {t}",
+                            claim.job.lease, claim.op.index
+                        ));
+                    }
+                }
+                ("cancelled", _) => {
+                    report.judged += 1;
+                    let cancel_before = history.cancels.iter().any(|(op, seen)| match seen {
+                        Seen::Answered {
+                            outcome, before, ..
+                        } => outcome == "cancelled" && *before < t,
+                        Seen::Unknown => op.server_floor.unwrap_or(Micros::MIN) < t,
+                        Seen::NoEffect => false,
+                    });
+                    if job.state != "cancelled"
+                        || job.lease != Some(claim.job.lease)
+                        || !cancel_before
+                    {
+                        answers.push(format!(
+                            "job {id}: {what} answered 'cancelled', but the job {} (lease {:?}) and {} cancel came before {t}",
+                            if job.state == "cancelled" { "ends cancelled" } else { "never was cancelled" },
+                            job.lease,
+                            if cancel_before { "a" } else { "no" }
+                        ));
+                    }
+                }
+                ("queued", HolderCall::Fail { retry })
+                    if !retry || claim.job.attempt >= job.max_attempts =>
+                {
+                    answers.push(format!(
+                        "job {id}: {what} answered 'queued' on attempt {} of {} (retry {retry})",
+                        claim.job.attempt, job.max_attempts
+                    ));
+                }
+                ("failed", HolderCall::Fail { retry: true })
+                    if claim.job.attempt < job.max_attempts =>
+                {
+                    answers.push(format!(
+                        "job {id}: {what} answered 'failed' on attempt {} of {}, with a retry asked for",
+                        claim.job.attempt, job.max_attempts
+                    ));
+                }
+                _ => {}
+            }
+        }
+    }
+
+    // Errors: one entry per failure that took effect, with the attempt of the lease that
+    // failed and stamped while the call ran, and otherwise only reclaims.
+    let fails: HashMap<usize, (&HolderEvent, i32)> = claims
+        .iter()
+        .flat_map(|c| {
+            events_of(&c.job.lease)
+                .iter()
+                .filter(|e| matches!(e.call, HolderCall::Fail { .. }))
+                .map(move |e| (e.op.index, (e, c.job.attempt)))
+        })
+        .collect();
+    let mut recorded: HashSet<usize> = HashSet::new();
+    for (position, entry) in job.errors.iter().enumerate() {
+        let last = position + 1 == job.errors.len();
+        let (attempt, error) = (entry.attempt, &entry.error);
+        if error == "lease expired" {
+            if attempt >= job.max_attempts {
+                state_errors.push(format!(
+                    "job {id}: 'lease expired' on attempt {attempt} of {} should have failed it",
+                    job.max_attempts
+                ));
+            }
+        } else if error == "lease expired on the final attempt" {
+            if !last || attempt != job.max_attempts || job.state != "failed" {
+                state_errors.push(format!(
+                    "job {id}: '{error}' (attempt {attempt} of {}, entry {} of {}) but the job is {}",
+                    job.max_attempts,
+                    position + 1,
+                    job.errors.len(),
+                    job.state
+                ));
+            }
+        } else if let Some(op) = error
+            .strip_prefix("fail op ")
+            .and_then(|n| n.parse::<usize>().ok())
+        {
+            match fails.get(&op) {
+                Some((event, claimed)) if event.effect.possible() => {
+                    if attempt != *claimed {
+                        state_errors.push(format!(
+                            "job {id}: error of op {op} records attempt {attempt}, its lease's attempt was {claimed}"
+                        ));
+                    }
+                    if !recorded.insert(op) {
+                        state_errors.push(format!("job {id}: op {op}'s error is recorded twice"));
+                    }
+                    let (lo, hi) = (
+                        event.effect.earliest().expect("possible"),
+                        event.effect.latest().expect("possible"),
+                    );
+                    if entry.at < lo || entry.at > hi {
+                        state_errors.push(format!(
+                            "job {id}: error of op {op} is stamped {}, outside the call's [{lo}, {hi}] on the server's clock",
+                            entry.at
+                        ));
+                    }
+                }
+                _ => state_errors.push(format!(
+                    "job {id}: errors hold '{error}', but that op did not fail this job"
+                )),
+            }
+        } else {
+            state_errors.push(format!("job {id}: unexpected error entry '{error}'"));
+        }
+    }
+    for (op, (event, _)) in &fails {
+        if event.acted_at().is_some() && !recorded.contains(op) {
+            state_errors.push(format!(
+                "job {id}: op {op} failed it ({:?}) but errors do not record it",
+                event.seen
+            ));
+        }
+    }
+    if job.state == "failed" {
+        if let Some(op) = last_error
+            .and_then(|e| e.strip_prefix("fail op "))
+            .and_then(|n| n.parse::<usize>().ok())
+        {
+            if let Some((event, _)) = fails.get(&op) {
+                if let Seen::Answered { outcome, .. } = &event.seen {
+                    if outcome != "failed" {
+                        state_errors.push(format!(
+                            "job {id} is failed, its last error is op {op}'s, which answered {outcome}"
+                        ));
+                    }
+                }
+            }
+        }
+    }
+
+    // release_reason: from the latest release that took effect (or may have).
+    let release_events: Vec<&HolderEvent> = all_events()
+        .filter(|e| e.call == HolderCall::Release && e.effect.possible())
+        .collect();
+    if let Some(reason) = &job.release_reason {
+        let from = reason
+            .strip_prefix("release op ")
+            .and_then(|n| n.parse::<usize>().ok());
+        match from.and_then(|op| release_events.iter().find(|e| e.op.index == op)) {
+            None => state_errors.push(format!(
+                "job {id}: release_reason '{reason}' is not from a release of it"
+            )),
+            Some(named) => {
+                let named_latest = named.effect.latest().expect("possible");
+                if let Some(later) = release_events.iter().find(|e| {
+                    e.acted_at()
+                        .is_some_and(|(earliest, _)| earliest > named_latest)
+                }) {
+                    state_errors.push(format!(
+                        "job {id}: release_reason '{reason}' is op {}'s, but op {} released it later",
+                        named.op.index, later.op.index
+                    ));
+                }
+            }
+        }
+    } else if let Some(event) = release_events.iter().find(|e| e.acted_at().is_some()) {
+        state_errors.push(format!(
+            "job {id}: op {} released it, but it has no release_reason",
+            event.op.index
+        ));
+    }
+    report.duplicated.extend(duplicated);
+    report.state_errors.extend(state_errors);
+    report.answers.extend(answers);
+}

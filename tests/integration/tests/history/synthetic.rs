@@ -1,0 +1,786 @@
+//! The checker on synthetic histories: clean histories it must pass, and for every anomaly it
+//! claims to find, a history that has it and that it must report.
+
+use uuid::Uuid;
+
+use super::checker::{
+    check, Call, Delivered, ErrorEntry, FinalJob, Micros, Op, OpResult, Reply, Report,
+};
+
+/// Builds synthetic histories: one server clock (µs) and one client clock (10 µs per op).
+#[derive(Default)]
+struct Synthetic {
+    ops: Vec<Op>,
+}
+
+/// Server times used below.
+const S: Micros = 1_000_000;
+
+impl Synthetic {
+    fn push(&mut self, process: usize, call: Call, result: OpResult) -> usize {
+        let index = self.ops.len();
+        let at = index as u64 * 10;
+        self.ops.push(Op {
+            index,
+            process,
+            invoke: at,
+            complete: at + 5,
+            call,
+            result,
+            server_floor: None,
+            server_ceiling: None,
+            backend: 1000 + process as i32,
+            connected_at: 0,
+        });
+        index
+    }
+
+    /// A call with an unknown outcome that may have run between server times `floor` and
+    /// `ceiling`.
+    fn unknown(&mut self, process: usize, call: Call, floor: Micros, ceiling: Micros) -> usize {
+        let index = self.push(process, call, OpResult::Unknown("connection closed".into()));
+        self.ops[index].server_floor = Some(floor);
+        self.ops[index].server_ceiling = Some(ceiling);
+        index
+    }
+
+    fn enqueue(&mut self, tag: u64, id: i64) {
+        self.push(
+            9,
+            Call::Enqueue {
+                tags: vec![tag],
+                max_attempts: 3,
+            },
+            OpResult::Ok(Reply::Ids {
+                ids: vec![id],
+                before: 0,
+                after: 100,
+            }),
+        );
+    }
+
+    /// A claim of one job that ran from server time `at − 50` to `at`, asking for a lease of
+    /// `lease_ms` and reporting `lease_until`.
+    fn claim_with(
+        &mut self,
+        process: usize,
+        (id, tag, attempt): (i64, u64, i32),
+        at: Micros,
+        lease_ms: i64,
+        lease_until: Micros,
+    ) -> Uuid {
+        let lease = Uuid::from_u128(((id as u128) << 32) | (self.ops.len() as u128 + 1));
+        self.push(
+            process,
+            Call::Claim { n: 1, lease_ms },
+            OpResult::Ok(Reply::Claimed {
+                jobs: vec![Delivered {
+                    id,
+                    lease,
+                    attempt,
+                    lease_until,
+                    tag,
+                    taken_at: at,
+                }],
+                before: at - 50,
+                after: at,
+            }),
+        );
+        lease
+    }
+
+    /// A claim of one job at server time `at` with a 1 s lease, as granted.
+    fn claim(&mut self, process: usize, id: i64, tag: u64, attempt: i32, at: Micros) -> Uuid {
+        self.claim_with(process, (id, tag, attempt), at, 1000, at + S)
+    }
+
+    /// A call that answered `outcome`, running from server time `at` to `at + 100`.
+    fn answered(&mut self, process: usize, call: Call, outcome: &str, at: Micros) -> usize {
+        self.push(
+            process,
+            call,
+            OpResult::Ok(Reply::Outcome {
+                outcome: outcome.into(),
+                before: at,
+                after: at + 100,
+            }),
+        )
+    }
+
+    fn complete(
+        &mut self,
+        process: usize,
+        id: i64,
+        lease: Uuid,
+        outcome: &str,
+        at: Micros,
+    ) -> usize {
+        self.answered(process, Call::Complete { id, lease }, outcome, at)
+    }
+
+    fn heartbeat(
+        &mut self,
+        process: usize,
+        id: i64,
+        lease: Uuid,
+        outcome: &str,
+        at: Micros,
+    ) -> usize {
+        self.answered(process, Call::Heartbeat { id, lease }, outcome, at)
+    }
+
+    fn fail(
+        &mut self,
+        process: usize,
+        (id, lease): (i64, Uuid),
+        retry: bool,
+        outcome: &str,
+        at: Micros,
+    ) -> usize {
+        self.answered(process, Call::Fail { id, lease, retry }, outcome, at)
+    }
+
+    fn release(
+        &mut self,
+        process: usize,
+        id: i64,
+        lease: Uuid,
+        outcome: &str,
+        at: Micros,
+    ) -> usize {
+        self.answered(process, Call::Release { id, lease }, outcome, at)
+    }
+
+    fn cancel(&mut self, id: i64, outcome: &str, at: Micros) -> usize {
+        self.answered(10, Call::Cancel { id }, outcome, at)
+    }
+
+    /// `pg_terminate_backend` of `process`'s backend, answered true.
+    fn terminate(&mut self, process: usize) {
+        self.push(
+            10,
+            Call::Terminate {
+                process,
+                pid: 1000 + process as i32,
+            },
+            OpResult::Ok(Reply::Terminated(true)),
+        );
+    }
+
+    fn check(&self, finals: &[FinalJob]) -> Report {
+        let report = check(&self.ops, finals);
+        report.print();
+        report
+    }
+}
+
+/// A job at the end, with `max_attempts` 3 and `errors` of (attempt, error, at).
+fn final_job(
+    id: i64,
+    tag: u64,
+    state: &str,
+    attempt: i32,
+    errors: &[(i32, &str, Micros)],
+) -> FinalJob {
+    FinalJob {
+        id,
+        tag: Some(tag),
+        state: state.into(),
+        attempt,
+        max_attempts: 3,
+        errors: errors
+            .iter()
+            .map(|(attempt, error, at)| ErrorEntry {
+                attempt: *attempt,
+                error: (*error).to_owned(),
+                at: *at,
+            })
+            .collect(),
+        result_op: None,
+        release_reason: None,
+        lease: None,
+    }
+}
+
+/// A job that `op` completed under `lease`.
+fn succeeded(
+    id: i64,
+    tag: u64,
+    attempt: i32,
+    errors: &[(i32, &str, Micros)],
+    op: usize,
+    lease: Uuid,
+) -> FinalJob {
+    FinalJob {
+        result_op: Some(op),
+        lease: Some(lease),
+        ..final_job(id, tag, "succeeded", attempt, errors)
+    }
+}
+
+/// Asserts that one of `found` contains `needle`.
+#[track_caller]
+fn assert_reported(found: &[String], needle: &str) {
+    assert!(
+        found.iter().any(|line| line.contains(needle)),
+        "expected a report containing {needle:?}, got {found:#?}"
+    );
+}
+
+#[test]
+fn the_checker_passes_clean_histories_with_reclaims_unknown_outcomes_and_late_successes() {
+    let mut h = Synthetic::default();
+    h.enqueue(1, 10);
+    // Lease A runs out at 2 s and is reclaimed at 2.05 s; nobody claims the job, so A's
+    // heartbeat at 2.1 s revives it ("done wins"), and A fails it with a retry at 2.2 s.
+    let a = h.claim(0, 10, 1, 1, S);
+    h.heartbeat(0, 10, a, "running", 2_100_000);
+    let fail = h.fail(0, (10, a), true, "queued", 2_200_000);
+    // Lease B takes the retry at 2.3 s, heartbeats, and completes within its renewed lease;
+    // A's own late complete at 3.6 s is 'lost' (A's fail ended A, and B came since).
+    let b = h.claim(1, 10, 1, 2, 2_300_000);
+    h.heartbeat(1, 10, b, "running", 2_400_000);
+    let done = h.complete(1, 10, b, "succeeded", 3_300_000);
+    h.complete(0, 10, a, "lost", 3_600_000);
+    let fail_entry = format!("fail op {fail}");
+    let job10 = succeeded(
+        10,
+        1,
+        2,
+        &[(1, "lease expired", 2_050_000), (1, &fail_entry, 2_200_050)],
+        done,
+        b,
+    );
+    // Job 11: enqueued with an unknown outcome, yet stored (recovered), then cancelled.
+    h.unknown(
+        8,
+        Call::Enqueue {
+            tags: vec![2],
+            max_attempts: 3,
+        },
+        0,
+        200,
+    );
+    h.cancel(11, "cancelled", 4 * S);
+    let job11 = final_job(11, 2, "cancelled", 0, &[]);
+    // Job 12: a claim with an unknown outcome takes it while it is free (its attempt 1, which
+    // the reclaim at 5.5 s records); a known claim then gets attempt 2.
+    h.enqueue(3, 12);
+    h.unknown(
+        2,
+        Call::Claim {
+            n: 5,
+            lease_ms: 300,
+        },
+        5 * S,
+        5_100_000,
+    );
+    let c = h.claim(3, 12, 3, 2, 6 * S);
+    let c_done = h.complete(3, 12, c, "succeeded", 6_100_000);
+    let job12 = succeeded(12, 3, 2, &[(1, "lease expired", 5_500_000)], c_done, c);
+    // Job 13: its complete's connection dies; the stored result shows it acted, so the retry
+    // that answers 'lost' is right.
+    h.enqueue(4, 13);
+    let d = h.claim(4, 13, 4, 1, 7 * S);
+    let unknown_complete = h.unknown(4, Call::Complete { id: 13, lease: d }, 7_100_000, 7_200_000);
+    h.complete(4, 13, d, "lost", 7_300_000);
+    let job13 = succeeded(13, 4, 1, &[], unknown_complete, d);
+    // A producer's backend is terminated; its next enqueue, sent after that, never ran.
+    h.terminate(7);
+    h.unknown(
+        7,
+        Call::Enqueue {
+            tags: vec![5],
+            max_attempts: 3,
+        },
+        8 * S,
+        9 * S,
+    );
+
+    let report = h.check(&[job10, job11, job12, job13]);
+    assert!(report.is_clean(), "a clean history was judged anomalous");
+    assert_eq!(report.recovered, 1);
+    assert_eq!(report.phantom_attempts, 1, "job 12's first attempt");
+    assert_eq!(report.resolved_unknowns, 1, "job 13's complete");
+    assert_eq!(report.answered("enqueue", "not run"), 1);
+    assert_eq!(report.judged, 2, "two 'lost' answers");
+}
+
+#[test]
+fn the_checker_reports_a_lost_job() {
+    let mut h = Synthetic::default();
+    h.enqueue(1, 10);
+    h.enqueue(2, 11);
+    // Job 10 is gone at the end; job 11 is still queued.
+    let report = h.check(&[final_job(11, 2, "queued", 0, &[])]);
+    assert_eq!(report.lost.len(), 2, "{:?}", report.lost);
+    assert!(!report.is_clean());
+}
+
+#[test]
+fn the_checker_reports_two_live_leases_at_once() {
+    let mut h = Synthetic::default();
+    h.enqueue(1, 10);
+    // Lease A runs until 2 s, but lease B is handed out at 1.5 s.
+    h.claim(0, 10, 1, 1, S);
+    let b = h.claim(1, 10, 1, 2, 1_500_000);
+    let done = h.complete(1, 10, b, "succeeded", 1_600_000);
+    let report = h.check(&[succeeded(10, 1, 2, &[], done, b)]);
+    assert_reported(&report.duplicated, "live over");
+}
+
+#[test]
+fn the_checker_reports_a_stale_lease_that_acted() {
+    let mut h = Synthetic::default();
+    h.enqueue(1, 10);
+    // A's lease expired (2 s) and B claimed at 2.5 s; A's late complete must be 'lost', yet it
+    // answered 'succeeded' at 2.6 s.
+    let a = h.claim(0, 10, 1, 1, S);
+    h.claim(1, 10, 1, 2, 2_500_000);
+    let stale = h.complete(0, 10, a, "succeeded", 2_600_000);
+    let job = succeeded(10, 1, 2, &[(1, "lease expired", 2_100_000)], stale, a);
+    let report = h.check(&[job]);
+    assert_reported(&report.duplicated, "after it was replaced");
+}
+
+#[test]
+fn the_checker_reports_an_unexpected_delivery() {
+    let mut h = Synthetic::default();
+    h.enqueue(1, 10);
+    // A claim hands out job 99 with tag 7, which nobody enqueued.
+    h.claim(0, 99, 7, 1, S);
+    let report = h.check(&[final_job(10, 1, "cancelled", 0, &[])]);
+    assert_reported(&report.unexpected, "never enqueued");
+}
+
+#[test]
+fn the_checker_reports_a_final_state_that_contradicts_the_history() {
+    let mut h = Synthetic::default();
+    h.enqueue(1, 10);
+    let a = h.claim(0, 10, 1, 1, S);
+    let done = h.complete(0, 10, a, "succeeded", 1_100_000);
+    // The complete was acknowledged, yet the job ends failed, and a cancel after it says
+    // 'cancelled' (terminal states must stay terminal).
+    h.cancel(10, "cancelled", 1_200_000);
+    let mut job = final_job(10, 1, "failed", 1, &[]);
+    job.result_op = Some(done);
+    let report = h.check(&[job]);
+    assert_reported(&report.state_errors, "completed it (succeeded)");
+    assert_reported(&report.state_errors, "before cancel op");
+}
+
+#[test]
+fn the_checker_reports_a_lost_answer_while_the_lease_was_current() {
+    let mut h = Synthetic::default();
+    h.enqueue(1, 10);
+    // Nobody claimed, cancelled or settled the job, yet A's heartbeat hears 'lost'; A then
+    // completes it, so the lease was current all along.
+    let a = h.claim(0, 10, 1, 1, S);
+    h.heartbeat(0, 10, a, "lost", 1_200_000);
+    let done = h.complete(0, 10, a, "succeeded", 1_300_000);
+    let report = h.check(&[succeeded(10, 1, 1, &[], done, a)]);
+    assert_reported(&report.answers, "answered 'lost'");
+}
+
+#[test]
+fn the_checker_reports_a_broken_done_wins() {
+    let mut h = Synthetic::default();
+    h.enqueue(1, 10);
+    // A's lease runs out and is reclaimed at 2.1 s; nobody claims the job before A's late
+    // complete at 2.5 s, which must win, yet it answers 'lost'. B claims it only at 3 s.
+    let a = h.claim(0, 10, 1, 1, S);
+    h.complete(0, 10, a, "lost", 2_500_000);
+    let b = h.claim(1, 10, 1, 2, 3 * S);
+    let done = h.complete(1, 10, b, "succeeded", 3_100_000);
+    let job = succeeded(10, 1, 2, &[(1, "lease expired", 2_100_000)], done, b);
+    let report = h.check(&[job]);
+    assert_reported(&report.answers, "answered 'lost'");
+}
+
+#[test]
+fn the_checker_reports_a_cancelled_answer_without_a_cancel_under_that_lease() {
+    let mut h = Synthetic::default();
+    h.enqueue(1, 10);
+    h.enqueue(2, 11);
+    // Job 10: nobody cancels it, yet A's heartbeat hears 'cancelled'.
+    let a = h.claim(0, 10, 1, 1, S);
+    h.heartbeat(0, 10, a, "cancelled", 1_200_000);
+    let done = h.complete(0, 10, a, "succeeded", 1_300_000);
+    // Job 11: B's heartbeat hears 'cancelled' at 1.2 s, before the cancel at 1.5 s.
+    let b = h.claim(1, 11, 2, 1, S);
+    h.heartbeat(1, 11, b, "cancelled", 1_200_000);
+    h.cancel(11, "cancelled", 1_500_000);
+    let mut job11 = final_job(11, 2, "cancelled", 1, &[]);
+    job11.lease = Some(b);
+    let report = h.check(&[succeeded(10, 1, 1, &[], done, a), job11]);
+    let cancelled: Vec<&String> = report
+        .answers
+        .iter()
+        .filter(|a| a.contains("answered 'cancelled'"))
+        .collect();
+    assert_eq!(cancelled.len(), 2, "{:#?}", report.answers);
+}
+
+#[test]
+fn the_checker_reports_answers_a_call_never_gives() {
+    let mut h = Synthetic::default();
+    for (tag, id) in [(1, 10), (2, 11), (3, 12), (4, 13)] {
+        h.enqueue(tag, id);
+    }
+    // Job 10: a fail with a retry answers 'queued' on the final attempt.
+    let a = h.claim(0, 10, 1, 3, S);
+    let f10 = h.fail(0, (10, a), true, "queued", 1_100_000);
+    // Job 11: a fail with retry => false answers 'queued'.
+    let b = h.claim(1, 11, 2, 1, S);
+    let f11 = h.fail(1, (11, b), false, "queued", 1_100_000);
+    // Job 12: a fail with a retry answers 'failed' on attempt 1 of 3.
+    let c = h.claim(2, 12, 3, 1, S);
+    let f12 = h.fail(2, (12, c), true, "failed", 1_100_000);
+    // Job 13: a heartbeat answers 'succeeded'.
+    let d = h.claim(3, 13, 4, 1, S);
+    h.heartbeat(3, 13, d, "succeeded", 1_100_000);
+    let done = h.complete(3, 13, d, "succeeded", 1_200_000);
+    let entry = |op: usize, attempt: i32| (attempt, format!("fail op {op}"), 1_100_050);
+    let jobs = [
+        (10, 1, "queued", 3, f10),
+        (11, 2, "queued", 1, f11),
+        (12, 3, "failed", 1, f12),
+    ]
+    .map(|(id, tag, state, attempt, op)| {
+        let (attempt_of_entry, error, at) = entry(op, attempt);
+        final_job(id, tag, state, attempt, &[(attempt_of_entry, &error, at)])
+    });
+    let mut finals = jobs.to_vec();
+    finals.push(succeeded(13, 4, 1, &[], done, d));
+    let report = h.check(&finals);
+    assert_reported(&report.answers, "answered 'queued' on attempt 3 of 3");
+    assert_reported(
+        &report.answers,
+        "answered 'queued' on attempt 1 of 3 (retry false)",
+    );
+    assert_reported(&report.answers, "answered 'failed' on attempt 1 of 3");
+    assert_reported(
+        &report.answers,
+        "answered 'succeeded', which it never answers",
+    );
+}
+
+#[test]
+fn the_checker_bounds_the_attempts_unknown_claims_can_explain() {
+    // One claim with an unknown outcome whose server-time window lies inside A's live lease:
+    // it cannot have taken the job, so B's attempt 3 is one too many.
+    let history = |unknown_claim: &dyn Fn(&mut Synthetic)| {
+        let mut h = Synthetic::default();
+        h.enqueue(1, 10);
+        h.claim(0, 10, 1, 1, S);
+        unknown_claim(&mut h);
+        let b = h.claim(1, 10, 1, 3, 3 * S);
+        let done = h.complete(1, 10, b, "succeeded", 3_100_000);
+        let job = succeeded(
+            10,
+            1,
+            3,
+            &[
+                (1, "lease expired", 2_100_000),
+                (2, "lease expired", 2_700_000),
+            ],
+            done,
+            b,
+        );
+        h.check(&[job])
+    };
+    let report = history(&|h| {
+        h.unknown(
+            2,
+            Call::Claim {
+                n: 5,
+                lease_ms: 300,
+            },
+            1_200_000,
+            1_300_000,
+        );
+    });
+    assert_reported(
+        &report.state_errors,
+        "claimed attempt 3, but the history before allows 2..=2",
+    );
+
+    // The same claim while the job was free (after A's lease ran out) explains attempt 2.
+    let report = history(&|h| {
+        h.unknown(
+            2,
+            Call::Claim {
+                n: 5,
+                lease_ms: 300,
+            },
+            2_200_000,
+            2_300_000,
+        );
+    });
+    assert!(
+        report.is_clean(),
+        "a claim with an unknown outcome while the job was free explains one attempt"
+    );
+
+    // A claim sent after its backend was terminated never ran: it explains nothing.
+    let report = history(&|h| {
+        h.terminate(2);
+        h.unknown(
+            2,
+            Call::Claim {
+                n: 5,
+                lease_ms: 300,
+            },
+            2_200_000,
+            2_300_000,
+        );
+    });
+    assert_eq!(report.answered("claim", "not run"), 1);
+    assert_reported(
+        &report.state_errors,
+        "claimed attempt 3, but the history before allows 2..=2",
+    );
+
+    // One claim of n jobs takes each job at most once: two extra attempts need two claims.
+    let mut h = Synthetic::default();
+    h.enqueue(1, 10);
+    h.claim(0, 10, 1, 1, S);
+    h.unknown(
+        2,
+        Call::Claim {
+            n: 5,
+            lease_ms: 300,
+        },
+        2_200_000,
+        4 * S,
+    );
+    let b = h.claim(1, 10, 1, 4, 5 * S);
+    let done = h.complete(1, 10, b, "succeeded", 5_100_000);
+    let job = succeeded(
+        10,
+        1,
+        4,
+        &[
+            (1, "lease expired", 2_100_000),
+            (2, "lease expired", 2_700_000),
+            (3, "lease expired", 3_700_000),
+        ],
+        done,
+        b,
+    );
+    let report = h.check(&[job]);
+    assert_reported(
+        &report.state_errors,
+        "claimed attempt 4, but the history before allows 2..=3",
+    );
+}
+
+#[test]
+fn the_checker_reports_attempts_below_the_claims_and_a_wrong_final_attempt() {
+    let mut h = Synthetic::default();
+    h.enqueue(1, 10);
+    h.enqueue(2, 11);
+    // Job 10: reclaimed after attempt 1, yet B's claim is attempt 1 again.
+    h.claim(0, 10, 1, 1, S);
+    let b = h.claim(1, 10, 1, 1, 3 * S);
+    let done = h.complete(1, 10, b, "succeeded", 3_100_000);
+    let job10 = succeeded(10, 1, 1, &[(1, "lease expired", 2_100_000)], done, b);
+    // Job 11: claimed once and completed, yet it ends at attempt 3.
+    let c = h.claim(2, 11, 2, 1, S);
+    let c_done = h.complete(2, 11, c, "succeeded", 1_100_000);
+    let job11 = succeeded(11, 2, 3, &[], c_done, c);
+    let report = h.check(&[job10, job11]);
+    assert_reported(
+        &report.state_errors,
+        "claimed attempt 1, but the history before allows 2..=2",
+    );
+    assert_reported(&report.state_errors, "ends at attempt 3");
+}
+
+#[test]
+fn the_checker_reports_wrong_error_bookkeeping() {
+    let mut h = Synthetic::default();
+    for (tag, id) in [(1, 10), (2, 11), (3, 12), (4, 13), (5, 14), (6, 15)] {
+        h.enqueue(tag, id);
+    }
+    // Job 10: an acknowledged failure that errors do not record.
+    let a = h.claim(0, 10, 1, 1, S);
+    h.fail(0, (10, a), true, "queued", 1_100_000);
+    // Job 11: one failure recorded twice, and with the wrong attempt.
+    let b = h.claim(1, 11, 2, 1, S);
+    let f11 = h.fail(1, (11, b), true, "queued", 1_100_000);
+    // Job 12: a failure stamped a second after the call returned (not the server's clock of
+    // the call).
+    let c = h.claim(2, 12, 3, 1, S);
+    let f12 = h.fail(2, (12, c), true, "queued", 1_100_000);
+    // Job 13: an entry from a fail that answered 'lost' (it did nothing).
+    let d = h.claim(3, 13, 4, 1, S);
+    let d_done = h.complete(3, 13, d, "succeeded", 1_050_000);
+    let f13 = h.fail(3, (13, d), true, "lost", 1_100_000);
+    // Job 14: reclaimed at 1.5 s, while its lease (until 2 s) was certainly live.
+    let e = h.claim(4, 14, 5, 1, S);
+    let e2 = h.claim(5, 14, 5, 2, 1_600_000);
+    let e_done = h.complete(5, 14, e2, "succeeded", 1_700_000);
+    let _ = e;
+    // Job 15: a claim with an unknown outcome explains attempt 2, but no reclaim of it is
+    // recorded, and nobody could have settled it.
+    let g = h.claim(6, 15, 6, 1, S);
+    let _ = g;
+    h.unknown(
+        7,
+        Call::Claim {
+            n: 1,
+            lease_ms: 300,
+        },
+        2_200_000,
+        2_300_000,
+    );
+    let g3 = h.claim(6, 15, 6, 3, 3 * S);
+    let g_done = h.complete(6, 15, g3, "succeeded", 3_100_000);
+
+    let twice = format!("fail op {f11}");
+    let late = format!("fail op {f12}");
+    let from_lost = format!("fail op {f13}");
+    let report = h.check(&[
+        final_job(10, 1, "queued", 1, &[]),
+        final_job(
+            11,
+            2,
+            "queued",
+            1,
+            &[(2, &twice, 1_100_050), (2, &twice, 1_100_050)],
+        ),
+        final_job(12, 3, "queued", 1, &[(1, &late, 2_200_000)]),
+        succeeded(13, 4, 1, &[(1, &from_lost, 1_100_050)], d_done, d),
+        succeeded(14, 5, 2, &[(1, "lease expired", 1_500_000)], e_done, e2),
+        succeeded(15, 6, 3, &[(1, "lease expired", 2_100_000)], g_done, g3),
+    ]);
+    assert_reported(&report.state_errors, "errors do not record it");
+    assert_reported(&report.state_errors, "recorded twice");
+    assert_reported(
+        &report.state_errors,
+        "records attempt 2, its lease's attempt was 1",
+    );
+    assert_reported(&report.state_errors, "outside the call's");
+    assert_reported(&report.state_errors, "but that op did not fail this job");
+    assert_reported(&report.state_errors, "certainly live");
+    assert_reported(&report.state_errors, "no reclaim of it is recorded");
+}
+
+#[test]
+fn the_checker_reports_a_holder_acting_after_a_cancel() {
+    let mut h = Synthetic::default();
+    h.enqueue(1, 10);
+    let a = h.claim(0, 10, 1, 1, S);
+    h.cancel(10, "cancelled", 1_300_000);
+    // The holder's heartbeat at 1.5 s must answer 'cancelled', yet it renewed the lease.
+    h.heartbeat(0, 10, a, "running", 1_500_000);
+    let mut job = final_job(10, 1, "cancelled", 1, &[]);
+    job.lease = Some(a);
+    let report = h.check(&[job]);
+    assert_reported(
+        &report.duplicated,
+        "took effect after the job was cancelled",
+    );
+}
+
+#[test]
+fn the_checker_reports_a_claim_after_the_job_finished() {
+    let mut h = Synthetic::default();
+    h.enqueue(1, 10);
+    h.enqueue(2, 11);
+    // Job 10 succeeded at 1.1 s, and is claimed again at 2 s.
+    let a = h.claim(0, 10, 1, 1, S);
+    let done = h.complete(0, 10, a, "succeeded", 1_100_000);
+    h.claim(1, 10, 1, 2, 2 * S);
+    // Job 11 was cancelled at 1.1 s, and is claimed at 2 s.
+    h.cancel(11, "cancelled", 1_100_000);
+    h.claim(2, 11, 2, 1, 2 * S);
+    let report = h.check(&[
+        succeeded(10, 1, 2, &[], done, a),
+        final_job(11, 2, "cancelled", 1, &[]),
+    ]);
+    assert_reported(
+        &report.duplicated,
+        &format!("claimed it after op {done} finished it"),
+    );
+    assert_reported(&report.duplicated, "claimed it after it was cancelled");
+}
+
+#[test]
+fn the_checker_reports_a_wrong_release_reason() {
+    let mut h = Synthetic::default();
+    for (tag, id) in [(1, 10), (2, 11), (3, 12)] {
+        h.enqueue(tag, id);
+    }
+    // Job 10: released twice; the reason must be the second release's.
+    let a = h.claim(0, 10, 1, 1, S);
+    let first = h.release(0, 10, a, "queued", 1_100_000);
+    let b = h.claim(1, 10, 1, 1, 1_200_000);
+    let second = h.release(1, 10, b, "queued", 1_300_000);
+    let mut job10 = final_job(10, 1, "queued", 0, &[]);
+    job10.release_reason = Some(format!("release op {first}"));
+    // Job 11: released, but no reason stored.
+    let c = h.claim(2, 11, 2, 1, S);
+    h.release(2, 11, c, "queued", 1_100_000);
+    let job11 = final_job(11, 2, "queued", 0, &[]);
+    // Job 12: a reason from an op that never released it.
+    let mut job12 = final_job(12, 3, "queued", 0, &[]);
+    job12.release_reason = Some("release op 999".into());
+    let report = h.check(&[job10, job11, job12]);
+    assert_reported(
+        &report.state_errors,
+        &format!("but op {second} released it later"),
+    );
+    assert_reported(&report.state_errors, "has no release_reason");
+    assert_reported(&report.state_errors, "is not from a release of it");
+}
+
+#[test]
+fn the_checker_keeps_checking_overlaps_after_an_unknown_settle_that_did_nothing() {
+    let mut h = Synthetic::default();
+    h.enqueue(1, 10);
+    // A's complete at 1.1 s loses its connection; the retry at 1.6 s succeeds and stores its
+    // result, so the first one did nothing and A's lease stayed live. B, claimed at 1.3 s,
+    // overlaps it.
+    let a = h.claim(0, 10, 1, 1, S);
+    h.unknown(0, Call::Complete { id: 10, lease: a }, 1_100_000, 1_150_000);
+    h.claim(1, 10, 1, 2, 1_300_000);
+    let retry = h.complete(0, 10, a, "succeeded", 1_600_000);
+    let report = h.check(&[succeeded(10, 1, 2, &[], retry, a)]);
+    assert_eq!(report.resolved_unknowns, 1);
+    assert_reported(&report.duplicated, "live over");
+}
+
+#[test]
+fn the_checker_reports_a_claim_that_grants_a_shorter_lease_than_asked() {
+    let mut h = Synthetic::default();
+    h.enqueue(1, 10);
+    // Asked for 1 s, granted (and reported) 0.5 s; B's claim at 1.7 s is within the second A
+    // asked for.
+    h.claim_with(0, (10, 1, 1), S, 1000, 1_500_000);
+    let b = h.claim(1, 10, 1, 2, 1_700_000);
+    let done = h.complete(1, 10, b, "succeeded", 1_800_000);
+    let job = succeeded(10, 1, 2, &[(1, "lease expired", 1_600_000)], done, b);
+    let report = h.check(&[job]);
+    assert_reported(
+        &report.state_errors,
+        "asked for a 1000 ms lease but got lease_until 1500000",
+    );
+    assert_reported(&report.duplicated, "live over");
+}
+
+#[test]
+fn the_checker_reports_an_answer_on_a_terminated_backend() {
+    let mut h = Synthetic::default();
+    h.enqueue(1, 10);
+    let a = h.claim(0, 10, 1, 1, S);
+    h.terminate(0);
+    // Sent on the same connection after pg_terminate_backend returned: it cannot have run.
+    let done = h.complete(0, 10, a, "succeeded", 1_100_000);
+    let report = h.check(&[succeeded(10, 1, 1, &[], done, a)]);
+    assert_reported(
+        &report.call_errors,
+        "was answered, but its backend 1000 had been terminated",
+    );
+}
