@@ -1,5 +1,5 @@
-//! Observing: `jobs_get`, `jobs_list`, `jobs_metrics`, `jobs_worker_status`, and in schema
-//! `jobs` the helpers `jobs.backoff_delay` and `jobs.runtime_state`.
+//! Observing: `jobs_get`, `jobs_list`, `jobs_metrics`, `jobs_totals`, `jobs_worker_status`,
+//! and in schema `jobs` the helpers `jobs.backoff_delay` and `jobs.runtime_state`.
 
 use std::fmt::Write;
 
@@ -7,8 +7,11 @@ use pgrx::prelude::*;
 
 use super::args::{check_queue_name, check_range, limits};
 use crate::engine::access::{self, Role};
-use crate::engine::observe::{self, ListFilter, QueueStats, LIST_STATES};
+use crate::engine::observe::{
+    self, ListFilter, QueueStats, QueueTotals, WorkerReport, LIST_STATES,
+};
 use crate::engine::tenants;
+use crate::pg::clock::server_now;
 use crate::pg::datum::JobRow;
 use crate::pg::errors::{raise, required, BAD_ARGUMENT};
 
@@ -59,24 +62,213 @@ fn jobs_list(
     }))
 }
 
-/// Per-queue job counts by state, the oldest ready job's age and recent throughput, as
-/// Prometheus text.
+/// Per-queue job counts by state, the oldest ready job's age, running jobs past their lease and
+/// recent throughput; jobs completed, failed and retried since the server started; and the
+/// health of this database's background worker: as Prometheus text. A session limited to some
+/// tenants sees their jobs only, and no worker health.
 #[pg_extern(volatile, parallel_restricted, security_definer)]
 #[search_path(pg_catalog, pg_temp)]
 fn jobs_metrics() -> String {
     access::require(Role::Client, "read the queues' metrics");
-    render_metrics(&observe::queue_stats())
+    let scope = tenants::scope();
+    let worker = scope
+        .is_all()
+        .then(|| Health::of(observe::this_database_worker()));
+    let mut out = render_metrics(&observe::queue_stats());
+    render_totals(&mut out, &observe::totals(&scope));
+    if let Some(worker) = worker {
+        render_worker(&mut out, &worker);
+    }
+    out
+}
+
+/// Per queue, the jobs settled since the server started (or since shared memory was last
+/// reset by a crash restart): completed, failed for good, and retried (a failed attempt or an
+/// expired lease that runs again). Counted when the settle commits. A session limited to some
+/// tenants sees their jobs' counts; a session that sees every tenant also gets a line with a
+/// NULL queue when more queues settled jobs than shared memory holds counters for.
+// pgrx reads the column names from `name!` in the signature, so the type cannot be an alias.
+#[allow(clippy::type_complexity)]
+#[pg_extern(volatile, parallel_restricted, security_definer)]
+#[search_path(pg_catalog, pg_temp)]
+fn jobs_totals() -> TableIterator<
+    'static,
+    (
+        name!(queue, Option<String>),
+        name!(completed, i64),
+        name!(failed, i64),
+        name!(retried, i64),
+    ),
+> {
+    access::require(Role::Client, "read the queues' totals");
+    let totals = observe::totals(&tenants::scope());
+    TableIterator::new(totals.into_iter().map(|t| {
+        (
+            t.queue,
+            counter(t.counts.completed),
+            counter(t.counts.failed),
+            counter(t.counts.retried),
+        )
+    }))
+}
+
+/// A shared-memory counter as a bigint (it cannot reach i64::MAX in practice).
+fn counter(value: u64) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+/// A Prometheus label value, escaped.
+fn label_value(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// Writes one metric family: its help, its type and its lines (labels, value).
+fn write_family(
+    out: &mut String,
+    name: &str,
+    help: &str,
+    kind: &str,
+    lines: &mut dyn Iterator<Item = (String, String)>,
+) {
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} {kind}");
+    for (labels, value) in lines {
+        let _ = writeln!(out, "{name}{{{labels}}} {value}");
+    }
+}
+
+fn render_totals(out: &mut String, totals: &[QueueTotals]) {
+    let queue_label = |t: &QueueTotals| format!("queue=\"{}\"", t.queue.as_deref().unwrap_or(""));
+    for (name, help, pick) in [
+        (
+            "pg_jobs_completed_total",
+            "Jobs that succeeded since the server started (queue=\"\": queues beyond the counters shared memory holds).",
+            (|c: &observe::QueueTotals| c.counts.completed) as fn(&QueueTotals) -> u64,
+        ),
+        (
+            "pg_jobs_failed_total",
+            "Jobs that failed for good (and were dead-lettered where set) since the server started.",
+            |c: &QueueTotals| c.counts.failed,
+        ),
+        (
+            "pg_jobs_retried_total",
+            "Failed attempts and expired leases that were scheduled to run again, since the server started.",
+            |c: &QueueTotals| c.counts.retried,
+        ),
+    ] {
+        write_family(
+            out,
+            name,
+            help,
+            "counter",
+            &mut totals.iter().map(|t| (queue_label(t), pick(t).to_string())),
+        );
+    }
+}
+
+/// The background worker's health as metrics show it.
+struct Health {
+    database: String,
+    report: Option<WorkerReport>,
+}
+
+impl Health {
+    fn of(report: Option<WorkerReport>) -> Health {
+        Health {
+            database: crate::pg::database::current_database_name(),
+            report,
+        }
+    }
+}
+
+/// Seconds from `micros` (PostgreSQL epoch) to now; +Inf for 0 (never).
+fn age_seconds(micros: i64, now: i64) -> String {
+    if micros == 0 {
+        "+Inf".to_owned()
+    } else {
+        format!("{}", (now - micros).max(0) as f64 / 1e6)
+    }
+}
+
+fn render_worker(out: &mut String, health: &Health) {
+    let labels = format!("database=\"{}\"", label_value(&health.database));
+    let now = server_now();
+    let report = health.report.as_ref();
+    let up = report.is_some_and(|r| r.pid.is_some() && r.serving);
+    let mut gauge = |name: &str, help: &str, kind: &str, value: String| {
+        write_family(
+            out,
+            name,
+            help,
+            kind,
+            &mut std::iter::once((labels.clone(), value)),
+        );
+    };
+    gauge(
+        "pg_jobs_worker_up",
+        "1 when a pg_jobs background worker runs for this database and found the extension at its last tick.",
+        "gauge",
+        u8::from(up).to_string(),
+    );
+    let Some(report) = report else { return };
+    gauge(
+        "pg_jobs_worker_last_tick_age_seconds",
+        "Seconds since the worker's last tick ended (+Inf: none yet); it ticks every pg_jobs.tick.",
+        "gauge",
+        age_seconds(report.last_tick, now),
+    );
+    for (name, help, value) in [
+        (
+            "pg_jobs_worker_ticks_total",
+            "Ticks the worker ran since it started.",
+            report.ticks,
+        ),
+        (
+            "pg_jobs_worker_reclaimed_total",
+            "Jobs with expired leases the worker took back since it started.",
+            report.reclaimed,
+        ),
+        (
+            "pg_jobs_worker_purged_total",
+            "Finished jobs the worker deleted past their queue's retention since it started.",
+            report.purged,
+        ),
+        (
+            "pg_jobs_worker_floors_healed_total",
+            "Claim floors the worker found above a due job and reset since it started.",
+            report.floors_healed,
+        ),
+    ] {
+        gauge(name, help, "counter", value.to_string());
+    }
+    gauge(
+        "pg_jobs_worker_last_error_age_seconds",
+        "Seconds since the worker's last failed tick (+Inf: none since it started).",
+        "gauge",
+        age_seconds(report.last_error_at, now),
+    );
+    if let Some(error) = &report.last_error {
+        write_family(
+            out,
+            "pg_jobs_worker_last_error_info",
+            "The worker's last tick error, as a label.",
+            "gauge",
+            &mut std::iter::once((
+                format!("{labels},error=\"{}\"", label_value(error)),
+                "1".to_owned(),
+            )),
+        );
+    }
 }
 
 fn render_metrics(stats: &[QueueStats]) -> String {
     let mut out = String::new();
     let mut family =
         |name: &str, help: &str, kind: &str, lines: &mut dyn Iterator<Item = (String, String)>| {
-            let _ = writeln!(out, "# HELP {name} {help}");
-            let _ = writeln!(out, "# TYPE {name} {kind}");
-            for (labels, value) in lines {
-                let _ = writeln!(out, "{name}{{{labels}}} {value}");
-            }
+            write_family(&mut out, name, help, kind, lines)
         };
     family(
         "pg_jobs_jobs",

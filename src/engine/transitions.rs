@@ -1,5 +1,5 @@
-//! The one door for every transition that makes a job claimable, and for the other facts the
-//! claim floor and the wake-ups depend on.
+//! The one door for every transition that makes a job claimable, for the other facts the claim
+//! floor and the wake-ups depend on, and for the settles the totals count.
 //!
 //! The claim floor is sound only if every commit that makes a job `queued` lowers it to that
 //! job's position (see `runtime::floor`), and a waiting claim hears of a job only if its commit
@@ -8,6 +8,7 @@
 //! unique job, a group's next job, a schedule's slot) reports it here, in the transaction that
 //! does it, and nowhere else.
 
+use crate::runtime::totals::{Counts, Key};
 use crate::runtime::{effects, Position};
 use crate::storage::{Row, Rows};
 
@@ -59,4 +60,29 @@ pub fn jobs_claimed(queue: &str, count: usize) {
 /// so a rollback must reset the queue's floor.
 pub fn job_locked(queue: &str) {
     effects::job_locked(queue);
+}
+
+/// How a settle left a job, as the totals count it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Settled {
+    /// It succeeded.
+    Completed,
+    /// It failed for good.
+    Failed,
+    /// Its attempt failed (or its lease expired) and it runs again.
+    Retried,
+}
+
+/// The job in `row` was settled this way by this transaction: the totals count it when the
+/// transaction commits. The row names the job's `queue` and `tenant`.
+pub fn job_settled(row: &Row<'_>, settled: Settled) {
+    let queue: String = row.expect("queue");
+    let tenant: Option<String> = row.get("tenant");
+    let mut counts = Counts::default();
+    match settled {
+        Settled::Completed => counts.completed = 1,
+        Settled::Failed => counts.failed = 1,
+        Settled::Retried => counts.retried = 1,
+    }
+    effects::jobs_settled(Key::new(&queue, tenant.as_deref()), counts);
 }

@@ -1,8 +1,9 @@
 //! PostgreSQL plumbing that knows nothing about jobs: errors, settings, pass-through datums,
-//! the server clock, subtransactions, and the shims that hide differences between PostgreSQL
+//! the server clock, the current database, subtransactions, and the shims that hide differences between PostgreSQL
 //! versions. Every other layer may use it; it uses none of them.
 
 pub mod clock;
+pub mod database;
 pub mod datum;
 pub mod errors;
 pub mod roles;

@@ -16,6 +16,10 @@
 //! transaction's gid, and `COMMIT PREPARED` / `ROLLBACK PREPARED` apply them in whichever session
 //! runs it, once the outcome is visible. When the stash is full, the worker's floor check and
 //! its wake-up backstop cover the transaction within a tick.
+//!
+//! The jobs a transaction settles are added to the totals (`runtime::totals`) when it commits,
+//! and only the settles of its subtransactions that committed too: a settle inside a savepoint
+//! that is rolled back counts nothing.
 
 use std::cell::RefCell;
 
@@ -27,6 +31,7 @@ use super::position::Position;
 use super::queue_id::{current_database, slot_index};
 use super::shmem::{shared, Slot};
 use super::spin::SpinLocked;
+use super::totals::{self, Counts};
 use super::wakeup::{self, WAKE_ALL};
 use crate::pg::clock::server_now;
 use crate::pg::version::{self, TwoPhaseStatement};
@@ -80,8 +85,17 @@ impl QueueEffects {
     }
 }
 
+/// Settles of this transaction not counted yet: one key's counts, made at one subtransaction
+/// nesting level.
+struct PendingSettles {
+    level: i32,
+    key: totals::Key,
+    counts: Counts,
+}
+
 thread_local! {
     static PENDING: RefCell<Vec<QueueEffects>> = const { RefCell::new(Vec::new()) };
+    static SETTLED: RefCell<Vec<PendingSettles>> = const { RefCell::new(Vec::new()) };
     /// Whether this transaction changed tenant grants.
     static GRANTS_CHANGED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     /// Whether this transaction changed queue settings.
@@ -132,6 +146,38 @@ pub fn jobs_unblocked(queue: &str, count: u32) {
     note(queue, |e| {
         e.wake_on_commit = e.wake_on_commit.saturating_add(count)
     });
+}
+
+/// Notes that this transaction settled jobs of `key`: the totals count them when it commits.
+pub fn jobs_settled(key: totals::Key, counts: Counts) {
+    if shared().is_none() || counts.is_empty() {
+        return;
+    }
+    // SAFETY: reads the current transaction state's nesting level.
+    let level = unsafe { pg_sys::GetCurrentTransactionNestLevel() };
+    SETTLED.with(|settled| {
+        let mut settled = settled.borrow_mut();
+        match settled
+            .iter_mut()
+            .find(|s| s.level == level && s.key == key)
+        {
+            Some(pending) => pending.counts.add(counts),
+            None => settled.push(PendingSettles { level, key, counts }),
+        }
+    });
+}
+
+/// This transaction's uncounted settles, summed per key, taken for its end.
+fn take_settled() -> Vec<(totals::Key, Counts)> {
+    let settled = SETTLED.with(|s| std::mem::take(&mut *s.borrow_mut()));
+    let mut by_key: Vec<(totals::Key, Counts)> = Vec::new();
+    for pending in settled {
+        match by_key.iter_mut().find(|(key, _)| *key == pending.key) {
+            Some((_, counts)) => counts.add(pending.counts),
+            None => by_key.push((pending.key, pending.counts)),
+        }
+    }
+    by_key
 }
 
 /// Notes that a resume makes every queued job of `queue` claimable again.
@@ -190,6 +236,7 @@ pub fn register_callbacks() {
     // hook is installed once per process, here.
     unsafe {
         pg_sys::RegisterXactCallback(Some(on_xact_event), std::ptr::null_mut());
+        pg_sys::RegisterSubXactCallback(Some(on_subxact_event), std::ptr::null_mut());
         pg_sys::RegisterResourceReleaseCallback(Some(on_resource_release), std::ptr::null_mut());
         version::follow_two_phase_statements(on_two_phase_statement);
     }
@@ -208,15 +255,42 @@ unsafe extern "C-unwind" fn on_xact_event(
             GRANTS_CHANGED.with(|c| c.set(false));
             QUEUES_CHANGED.with(|c| c.set(false));
             let pending = PENDING.with(|p| std::mem::take(&mut *p.borrow_mut()));
+            let settled = take_settled();
             let gid = PREPARING.with(|g| g.borrow_mut().take());
             if let (Some(shared), Some(gid)) = (shared(), gid) {
-                if !pending.is_empty() {
-                    stash(shared.prepared(), &gid, &pending);
+                if !pending.is_empty() || !settled.is_empty() {
+                    stash(shared.prepared(), &gid, &pending, &settled);
                 }
             }
         }
         pg_sys::XactEvent::XACT_EVENT_ABORT | pg_sys::XactEvent::XACT_EVENT_COMMIT => {
             PREPARING.with(|g| g.borrow_mut().take());
+        }
+        _ => {}
+    }
+}
+
+/// Keeps the settles of a subtransaction that committed (they are its parent's now) and drops
+/// those of one that was rolled back. Both events come while the subtransaction is current.
+#[pg_guard]
+unsafe extern "C-unwind" fn on_subxact_event(
+    event: pg_sys::SubXactEvent::Type,
+    _subtransaction: pg_sys::SubTransactionId,
+    _parent: pg_sys::SubTransactionId,
+    _arg: *mut std::ffi::c_void,
+) {
+    // SAFETY: reads the current transaction state's nesting level.
+    let level = unsafe { pg_sys::GetCurrentTransactionNestLevel() };
+    match event {
+        pg_sys::SubXactEvent::SUBXACT_EVENT_COMMIT_SUB => SETTLED.with(|settled| {
+            for pending in settled.borrow_mut().iter_mut() {
+                if pending.level >= level {
+                    pending.level = level - 1;
+                }
+            }
+        }),
+        pg_sys::SubXactEvent::SUBXACT_EVENT_ABORT_SUB => {
+            SETTLED.with(|settled| settled.borrow_mut().retain(|s| s.level < level))
         }
         _ => {}
     }
@@ -240,6 +314,12 @@ unsafe extern "C-unwind" fn on_resource_release(
         return;
     }
     let pending = PENDING.with(|p| std::mem::take(&mut *p.borrow_mut()));
+    let settled = take_settled();
+    if commit {
+        for (key, counts) in &settled {
+            totals::add(key, *counts);
+        }
+    }
     if GRANTS_CHANGED.with(|c| c.replace(false)) && commit {
         bump_tenant_grants();
     }
@@ -285,19 +365,26 @@ fn on_two_phase_statement(statement: TwoPhaseStatement, gid: &str) {
             bump_queue_settings();
             let Some(shared) = shared() else { return };
             let committed = statement == TwoPhaseStatement::CommitPrepared;
-            match unstash(shared.prepared(), gid) {
-                Some(Stashed::Effects(effects)) => {
+            let Some(stashed) = unstash(shared.prepared(), gid) else {
+                return;
+            };
+            if committed {
+                for (key, counts) in &stashed.settled {
+                    totals::add(key, *counts);
+                }
+            }
+            match stashed.effects {
+                Some(effects) => {
                     for effects in effects {
                         effects.apply(shared.slot(effects.slot), committed);
                     }
                 }
-                Some(Stashed::TooMany) => {
+                None => {
                     // Its queues were not all recorded: forget this database's floors and wake
                     // everyone, which is always safe.
                     floor::reset_database(shared, current_database());
                     wakeup::wake_everyone();
                 }
-                None => {}
             }
         }
     }
@@ -307,6 +394,9 @@ fn on_two_phase_statement(statement: TwoPhaseStatement, gid: &str) {
 const STASH_ENTRIES: usize = 64;
 /// Queues recorded per prepared transaction; one that touched more is handled as "every queue".
 const STASH_QUEUES: usize = 8;
+/// Settled keys (queue and tenant) recorded per prepared transaction; the settles of more are
+/// counted in the database's overflow entry of the totals.
+const STASH_SETTLED: usize = 8;
 /// Longest gid (GIDSIZE).
 const GID_BYTES: usize = 200;
 /// Longest queue name.
@@ -327,6 +417,17 @@ pub struct StashedQueue {
     reset_on_abort: bool,
 }
 
+/// The settles of one key by a prepared transaction, as plain data.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct StashedSettles {
+    name_len: u8,
+    name: [u8; NAME_BYTES],
+    has_tenant: bool,
+    tenant: u64,
+    counts: Counts,
+}
+
 /// The effects of one prepared transaction (plain data in shared memory).
 #[repr(C)]
 #[derive(Clone, Copy)]
@@ -339,15 +440,19 @@ pub struct StashEntry {
     /// More queues than [`STASH_QUEUES`] were touched.
     too_many: bool,
     queues: [StashedQueue; STASH_QUEUES],
+    settled_count: u8,
+    settled: [StashedSettles; STASH_SETTLED],
 }
 
 /// The effects of prepared transactions, in shared memory.
 pub type PreparedStash = SpinLocked<[StashEntry; STASH_ENTRIES]>;
 
 /// What the stash held for a gid.
-enum Stashed {
-    Effects(Vec<QueueEffects>),
-    TooMany,
+struct Stashed {
+    /// The effects on each queue; `None` when more queues were touched than were recorded.
+    effects: Option<Vec<QueueEffects>>,
+    /// The jobs it settled.
+    settled: Vec<(totals::Key, Counts)>,
 }
 
 impl StashEntry {
@@ -360,7 +465,12 @@ impl StashEntry {
 
 /// Records `pending` under `gid`; when the stash is full or the gid too long the effects are
 /// left to the worker's tick (floor check and wake-up backstop).
-fn stash(stash: &PreparedStash, gid: &str, pending: &[QueueEffects]) {
+fn stash(
+    stash: &PreparedStash,
+    gid: &str,
+    pending: &[QueueEffects],
+    settled: &[(totals::Key, Counts)],
+) {
     if gid.len() > GID_BYTES {
         return;
     }
@@ -391,6 +501,27 @@ fn stash(stash: &PreparedStash, gid: &str, pending: &[QueueEffects]) {
             stashed.wake_on_abort = effects.wake_on_abort;
             stashed.reset_on_abort = effects.reset_on_abort;
         }
+        // The last record takes the keys beyond the others, as the overflow key (no name).
+        entry.settled_count = settled.len().min(STASH_SETTLED) as u8;
+        for (index, (key, counts)) in settled.iter().enumerate() {
+            let record = &mut entry.settled[index.min(STASH_SETTLED - 1)];
+            if index < STASH_SETTLED - 1 || settled.len() == STASH_SETTLED {
+                let name = key.queue.as_bytes();
+                let len = name.len().min(NAME_BYTES);
+                record.name_len = len as u8;
+                record.name[..len].copy_from_slice(&name[..len]);
+                record.has_tenant = key.tenant.is_some();
+                record.tenant = key.tenant.unwrap_or(0);
+                record.counts = *counts;
+            } else {
+                if index == STASH_SETTLED - 1 {
+                    record.name_len = 0;
+                    record.has_tenant = false;
+                    record.counts = Counts::default();
+                }
+                record.counts.add(*counts);
+            }
+        }
     });
 }
 
@@ -402,8 +533,22 @@ fn unstash(stash: &PreparedStash, gid: &str) -> Option<Stashed> {
         entry.used = false;
         Some(*entry)
     })?;
+    let settled = entry.settled[..entry.settled_count as usize]
+        .iter()
+        .map(|record| {
+            let key = totals::Key {
+                queue: String::from_utf8_lossy(&record.name[..record.name_len as usize])
+                    .into_owned(),
+                tenant: record.has_tenant.then_some(record.tenant),
+            };
+            (key, record.counts)
+        })
+        .collect();
     if entry.too_many {
-        return Some(Stashed::TooMany);
+        return Some(Stashed {
+            effects: None,
+            settled,
+        });
     }
     let effects = entry.queues[..entry.count as usize]
         .iter()
@@ -417,5 +562,8 @@ fn unstash(stash: &PreparedStash, gid: &str) -> Option<Stashed> {
             reset_on_abort: stashed.reset_on_abort,
         })
         .collect();
-    Some(Stashed::Effects(effects))
+    Some(Stashed {
+        effects: Some(effects),
+        settled,
+    })
 }

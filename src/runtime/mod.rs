@@ -1,7 +1,8 @@
 //! What pg_jobs keeps outside its tables, in shared memory and per transaction: claim floors
 //! and reaches, wake-up slots for waiting claims, the effects a transaction has on them when it
-//! commits, rolls back or is prepared, the extension's own heavyweight locks, and the
-//! background workers' status. It uses `pg` only; the engine drives it.
+//! commits, rolls back or is prepared, the extension's own heavyweight locks, rate-limit
+//! buckets, the totals of settled jobs, and the background workers' status. It uses `pg`
+//! only; the engine drives it.
 
 pub mod effects;
 pub mod floor;
@@ -11,6 +12,7 @@ mod queue_id;
 pub mod rate;
 pub mod shmem;
 mod spin;
+pub mod totals;
 pub mod wakeup;
 pub mod worker_status;
 

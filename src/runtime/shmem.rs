@@ -1,5 +1,6 @@
 //! The extension's shared memory: one wake-up slot per queue hash (with the queue's claim floor),
-//! the background workers' status, and the effects of prepared transactions. It exists only
+//! the background workers' status, the effects of prepared transactions, rate-limit buckets and
+//! the totals of settled jobs. It exists only
 //! when pg_jobs is in `shared_preload_libraries`; without it, waiting claims fall back to
 //! polling, claims start at the head of their queue, and there is no worker.
 
@@ -11,6 +12,7 @@ use pgrx::pg_sys;
 use super::effects::PreparedStash;
 use super::floor::FloorCell;
 use super::rate::RateTable;
+use super::totals::TotalsTable;
 use super::worker_status::WorkerStatus;
 use crate::pg::version;
 
@@ -72,6 +74,7 @@ pub struct Shared {
     tenant_grants: AtomicU64,
     queue_settings: AtomicU64,
     rate_table: RateTable,
+    totals: TotalsTable,
 }
 
 impl Shared {
@@ -110,13 +113,19 @@ impl Shared {
         &self.rate_table
     }
 
+    /// Jobs settled since the server started.
+    pub(super) fn totals(&self) -> &TotalsTable {
+        &self.totals
+    }
+
     /// The effects of prepared transactions, applied when they are committed or rolled back.
     pub(super) fn prepared(&self) -> &PreparedStash {
         &self.prepared
     }
 }
 
-// SAFETY: see Slot; WorkerStatus is atomics only; PreparedStash is spin-locked.
+// SAFETY: see Slot; WorkerStatus is atomics only; PreparedStash and RateTable are spin-locked;
+// TotalsTable publishes its keys under its own lock (see its note).
 unsafe impl Sync for Shared {}
 
 static mut SHARED: *mut Shared = std::ptr::null_mut();

@@ -1,5 +1,6 @@
-//! What observers see: single jobs, pages of jobs, per-queue statistics, the background
-//! workers' status and, for diagnostics, a queue's shared state.
+//! What observers see: single jobs, pages of jobs, per-queue statistics, the totals of jobs
+//! settled since the server started, the background workers' status and, for diagnostics, a
+//! queue's shared state.
 
 use std::sync::atomic::Ordering;
 
@@ -9,9 +10,11 @@ use pgrx::spi::SpiClient;
 
 use crate::engine::model::Position;
 use crate::engine::tenants::TenantScope;
+use crate::pg::database::current_database_name;
 use crate::pg::datum::JobRow;
 use crate::runtime::floor;
 use crate::runtime::shmem::shared;
+use crate::runtime::totals::{self, Counts, Visible};
 use crate::runtime::wakeup;
 use crate::storage::{param, with_client, Statement};
 
@@ -53,6 +56,13 @@ static STATS: Statement = Statement {
         "oldest_ready_seconds",
         "finished_last_minute",
     ],
+};
+
+static QUEUE_NAMES: Statement = Statement {
+    name: "observe/queue_names",
+    sql: include_str!("queue_names.sql"),
+    params: &[],
+    columns: &["queue"],
 };
 
 /// The states `jobs_list` filters on: every job state, plus `ready` and `scheduled` (queued
@@ -157,6 +167,51 @@ fn read_queue_stats(client: &SpiClient<'_>) -> Vec<QueueStats> {
         .collect()
 }
 
+/// One queue's jobs settled since the server started, as far as the caller may see them.
+pub struct QueueTotals {
+    /// The queue; `None` for the queues beyond what shared memory holds counters for.
+    pub queue: Option<String>,
+    /// Completed, failed for good, and retried.
+    pub counts: Counts,
+}
+
+/// The totals of this database's queues within `scope`, in queue order (the overflow line
+/// last): every existing queue, counted or not, and dropped queues that settled jobs. A
+/// scope limited to some tenants sums only their jobs, and is not shown the overflow line,
+/// which mixes every tenant's. Empty without shared memory.
+pub fn totals(scope: &TenantScope) -> Vec<QueueTotals> {
+    if shared().is_none() {
+        return Vec::new();
+    }
+    let visible = match scope {
+        TenantScope::All => Visible::All,
+        TenantScope::Untenanted => Visible::Untenanted,
+        TenantScope::Tenants(tenants) => Visible::Tenants(tenants),
+    };
+    let mut lines: Vec<QueueTotals> = totals::read(visible)
+        .into_iter()
+        .map(|(queue, counts)| QueueTotals { queue, counts })
+        .collect();
+    let queues: Vec<String> = with_client(|client| {
+        QUEUE_NAMES
+            .run(client, &[])
+            .iter()
+            .map(|row| row.expect("queue"))
+            .collect()
+    });
+    for queue in queues {
+        if !lines.iter().any(|l| l.queue.as_deref() == Some(&queue)) {
+            lines.push(QueueTotals {
+                queue: Some(queue),
+                counts: Counts::default(),
+            });
+        }
+    }
+    // Queues by name, the overflow line (None) last.
+    lines.sort_by(|a, b| (a.queue.is_none(), &a.queue).cmp(&(b.queue.is_none(), &b.queue)));
+    lines
+}
+
 /// One background worker's status.
 pub struct WorkerReport {
     /// The database it serves.
@@ -212,6 +267,14 @@ pub fn worker_reports() -> Vec<WorkerReport> {
             }
         })
         .collect()
+}
+
+/// The status of the worker serving this database, if one is configured for it.
+pub fn this_database_worker() -> Option<WorkerReport> {
+    let database = current_database_name();
+    worker_reports()
+        .into_iter()
+        .find(|w| w.database == database)
 }
 
 /// A queue's state in shared memory, for diagnostics and tests.

@@ -8,7 +8,7 @@ use pgrx::spi::SpiClient;
 use crate::engine::dead_letter;
 use crate::engine::model::{JobState, Position};
 use crate::engine::tenants::TenantScope;
-use crate::engine::transitions;
+use crate::engine::transitions::{self, Settled};
 use crate::pg::clock::server_now;
 use crate::storage::{param, timestamptz_arg, with_client, Statement};
 
@@ -23,7 +23,15 @@ static RECLAIM: Statement = Statement {
         param("batch size", INT4OID),
         param("tenants", TEXTARRAYOID),
     ],
-    columns: &["id", "queue", "state", "priority", "run_at", "group_key"],
+    columns: &[
+        "id",
+        "queue",
+        "state",
+        "priority",
+        "run_at",
+        "group_key",
+        "tenant",
+    ],
 };
 
 /// Takes back up to [`BATCH`] expired leases within `scope`: queued again while attempts
@@ -44,8 +52,10 @@ pub fn reclaim_batch(client: &SpiClient<'_>, scope: &TenantScope) -> usize {
             transitions::group_freed(&row.expect::<String>("queue"));
         }
         if row.expect::<String>("state") == JobState::Failed.as_str() {
+            transitions::job_settled(&row, Settled::Failed);
             failed.push(row.expect::<i64>("id"));
         } else {
+            transitions::job_settled(&row, Settled::Retried);
             let queue: String = row.expect("queue");
             transitions::job_queued(&queue, Position::from_row(&row));
         }

@@ -19,7 +19,7 @@ use pgrx::spi::SpiClient;
 use crate::engine::dead_letter;
 use crate::engine::model::{JobState, Outcome};
 use crate::engine::tenants::TenantScope;
-use crate::engine::transitions;
+use crate::engine::transitions::{self, Settled};
 use crate::pg::clock::server_now;
 use crate::pg::datum::Jsonb;
 use crate::runtime::locks::{lock_job, try_lock_job};
@@ -36,7 +36,7 @@ static COMPLETE: Statement = Statement {
         param("tenants", TEXTARRAYOID),
         param("state", TEXTOID),
     ],
-    columns: &["queue", "group_key"],
+    columns: &["queue", "group_key", "tenant"],
 };
 
 static COMPLETE_BATCH: Statement = Statement {
@@ -49,7 +49,7 @@ static COMPLETE_BATCH: Statement = Statement {
         param("tenants", TEXTARRAYOID),
         param("state", TEXTOID),
     ],
-    columns: &["id", "lease", "queue", "group_key"],
+    columns: &["id", "lease", "queue", "group_key", "tenant"],
 };
 
 static HELD_STATE: Statement = Statement {
@@ -76,7 +76,15 @@ static FAIL: Statement = Statement {
         param("tenants", TEXTARRAYOID),
         param("state", TEXTOID),
     ],
-    columns: &["state", "queue", "priority", "run_at", "id", "group_key"],
+    columns: &[
+        "state",
+        "queue",
+        "priority",
+        "run_at",
+        "id",
+        "group_key",
+        "tenant",
+    ],
 };
 
 static RELEASE: Statement = Statement {
@@ -253,7 +261,10 @@ pub fn complete(held: Held, result: Option<Jsonb>, scope: &TenantScope) -> Outco
         ];
         match run_held(client, &COMPLETE, held, scope, args) {
             Ok(rows) => {
-                rows.iter().for_each(|row| free_group_slot(&row));
+                rows.iter().for_each(|row| {
+                    free_group_slot(&row);
+                    transitions::job_settled(&row, Settled::Completed);
+                });
                 Outcome::Succeeded
             }
             Err(answer) => answer,
@@ -279,6 +290,7 @@ pub fn complete_batch(pairs: &[Held], scope: &TenantScope) -> Vec<(i64, Outcome)
                 .iter()
                 .filter_map(|row| {
                     free_group_slot(&row);
+                    transitions::job_settled(&row, Settled::Completed);
                     Some((row.get::<i64>("id")?, row.get::<pgrx::Uuid>("lease")?))
                 })
                 .collect()
@@ -352,9 +364,11 @@ pub fn fail(
         let row = rows.first().expect("settle/fail returned a row");
         free_group_slot(&row);
         if row.expect::<String>("state") == JobState::Failed.as_str() {
+            transitions::job_settled(&row, Settled::Failed);
             dead_letter::copy_failed(client, vec![held.0]);
             Outcome::Failed
         } else {
+            transitions::job_settled(&row, Settled::Retried);
             transitions::queued_row(&row);
             Outcome::Queued
         }

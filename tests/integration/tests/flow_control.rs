@@ -6,7 +6,7 @@ use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use pg_jobs_tests::{claim, enqueue, scalar, state, unique_queue, wait_until, Client, Cluster};
+use pg_jobs_tests::{claim, scalar, state, unique_queue, wait_until, Client, Cluster};
 use postgres::types::ToSql;
 use serde_json::json;
 

@@ -7,7 +7,9 @@
 //! A private cluster runs with the background worker on (`TEST_SETTINGS`: reclaim every 100
 //! ms, but `synchronous_commit = on`, so that an acknowledged commit survives a crash), one
 //! queue `history` with short leases (each claim asks for 300 ms, 500 ms or 1 s), three
-//! attempts and a backoff of 10–100 ms. Against it run, each thread on its own connection:
+//! attempts and a backoff of 10–100 ms. Against it run, each thread on its own connection
+//! (workers log in as a `jobs_worker`, producers as a `jobs_client`, the admin as a
+//! `jobs_admin` role; only the fault injector and the checks are superuser):
 //!
 //! * 2 producers: single and batch enqueues of jobs whose payload carries a unique tag, some
 //!   with `max_attempts` 1 or 2, paced to keep a few hundred jobs outstanding;
@@ -192,7 +194,13 @@ impl Rng {
 
 /// What the threads share.
 struct Shared {
+    /// The superuser's connection string (the fault injector, the pacer, set-up and checks).
     dsn: String,
+    /// The processes' connection strings: workers log in as a `jobs_worker`, producers as a
+    /// `jobs_client` and the admin as a `jobs_admin` role, as applications would.
+    worker_dsn: String,
+    producer_dsn: String,
+    admin_dsn: String,
     start: Instant,
     next_op: AtomicUsize,
     /// Every thread stops.
@@ -394,7 +402,12 @@ fn open(dsn: &str, who: &str) -> (Client, i32, Micros) {
 /// A connection of a process, its backend pid published for the admin and noted by its
 /// recorder.
 fn connect(shared: &Shared, rec: &mut Recorder) -> Client {
-    let (client, pid, server_now) = open(&shared.dsn, &format!("process {}", rec.process));
+    let dsn = match rec.process {
+        p if p < WORKERS => &shared.worker_dsn,
+        p if p < ADMIN => &shared.producer_dsn,
+        _ => &shared.admin_dsn,
+    };
+    let (client, pid, server_now) = open(dsn, &format!("process {}", rec.process));
     shared.pids[rec.process].store(pid, Ordering::Relaxed);
     rec.connected(pid, server_now);
     client
@@ -1143,6 +1156,9 @@ fn run_history(jobs: u64, faults: u64, sabotage: bool) -> (Report, Vec<String>) 
         .connect()
         .batch_execute(&format!(
             "CREATE EXTENSION pg_jobs;
+             CREATE ROLE history_worker LOGIN;   GRANT jobs_worker TO history_worker;
+             CREATE ROLE history_producer LOGIN; GRANT jobs_client TO history_producer;
+             CREATE ROLE history_admin LOGIN;    GRANT jobs_admin TO history_admin;
              SELECT jobs_create_queue('{QUEUE}', lease => '500 milliseconds',
                                       max_attempts => {MAX_ATTEMPTS}, backoff_base => '10 milliseconds',
                                       backoff_max => '100 milliseconds', jitter => 0.1);"
@@ -1150,6 +1166,9 @@ fn run_history(jobs: u64, faults: u64, sabotage: bool) -> (Report, Vec<String>) 
         .expect("set up the queue");
     let shared = Arc::new(Shared {
         dsn: cluster.dsn("postgres"),
+        worker_dsn: cluster.dsn_as("history_worker", "postgres"),
+        producer_dsn: cluster.dsn_as("history_producer", "postgres"),
+        admin_dsn: cluster.dsn_as("history_admin", "postgres"),
         start: Instant::now(),
         next_op: AtomicUsize::new(0),
         stop: AtomicBool::new(false),

@@ -80,7 +80,6 @@ fn one<T: for<'a> postgres::types::FromSql<'a>>(
         .get(0)
 }
 
-/// Every job row of the cluster as JSON, read as the superuser.
 /// Every job of `queue`, as the superuser sees it: the snapshot a refused or
 /// cross-tenant call must leave unchanged. Scoped to one queue because the
 /// other tests of this file enqueue into theirs at the same time.
@@ -564,4 +563,71 @@ fn the_install_script_passes_pgspot() {
             "pgspot finds problems in {name}:\n{report}"
         );
     }
+}
+
+#[test]
+fn totals_and_metrics_count_only_the_callers_tenants() {
+    let cluster = cluster();
+    cluster
+        .connect()
+        .batch_execute("SELECT jobs_create_queue('counted', lease => '1 hour')")
+        .unwrap();
+    let settle = |role: &str, tenant: &str, jobs: usize| {
+        let mut worker = cluster.connect_as(role);
+        worker
+            .batch_execute(&format!("SET pg_jobs.tenant = '{tenant}'"))
+            .unwrap();
+        for _ in 0..jobs {
+            let (id, lease) = job_of(&mut worker, "counted");
+            let answer: String = one(&mut worker, "SELECT jobs_complete($1, $2)", &[&id, &lease]);
+            assert_eq!(answer, "succeeded");
+        }
+    };
+    settle("acme_worker", "acme", 2);
+    settle("globex_worker", "globex", 1);
+    let completed = |client: &mut Client| -> i64 {
+        one(
+            client,
+            "SELECT coalesce(sum(completed), 0)::bigint FROM jobs_totals() WHERE queue = 'counted'",
+            &[],
+        )
+    };
+    let mut acme = cluster.connect_as("acme_worker");
+    acme.batch_execute("SET pg_jobs.tenant = 'acme'").unwrap();
+    assert_eq!(completed(&mut acme), 2, "acme's totals");
+    let mut globex = cluster.connect_as("globex_worker");
+    globex
+        .batch_execute("SET pg_jobs.tenant = 'globex'")
+        .unwrap();
+    assert_eq!(completed(&mut globex), 1, "globex's totals");
+    assert_eq!(
+        completed(&mut cluster.connect_as("app_worker")),
+        3,
+        "a worker without a tenant sees every tenant's"
+    );
+    assert_eq!(
+        completed(&mut cluster.connect_as("app_client")),
+        0,
+        "a client without a tenant sees only jobs without one"
+    );
+
+    let metrics: String = one(&mut acme, "SELECT jobs_metrics()", &[]);
+    assert!(
+        metrics.contains("pg_jobs_completed_total{queue=\"counted\"} 2\n"),
+        "acme's metrics count other tenants' jobs:\n{metrics}"
+    );
+    assert!(
+        !metrics.contains("pg_jobs_worker_"),
+        "a tenant's session is shown the shared worker's health:\n{metrics}"
+    );
+    let all: String = one(
+        &mut cluster.connect_as("app_worker"),
+        "SELECT jobs_metrics()",
+        &[],
+    );
+    assert!(
+        all.contains("pg_jobs_completed_total{queue=\"counted\"} 3\n")
+            && all.contains("pg_jobs_worker_up{database=\"postgres\"} 1\n"),
+        "{all}"
+    );
 }
