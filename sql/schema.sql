@@ -210,15 +210,18 @@ CREATE TABLE jobs.schedule (
     catch_up     text NOT NULL
                  CHECK (catch_up OPERATOR(pg_catalog.=) ANY (ARRAY['latest', 'none', 'all'])),
     enabled      boolean NOT NULL,
+    created_at   timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    updated_at   timestamptz NOT NULL DEFAULT pg_catalog.now(),
     -- Progress: the first slot not handled yet (NULL: the expression has no later slot), and
     -- the last slot enqueued with its job. The worker advances them in the transaction that
-    -- enqueues the slots' jobs.
+    -- enqueues the slots' jobs. Last in the row, as jobs.job keeps what changes: an update on
+    -- the same page then logs only the changed tail of the row.
     next_slot    timestamptz,
     last_slot    timestamptz,
-    last_job     bigint,
-    created_at   timestamptz NOT NULL DEFAULT pg_catalog.now(),
-    updated_at   timestamptz NOT NULL DEFAULT pg_catalog.now()
-);
+    last_job     bigint
+)
+-- Every fire writes a new version of the row (its progress); room on the page keeps it there.
+WITH (fillfactor = 50);
 COMMENT ON TABLE jobs.schedule IS 'pg_jobs schedules and their progress; change them with jobs_schedule and jobs_unschedule';
 -- The worker's runs read the due schedules here, a range of this index.
 CREATE INDEX schedule_due_idx ON jobs.schedule (next_slot) WHERE enabled;
