@@ -50,6 +50,7 @@ const READING_CALLS: &[(&str, &str)] = &[
         "jobs_idempotency_get",
         "SELECT * FROM jobs_idempotency_get('request-1')",
     ),
+    ("jobs_cron_next", "SELECT jobs_cron_next('*/5 * * * *')"),
 ];
 
 /// The primary's settings: the test settings, with commits that wait for the standby (the
@@ -386,6 +387,15 @@ fn writing_calls(jobs: &Jobs) -> Vec<(&'static str, String)> {
             "jobs_idempotency_delete",
             "SELECT jobs_idempotency_delete('request-1')".into(),
         ),
+        (
+            "jobs_schedule",
+            "SELECT * FROM jobs_schedule('fo-nightly', '30 2 * * *', 'fo')".into(),
+        ),
+        (
+            "jobs_unschedule",
+            "SELECT jobs_unschedule('fo-nightly')".into(),
+        ),
+        ("jobs_run_schedules", "SELECT jobs_run_schedules()".into()),
     ]
 }
 
