@@ -46,6 +46,9 @@ pub struct Scale {
     pub soak_secs: u64,
     pub soak_sample_secs: u64,
     pub soak_retention_secs: u64,
+    /// u: seconds of the steady window of the rate-limited queue (its quiet window lasts
+    /// `idle_secs`).
+    pub flow_rate_secs: u64,
 }
 
 impl Scale {
@@ -72,6 +75,7 @@ impl Scale {
             soak_secs: 600,
             soak_sample_secs: 10,
             soak_retention_secs: 60,
+            flow_rate_secs: 20,
         }
     }
 
@@ -98,6 +102,7 @@ impl Scale {
             soak_secs: 60,
             soak_sample_secs: 5,
             soak_retention_secs: 10,
+            flow_rate_secs: 5,
         }
     }
 }
@@ -111,7 +116,7 @@ pub const LATENCY_INTERVAL_MS: u64 = 10;
 /// Small backlog of d.
 pub const SMALL_BACKLOG: u64 = 1_000;
 /// Scenarios run when BENCH_SCENARIOS is not set: all of them.
-pub const ALL_SCENARIOS: &str = "pabcdefghiklvwst";
+pub const ALL_SCENARIOS: &str = "pabcdefghiklvwstu";
 
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -134,8 +139,8 @@ pub struct Config {
     pub scale: Scale,
     /// Comparators to run (all by default).
     pub comparators: Vec<String>,
-    /// Scenarios to run, as letters: p (pgbench), a..h, k, l (client libraries), v, w, s (all
-    /// by default).
+    /// Scenarios to run, as letters: p (pgbench), a..h, i, k, l (client libraries), v, w, t,
+    /// u (flow control), s (all by default).
     pub scenarios: String,
     /// How many times the scenarios whose spread the report shows (a, b, c) run.
     pub repeats: u32,

@@ -29,7 +29,7 @@ use comparators::Comparator;
 use config::Config;
 use report::Run;
 use scenarios::{
-    backlog, burndown, enqueue, idempotency, idle, kinds, latency, long, pgbench, scaling,
+    backlog, burndown, enqueue, flow, idempotency, idle, kinds, latency, long, pgbench, scaling,
     snapshot, soak, vacuum, wal, Ctx, Measurement,
 };
 
@@ -184,6 +184,11 @@ fn measure() -> Result<()> {
     if ctx.cfg.runs('t') && ctx.cfg.wants("pg_jobs") {
         eprintln!("\n== t. schedules");
         results.extend(scenarios::schedules::run(&ctx, &mut admin));
+        save(&ctx.cfg, &machine, &waiting, started, &results)?;
+    }
+    if ctx.cfg.runs('u') && ctx.cfg.wants("pg_jobs") {
+        eprintln!("\n== u. flow control");
+        results.extend(flow::run(&ctx, &mut admin));
         save(&ctx.cfg, &machine, &waiting, started, &results)?;
     }
     if ctx.cfg.runs('s') {

@@ -1,11 +1,11 @@
-//! The targets of issues 4, 18 and 19 with MET / MISSED, each beside its run-to-run noise:
+//! The targets of issues 4, 18, 19 and 11 with MET / MISSED, each beside its run-to-run noise:
 //! the spread of the judged figure over the repetitions of the scenarios it comes from.
 
 use std::fmt::Write;
 
 use super::{int, ms, opt, ratio, Run, PG_JOBS};
 use crate::scenarios::{
-    backlog, burndown, enqueue, idle, kinds, latency, long, snapshot, soak, vacuum, wal,
+    backlog, burndown, enqueue, flow, idle, kinds, latency, long, snapshot, soak, vacuum, wal,
 };
 
 struct Target {
@@ -455,7 +455,97 @@ fn issue19(j: &Judge) -> Vec<Target> {
     )]
 }
 
-/// Writes the three target tables.
+/// Issue 11: unique keys and groups against the same work without them, and the rate limit.
+fn issue11(j: &Judge) -> Vec<Target> {
+    let u = flow::SCENARIO;
+    let side_ratio = |what: String,
+                      variant: &'static str,
+                      ours: &'static str,
+                      base: &'static str,
+                      at_least: f64| {
+        j.target(
+            &what,
+            &[u],
+            |r| Some(r.rate(u, variant, ours)? / r.rate(u, variant, base)?),
+            |v| v >= at_least,
+            |r| {
+                format!(
+                    "{ours} {}/s vs {base} {}/s",
+                    opt(r.rate(u, variant, ours), int),
+                    opt(r.rate(u, variant, base), int)
+                )
+            },
+            ratio,
+        )
+    };
+    let mut out = Vec::new();
+    for (variant, _) in flow::ENQUEUE {
+        out.push(side_ratio(
+            format!(
+                "u, {variant}: distinct unique keys ≥ {}× plain enqueue",
+                flow::UNIQUE_TARGET
+            ),
+            variant,
+            flow::UNIQUE,
+            flow::PLAIN,
+            flow::UNIQUE_TARGET,
+        ));
+    }
+    for (variant, _) in flow::BURN {
+        out.push(side_ratio(
+            format!(
+                "u, {variant}: over 1,000 groups at concurrency 1 ≥ {}× the same queue without groups",
+                flow::GROUPS_TARGET
+            ),
+            variant,
+            flow::GROUPED,
+            flow::UNGROUPED,
+            flow::GROUPS_TARGET,
+        ));
+    }
+    let limited = |r: &Run, v: &str| r.get(u, v, flow::LIMITED).cloned();
+    out.push(j.target(
+        &format!(
+            "u: a queue limited to {} jobs/s with 8 waiting workers admits within {:.0}% of the limit",
+            int(flow::LIMIT),
+            flow::RATE_TOLERANCE * 100.0
+        ),
+        &[u],
+        |r| Some(limited(r, flow::RATE)?.rate? / flow::LIMIT),
+        |v| (v - 1.0).abs() <= flow::RATE_TOLERANCE,
+        |r| {
+            limited(r, flow::RATE).map_or("–".into(), |m| {
+                format!(
+                    "{} jobs in {:.1} s: {:.1} jobs/s",
+                    int(m.jobs as f64),
+                    m.seconds,
+                    m.rate.unwrap_or(0.0)
+                )
+            })
+        },
+        |v| format!("{v:.3}× the limit"),
+    ));
+    out.push(j.target(
+        "u: idle waiters (jobs queued, no token for them) issue no statements",
+        &[u],
+        |r| limited(r, flow::QUIET)?.statements_per_s,
+        |v| v == 0.0,
+        |r| {
+            limited(r, flow::QUIET).map_or("–".into(), |m| {
+                format!(
+                    "{} statements and {} jobs admitted in {:.0} s, 8 pg_jobs workers waiting",
+                    int(m.statements_per_s.unwrap_or(0.0) * m.seconds),
+                    int(m.jobs as f64),
+                    m.seconds
+                )
+            })
+        },
+        |v| format!("{v:.2}/s"),
+    ));
+    out
+}
+
+/// Writes the target tables.
 pub fn write(out: &mut String, view: &Run, raw: &Run) {
     let j = Judge { view, raw };
     out.push_str("## Targets\n\n");
@@ -470,6 +560,7 @@ pub fn write(out: &mut String, view: &Run, raw: &Run) {
         ("Issue 4 §4", issue4(&j)),
         ("Issue 18", issue18(&j)),
         ("Issue 19", issue19(&j)),
+        ("Issue 11", issue11(&j)),
     ] {
         let _ = writeln!(out, "**{title}**\n");
         out.push_str("| target | measured | figure | noise | verdict |\n|---|---|---|---|---|\n");
@@ -549,6 +640,56 @@ mod tests {
             (t.noise.as_str(), t.verdict.as_str()),
             ("one run", "**MET**")
         );
+    }
+
+    fn flow(variant: &str, comparator: &str, repeat: u32, rate: f64) -> Measurement {
+        let mut m = Measurement::new("u", variant, comparator);
+        m.rate = Some(rate);
+        m.repeat = repeat;
+        m
+    }
+
+    #[test]
+    fn flow_control_is_judged_per_side_and_against_the_limit() {
+        use crate::scenarios::flow;
+        let (enqueue, _) = flow::ENQUEUE[0];
+        let mut quiet = Measurement::new("u", flow::QUIET, flow::LIMITED);
+        quiet.statements_per_s = Some(0.0);
+        quiet.seconds = 30.0;
+        let mut polled = quiet.clone();
+        polled.statements_per_s = Some(0.1);
+        polled.repeat = 1;
+        let raw = Run {
+            measurements: vec![
+                flow(enqueue, flow::PLAIN, 0, 1000.0),
+                flow(enqueue, flow::UNIQUE, 0, 860.0),
+                flow(flow::RATE, flow::LIMITED, 0, 1010.0),
+                quiet,
+                flow(enqueue, flow::UNIQUE, 1, 740.0),
+                flow(enqueue, flow::PLAIN, 1, 1000.0),
+                flow(flow::RATE, flow::LIMITED, 1, 1040.0),
+                polled,
+            ],
+            ..Run::default()
+        };
+        let view = raw.merged();
+        let j = Judge {
+            view: &view,
+            raw: &raw,
+        };
+        let t = super::issue11(&j);
+        assert_eq!(t.len(), 6);
+        assert_eq!(
+            (t[0].value.as_str(), t[0].verdict.as_str()),
+            ("0.80×", "**MET**")
+        );
+        assert_eq!(t[0].noise, "±7.5% (0.86×, 0.74×)");
+        assert_eq!(t[2].verdict, "not measured");
+        // 1,025/s on average: 2.5% over, met, though one run at 4% over missed it.
+        assert_eq!(t[4].value, "1.025× the limit");
+        assert_eq!(t[4].verdict, "**MET**");
+        // One statement in one of the two quiet windows is polling.
+        assert_eq!(t[5].verdict, "**MISSED** (met in 1 of 2 runs)");
     }
 
     fn soak(tables: &[i64], rates: &[f64]) -> Measurement {

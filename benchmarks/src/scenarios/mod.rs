@@ -7,6 +7,7 @@ pub mod backlog;
 pub mod burndown;
 pub mod clients;
 pub mod enqueue;
+pub mod flow;
 pub mod idempotency;
 pub mod idle;
 pub mod kinds;
@@ -28,7 +29,7 @@ use postgres::{Client, NoTls};
 use serde::{Deserialize, Serialize};
 
 use crate::comparators::graphile::{wait_empty, GwOptions};
-use crate::comparators::{payload, Claimed, Comparator, Worker};
+use crate::comparators::{payload, Claimed, Comparator, Producer, Worker};
 use crate::config::{Config, PRODUCERS, WORKERS};
 use crate::cpu::ServerCpu;
 use crate::db::{self, Span, Window};
@@ -355,9 +356,21 @@ pub fn produce(
     duration: Option<Duration>,
     batch: usize,
 ) -> Result<u64> {
+    produce_with(ctx, &|conn| c.producer(conn), total, duration, batch)
+}
+
+/// [`produce`] with producers made by `make` over each session's connection: the same work
+/// enqueued through other statements (for instance with unique keys).
+pub fn produce_with(
+    ctx: &Ctx,
+    make: &dyn Fn(Client) -> Result<Box<dyn Producer>>,
+    total: Option<u64>,
+    duration: Option<Duration>,
+    batch: usize,
+) -> Result<u64> {
     let mut producers = db::connect_many(&ctx.cfg.dsn, PRODUCERS)?
         .into_iter()
-        .map(|conn| c.producer(conn))
+        .map(make)
         .collect::<Result<Vec<_>>>()?;
     let deadline = duration.map(|d| Instant::now() + d);
     let next = AtomicU64::new(0);
@@ -431,6 +444,17 @@ pub fn with_waiting_workers<R>(
     handle: impl Fn(&mut dyn Worker, &[Claimed]) -> Result<()> + Sync,
     body: impl FnOnce() -> R,
 ) -> Result<R> {
+    with_waiting_workers_n(c, workers, 1, handle, body)
+}
+
+/// [`with_waiting_workers`] whose workers ask for up to `n` jobs per waiting claim.
+pub fn with_waiting_workers_n<R>(
+    c: &dyn Comparator,
+    workers: &mut [Box<dyn Worker>],
+    n: i32,
+    handle: impl Fn(&mut dyn Worker, &[Claimed]) -> Result<()> + Sync,
+    body: impl FnOnce() -> R,
+) -> Result<R> {
     let tokens: Vec<_> = workers.iter().map(|w| w.cancel_token()).collect();
     let stop = AtomicBool::new(false);
     let running = AtomicUsize::new(workers.len());
@@ -447,7 +471,7 @@ pub fn with_waiting_workers<R>(
                         if stop.load(Ordering::Relaxed) {
                             return Ok(());
                         }
-                        let step = w.wait_claim(1).and_then(|jobs| handle(w.as_mut(), &jobs));
+                        let step = w.wait_claim(n).and_then(|jobs| handle(w.as_mut(), &jobs));
                         match step {
                             Ok(()) => {}
                             // Stopping cancels whatever statement the worker is in.
