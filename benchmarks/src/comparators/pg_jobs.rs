@@ -70,10 +70,13 @@ impl PgJobs {
             &[&self.tenant()],
         )?;
         let (all, other): (i64, i64) = (row.get(0), row.get(1));
+        let whose = self.tenant().map_or_else(
+            || "without a tenant".to_owned(),
+            |t| format!("of tenant '{t}'"),
+        );
         ensure!(
             all == n as i64 && other == 0,
-            "expected {n} jobs of tenant {:?}, found {all} jobs of which {other} of another tenant",
-            self.tenant()
+            "expected {n} jobs {whose}, found {all} jobs, {other} of them with another tenant              or none: the jobs did not go through this login's tenant"
         );
         Ok(())
     }
