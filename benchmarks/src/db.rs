@@ -13,6 +13,12 @@ pub fn connect(dsn: &str) -> Result<Client> {
     Client::connect(dsn, NoTls).with_context(|| format!("connecting to {dsn}"))
 }
 
+/// Opens `n` connections (scenarios whose sessions are not a comparator's producers and
+/// workers; those open theirs through `Comparator::connect`).
+pub fn connect_many(dsn: &str, n: usize) -> Result<Vec<Client>> {
+    (0..n).map(|_| connect(dsn)).collect()
+}
+
 /// VACUUM (ANALYZE) of a table, then a CHECKPOINT: every comparator starts a measurement from
 /// the same clean state, without a checkpoint falling into it.
 pub fn settle(admin: &mut Client, table: &str) -> Result<()> {

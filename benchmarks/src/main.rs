@@ -29,8 +29,8 @@ use comparators::Comparator;
 use config::Config;
 use report::Run;
 use scenarios::{
-    backlog, burndown, enqueue, idle, kinds, latency, long, pgbench, roles, scaling, snapshot,
-    soak, vacuum, wal, Ctx, Measurement,
+    backlog, burndown, enqueue, idempotency, idle, kinds, latency, long, pgbench, roles, scaling,
+    snapshot, soak, vacuum, wal, Ctx, Measurement,
 };
 
 fn main() -> ExitCode {
@@ -186,12 +186,22 @@ fn measure() -> Result<()> {
         results.extend(scenarios::clients::run(&ctx, &mut admin));
         save(&ctx.cfg, &machine, &waiting, started, &results)?;
     }
+    if ctx.cfg.runs('i') {
+        eprintln!("\n== i. idempotency records");
+        results.extend(idempotency::run(&ctx, &mut admin));
+        save(&ctx.cfg, &machine, &waiting, started, &results)?;
+    }
     if ctx.cfg.runs('v') {
         eprintln!("\n== v. dead rows held back while workers wait");
         results.push(vacuum::baseline(&ctx, &mut admin));
         for c in &comparators {
             results.extend(vacuum::run(&ctx, &mut admin, *c));
         }
+        save(&ctx.cfg, &machine, &waiting, started, &results)?;
+    }
+    if ctx.cfg.runs('t') && ctx.cfg.wants("pg_jobs") {
+        eprintln!("\n== t. schedules");
+        results.extend(scenarios::schedules::run(&ctx, &mut admin));
         save(&ctx.cfg, &machine, &waiting, started, &results)?;
     }
     if ctx.cfg.runs('s') {

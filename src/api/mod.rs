@@ -3,8 +3,10 @@
 
 mod args;
 mod consume;
+mod idempotency;
 mod observe;
 mod operate;
 mod produce;
 mod queues;
+mod schedules;
 mod tenants;

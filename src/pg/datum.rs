@@ -124,9 +124,30 @@ raw_datum_type!(
 );
 
 raw_datum_type!(
+    /// A row of `jobs.schedules`, as `jobs_schedule` returns it.
+    ScheduleRow,
+    "jobs.schedules",
+    pg_sys::RECORDOID
+);
+
+raw_datum_type!(
     /// A row of `jobs.claimed`, as `jobs_claim` returns it.
     ClaimedRow,
     "jobs.claimed",
+    pg_sys::RECORDOID
+);
+
+raw_datum_type!(
+    /// A row of `jobs.idempotency_saved`, as `jobs_idempotency_save` returns it.
+    IdempotencySavedRow,
+    "jobs.idempotency_saved",
+    pg_sys::RECORDOID
+);
+
+raw_datum_type!(
+    /// A row of `jobs.idempotency_record`, as `jobs_idempotency_get` returns it.
+    IdempotencyRecordRow,
+    "jobs.idempotency_record",
     pg_sys::RECORDOID
 );
 

@@ -257,3 +257,53 @@ pub unsafe fn clear_advertised_xmin() {
         (*pg_sys::MyProc).xmin = pg_sys::InvalidTransactionId;
     }
 }
+
+/// Inserts the index entries of the heap tuple in `slot` into every index of `result` (as an
+/// INSERT does: partial indexes only when their predicate admits it, unique ones checked), and
+/// returns the indexes whose entries need a recheck (none without deferred constraints).
+///
+/// # Safety
+/// `result` names the open relation `slot` was inserted into and its open indexes; `estate` is
+/// a live executor state.
+pub unsafe fn insert_index_entries(
+    result: *mut pg_sys::ResultRelInfo,
+    slot: *mut pg_sys::TupleTableSlot,
+    estate: *mut pg_sys::EState,
+) -> *mut pg_sys::List {
+    #[cfg(feature = "pg13")]
+    {
+        (*estate).es_result_relation_info = result;
+        pg_sys::ExecInsertIndexTuples(
+            slot,
+            estate,
+            false,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+        )
+    }
+    #[cfg(any(feature = "pg14", feature = "pg15"))]
+    {
+        pg_sys::ExecInsertIndexTuples(
+            result,
+            slot,
+            estate,
+            false,
+            false,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+        )
+    }
+    #[cfg(any(feature = "pg16", feature = "pg17", feature = "pg18"))]
+    {
+        pg_sys::ExecInsertIndexTuples(
+            result,
+            slot,
+            estate,
+            false,
+            false,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            false,
+        )
+    }
+}
