@@ -27,6 +27,7 @@ use postgres::{Client, Statement};
 use serde_json::Value;
 
 use super::burndown::burn_down;
+use super::idle::track_all;
 use super::{
     attempt, connect_workers, produce, produce_with, with_waiting_workers_n, Ctx, Measurement,
 };
@@ -160,7 +161,7 @@ fn enqueue(
     let duration = Some(Duration::from_secs(ctx.cfg.scale.enqueue_secs));
     let window = Window::open(&ctx.server, admin)?;
     let jobs = if side == UNIQUE {
-        produce_with(ctx, &UniqueProducer::prepare, None, duration, batch)?
+        produce_with(ctx, c, &UniqueProducer::prepare, None, duration, batch)?
     } else {
         produce(ctx, c, None, duration, batch)?
     };
@@ -309,8 +310,8 @@ fn rate_limited(ctx: &Ctx, admin: &mut Client, c: &PgJobs) -> Result<(Measuremen
     set_limit(admin, LIMIT, BURST)?;
     c.load_queued(admin, n)?;
     db::settle(admin, c.table())?;
-    // Set for the role before its sessions connect, so they count nested statements too.
-    admin.batch_execute("ALTER ROLE bench SET pg_stat_statements.track = 'all'")?;
+    // Set for the roles before their sessions connect, so they count nested statements too.
+    track_all(admin, true)?;
     let outcome = (|| {
         let mut workers = connect_workers(ctx, c, WORKERS)?;
         let admitted = AtomicU64::new(0);
@@ -364,7 +365,7 @@ fn rate_limited(ctx: &Ctx, admin: &mut Client, c: &PgJobs) -> Result<(Measuremen
             Ok((rate, quiet))
         })?
     })();
-    admin.batch_execute("ALTER ROLE bench RESET pg_stat_statements.track")?;
+    track_all(admin, false)?;
     clear_limit(admin)?;
     c.reset(admin)?;
     outcome

@@ -14,6 +14,7 @@ pub mod kinds;
 pub mod latency;
 pub mod long;
 pub mod pgbench;
+pub mod roles;
 pub mod scaling;
 pub mod schedules;
 pub mod snapshot;
@@ -219,9 +220,14 @@ pub fn prepare_queued(admin: &mut Client, c: &dyn Comparator, n: u64) -> Result<
     db::settle(admin, c.table())
 }
 
+/// Opens `n` sessions the way the comparator's producers and workers log in.
+pub fn sessions(ctx: &Ctx, c: &dyn Comparator, n: usize) -> Result<Vec<Client>> {
+    (0..n).map(|_| c.connect(&ctx.cfg)).collect()
+}
+
 /// Opens one worker per session.
 pub fn connect_workers(ctx: &Ctx, c: &dyn Comparator, n: usize) -> Result<Vec<Box<dyn Worker>>> {
-    db::connect_many(&ctx.cfg.dsn, n)?
+    sessions(ctx, c, n)?
         .into_iter()
         .map(|conn| c.worker(conn))
         .collect()
@@ -356,19 +362,20 @@ pub fn produce(
     duration: Option<Duration>,
     batch: usize,
 ) -> Result<u64> {
-    produce_with(ctx, &|conn| c.producer(conn), total, duration, batch)
+    produce_with(ctx, c, &|conn| c.producer(conn), total, duration, batch)
 }
 
-/// [`produce`] with producers made by `make` over each session's connection: the same work
-/// enqueued through other statements (for instance with unique keys).
+/// [`produce`] with producers made by `make` over each of the comparator's sessions: the same
+/// work enqueued through other statements (for instance with unique keys).
 pub fn produce_with(
     ctx: &Ctx,
+    c: &dyn Comparator,
     make: &dyn Fn(Client) -> Result<Box<dyn Producer>>,
     total: Option<u64>,
     duration: Option<Duration>,
     batch: usize,
 ) -> Result<u64> {
-    let mut producers = db::connect_many(&ctx.cfg.dsn, PRODUCERS)?
+    let mut producers = sessions(ctx, c, PRODUCERS)?
         .into_iter()
         .map(make)
         .collect::<Result<Vec<_>>>()?;
