@@ -20,7 +20,7 @@
 
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Result};
 use postgres::{Client, Statement};
@@ -77,7 +77,8 @@ const WAIT: &str = "60 seconds";
 const CLAIM: i32 = 10;
 /// Time the rate-limited workers run before the steady window opens (the burst goes out).
 const WARM_UP: Duration = Duration::from_secs(2);
-/// Time between lowering the limit and opening the quiet window (tokens in hand go out).
+/// How long no job may have been admitted after the limit is lowered before the quiet window
+/// opens (tokens in hand or reserved go out first).
 const SETTLE: Duration = Duration::from_secs(3);
 /// The targets of issue 11.
 pub const UNIQUE_TARGET: f64 = 0.8;
@@ -347,7 +348,18 @@ fn rate_limited(ctx: &Ctx, admin: &mut Client, c: &PgJobs) -> Result<(Measuremen
             ));
 
             set_limit(admin, QUIET_LIMIT, 1.0)?;
-            std::thread::sleep(SETTLE);
+            // Tokens reserved or left in the bucket at the change still go out: the window
+            // opens once none has for SETTLE (or after 5 × SETTLE, counting what still comes).
+            let lowered = Instant::now();
+            let mut last = (admitted.load(Ordering::Relaxed), Instant::now());
+            while last.1.elapsed() < SETTLE && lowered.elapsed() < 5 * SETTLE {
+                std::thread::sleep(Duration::from_millis(100));
+                let now = admitted.load(Ordering::Relaxed);
+                if now != last.0 {
+                    last = (now, Instant::now());
+                }
+            }
+            let settled = lowered.elapsed().as_secs_f64();
             let before = admitted.load(Ordering::Relaxed);
             let window = Window::open(&ctx.server, admin)?;
             std::thread::sleep(Duration::from_secs(ctx.cfg.scale.idle_secs));
@@ -357,7 +369,8 @@ fn rate_limited(ctx: &Ctx, admin: &mut Client, c: &PgJobs) -> Result<(Measuremen
             quiet.jobs = quiet_jobs;
             let quiet = quiet.note(format!(
                 "rate_limit lowered to {QUIET_LIMIT}/s (a token every {:.0} s), rate_burst 1, \
-                 {} s before the window; {} jobs still queued",
+                 {settled:.1} s before the window (the last job admitted {} s or more before \
+                 it); {} jobs still queued",
                 1.0 / QUIET_LIMIT,
                 SETTLE.as_secs(),
                 int(left as f64)
