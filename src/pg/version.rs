@@ -257,3 +257,38 @@ pub unsafe fn clear_advertised_xmin() {
         (*pg_sys::MyProc).xmin = pg_sys::InvalidTransactionId;
     }
 }
+
+/// What PostgreSQL calls when entries of a system catalog cache are invalidated: the `arg`
+/// given at registration, the cache's id and the hash of the invalidated key (0 for all).
+pub type SyscacheCallback = unsafe extern "C-unwind" fn(pg_sys::Datum, i32, u32);
+
+/// Has `callback` run in this process whenever entries of the catalog cache `cache` are
+/// invalidated (a committed change to the catalog, or a cache reset).
+///
+/// # Safety
+/// Registrations are never undone and PostgreSQL has room for a fixed number per process:
+/// register once per process (from `_PG_init`).
+pub unsafe fn register_syscache_callback(
+    cache: pg_sys::SysCacheIdentifier::Type,
+    callback: SyscacheCallback,
+) {
+    #[cfg(feature = "pg13")]
+    {
+        // The bindings pgrx generates from 13.x headers before 13.5 leave out utils/inval.h
+        // (later headers include it indirectly), so this declares the function as inval.h of
+        // every 13.x does.
+        unsafe extern "C-unwind" {
+            fn CacheRegisterSyscacheCallback(
+                cacheid: std::ffi::c_int,
+                func: Option<SyscacheCallback>,
+                arg: pg_sys::Datum,
+            );
+        }
+        // Guarded as pgrx guards its own bindings: an ERROR inside becomes a Rust panic.
+        pg_sys::ffi::pg_guard_ffi_boundary(|| {
+            CacheRegisterSyscacheCallback(cache as i32, Some(callback), pg_sys::Datum::from(0))
+        });
+    }
+    #[cfg(not(feature = "pg13"))]
+    pg_sys::CacheRegisterSyscacheCallback(cache as i32, Some(callback), pg_sys::Datum::from(0));
+}
