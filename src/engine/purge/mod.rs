@@ -17,7 +17,7 @@ static PURGE: Statement = Statement {
     name: "purge/purge",
     sql: include_str!("purge.sql"),
     params: &[param("after id", INT8OID), param("window", INT4OID)],
-    columns: &["last_id", "purged"],
+    columns: &["last_id", "looked", "purged"],
 };
 
 thread_local! {
@@ -29,6 +29,10 @@ thread_local! {
 /// while windows keep finding jobs to purge, from where the last tick stopped (a restart just
 /// starts the sweep over). An idle sweep costs a millisecond a tick; a table that fills with
 /// expired jobs faster than one window a tick is swept faster. Returns how many it deleted.
+///
+/// A window that reaches the newest job ends the pass: the next one starts over at the oldest.
+/// Waiting for an empty window instead would never start over while producers keep adding
+/// jobs behind the sweep, which would then chase the newest jobs and purge nothing.
 pub fn sweep(client: &SpiClient<'_>) -> usize {
     let mut purged = 0;
     for _ in 0..WINDOWS_PER_TICK {
@@ -39,9 +43,10 @@ pub fn sweep(client: &SpiClient<'_>) -> usize {
         let row = rows.first().expect("purge/purge returns one row");
         let purged_here = row.get::<i64>("purged").unwrap_or(0) as usize;
         purged += purged_here;
+        let looked = row.get::<i64>("looked").unwrap_or(0);
         match row.get::<i64>("last_id") {
-            Some(last) => POSITION.with(|p| p.set(last)),
-            None => {
+            Some(last) if looked >= WINDOW as i64 => POSITION.with(|p| p.set(last)),
+            _ => {
                 POSITION.with(|p| p.set(0));
                 break;
             }

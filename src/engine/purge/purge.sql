@@ -1,6 +1,7 @@
 -- Deletes the finished jobs older than their queue's retention among the $2 jobs that follow
--- id $1, and returns the last id it looked at (NULL when there was none: the sweep starts over)
--- and how many it deleted. The worker sweeps the whole table this way, window by window.
+-- id $1, and returns the last id it looked at, how many jobs it looked at (fewer than $2: the
+-- window reached the newest job, and the sweep starts over) and how many it deleted. The worker
+-- sweeps the whole table this way, window by window.
 -- $1 last id of the previous window, $2 window size
 WITH sweep AS (
     SELECT j.id, j.queue, j.state, j.finished_at
@@ -17,4 +18,6 @@ WITH sweep AS (
        AND s.finished_at < now() - q.retention
     RETURNING 1
 )
-SELECT (SELECT max(id) FROM sweep) AS last_id, (SELECT count(*) FROM purged) AS purged
+SELECT (SELECT max(id) FROM sweep) AS last_id,
+       (SELECT count(*) FROM sweep) AS looked,
+       (SELECT count(*) FROM purged) AS purged

@@ -623,6 +623,58 @@ fn retention_purge_removes_only_finished_jobs_past_their_queues_retention() {
     );
 }
 
+/// The retention sweep starts over once it reaches the newest job, even while producers keep
+/// adding jobs behind it: a sweep that started over only at an empty window chased the
+/// newest jobs for ever and purged nothing (a soak with producers at work grew without end).
+#[test]
+fn retention_purge_keeps_up_while_producers_keep_adding_jobs() {
+    let (cluster, mut client) = private_cluster("worker-purge-busy", TEST_SETTINGS);
+    client
+        .batch_execute(
+            "SELECT jobs_create_queue('busy');
+             SELECT jobs_create_queue('swept', retention => '1 second');",
+        )
+        .unwrap();
+    // Some jobs a tick behind the sweep, for as long as the test runs.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let producer = {
+        let (stop, mut producer) = (stop.clone(), cluster.connect());
+        thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                enqueue(&mut producer, "busy", json!({}));
+                thread::sleep(Duration::from_millis(10));
+            }
+        })
+    };
+    // Let the sweep reach the newest jobs and follow them a few ticks.
+    thread::sleep(Duration::from_secs(1));
+    let finished: Vec<i64> = (0..50)
+        .map(|_| {
+            let id = enqueue(&mut client, "swept", json!({}));
+            let held = claim(&mut client, "swept", 1, "");
+            let answer: String = scalar(
+                &mut client,
+                "SELECT jobs_complete($1, $2)",
+                &[&held[0].id, &held[0].lease],
+            );
+            assert_eq!(answer, "succeeded");
+            id
+        })
+        .collect();
+    let purged = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        wait_until(
+            Duration::from_secs(20),
+            "the worker to purge the jobs past their 1 s retention while producers add jobs",
+            || existing(&mut client, &finished).is_empty(),
+        )
+    }));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    producer.join().expect("the producer panicked");
+    if let Err(panic) = purged {
+        std::panic::resume_unwind(panic);
+    }
+}
+
 /// Without `shared_preload_libraries` there is no worker, and everything else works:
 /// enqueue, claim, complete, `jobs_reclaim()` on demand, and a waiting claim (which polls).
 #[test]
