@@ -97,3 +97,17 @@ BEGIN
     END LOOP;
 END
 $privileges$;
+
+-- ==== Idempotency records (issue 13) ============================================================
+-- A session sees and touches only its tenants' records, as with jobs; records without a
+-- tenant have tenant ''. Clients (and so workers and admins) may read them; only the functions
+-- write.
+ALTER TABLE jobs.idempotency ENABLE ROW LEVEL SECURITY;
+ALTER TABLE jobs.idempotency FORCE ROW LEVEL SECURITY;
+CREATE POLICY tenant_scope ON jobs.idempotency
+    USING ((SELECT jobs.tenant_scope()) IS NULL
+           OR (tenant OPERATOR(pg_catalog.=) '' AND pg_catalog.cardinality((SELECT jobs.tenant_scope())) OPERATOR(pg_catalog.=) 0)
+           OR tenant OPERATOR(pg_catalog.=) ANY ((SELECT jobs.tenant_scope())::pg_catalog.text[]));
+REVOKE ALL ON jobs.idempotency FROM PUBLIC;
+GRANT SELECT ON jobs.idempotency TO jobs_client;
+-- ==== end of idempotency records ==================================================================

@@ -34,7 +34,7 @@ COMMENT ON SCHEMA jobs IS 'pg_jobs: tables, types and views of the job queue';
 CREATE TYPE jobs.state AS ENUM ('queued', 'running', 'succeeded', 'failed', 'cancelled');
 
 CREATE TABLE jobs.queue (
-    name              text PRIMARY KEY
+    name              text COLLATE pg_catalog."C" PRIMARY KEY
                       CHECK (name OPERATOR(pg_catalog.~) '^[A-Za-z0-9_.:-]{1,63}$'),
     lease             interval NOT NULL DEFAULT '30 seconds'
                       CHECK (lease OPERATOR(pg_catalog.>) '0'),
@@ -53,7 +53,7 @@ CREATE TABLE jobs.queue (
     rate_limit        double precision CHECK (rate_limit OPERATOR(pg_catalog.>) 0),
     group_concurrency integer NOT NULL DEFAULT 1
                       CHECK (group_concurrency OPERATOR(pg_catalog.>=) 1),
-    dead_letter       text REFERENCES jobs.queue (name) DEFERRABLE INITIALLY DEFERRED
+    dead_letter       text COLLATE pg_catalog."C" REFERENCES jobs.queue (name) DEFERRABLE INITIALLY DEFERRED
                       CHECK (dead_letter OPERATOR(pg_catalog.<>) name),
     created_at        timestamptz NOT NULL DEFAULT pg_catalog.now(),
     updated_at        timestamptz NOT NULL DEFAULT pg_catalog.now(),
@@ -71,15 +71,15 @@ COMMENT ON TABLE jobs.queue IS 'pg_jobs queues and their settings; change them w
 -- heartbeats change, and last what every claim and settle changes.
 CREATE TABLE jobs.job (
     id             bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    queue          text NOT NULL,
-    kind           text NOT NULL DEFAULT 'default',
+    queue          text COLLATE pg_catalog."C" NOT NULL,
+    kind           text COLLATE pg_catalog."C" NOT NULL DEFAULT 'default',
     payload        jsonb NOT NULL DEFAULT '{}',
     headers        jsonb,
     priority       smallint NOT NULL DEFAULT 0,
     max_attempts   integer NOT NULL,
-    tenant         text,
-    group_key      text,
-    unique_key     text,
+    tenant         text COLLATE pg_catalog."C",
+    group_key      text COLLATE pg_catalog."C",
+    unique_key     text COLLATE pg_catalog."C",
     origin         jsonb,
     created_at     timestamptz NOT NULL DEFAULT pg_catalog.now(),
     run_at         timestamptz NOT NULL DEFAULT pg_catalog.now(),
@@ -142,7 +142,7 @@ CREATE TYPE jobs.enqueued AS (
 -- Rate limits without shared memory: one token bucket per limited queue, updated under its row
 -- lock by each claim (the slower path; with the preload the buckets live in shared memory).
 CREATE TABLE jobs.rate_bucket (
-    queue  text PRIMARY KEY,
+    queue  text COLLATE pg_catalog."C" PRIMARY KEY,
     tokens double precision NOT NULL,
     at     timestamptz NOT NULL
 );
@@ -185,3 +185,65 @@ CREATE TABLE jobs.tenant_grant (
 );
 COMMENT ON TABLE jobs.tenant_grant IS 'pg_jobs: the tenants each role may act for; change them with jobs_grant_tenant and jobs_revoke_tenant';
 SELECT pg_catalog.pg_extension_config_dump('jobs.tenant_grant', '');
+
+-- ==== Idempotency records (issue 13) ============================================================
+-- Request-level idempotency for HTTP middleware: per (tenant, scope, key), a pending record
+-- while a request runs, then its stored response. The functions jobs_idempotency_get, _save,
+-- _update and _delete are the only writers; the background worker purges expired records.
+--
+-- tenant, scope and key are separate columns of the primary key, so no choice of scope and key
+-- can name another pair's record (scope 'a' + key 'bc' is not scope 'ab' + key 'c'). No
+-- tenant and no scope are stored as '' (tenant names are never empty; scope NULL and '' are
+-- the same scope), which keeps the key a plain primary key: ON CONFLICT can infer it and
+-- logical replication can use it as the replica identity.
+--
+-- No CHECK constraints: only the functions write this table, and they check every value
+-- (README "Limits"). A CHECK is parsed and planned again by every statement that writes the
+-- table; on a request's save and update that was a tenth of the server's time.
+CREATE TABLE jobs.idempotency (
+    tenant       text NOT NULL DEFAULT '',
+    scope        text NOT NULL DEFAULT '',
+    key          text NOT NULL,
+    -- pending, completed or failed.
+    status       text NOT NULL,
+    -- The token the save that took the key returned; updates present it, so the holder of a
+    -- record that was taken over cannot change its successor.
+    token        uuid NOT NULL,
+    -- How the save that took the key found it: created, replaced (a finished record),
+    -- replaced_expired or taken_over (a pending record past its pending_for).
+    save_outcome text NOT NULL,
+    fingerprint  text,
+    -- A pending record not updated for this long belongs to a request that died: the next save
+    -- takes it over. NULL: never before it expires.
+    pending_for  interval,
+    created_at   timestamptz NOT NULL,
+    updated_at   timestamptz NOT NULL,
+    expires_at   timestamptz NOT NULL,
+    response     jsonb,
+    PRIMARY KEY (tenant, scope, key)
+)
+-- An update (status, response, updated_at) changes no indexed column unless it sets a new
+-- ttl; room on the page lets it stay a heap-only update.
+WITH (fillfactor = 70);
+COMMENT ON TABLE jobs.idempotency IS 'pg_jobs idempotency records, one per (tenant, scope, key); change them with jobs_idempotency_save, _update and _delete';
+-- The worker's purge finds expired records here, oldest first, a bounded batch at a time.
+CREATE INDEX idempotency_expires_idx ON jobs.idempotency (expires_at);
+SELECT pg_catalog.pg_extension_config_dump('jobs.idempotency', '');
+
+-- What jobs_idempotency_save returns: how it took the key, the token that updates present, and
+-- when the record expires.
+CREATE TYPE jobs.idempotency_saved AS (
+    outcome    text,
+    token      uuid,
+    expires_at timestamptz
+);
+-- What jobs_idempotency_get returns for a live record.
+CREATE TYPE jobs.idempotency_record AS (
+    status      text,
+    response    jsonb,
+    fingerprint text,
+    created_at  timestamptz,
+    updated_at  timestamptz,
+    expires_at  timestamptz
+);
+-- ==== end of idempotency records ==================================================================

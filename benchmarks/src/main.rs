@@ -29,8 +29,8 @@ use comparators::Comparator;
 use config::Config;
 use report::Run;
 use scenarios::{
-    backlog, burndown, enqueue, idle, kinds, latency, long, pgbench, scaling, snapshot, soak,
-    vacuum, wal, Ctx, Measurement,
+    backlog, burndown, enqueue, idempotency, idle, kinds, latency, long, pgbench, scaling,
+    snapshot, soak, vacuum, wal, Ctx, Measurement,
 };
 
 fn main() -> ExitCode {
@@ -166,6 +166,11 @@ fn measure() -> Result<()> {
     if ctx.cfg.runs('l') {
         eprintln!("\n== l. client libraries");
         results.extend(scenarios::clients::run(&ctx, &mut admin));
+        save(&ctx.cfg, &machine, &waiting, started, &results)?;
+    }
+    if ctx.cfg.runs('i') {
+        eprintln!("\n== i. idempotency records");
+        results.extend(idempotency::run(&ctx, &mut admin));
         save(&ctx.cfg, &machine, &waiting, started, &results)?;
     }
     if ctx.cfg.runs('v') {

@@ -10,8 +10,8 @@ mod targets;
 
 use crate::machine::Machine;
 use crate::scenarios::{
-    backlog, burndown, enqueue, idle, latency, long, pgbench, snapshot, soak, vacuum, wal,
-    Measurement,
+    backlog, burndown, enqueue, idempotency, idle, latency, long, pgbench, snapshot, soak, vacuum,
+    wal, Measurement,
 };
 
 /// Everything one run measured; saved as JSON so the report can be re-rendered.
@@ -695,6 +695,7 @@ pub fn render(run: &Run) -> String {
     ratios(&mut out, &view);
     absolute(&mut out, &view);
     crate::scenarios::clients::render(&mut out, &view);
+    idempotency::report(&mut out, &view);
     sections::noise(&mut out, run);
     method(&mut out, run);
     machine(&mut out, run);

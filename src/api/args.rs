@@ -47,6 +47,12 @@ pub mod limits {
     pub const UNIQUE_KEY_BYTES: usize = 512;
     /// Longest group key, in bytes.
     pub const GROUP_KEY_BYTES: usize = 255;
+    /// Longest idempotency key, in bytes.
+    pub const IDEMPOTENCY_KEY_BYTES: usize = 255;
+    /// Longest idempotency scope, in bytes.
+    pub const IDEMPOTENCY_SCOPE_BYTES: usize = 255;
+    /// Longest request fingerprint of an idempotency record, in bytes.
+    pub const FINGERPRINT_BYTES: usize = 1024;
 }
 
 /// Checks that an integer argument lies in `min..=max`.

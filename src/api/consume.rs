@@ -14,6 +14,7 @@ use crate::engine::tenants;
 use crate::pg::datum::{ClaimedRow, Jsonb};
 use crate::pg::errors::{raise, required, BAD_ARGUMENT};
 use crate::pg::settings;
+use crate::pg::srf::{SetOfIterator, TableIterator};
 
 /// The worker name a claim records when none is given: `application_name`, else the pid.
 fn default_worker_name() -> String {

@@ -3,6 +3,7 @@
 
 mod args;
 mod consume;
+mod idempotency;
 mod observe;
 mod operate;
 mod produce;

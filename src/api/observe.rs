@@ -14,12 +14,13 @@ use crate::engine::tenants;
 use crate::pg::clock::server_now;
 use crate::pg::datum::JobRow;
 use crate::pg::errors::{raise, required, BAD_ARGUMENT};
+use crate::pg::srf::{SetOfIterator, TableIterator};
 
 /// The job with this id, or NULL.
 #[pg_extern(volatile, parallel_restricted, security_definer)]
 #[search_path(pg_catalog, pg_temp)]
 fn jobs_get(id: Option<i64>) -> Option<JobRow> {
-    access::require(Role::Client, "read jobs");
+    access::require_to_read(Role::Client, "read jobs");
     observe::get(required(id, "id"), &tenants::scope())
 }
 
@@ -35,7 +36,7 @@ fn jobs_list(
     limit: default!(Option<i32>, 100),
     before_id: default!(Option<i64>, "NULL"),
 ) -> SetOfIterator<'static, JobRow> {
-    access::require(Role::Client, "read jobs");
+    access::require_to_read(Role::Client, "read jobs");
     if let Some(queue) = queue {
         check_queue_name(queue, "queue");
     }
@@ -69,7 +70,7 @@ fn jobs_list(
 #[pg_extern(volatile, parallel_restricted, security_definer)]
 #[search_path(pg_catalog, pg_temp)]
 fn jobs_metrics() -> String {
-    access::require(Role::Client, "read the queues' metrics");
+    access::require_to_read(Role::Client, "read the queues' metrics");
     let scope = tenants::scope();
     let worker = scope
         .is_all()
@@ -100,7 +101,7 @@ fn jobs_totals() -> TableIterator<
         name!(retried, i64),
     ),
 > {
-    access::require(Role::Client, "read the queues' totals");
+    access::require_to_read(Role::Client, "read the queues' totals");
     let totals = observe::totals(&tenants::scope());
     TableIterator::new(totals.into_iter().map(|t| {
         (
@@ -337,7 +338,8 @@ fn timestamp(micros: i64) -> Option<TimestampWithTimeZone> {
         .flatten()
 }
 
-/// One row per worker: which database it serves, its pid, its last tick and last error.
+/// One row per worker: which database it serves, its pid, its last tick and last error. On a
+/// standby the worker runs no tick: its row shows a pid, `serving` false and no ticks.
 // pgrx reads the column names from `name!` in the signature, so the type cannot be an alias.
 #[allow(clippy::type_complexity)]
 #[pg_extern(volatile, parallel_restricted, security_definer)]
@@ -356,9 +358,10 @@ fn jobs_worker_status() -> TableIterator<
         name!(floors_healed, i64),
         name!(last_error, Option<String>),
         name!(last_error_at, Option<TimestampWithTimeZone>),
+        name!(idempotency_purged, i64),
     ),
 > {
-    access::require(Role::Client, "read the background workers' status");
+    access::require_to_read(Role::Client, "read the background workers' status");
     TableIterator::new(observe::worker_reports().into_iter().map(|w| {
         (
             w.database,
@@ -372,6 +375,7 @@ fn jobs_worker_status() -> TableIterator<
             w.floors_healed,
             w.last_error,
             timestamp(w.last_error_at),
+            w.idempotency_purged,
         )
     }))
 }
@@ -448,7 +452,7 @@ mod jobs {
             name!(next_due, Option<TimestampWithTimeZone>),
         ),
     > {
-        access::require(Role::Client, "read pg_jobs's shared state");
+        access::require_to_read(Role::Client, "read pg_jobs's shared state");
         crate::api::args::check_queue_name(queue, "queue");
         let Some(state) = crate::engine::observe::runtime_state(queue) else {
             return TableIterator::empty();

@@ -11,6 +11,7 @@ use crate::engine::enqueue::{self, JobOptions, OnConflict, Uniqueness};
 use crate::engine::tenants;
 use crate::pg::datum::{EnqueuedRow, Jsonb, JsonbArray};
 use crate::pg::errors::{raise, required, BAD_ARGUMENT, NULL_ARGUMENT};
+use crate::pg::srf::SetOfIterator;
 
 /// What a call asked of unique keys and groups, before checking.
 struct FlowArguments<'a> {

@@ -4,9 +4,16 @@
 //! The functions run as the extension's owner (`SECURITY DEFINER`), so the tables need no
 //! grants beyond reading: a caller changes state only through the functions, and each function
 //! checks that its caller has the privileges of the role its work needs.
+//!
+//! Every function that changes state also checks, before it touches anything, that something
+//! can be written here (README "Failover and standbys"): not on a standby, not in a read-only
+//! transaction. PostgreSQL would refuse the first write with the same SQLSTATE, but only after
+//! the call had done what comes before its first write: a waiting claim on an empty queue
+//! slept out its wait, a claim on a rate-limited queue spent a token of the shared bucket, and
+//! the message named a statement the caller never wrote.
 
-use crate::pg::errors::{raise_with_hint, INSUFFICIENT_PRIVILEGE};
-use crate::pg::roles;
+use crate::pg::errors::{raise_with_hint, INSUFFICIENT_PRIVILEGE, READ_ONLY};
+use crate::pg::{recovery, roles};
 
 /// The roles of pg_jobs, each with the powers of the one before it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -39,10 +46,20 @@ pub fn caller_has(role: Role) -> bool {
     }
 }
 
-/// Refuses the call unless the caller has the privileges of `role`; `what` says what the call
-/// does ("claim jobs"), for the message. The hint names the grant that would allow it.
+/// Refuses a call that may change state unless the caller has the privileges of `role` and
+/// this transaction can write; `what` says what the call does ("claim jobs"), for the
+/// messages. Functions that only read call [`require_to_read`] instead, so a new function is
+/// refused on a standby until it says it only reads.
 #[track_caller]
 pub fn require(role: Role, what: &str) {
+    require_to_read(role, what);
+    require_writable(what);
+}
+
+/// Refuses the call unless the caller has the privileges of `role`; for functions that only
+/// read, which work on a standby too. The hint names the grant that would allow it.
+#[track_caller]
+pub fn require_to_read(role: Role, what: &str) {
     if caller_has(role) {
         return;
     }
@@ -69,4 +86,24 @@ pub fn require(role: Role, what: &str) {
         ),
         &hint,
     );
+}
+
+/// Refuses, with 25006, a call that would write on a standby or in a read-only transaction,
+/// saying where it can run instead.
+#[track_caller]
+fn require_writable(what: &str) {
+    if recovery::in_recovery() {
+        raise_with_hint(
+            READ_ONLY,
+            format!("cannot {what}: this server is a standby (read-only, in recovery); run it on the primary"),
+            "Connect to the primary server (where pg_is_in_recovery() is false). A standby serves the reading functions: jobs_get, jobs_list, jobs_metrics, jobs_totals, jobs_worker_status and the jobs.queue_stats view.",
+        );
+    }
+    if recovery::transaction_read_only() {
+        raise_with_hint(
+            READ_ONLY,
+            format!("cannot {what} in a read-only transaction"),
+            "Run it in a read-write transaction: BEGIN READ WRITE, or SET default_transaction_read_only = off.",
+        );
+    }
 }

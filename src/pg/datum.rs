@@ -130,6 +130,20 @@ raw_datum_type!(
     pg_sys::RECORDOID
 );
 
+raw_datum_type!(
+    /// A row of `jobs.idempotency_saved`, as `jobs_idempotency_save` returns it.
+    IdempotencySavedRow,
+    "jobs.idempotency_saved",
+    pg_sys::RECORDOID
+);
+
+raw_datum_type!(
+    /// A row of `jobs.idempotency_record`, as `jobs_idempotency_get` returns it.
+    IdempotencyRecordRow,
+    "jobs.idempotency_record",
+    pg_sys::RECORDOID
+);
+
 impl Jsonb {
     /// The value's size in bytes before compression, as `pg_column_size` reports it for a value
     /// that is not stored yet.

@@ -28,8 +28,16 @@ pub const UNKNOWN_JOB: PgSqlErrorCode = PgSqlErrorCode::ERRCODE_NO_DATA_FOUND;
 pub const WRONG_STATE: PgSqlErrorCode = PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE;
 /// The queue still has work, or another queue depends on it (55006).
 pub const QUEUE_IN_USE: PgSqlErrorCode = PgSqlErrorCode::ERRCODE_OBJECT_IN_USE;
+/// A call that changes state, on a standby or in a read-only transaction (25006).
+pub const READ_ONLY: PgSqlErrorCode = PgSqlErrorCode::ERRCODE_READ_ONLY_SQL_TRANSACTION;
 /// The caller lacks the role, or the tenant grant, the call needs (42501).
 pub const INSUFFICIENT_PRIVILEGE: PgSqlErrorCode = PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE;
+/// An idempotency key is held by a pending record whose request is still in flight (55P03).
+pub const IDEMPOTENCY_CONFLICT: PgSqlErrorCode = PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE;
+/// An idempotency key was saved again for a different request: its finished record has
+/// another fingerprint (23000).
+pub const IDEMPOTENCY_MISMATCH: PgSqlErrorCode =
+    PgSqlErrorCode::ERRCODE_INTEGRITY_CONSTRAINT_VIOLATION;
 
 /// Raises an ERROR with a hint at the caller's location; never returns.
 #[track_caller]

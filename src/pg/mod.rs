@@ -1,13 +1,16 @@
 //! PostgreSQL plumbing that knows nothing about jobs: errors, settings, pass-through datums,
-//! the server clock, the current database, subtransactions, and the shims that hide differences between PostgreSQL
+//! the server clock, the current database, recovery (standbys), set-returning functions,
+//! subtransactions, and the shims that hide differences between PostgreSQL
 //! versions. Every other layer may use it; it uses none of them.
 
 pub mod clock;
 pub mod database;
 pub mod datum;
 pub mod errors;
+pub mod recovery;
 pub mod roles;
 pub mod settings;
 pub mod snapshot;
+pub mod srf;
 pub mod subtransaction;
 pub mod version;

@@ -292,3 +292,78 @@ pub unsafe fn register_syscache_callback(
     #[cfg(not(feature = "pg13"))]
     pg_sys::CacheRegisterSyscacheCallback(cache as i32, Some(callback), pg_sys::Datum::from(0));
 }
+
+/// What PostgreSQL calls when relation cache entries are invalidated: the `arg` given at
+/// registration and the relation's oid (`InvalidOid` for all relations).
+pub type RelcacheCallback = unsafe extern "C-unwind" fn(pg_sys::Datum, pg_sys::Oid);
+
+/// Has `callback` run in this process whenever relation cache entries are invalidated (a
+/// committed change to a relation's definition, its indexes or policies, or a cache reset).
+///
+/// # Safety
+/// Registrations are never undone and PostgreSQL has room for a fixed number per process:
+/// register once per process.
+pub unsafe fn register_relcache_callback(callback: RelcacheCallback) {
+    #[cfg(feature = "pg13")]
+    {
+        // As for register_syscache_callback: the 13.4 bindings lack utils/inval.h.
+        unsafe extern "C-unwind" {
+            fn CacheRegisterRelcacheCallback(func: Option<RelcacheCallback>, arg: pg_sys::Datum);
+        }
+        pg_sys::ffi::pg_guard_ffi_boundary(|| {
+            CacheRegisterRelcacheCallback(Some(callback), pg_sys::Datum::from(0))
+        });
+    }
+    #[cfg(not(feature = "pg13"))]
+    pg_sys::CacheRegisterRelcacheCallback(Some(callback), pg_sys::Datum::from(0));
+}
+
+/// Inserts the index entries of the heap tuple in `slot` into every index of `result` (as an
+/// INSERT does: partial indexes only when their predicate admits it, unique ones checked), and
+/// returns the indexes whose entries need a recheck (none without deferred constraints).
+///
+/// # Safety
+/// `result` names the open relation `slot` was inserted into and its open indexes; `estate` is
+/// a live executor state.
+pub unsafe fn insert_index_entries(
+    result: *mut pg_sys::ResultRelInfo,
+    slot: *mut pg_sys::TupleTableSlot,
+    estate: *mut pg_sys::EState,
+) -> *mut pg_sys::List {
+    #[cfg(feature = "pg13")]
+    {
+        (*estate).es_result_relation_info = result;
+        pg_sys::ExecInsertIndexTuples(
+            slot,
+            estate,
+            false,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+        )
+    }
+    #[cfg(any(feature = "pg14", feature = "pg15"))]
+    {
+        pg_sys::ExecInsertIndexTuples(
+            result,
+            slot,
+            estate,
+            false,
+            false,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+        )
+    }
+    #[cfg(any(feature = "pg16", feature = "pg17", feature = "pg18"))]
+    {
+        pg_sys::ExecInsertIndexTuples(
+            result,
+            slot,
+            estate,
+            false,
+            false,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            false,
+        )
+    }
+}

@@ -21,7 +21,8 @@ pub struct WorkerStatus {
     pub last_tick: AtomicI64,
     /// When the last failing tick finished (0 when none has failed).
     pub last_error_at: AtomicI64,
-    /// 1 when the extension exists in the database at the last tick.
+    /// 1 when the worker serves the database: the extension existed there at its last tick.
+    /// 0 before the first tick, without the extension, and on a standby (no ticks there).
     pub serving: AtomicU32,
     /// Ticks run since start.
     pub ticks: AtomicU64,
@@ -31,6 +32,8 @@ pub struct WorkerStatus {
     pub purged: AtomicU64,
     /// Claim floors the worker found below a due job and reset, since start.
     pub floors_healed: AtomicU64,
+    /// Expired idempotency records purged since start.
+    pub idempotency_purged: AtomicU64,
     /// Sequence lock over `last_error`: odd while it is being written.
     error_seq: AtomicU64,
     /// The last tick error, NUL-padded.

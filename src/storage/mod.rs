@@ -2,6 +2,7 @@
 //! that runs it, declared once with its parameters and result columns, prepared once per
 //! session and kept, and run under settings that no user object can change.
 
+pub mod job_writer;
 mod statement;
 
 pub use statement::{param, timestamptz_arg, with_client, Param, Row, Rows, Statement};

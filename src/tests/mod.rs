@@ -148,4 +148,60 @@ mod tests {
         );
         assert!(in_order);
     }
+
+    #[pg_test]
+    fn idempotency_ttl_is_applied_as_the_length_it_was_checked_at() {
+        // A month is as long as the calendar makes it from today, and the record expires
+        // exactly that long after the save: no 30-day approximation, no months stored.
+        Spi::run("SELECT * FROM jobs_idempotency_save('months', ttl => '1 mon -27 days')").unwrap();
+        let (exact, days): (bool, f64) = Spi::get_two(
+            "SELECT extract(month FROM expires_at - created_at) = 0
+                    AND expires_at - created_at = (created_at + interval '1 mon -27 days') - created_at,
+                    (extract(epoch FROM expires_at - created_at) / 86400)::float8
+               FROM jobs.idempotency WHERE key = 'months'",
+        )
+        .map(|(a, b)| (a.unwrap(), b.unwrap()))
+        .unwrap();
+        assert!(exact, "the ttl was not applied as the length it has today");
+        assert!(
+            (1.0..=4.0).contains(&days),
+            "1 mon -27 days lasted {days} days"
+        );
+    }
+
+    #[pg_test]
+    fn idempotency_update_keeps_the_expiry_unless_given_a_ttl() {
+        // Each check reads the record in a statement of its own: a statement's snapshot does
+        // not see what a function it calls changed.
+        Spi::run(
+            "CREATE TEMP TABLE saved AS
+             SELECT token, expires_at FROM jobs_idempotency_save('expiry', ttl => '1 hour');",
+        )
+        .unwrap();
+        let updated: String =
+            one("SELECT jobs_idempotency_update('expiry', 'pending', token => token) FROM saved");
+        assert_eq!(updated, "updated");
+        let kept: bool = one(
+            "SELECT r.expires_at = s.expires_at FROM jobs.idempotency r, saved s WHERE r.key = 'expiry'",
+        );
+        assert!(kept, "an update without ttl moved the expiry");
+        let updated: String = one(
+            "SELECT jobs_idempotency_update('expiry', 'completed', '{}', ttl => '2 days', token => token) FROM saved",
+        );
+        assert_eq!(updated, "updated");
+        let renewed: bool = one(
+            "SELECT expires_at - updated_at = interval '2 days' AND status = 'completed'
+               FROM jobs.idempotency WHERE key = 'expiry'",
+        );
+        assert!(
+            renewed,
+            "an update with ttl did not set the expiry to now + ttl"
+        );
+    }
+
+    #[pg_test(error = "token must not be NULL")]
+    fn idempotency_update_needs_the_token() {
+        Spi::run("SELECT * FROM jobs_idempotency_save('untokened')").unwrap();
+        Spi::run("SELECT jobs_idempotency_update('untokened', 'completed')").unwrap();
+    }
 }

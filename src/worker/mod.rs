@@ -5,6 +5,11 @@
 //! `CREATE EXTENSION pg_jobs` runs there. A failing tick is logged, recorded in
 //! `jobs_worker_status()` and retried at the next tick; the postmaster restarts a worker that
 //! dies.
+//!
+//! On a hot standby the worker starts too, but runs no tick while the server is in recovery:
+//! nothing can be written there, and the primary's worker does the work. It shows in
+//! `jobs_worker_status()` with its pid, not serving, and starts ticking at its next wake-up
+//! after `pg_ctl promote`.
 
 mod tick;
 
@@ -18,7 +23,7 @@ use pgrx::pg_sys;
 use pgrx::prelude::*;
 
 use crate::pg::clock::server_now;
-use crate::pg::settings;
+use crate::pg::{recovery, settings};
 use crate::runtime::shmem::{self, MAX_DATABASES};
 use crate::runtime::worker_status::WorkerStatus;
 
@@ -39,7 +44,9 @@ pub fn register() {
             .set_argument(Some(pg_sys::Datum::from(index)))
             .set_extra(database)
             .enable_spi_access()
-            .set_start_time(BgWorkerStartTime::RecoveryFinished)
+            // Started on a hot standby as well, where it idles (see the loop): it is then
+            // visible there, and serves within a tick of the promotion.
+            .set_start_time(BgWorkerStartTime::ConsistentState)
             .set_restart_time(Some(Duration::from_secs(1)))
             .load();
     }
@@ -58,11 +65,32 @@ pub extern "C-unwind" fn pg_jobs_worker_main(argument: pg_sys::Datum) {
     BackgroundWorker::connect_worker_to_spi(Some(&database), None);
     pgrx::log!("pg_jobs worker started for database {database}");
 
+    let mut standby = false;
     while BackgroundWorker::wait_latch(Some(Duration::from_millis(settings::TICK_MS.get() as u64)))
     {
         if BackgroundWorker::sighup_received() {
             // SAFETY: the standard way for a background worker to reload its settings.
             unsafe { pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP) };
+        }
+        // A tick on a standby could only fail at its first write, every tick: wait for the
+        // promotion instead, without opening a transaction. Said once each way in the log.
+        if recovery::in_recovery() {
+            if !standby {
+                standby = true;
+                if let Some(status) = status {
+                    status.serving.store(0, Ordering::Release);
+                }
+                pgrx::log!(
+                    "pg_jobs worker for database {database}: this server is a standby; the worker runs no tick until it is promoted"
+                );
+            }
+            continue;
+        }
+        if standby {
+            standby = false;
+            pgrx::log!(
+                "pg_jobs worker for database {database}: the server was promoted; the worker serves it"
+            );
         }
         let outcome = tick::run();
         if let Some(status) = status {
@@ -107,6 +135,9 @@ fn record(status: &WorkerStatus, database: &str, outcome: Result<tick::TickRepor
             status
                 .floors_healed
                 .fetch_add(report.floors_healed as u64, Ordering::AcqRel);
+            status
+                .idempotency_purged
+                .fetch_add(report.idempotency_purged as u64, Ordering::AcqRel);
         }
         Err(message) => {
             pgrx::log!(

@@ -4,7 +4,7 @@ use pgrx::pg_sys;
 use pgrx::PgTryBuilder;
 
 use crate::engine::tenants::TenantScope;
-use crate::engine::{claim, purge, reclaim};
+use crate::engine::{claim, idempotency, purge, reclaim};
 use crate::runtime::floor;
 use crate::runtime::shmem::shared;
 use crate::storage::{with_client, Statement};
@@ -37,6 +37,8 @@ pub struct TickReport {
     pub purged: usize,
     /// Claim floors found unsound and reset.
     pub floors_healed: usize,
+    /// Expired idempotency records purged.
+    pub idempotency_purged: usize,
 }
 
 /// Runs one tick in its own transaction; an ERROR rolls the tick back and is returned.
@@ -91,6 +93,7 @@ fn tick() -> TickReport {
                 reclaimed: 0,
                 purged: 0,
                 floors_healed: 0,
+                idempotency_purged: 0,
             };
         }
         TICK_SETTINGS.run(client, &[]);
@@ -113,6 +116,7 @@ fn tick() -> TickReport {
         let floors_healed = claim::heal_floors(client);
 
         let purged = purge::sweep(client);
+        let idempotency_purged = idempotency::purge_expired(client);
 
         claim::wake_due_waiters(client);
         TickReport {
@@ -120,6 +124,7 @@ fn tick() -> TickReport {
             reclaimed,
             purged,
             floors_healed,
+            idempotency_purged,
         }
     })
 }

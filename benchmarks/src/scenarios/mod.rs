@@ -7,6 +7,7 @@ pub mod backlog;
 pub mod burndown;
 pub mod clients;
 pub mod enqueue;
+pub mod idempotency;
 pub mod idle;
 pub mod kinds;
 pub mod latency;

@@ -10,7 +10,7 @@ mod filter;
 mod groups;
 mod pick;
 mod rate;
-mod token;
+pub mod token;
 mod wait;
 
 use std::collections::HashSet;

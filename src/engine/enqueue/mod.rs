@@ -28,6 +28,7 @@ use crate::pg::clock::server_now;
 use crate::pg::datum::{Jsonb, JsonbArray};
 use crate::pg::errors::{quote, raise, raise_with_hint, UNIQUE_VIOLATION};
 use crate::runtime::locks;
+use crate::storage::job_writer::{Inserted, JobWriter, NewJobs};
 use crate::storage::{param, timestamptz_arg, with_client, Statement};
 
 /// The parameters every insert statement starts with.
@@ -241,6 +242,14 @@ pub fn enqueue(queue: &str, payload: Jsonb, options: &JobOptions) -> Enqueued {
     // Taken before the statement that reads jobs.queue, so that statement's snapshot sees a
     // drop that committed while we waited.
     locks::lock_queue(queue, false);
+    if options.unique_key_of(0).is_none() {
+        let payloads = [payload.into_datum().expect("a payload")];
+        if let Some(ids) = write_plain(queue, &payloads, &[options.group_key.as_deref()], options) {
+            let id = ids[0];
+            transitions::job_queued(queue, options.position(id));
+            return Enqueued { id, inserted: true };
+        }
+    }
     with_client(|client| match options.unique_key_of(0) {
         None => {
             let args = options.job_args(queue, payload.into());
@@ -258,6 +267,38 @@ pub fn enqueue(queue: &str, payload: Jsonb, options: &JobOptions) -> Enqueued {
             enqueued
         }
     })
+}
+
+/// How many payloads `payloads` holds.
+fn count_of(payloads: JsonbArray) -> usize {
+    payloads.elements().len()
+}
+
+/// Inserts jobs without unique keys through the session's [`JobWriter`]: their ids in payload
+/// order, or `None` when the writer cannot stand in for the insert statement here.
+fn write_plain(
+    queue: &str,
+    payloads: &[pg_sys::Datum],
+    group_keys: &[Option<&str>],
+    options: &JobOptions,
+) -> Option<Vec<i64>> {
+    let jobs = NewJobs {
+        queue,
+        kind: &options.kind,
+        payloads,
+        headers: options.headers.and_then(|h| h.into_datum()),
+        priority: options.priority,
+        run_at: i64::from(options.run_at),
+        max_attempts: options.max_attempts,
+        tenant: options.tenant.as_deref(),
+        group_keys,
+    };
+    // SAFETY: inside the enqueue's transaction, holding the queue lock; the datums are the
+    // call's arguments.
+    match unsafe { JobWriter::insert(&jobs) }? {
+        Inserted::Ids(ids) => Some(ids),
+        Inserted::UnknownQueue => unknown_queue(queue),
+    }
 }
 
 /// [`enqueue`] of a job with unique key `key`, without announcing the job (the caller does).
@@ -405,6 +446,35 @@ fn key_kept_changing_hands(queue: &str, key: &str) -> ! {
 /// payload order (for a unique duplicate, the existing job's id).
 pub fn enqueue_batch(queue: &str, payloads: JsonbArray, options: &JobOptions) -> Vec<Enqueued> {
     locks::lock_queue(queue, false);
+    if options.unique.is_none() && count_of(payloads) > 0 {
+        let datums: Vec<pg_sys::Datum> = payloads
+            .elements()
+            .into_iter()
+            .map(|p| {
+                p.and_then(|p| p.into_datum())
+                    .expect("payloads were checked for NULL")
+            })
+            .collect();
+        let group_keys: Vec<Option<&str>> = (0..datums.len())
+            .map(|i| {
+                options
+                    .group_keys
+                    .as_ref()
+                    .and_then(|keys| keys.get(i))
+                    .and_then(|key| key.as_deref())
+                    .or(options.group_key.as_deref())
+            })
+            .collect();
+        if let Some(ids) = write_plain(queue, &datums, &group_keys, options) {
+            if let Some(&first) = ids.iter().min() {
+                transitions::jobs_queued(queue, ids.len(), options.position(first));
+            }
+            return ids
+                .into_iter()
+                .map(|id| Enqueued { id, inserted: true })
+                .collect();
+        }
+    }
     let count = payloads.elements().len();
     with_client(|client| {
         let mut args = options.job_args(queue, payloads.into());

@@ -232,6 +232,8 @@ pub struct WorkerReport {
     pub purged: i64,
     /// Claim floors it found unsound and reset since it started.
     pub floors_healed: i64,
+    /// Expired idempotency records it purged since it started.
+    pub idempotency_purged: i64,
     /// The last tick error, if any.
     pub last_error: Option<String>,
     /// When the last tick failed (0: never).
@@ -259,6 +261,7 @@ pub fn worker_reports() -> Vec<WorkerReport> {
                 reclaimed: w.reclaimed.load(Ordering::Acquire) as i64,
                 purged: w.purged.load(Ordering::Acquire) as i64,
                 floors_healed: w.floors_healed.load(Ordering::Acquire) as i64,
+                idempotency_purged: w.idempotency_purged.load(Ordering::Acquire) as i64,
                 last_error: w.last_error(),
                 last_error_at: w.last_error_at.load(Ordering::Acquire),
             }

@@ -5,7 +5,7 @@
 -- a cycle this statement cannot see.
 -- $1 queue, $2 dead_letter
 WITH RECURSIVE chain (name, depth) AS (
-    SELECT $2::text, 1
+    SELECT $2::text COLLATE pg_catalog."C", 1
     UNION ALL
     SELECT q.dead_letter, c.depth + 1
       FROM chain c

@@ -182,36 +182,44 @@ impl Cluster {
     /// `RUST_BACKTRACE=1` is set for every process).
     pub fn start_with_env(name: &str, settings: &[&str], env: &[(&str, &str)]) -> Cluster {
         check_installed();
-        let root = std::env::var_os("PG_JOBS_TEST_DIR")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from("/var/tmp/pg_jobs-tests"));
-        std::fs::create_dir_all(&root).expect("create the test directory");
-        make_world_writable(&root);
-        static COUNTER: AtomicU32 = AtomicU32::new(0);
-        let base = root.join(format!(
-            "{name}-{}-{}",
-            std::process::id(),
-            COUNTER.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = std::fs::remove_dir_all(&base);
-        std::fs::create_dir_all(&base).expect("create the cluster directory");
-        if running_as_root() {
-            run(
-                {
-                    let mut c = Command::new("chown");
-                    c.args(["postgres:postgres"]).arg(&base);
-                    c
-                },
-                "chown",
-            );
-        }
+        let base = new_base(name);
         let data = base.join("data");
         let mut initdb = pg_command("initdb");
         initdb
             .args(["-A", "trust", "-U", "postgres", "--no-sync", "-D"])
             .arg(&data);
         run(initdb, "initdb");
+        Cluster::configure_and_start(base, settings, env)
+    }
 
+    /// A streaming standby of this (running) cluster: a `pg_basebackup -R` copy of its data
+    /// directory, with `settings` appended to the copied postgresql.conf, started in hot
+    /// standby. The standby connects to the primary with `application_name = name`, the name
+    /// `synchronous_standby_names` on the primary must give to make it synchronous. The
+    /// primary's settings come along in the copy, its port and socket directory replaced.
+    pub fn start_standby(&self, name: &str, settings: &[&str]) -> Cluster {
+        let base = new_base(name);
+        let mut backup = pg_command("pg_basebackup");
+        backup
+            .args([
+                "--write-recovery-conf",
+                "--wal-method=stream",
+                "--checkpoint=fast",
+            ])
+            .args(["--no-sync", "--pgdata"])
+            .arg(base.join("data"))
+            .arg(format!(
+                "--dbname=host=localhost port={} user=postgres application_name={name}",
+                self.port
+            ));
+        run(backup, "pg_basebackup");
+        Cluster::configure_and_start(base, settings, &[])
+    }
+
+    /// Gives the cluster in `base` (its data directory made) a port and socket of its own and
+    /// `settings`, registers it to be stopped at exit, and starts it.
+    fn configure_and_start(base: PathBuf, settings: &[&str], env: &[(&str, &str)]) -> Cluster {
+        let data = base.join("data");
         let port = free_port();
         let mut conf = format!(
             "\nport = {port}\nlisten_addresses = 'localhost'\nunix_socket_directories = '{}'\n",
@@ -240,6 +248,15 @@ impl Cluster {
         });
         cluster.pg_ctl_start();
         cluster
+    }
+
+    /// Promotes a standby to a primary (`pg_ctl promote`), returning once it accepts writes.
+    pub fn promote(&self) {
+        let mut promote = pg_command("pg_ctl");
+        promote
+            .args(["promote", "-w", "-t", "60", "-D"])
+            .arg(&self.data);
+        run(promote, "pg_ctl promote");
     }
 
     fn pg_ctl_start(&self) {
@@ -341,6 +358,35 @@ fn check_installed() {
             pg_major()
         );
     });
+}
+
+/// A new, empty directory for a cluster named `name` (owned by `postgres` when we are root),
+/// under `PG_JOBS_TEST_DIR` (default `/var/tmp/pg_jobs-tests`).
+fn new_base(name: &str) -> PathBuf {
+    let root = std::env::var_os("PG_JOBS_TEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/var/tmp/pg_jobs-tests"));
+    std::fs::create_dir_all(&root).expect("create the test directory");
+    make_world_writable(&root);
+    static COUNTER: AtomicU32 = AtomicU32::new(0);
+    let base = root.join(format!(
+        "{name}-{}-{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_dir_all(&base);
+    std::fs::create_dir_all(&base).expect("create the cluster directory");
+    if running_as_root() {
+        run(
+            {
+                let mut c = Command::new("chown");
+                c.args(["postgres:postgres"]).arg(&base);
+                c
+            },
+            "chown",
+        );
+    }
+    base
 }
 
 fn make_world_writable(path: &Path) {

@@ -253,6 +253,13 @@ fn fixture(client: &mut Client, name: &str) -> Fixture {
     );
     assert_eq!(done, "succeeded");
     let stale: i64 = scalar(client, "SELECT max(id) + 1000 FROM jobs.job", &[]);
+    // Idempotency records: one whose request is in flight, one finished.
+    client
+        .batch_execute(&format!(
+            "SELECT * FROM jobs_idempotency_save('{queue}-pending');
+             SELECT * FROM jobs_idempotency_save('{queue}-done', 'completed', '{{}}', fingerprint => 'request');"
+        ))
+        .expect("create the fixture idempotency records");
     Fixture {
         queue,
         dead_letter,
@@ -383,6 +390,26 @@ fn bad_calls_raise_documented_errors_and_change_nothing() {
         bad(format!("SELECT jobs_create_queue('{q}', rate_limit => 'infinity')"), "22023", "rate_limit must be a number of claims per second above 0"),
         bad(format!("SELECT jobs_create_queue('{q}', rate_burst => 0.5)"), "22023", "rate_burst must be a number of jobs of at least 1"),
         bad(format!("SELECT jobs_create_queue('{q}', group_concurrency => 0)"), "22023", "group_concurrency must be between 1 and 10000, got 0"),
+        // Idempotency records: bad arguments, then a live pending record (55P03) and a finished
+        // one saved for another request (23000).
+        bad("SELECT * FROM jobs_idempotency_save(NULL)", "22004", "key must not be NULL"),
+        bad("SELECT * FROM jobs_idempotency_save('')", "22023", "key must be 1 to 255 bytes long, got 0 bytes"),
+        bad("SELECT * FROM jobs_idempotency_get(repeat('k', 256))", "22023", "key must be 1 to 255 bytes long, got 256 bytes"),
+        bad("SELECT * FROM jobs_idempotency_save('k', scope => repeat('s', 256))", "22023", "scope must be NULL or at most 255 bytes long, got 256 bytes"),
+        bad("SELECT * FROM jobs_idempotency_save('k', status => 'done')", "22023", "status must be one of pending, completed, failed, got 'done'"),
+        bad("SELECT * FROM jobs_idempotency_save('k', ttl => '-1 second')", "22023", "ttl must be greater than 0 and at most 100 years"),
+        bad("SELECT * FROM jobs_idempotency_save('k', ttl => '0')", "22023", "ttl must be greater than 0 and at most 100 years"),
+        bad("SELECT * FROM jobs_idempotency_save('k', pending_for => '200 years')", "22023", "pending_for must be greater than 0 and at most 100 years"),
+        bad("SELECT * FROM jobs_idempotency_save('k', fingerprint => '')", "22023", "fingerprint must be 1 to 1024 bytes long, got 0 bytes"),
+        bad(format!("SELECT * FROM jobs_idempotency_save('k', 'completed', '{payload}')"), "54000", format!("response is {size} bytes, above pg_jobs.max_payload_bytes"))
+            .after(format!("SET pg_jobs.max_payload_bytes = {}", size - 1)),
+        bad(format!("SELECT jobs_idempotency_update('{q}-pending', 'completed')"), "22004", "token must not be NULL"),
+        bad(format!("SELECT jobs_idempotency_update('{q}-pending', 'finished', token => gen_random_uuid())"), "22023", "status must be one of pending, completed, failed"),
+        bad("SELECT jobs_idempotency_delete(NULL)", "22004", "key must not be NULL"),
+        bad("SELECT * FROM jobs_idempotency_get('k')", "22023", "an idempotency record belongs to one tenant")
+            .after("SET pg_jobs.tenant = 'acme, globex'"),
+        bad(format!("SELECT * FROM jobs_idempotency_save('{q}-pending')"), "55P03", format!("idempotency key '{q}-pending' is pending")),
+        bad(format!("SELECT * FROM jobs_idempotency_save('{q}-done', fingerprint => 'another request')"), "23000", format!("idempotency key '{q}-done' was used for a different request")),
         // A waiting claim under REPEATABLE READ or SERIALIZABLE: 25000.
         bad(format!("SELECT * FROM jobs_claim('{q}', wait => '1 second')"), "25000", "REPEATABLE READ or SERIALIZABLE")
             .after("BEGIN ISOLATION LEVEL REPEATABLE READ"),

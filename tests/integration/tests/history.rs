@@ -405,7 +405,9 @@ fn connect(shared: &Shared, rec: &mut Recorder) -> Client {
     let dsn = match rec.process {
         p if p < WORKERS => &shared.worker_dsn,
         p if p < ADMIN => &shared.producer_dsn,
-        _ => &shared.admin_dsn,
+        ADMIN => &shared.admin_dsn,
+        // The fault injector kills backends and the server: only a superuser may.
+        _ => &shared.dsn,
     };
     let (client, pid, server_now) = open(dsn, &format!("process {}", rec.process));
     shared.pids[rec.process].store(pid, Ordering::Relaxed);
@@ -1159,6 +1161,8 @@ fn run_history(jobs: u64, faults: u64, sabotage: bool) -> (Report, Vec<String>) 
              CREATE ROLE history_worker LOGIN;   GRANT jobs_worker TO history_worker;
              CREATE ROLE history_producer LOGIN; GRANT jobs_client TO history_producer;
              CREATE ROLE history_admin LOGIN;    GRANT jobs_admin TO history_admin;
+             -- The admin also ends workers' and producers' backends (none is a superuser).
+             GRANT pg_signal_backend TO history_admin;
              SELECT jobs_create_queue('{QUEUE}', lease => '500 milliseconds',
                                       max_attempts => {MAX_ATTEMPTS}, backoff_base => '10 milliseconds',
                                       backoff_max => '100 milliseconds', jitter => 0.1);"

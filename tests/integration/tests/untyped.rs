@@ -186,3 +186,56 @@ fn a_worker_loop_runs_with_untyped_parameters() {
     );
     assert_eq!(succeeded, 3);
 }
+
+#[test]
+fn an_idempotency_middleware_runs_with_untyped_parameters() {
+    let mut client = Cluster::shared().connect();
+    let key = format!("untyped-{}", std::process::id());
+    let saved = untyped(
+        &mut client,
+        "SELECT outcome, token::text FROM jobs_idempotency_save($1, $2, $3, $4, $5, $6, $7)",
+        &[
+            &key,
+            "pending",
+            "null",
+            "24 hours",
+            "shop",
+            "sha256:abc",
+            "30 seconds",
+        ],
+    );
+    assert_eq!(saved[0][0].as_deref(), Some("created"));
+    let token = saved[0][1].clone().unwrap();
+    let updated = untyped(
+        &mut client,
+        "SELECT jobs_idempotency_update($1, $2, $3, ttl => $4, scope => $5, token => $6)",
+        &[
+            &key,
+            "completed",
+            r#"{"status": 201}"#,
+            "1 hour",
+            "shop",
+            &token,
+        ],
+    );
+    assert_eq!(updated[0][0].as_deref(), Some("updated"));
+    let got = untyped(
+        &mut client,
+        "SELECT status, response::text, fingerprint FROM jobs_idempotency_get($1, $2)",
+        &[&key, "shop"],
+    );
+    assert_eq!(
+        got,
+        vec![vec![
+            Some("completed".to_owned()),
+            Some(r#"{"status": 201}"#.to_owned()),
+            Some("sha256:abc".to_owned()),
+        ]]
+    );
+    let deleted = untyped(
+        &mut client,
+        "SELECT jobs_idempotency_delete($1, $2, $3)::text",
+        &[&key, "shop", &token],
+    );
+    assert_eq!(deleted[0][0].as_deref(), Some("true"));
+}

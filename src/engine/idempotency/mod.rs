@@ -1,0 +1,331 @@
+//! Idempotency records: request-level idempotency for HTTP middleware (README "Idempotency
+//! records"). Per key, a `pending` record while a request runs and its stored response once it
+//! finished, so a retried request gets the first answer instead of running twice.
+//!
+//! A record is named by (tenant, scope, key), three columns of one primary key, so no scope and
+//! key can name another pair's record. [`save`] takes a key in one statement (two concurrent
+//! saves never both win) and mints a token; [`update`] and [`delete`] present it, so the holder
+//! of a record that another save took over changes nothing. Every time decision uses the
+//! server's clock at the call (Rule 10): an expired record is absent to every function before
+//! the background worker's [`purge_expired`] deletes it.
+
+use pgrx::datum::{Interval, TimestampWithTimeZone};
+use pgrx::pg_sys::{self, INT4OID, INTERVALOID, JSONBOID, TEXTOID, TIMESTAMPTZOID, UUIDOID};
+use pgrx::spi::SpiClient;
+use pgrx::Uuid;
+
+// Tokens fence, as leases do, and are no secret (whoever may read the record sees it): the
+// claim's fast generator, seeded from the strong random source, serves them too.
+use crate::engine::claim::token::lease_token;
+use crate::engine::tenants::TenantScope;
+use crate::pg::clock::server_now;
+use crate::pg::datum::{IdempotencyRecordRow, IdempotencySavedRow, Jsonb};
+use crate::pg::errors::{
+    quote, raise_with_hint, BAD_ARGUMENT, IDEMPOTENCY_CONFLICT, IDEMPOTENCY_MISMATCH,
+};
+use crate::storage::{param, timestamptz_arg, with_client, Statement};
+
+static SAVE: Statement = Statement {
+    name: "idempotency/save",
+    sql: include_str!("save.sql"),
+    params: &[
+        param("tenant", TEXTOID),
+        param("scope", TEXTOID),
+        param("key", TEXTOID),
+        param("status", TEXTOID),
+        param("response", JSONBOID),
+        param("ttl", INTERVALOID),
+        param("fingerprint", TEXTOID),
+        param("pending_for", INTERVALOID),
+        param("now", TIMESTAMPTZOID),
+        param("token", UUIDOID),
+    ],
+    columns: &["saved"],
+};
+
+static HELD: Statement = Statement {
+    name: "idempotency/held",
+    sql: include_str!("held.sql"),
+    params: &[
+        param("tenant", TEXTOID),
+        param("scope", TEXTOID),
+        param("key", TEXTOID),
+    ],
+    columns: &["status", "pending_until", "expires_at"],
+};
+
+static GET: Statement = Statement {
+    name: "idempotency/get",
+    sql: include_str!("get.sql"),
+    params: &[
+        param("tenant", TEXTOID),
+        param("scope", TEXTOID),
+        param("key", TEXTOID),
+        param("now", TIMESTAMPTZOID),
+    ],
+    columns: &["record"],
+};
+
+static UPDATE: Statement = Statement {
+    name: "idempotency/update",
+    sql: include_str!("update.sql"),
+    params: &[
+        param("tenant", TEXTOID),
+        param("scope", TEXTOID),
+        param("key", TEXTOID),
+        param("token", UUIDOID),
+        param("status", TEXTOID),
+        param("response", JSONBOID),
+        param("ttl", INTERVALOID),
+        param("now", TIMESTAMPTZOID),
+    ],
+    columns: &[],
+};
+
+static DELETE: Statement = Statement {
+    name: "idempotency/delete",
+    sql: include_str!("delete.sql"),
+    params: &[
+        param("tenant", TEXTOID),
+        param("scope", TEXTOID),
+        param("key", TEXTOID),
+        param("token", UUIDOID),
+        param("now", TIMESTAMPTZOID),
+    ],
+    columns: &["live"],
+};
+
+static PURGE: Statement = Statement {
+    name: "idempotency/purge",
+    sql: include_str!("purge.sql"),
+    params: &[param("now", TIMESTAMPTZOID), param("batch size", INT4OID)],
+    columns: &[],
+};
+
+/// Expired records one purge statement deletes at most.
+pub const PURGE_BATCH: usize = 10_000;
+/// Purge statements per tick at most, while each finds a full batch: at most 50,000 records a
+/// tick, so a tick stays short however many records expired at once.
+pub const PURGE_BATCHES_PER_TICK: usize = 5;
+
+/// The statuses a record can have: `pending` while its request runs, then a finished one.
+pub const STATUSES: [&str; 3] = ["pending", "completed", "failed"];
+
+/// The status of a request that is still running.
+pub const PENDING: &str = "pending";
+
+/// The name of one record: the tenant it belongs to, the scope and the key.
+pub struct RecordKey<'a> {
+    /// The tenant (`""` for records without one).
+    tenant: String,
+    /// The scope (`""` for the default scope).
+    scope: &'a str,
+    /// The key.
+    key: &'a str,
+}
+
+impl<'a> RecordKey<'a> {
+    /// The record `key` in `scope` (NULL and `''` are the default scope) of the caller's
+    /// tenant: the one tenant `scope` names, or none. Several tenants name no single record.
+    pub fn new(tenants: &TenantScope, scope: Option<&'a str>, key: &'a str) -> RecordKey<'a> {
+        let tenant = match tenants {
+            TenantScope::Tenants(tenants) if tenants.len() == 1 => tenants[0].clone(),
+            TenantScope::Tenants(tenants) => raise_with_hint(
+                BAD_ARGUMENT,
+                format!(
+                    "an idempotency record belongs to one tenant, and pg_jobs.tenant names several ({})",
+                    tenants.join(", ")
+                ),
+                "SET pg_jobs.tenant to the one tenant whose records this session reads and writes.",
+            ),
+            TenantScope::All | TenantScope::Untenanted => String::new(),
+        };
+        RecordKey {
+            tenant,
+            scope: scope.unwrap_or(""),
+            key,
+        }
+    }
+
+    /// The key and its scope, for messages.
+    fn describe(&self) -> String {
+        if self.scope.is_empty() {
+            format!("idempotency key {}", quote(self.key))
+        } else {
+            format!(
+                "idempotency key {} in scope {}",
+                quote(self.key),
+                quote(self.scope)
+            )
+        }
+    }
+}
+
+/// What a save asks for, checked.
+pub struct NewRecord {
+    /// One of [`STATUSES`].
+    pub status: String,
+    /// The stored response, if any.
+    pub response: Option<Jsonb>,
+    /// How long the record lives, exactly (no months or days).
+    pub ttl: Interval,
+    /// What identifies the request, if given.
+    pub fingerprint: Option<String>,
+    /// After how long without an update a pending record may be taken over, exactly.
+    pub pending_for: Option<Interval>,
+}
+
+/// Takes `key` for `record` and returns how it took it (`created`, `replaced`,
+/// `replaced_expired` or `taken_over`), the token that [`update`] and [`delete`] present, and
+/// the expiry, as a row of `jobs.idempotency_saved`; or raises the idempotency conflict (a live
+/// pending record) or mismatch (a finished record saved with another fingerprint) SQLSTATE.
+pub fn save(key: &RecordKey<'_>, record: &NewRecord) -> IdempotencySavedRow {
+    let now = server_now();
+    // SAFETY: reading the current context pointer (the caller's, which outlives SPI).
+    let context = unsafe { pg_sys::CurrentMemoryContext };
+    with_client(|client| {
+        let rows = SAVE.run(
+            client,
+            &[
+                key.tenant.as_str().into(),
+                key.scope.into(),
+                key.key.into(),
+                record.status.as_str().into(),
+                record.response.into(),
+                record.ttl.into(),
+                record.fingerprint.as_deref().into(),
+                record.pending_for.into(),
+                timestamptz_arg(now),
+                lease_token().into(),
+            ],
+        );
+        if let Some(saved) = rows.first().and_then(|row| row.get_in("saved", context)) {
+            return saved;
+        }
+        refuse(client, key)
+    })
+}
+
+/// Raises the reason why the record of `key`, which a save just failed to take (and locked),
+/// keeps its key.
+fn refuse(client: &SpiClient<'_>, key: &RecordKey<'_>) -> ! {
+    let rows = HELD.run(
+        client,
+        &[key.tenant.as_str().into(), key.scope.into(), key.key.into()],
+    );
+    let row = rows
+        .first()
+        .expect("a record a save found in its way stays locked until the transaction ends");
+    let status: String = row.expect("status");
+    if status == PENDING {
+        let until: Option<TimestampWithTimeZone> = row.get("pending_until");
+        let expires_at: TimestampWithTimeZone = row.expect("expires_at");
+        let free_at = match until {
+            Some(until) => format!("it can be taken over from {until} if no update comes first"),
+            None => {
+                format!("it holds the key until it is updated, deleted or expires at {expires_at}")
+            }
+        };
+        raise_with_hint(
+            IDEMPOTENCY_CONFLICT,
+            format!(
+                "{} is pending: a request with this key is still in flight ({free_at})",
+                key.describe()
+            ),
+            "Answer 409 Conflict and let the client retry the request later.",
+        );
+    }
+    raise_with_hint(
+        IDEMPOTENCY_MISMATCH,
+        format!(
+            "{} was used for a different request: its {status} record was saved with a different fingerprint",
+            key.describe()
+        ),
+        "Answer 422 Unprocessable Content: a new request needs a new idempotency key.",
+    );
+}
+
+/// The live record of `key` as a row of `jobs.idempotency_record`, if any: an expired record
+/// is absent.
+pub fn get(key: &RecordKey<'_>) -> Option<IdempotencyRecordRow> {
+    // SAFETY: reading the current context pointer (the caller's, which outlives SPI).
+    let context = unsafe { pg_sys::CurrentMemoryContext };
+    with_client(|client| {
+        let rows = GET.run(
+            client,
+            &[
+                key.tenant.as_str().into(),
+                key.scope.into(),
+                key.key.into(),
+                timestamptz_arg(server_now()),
+            ],
+        );
+        rows.first().and_then(|row| row.get_in("record", context))
+    })
+}
+
+/// Sets the status and response of the live record of `key` that holds `token`, and its expiry
+/// to now + `ttl` when given. Answers whether there was such a record: false when another save
+/// took the key over, or the record expired or was deleted.
+pub fn update(
+    key: &RecordKey<'_>,
+    token: Uuid,
+    status: &str,
+    response: Option<Jsonb>,
+    ttl: Option<Interval>,
+) -> bool {
+    with_client(|client| {
+        !UPDATE
+            .run(
+                client,
+                &[
+                    key.tenant.as_str().into(),
+                    key.scope.into(),
+                    key.key.into(),
+                    token.into(),
+                    status.into(),
+                    response.into(),
+                    ttl.into(),
+                    timestamptz_arg(server_now()),
+                ],
+            )
+            .is_empty()
+    })
+}
+
+/// Deletes the record of `key` (only if it holds `token`, when given). Answers whether a live
+/// record was deleted.
+pub fn delete(key: &RecordKey<'_>, token: Option<Uuid>) -> bool {
+    with_client(|client| {
+        DELETE
+            .first::<bool>(
+                client,
+                &[
+                    key.tenant.as_str().into(),
+                    key.scope.into(),
+                    key.key.into(),
+                    token.into(),
+                    timestamptz_arg(server_now()),
+                ],
+                "live",
+            )
+            .unwrap_or(false)
+    })
+}
+
+/// One tick's purge: deletes expired records, every tenant's, up to [`PURGE_BATCH`] per
+/// statement and [`PURGE_BATCHES_PER_TICK`] statements. Returns how many it deleted.
+pub fn purge_expired(client: &SpiClient<'_>) -> usize {
+    let now = server_now();
+    let mut purged = 0;
+    for _ in 0..PURGE_BATCHES_PER_TICK {
+        let deleted = PURGE
+            .run(client, &[timestamptz_arg(now), (PURGE_BATCH as i32).into()])
+            .len();
+        purged += deleted;
+        if deleted < PURGE_BATCH {
+            break;
+        }
+    }
+    purged
+}

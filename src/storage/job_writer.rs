@@ -1,0 +1,596 @@
+//! Inserting plain jobs (no unique key) into `jobs.job` without the executor: the session
+//! keeps what the executor would rebuild for every statement (the column defaults and check
+//! constraints compiled, every index's description with its predicate and expressions
+//! compiled), and an enqueue forms the rows, inserts them into the heap (many rows at once
+//! through the table's multi-insert, one WAL record per page) and into each index.
+//!
+//! It does what `INSERT INTO jobs.job ... SELECT ... FROM jobs.queue` did, no less: the queue
+//! row is read under a fresh snapshot (so a drop that committed while the caller waited for the
+//! queue lock is seen), every column default is evaluated (the id from its identity sequence),
+//! check constraints and NOT NULL are enforced, and partial indexes get only the rows their
+//! predicate admits. Where the executor would do more than that (the table has triggers, or
+//! row-level security applies to the function's owner), [`JobWriter::insert`] answers `None`
+//! and the caller runs its SQL statement instead.
+//!
+//! What is kept is dropped when PostgreSQL invalidates the relcache entry of `jobs.job`,
+//! `jobs.queue` or any of their indexes (an upgrade, a new index, `ALTER TABLE`), and rebuilt
+//! on next use.
+
+use std::cell::{Cell, RefCell};
+use std::ffi::CStr;
+
+use pgrx::pg_sys::{self, Datum, Oid};
+use pgrx::{IntoDatum, PgTupleDesc};
+
+use crate::pg::version;
+
+/// The columns of `jobs.job` an enqueue sets; the others take their defaults.
+#[derive(Clone, Copy)]
+enum Column {
+    Queue,
+    Kind,
+    Payload,
+    Headers,
+    Priority,
+    RunAt,
+    MaxAttempts,
+    Tenant,
+    GroupKey,
+}
+
+/// Each column an enqueue sets, with its name and the type it must have.
+const SET_COLUMNS: [(Column, &CStr, Oid); 9] = [
+    (Column::Queue, c"queue", pg_sys::TEXTOID),
+    (Column::Kind, c"kind", pg_sys::TEXTOID),
+    (Column::Payload, c"payload", pg_sys::JSONBOID),
+    (Column::Headers, c"headers", pg_sys::JSONBOID),
+    (Column::Priority, c"priority", pg_sys::INT2OID),
+    (Column::RunAt, c"run_at", pg_sys::TIMESTAMPTZOID),
+    (Column::MaxAttempts, c"max_attempts", pg_sys::INT4OID),
+    (Column::Tenant, c"tenant", pg_sys::TEXTOID),
+    (Column::GroupKey, c"group_key", pg_sys::TEXTOID),
+];
+
+/// The jobs of one enqueue call: what they share, and one payload (and group) each.
+pub struct NewJobs<'a> {
+    /// The queue.
+    pub queue: &'a str,
+    /// The kind of every job.
+    pub kind: &'a str,
+    /// The payload of each job (jsonb datums, valid for the call).
+    pub payloads: &'a [Datum],
+    /// The headers of every job (a jsonb datum), if any.
+    pub headers: Option<Datum>,
+    /// The priority of every job.
+    pub priority: i16,
+    /// When every job becomes due.
+    pub run_at: pg_sys::TimestampTz,
+    /// Attempts of every job; `None` takes the queue's setting.
+    pub max_attempts: Option<i32>,
+    /// The tenant of every job, if any.
+    pub tenant: Option<&'a str>,
+    /// The group of each job (one per payload), if any.
+    pub group_keys: &'a [Option<&'a str>],
+}
+
+/// What an insert found.
+pub enum Inserted {
+    /// The ids of the new jobs, in payload order.
+    Ids(Vec<i64>),
+    /// The queue does not exist (nothing was inserted).
+    UnknownQueue,
+}
+
+/// An index of `jobs.job`, as the session keeps it.
+struct KeptIndex {
+    oid: Oid,
+    /// BuildIndexInfo's description, with the predicate and expressions compiled.
+    info: *mut pg_sys::IndexInfo,
+}
+
+/// What the session keeps to write `jobs.job`, in a memory context of its own.
+struct Kept {
+    context: pg_sys::MemoryContext,
+    job: Oid,
+    queue: Oid,
+    queue_pkey: Oid,
+    /// Attribute numbers (1-based) of jobs.queue's `name` and `max_attempts`, and the
+    /// collation of `name` (its primary key's).
+    queue_name: i16,
+    queue_name_collation: Oid,
+    queue_max_attempts: i16,
+    /// Attribute number of each column an enqueue sets, in [`SET_COLUMNS`] order.
+    set: [i16; 9],
+    /// Attribute number of `id`.
+    id: i16,
+    natts: usize,
+    /// A copy of the table's row type, not reference counted: the slots of an insert use it
+    /// without pinning the relcache's (a resource-owner entry per slot).
+    row_type: pg_sys::TupleDesc,
+    /// The other columns' defaults: (attribute number, compiled expression).
+    defaults: Vec<(i16, *mut pg_sys::ExprState)>,
+    /// Columns that must not be NULL (attribute numbers).
+    not_null: Vec<i16>,
+    /// The table's check constraints, compiled, with their names.
+    checks: Vec<(String, *mut pg_sys::ExprState)>,
+    indexes: Vec<KeptIndex>,
+}
+
+thread_local! {
+    static KEPT: RefCell<Option<Kept>> = const { RefCell::new(None) };
+    /// Set by the relcache callback: what is kept must be rebuilt before next use.
+    static STALE: Cell<bool> = const { Cell::new(false) };
+    static CALLBACK_REGISTERED: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Called by PostgreSQL when a relcache entry is invalidated (`relid` 0: all of them).
+#[pgrx::pg_guard]
+unsafe extern "C-unwind" fn relcache_invalidated(_arg: Datum, relid: Oid) {
+    let ours = KEPT.with(|kept| {
+        kept.borrow().as_ref().is_none_or(|k| {
+            relid == pg_sys::InvalidOid
+                || relid == k.job
+                || relid == k.queue
+                || relid == k.queue_pkey
+                || k.indexes.iter().any(|i| i.oid == relid)
+        })
+    });
+    if ours {
+        STALE.with(|s| s.set(true));
+    }
+}
+
+/// Inserts jobs into `jobs.job` the way the session keeps ready.
+pub struct JobWriter;
+
+impl JobWriter {
+    /// Inserts `jobs`; `None` when this path cannot stand in for the SQL statement here (the
+    /// caller then runs the statement).
+    ///
+    /// # Safety
+    /// Inside a transaction, with the queue lock held (shared) as the enqueue statements
+    /// require; the datums in `jobs` are valid for the call.
+    pub unsafe fn insert(jobs: &NewJobs<'_>) -> Option<Inserted> {
+        debug_assert_eq!(jobs.payloads.len(), jobs.group_keys.len());
+        if !CALLBACK_REGISTERED.with(Cell::get) {
+            // SAFETY: a plain function registered once per backend.
+            unsafe { crate::pg::version::register_relcache_callback(relcache_invalidated) };
+            CALLBACK_REGISTERED.with(|c| c.set(true));
+        }
+        if STALE.with(|s| s.replace(false)) {
+            forget();
+        }
+        let built = KEPT.with(|kept| kept.borrow().is_some()) || {
+            // SAFETY: inside a transaction, as build requires.
+            let fresh = unsafe { build() };
+            let ok = fresh.is_some();
+            KEPT.with(|kept| *kept.borrow_mut() = fresh);
+            ok
+        };
+        if !built {
+            return None;
+        }
+        KEPT.with(|kept| {
+            let kept = kept.borrow();
+            let kept = kept.as_ref().expect("built above");
+            // SAFETY: as this function requires; `kept` matches the current relcache.
+            unsafe { insert_with(kept, jobs) }
+        })
+    }
+}
+
+/// Drops what the session keeps.
+fn forget() {
+    if let Some(kept) = KEPT.with(|kept| kept.borrow_mut().take()) {
+        // SAFETY: everything kept lives in this context, which nothing else references.
+        unsafe { pg_sys::MemoryContextDelete(kept.context) };
+    }
+}
+
+/// The attributes of the open relation `rel` (its tuple descriptor lives while it is open).
+unsafe fn attributes<'a>(rel: pg_sys::Relation) -> PgTupleDesc<'a> {
+    // SAFETY: the relcache's descriptor, not reference counted by us.
+    unsafe { PgTupleDesc::from_pg_unchecked((*rel).rd_att) }
+}
+
+/// Column `name` of `rel` if it has type `type_oid`: its attribute number and collation.
+unsafe fn attribute(rel: pg_sys::Relation, name: &CStr, type_oid: Oid) -> Option<(i16, Oid)> {
+    // SAFETY: an open relation, as attributes requires.
+    let desc = unsafe { attributes(rel) };
+    desc.iter()
+        // SAFETY: attname is a NUL-terminated NameData.
+        .find(|a| !a.attisdropped && unsafe { CStr::from_ptr(a.attname.data.as_ptr()) } == name)
+        .filter(|a| a.atttypid == type_oid)
+        .map(|a| (a.attnum, a.attcollation))
+}
+
+/// Compiles `expr` (planned first, as the executor does) in the current memory context.
+unsafe fn compile(expr: *mut pg_sys::Expr) -> *mut pg_sys::ExprState {
+    // SAFETY: a valid expression tree; the state needs no parent plan.
+    unsafe { pg_sys::ExecInitExpr(pg_sys::expression_planner(expr), std::ptr::null_mut()) }
+}
+
+/// Builds what the session keeps, or `None` when the direct path does not apply (no such
+/// tables, columns of other types, triggers, row-level security for the owner).
+unsafe fn build() -> Option<Kept> {
+    // SAFETY: catalog lookups and relcache reads inside a transaction; every allocation is in
+    // the new context, switched to for the duration.
+    unsafe {
+        let namespace = pg_sys::get_namespace_oid(c"jobs".as_ptr(), true);
+        if namespace == pg_sys::InvalidOid {
+            return None;
+        }
+        let job = pg_sys::get_relname_relid(c"job".as_ptr(), namespace);
+        let queue = pg_sys::get_relname_relid(c"queue".as_ptr(), namespace);
+        if job == pg_sys::InvalidOid || queue == pg_sys::InvalidOid {
+            return None;
+        }
+        let context = pg_sys::AllocSetContextCreateInternal(
+            pg_sys::CacheMemoryContext,
+            c"pg_jobs job writer".as_ptr(),
+            pg_sys::ALLOCSET_SMALL_MINSIZE as usize,
+            pg_sys::ALLOCSET_SMALL_INITSIZE as usize,
+            pg_sys::ALLOCSET_DEFAULT_MAXSIZE as usize,
+        );
+        let previous = pg_sys::MemoryContextSwitchTo(context);
+        let kept = build_in(context, job, queue);
+        pg_sys::MemoryContextSwitchTo(previous);
+        if kept.is_none() {
+            pg_sys::MemoryContextDelete(context);
+        }
+        kept
+    }
+}
+
+/// [`build`], in the kept context.
+unsafe fn build_in(context: pg_sys::MemoryContext, job: Oid, queue: Oid) -> Option<Kept> {
+    // SAFETY: as build; relations are opened and closed here, keeping their locks until the
+    // transaction ends.
+    unsafe {
+        let queue_rel = pg_sys::table_open(queue, pg_sys::AccessShareLock as i32);
+        pg_sys::list_free(pg_sys::RelationGetIndexList(queue_rel));
+        let queue_pkey = (*queue_rel).rd_pkindex;
+        let queue_name = attribute(queue_rel, c"name", pg_sys::TEXTOID);
+        let queue_max_attempts = attribute(queue_rel, c"max_attempts", pg_sys::INT4OID);
+        pg_sys::table_close(queue_rel, pg_sys::NoLock as i32);
+        let (Some(queue_name), Some((queue_max_attempts, _))) = (queue_name, queue_max_attempts)
+        else {
+            return None;
+        };
+        if queue_pkey == pg_sys::InvalidOid {
+            return None;
+        }
+
+        let rel = pg_sys::table_open(job, pg_sys::RowExclusiveLock as i32);
+        let queue_columns = QueueColumns {
+            name: queue_name,
+            max_attempts: queue_max_attempts,
+        };
+        let kept = build_for_table(context, rel, job, queue, queue_pkey, queue_columns);
+        pg_sys::table_close(rel, pg_sys::NoLock as i32);
+        kept
+    }
+}
+
+/// Where jobs.queue keeps what an enqueue reads.
+struct QueueColumns {
+    /// `name`: attribute number and collation.
+    name: (i16, Oid),
+    /// `max_attempts`: attribute number.
+    max_attempts: i16,
+}
+
+/// [`build_in`], for the open `jobs.job`.
+unsafe fn build_for_table(
+    context: pg_sys::MemoryContext,
+    rel: pg_sys::Relation,
+    job: Oid,
+    queue: Oid,
+    queue_pkey: Oid,
+    queue_columns: QueueColumns,
+) -> Option<Kept> {
+    // SAFETY: an open relation, as build_in passes.
+    unsafe {
+        if (*(*rel).rd_rel).relkind != pg_sys::RELKIND_RELATION as core::ffi::c_char
+            || !(*rel).trigdesc.is_null()
+        {
+            return None;
+        }
+        let mut set = [0i16; 9];
+        for (slot, (_, name, type_oid)) in set.iter_mut().zip(SET_COLUMNS.iter()) {
+            *slot = attribute(rel, name, *type_oid)?.0;
+        }
+        let id = attribute(rel, c"id", pg_sys::INT8OID)?.0;
+
+        let desc = attributes(rel);
+        let natts = desc.len();
+        let mut defaults = Vec::new();
+        let mut not_null = Vec::new();
+        for attr in desc.iter().filter(|a| !a.attisdropped) {
+            if attr.attgenerated != 0 {
+                return None;
+            }
+            if attr.attnotnull {
+                not_null.push(attr.attnum);
+            }
+            if set.contains(&attr.attnum) {
+                continue;
+            }
+            let default = pg_sys::build_column_default(rel, attr.attnum as i32);
+            if !default.is_null() {
+                defaults.push((attr.attnum, compile(default.cast())));
+            }
+        }
+
+        let mut checks = Vec::new();
+        let constr = (*(*rel).rd_att).constr;
+        if !constr.is_null() {
+            for i in 0..(*constr).num_check as usize {
+                let check = (*constr).check.add(i);
+                let expr = pg_sys::stringToNode((*check).ccbin).cast::<pg_sys::Expr>();
+                let qual = pg_sys::make_ands_implicit(expr);
+                let planned = pg_sys::expression_planner(qual.cast());
+                let state = pg_sys::ExecInitCheck(planned.cast(), std::ptr::null_mut());
+                let name = CStr::from_ptr((*check).ccname)
+                    .to_string_lossy()
+                    .into_owned();
+                checks.push((name, state));
+            }
+        }
+
+        let mut indexes = Vec::new();
+        let list = pg_sys::RelationGetIndexList(rel);
+        let count = if list.is_null() { 0 } else { (*list).length };
+        for i in 0..count {
+            let oid = (*(*list).elements.add(i as usize)).oid_value;
+            let index = pg_sys::index_open(oid, pg_sys::RowExclusiveLock as i32);
+            let info = pg_sys::BuildIndexInfo(index);
+            pg_sys::index_close(index, pg_sys::NoLock as i32);
+            if !(*info).ii_ExclusionOps.is_null() || !(*info).ii_ReadyForInserts {
+                return None;
+            }
+            if !(*info).ii_Predicate.is_null() {
+                let planned = pg_sys::expression_planner((*info).ii_Predicate.cast());
+                (*info).ii_PredicateState =
+                    pg_sys::ExecInitQual(planned.cast(), std::ptr::null_mut());
+            }
+            if !(*info).ii_Expressions.is_null() {
+                let mut states: *mut pg_sys::List = std::ptr::null_mut();
+                let exprs = (*info).ii_Expressions;
+                for e in 0..(*exprs).length {
+                    let expr = (*(*exprs).elements.add(e as usize)).ptr_value;
+                    states = pg_sys::lappend(states, compile(expr.cast()).cast());
+                }
+                (*info).ii_ExpressionsState = states;
+            }
+            indexes.push(KeptIndex { oid, info });
+        }
+        let row_type = pg_sys::CreateTupleDescCopy((*rel).rd_att);
+        Some(Kept {
+            row_type,
+            context,
+            job,
+            queue,
+            queue_pkey,
+            queue_name: queue_columns.name.0,
+            queue_name_collation: queue_columns.name.1,
+            queue_max_attempts: queue_columns.max_attempts,
+            set,
+            id,
+            natts,
+            defaults,
+            not_null,
+            checks,
+            indexes,
+        })
+    }
+}
+
+/// The queue's `max_attempts`, read under a fresh snapshot; `None` when it does not exist.
+unsafe fn queue_max_attempts(kept: &Kept, queue: &str) -> Option<i32> {
+    // SAFETY: an index scan of jobs.queue by its primary key under a registered snapshot; the
+    // tuple is read before the scan ends.
+    unsafe {
+        let rel = pg_sys::table_open(kept.queue, pg_sys::AccessShareLock as i32);
+        let snapshot = pg_sys::RegisterSnapshot(pg_sys::GetTransactionSnapshot());
+        let mut key: pg_sys::ScanKeyData = std::mem::zeroed();
+        pg_sys::ScanKeyInit(
+            &mut key,
+            kept.queue_name,
+            pg_sys::BTEqualStrategyNumber as u16,
+            pg_sys::F_TEXTEQ.into(),
+            queue.into_datum().expect("text"),
+        );
+        // The primary key orders names by the column's collation: so must the scan.
+        key.sk_collation = kept.queue_name_collation;
+        let scan = pg_sys::systable_beginscan(rel, kept.queue_pkey, true, snapshot, 1, &mut key);
+        let tuple = pg_sys::systable_getnext(scan);
+        let found = (!tuple.is_null()).then(|| {
+            let desc = (*rel).rd_att;
+            let natts = (*desc).natts as usize;
+            let mut values = vec![Datum::from(0); natts];
+            let mut nulls = vec![false; natts];
+            pg_sys::heap_deform_tuple(tuple, desc, values.as_mut_ptr(), nulls.as_mut_ptr());
+            let at = kept.queue_max_attempts as usize - 1;
+            values[at].value() as i32
+        });
+        pg_sys::systable_endscan(scan);
+        pg_sys::UnregisterSnapshot(snapshot);
+        pg_sys::table_close(rel, pg_sys::NoLock as i32);
+        found
+    }
+}
+
+/// Evaluates `state` in `econtext`.
+unsafe fn evaluate(
+    state: *mut pg_sys::ExprState,
+    econtext: *mut pg_sys::ExprContext,
+) -> (Datum, bool) {
+    let mut is_null = false;
+    // SAFETY: a compiled expression and a live context.
+    let value = unsafe {
+        ((*state).evalfunc.expect("a compiled expression"))(state, econtext, &mut is_null)
+    };
+    (value, is_null)
+}
+
+/// The insert itself.
+unsafe fn insert_with(kept: &Kept, jobs: &NewJobs<'_>) -> Option<Inserted> {
+    // SAFETY: as JobWriter::insert requires; every allocation is in the executor state's
+    // memory, freed at the end (the ids are copied out first).
+    unsafe {
+        let rel = pg_sys::table_open(kept.job, pg_sys::RowExclusiveLock as i32);
+        if pg_sys::check_enable_rls(kept.job, pg_sys::InvalidOid, true)
+            == pg_sys::CheckEnableRlsResult::RLS_ENABLED as i32
+        {
+            pg_sys::table_close(rel, pg_sys::NoLock as i32);
+            return None;
+        }
+        let Some(queue_attempts) = queue_max_attempts(kept, jobs.queue) else {
+            pg_sys::table_close(rel, pg_sys::NoLock as i32);
+            return Some(Inserted::UnknownQueue);
+        };
+
+        let estate = pg_sys::CreateExecutorState();
+        let previous = pg_sys::MemoryContextSwitchTo((*estate).es_query_cxt);
+        let econtext = pg_sys::MakePerTupleExprContext(estate);
+
+        let shared_values = |column: Column| -> (Datum, bool) {
+            match column {
+                Column::Queue => (jobs.queue.into_datum().expect("text"), false),
+                Column::Kind => (jobs.kind.into_datum().expect("text"), false),
+                Column::Headers => jobs.headers.map_or((Datum::from(0), true), |h| (h, false)),
+                Column::Priority => (Datum::from(jobs.priority), false),
+                Column::RunAt => (Datum::from(jobs.run_at), false),
+                Column::MaxAttempts => (
+                    Datum::from(jobs.max_attempts.unwrap_or(queue_attempts)),
+                    false,
+                ),
+                Column::Tenant => jobs.tenant.map_or((Datum::from(0), true), |t| {
+                    (t.into_datum().expect("text"), false)
+                }),
+                Column::Payload | Column::GroupKey => (Datum::from(0), true),
+            }
+        };
+        let shared: Vec<(Datum, bool)> = SET_COLUMNS
+            .iter()
+            .map(|(c, _, _)| shared_values(*c))
+            .collect();
+
+        let mut slots: Vec<*mut pg_sys::TupleTableSlot> = Vec::with_capacity(jobs.payloads.len());
+        let slot_ops = std::ptr::addr_of!(pg_sys::TTSOpsHeapTuple);
+        let mut ids = Vec::with_capacity(jobs.payloads.len());
+        for (payload, group_key) in jobs.payloads.iter().zip(jobs.group_keys) {
+            // A new slot is empty: fill its arrays, then store them as a virtual tuple. It
+            // lives in the executor state's memory, freed with it.
+            let slot = pg_sys::MakeTupleTableSlot(kept.row_type, slot_ops);
+            let values = std::slice::from_raw_parts_mut((*slot).tts_values, kept.natts);
+            let nulls = std::slice::from_raw_parts_mut((*slot).tts_isnull, kept.natts);
+            nulls.fill(true);
+            for ((column, _, _), (attnum, value)) in
+                SET_COLUMNS.iter().zip(kept.set.iter().zip(&shared))
+            {
+                let at = *attnum as usize - 1;
+                let (datum, is_null) = match column {
+                    Column::Payload => (*payload, false),
+                    Column::GroupKey => group_key.map_or((Datum::from(0), true), |g| {
+                        (g.into_datum().expect("text"), false)
+                    }),
+                    _ => *value,
+                };
+                values[at] = datum;
+                nulls[at] = is_null;
+            }
+            for (attnum, state) in &kept.defaults {
+                let (datum, is_null) = evaluate(*state, econtext);
+                values[*attnum as usize - 1] = datum;
+                nulls[*attnum as usize - 1] = is_null;
+            }
+            pg_sys::ExecStoreVirtualTuple(slot);
+            check_row(kept, slot, econtext);
+            ids.push(values[kept.id as usize - 1].value() as i64);
+            slots.push(slot);
+        }
+
+        let command = pg_sys::GetCurrentCommandId(true);
+        let table_am = (*rel).rd_tableam;
+        if let [slot] = slots[..] {
+            ((*table_am).tuple_insert.expect("a table access method"))(
+                rel,
+                slot,
+                command,
+                0,
+                std::ptr::null_mut(),
+            );
+        } else if !slots.is_empty() {
+            ((*table_am).multi_insert.expect("a table access method"))(
+                rel,
+                slots.as_mut_ptr(),
+                slots.len() as i32,
+                command,
+                0,
+                std::ptr::null_mut(),
+            );
+        }
+
+        // The indexes, opened for this transaction, with the descriptions the session keeps.
+        let result = pg_sys::palloc0(std::mem::size_of::<pg_sys::ResultRelInfo>())
+            .cast::<pg_sys::ResultRelInfo>();
+        (*result).type_ = pg_sys::NodeTag::T_ResultRelInfo;
+        (*result).ri_RelationDesc = rel;
+        let count = kept.indexes.len();
+        let descs = pg_sys::palloc(count.max(1) * std::mem::size_of::<pg_sys::Relation>())
+            .cast::<pg_sys::Relation>();
+        let infos = pg_sys::palloc(count.max(1) * std::mem::size_of::<*mut pg_sys::IndexInfo>())
+            .cast::<*mut pg_sys::IndexInfo>();
+        for (i, index) in kept.indexes.iter().enumerate() {
+            *descs.add(i) = pg_sys::index_open(index.oid, pg_sys::RowExclusiveLock as i32);
+            *infos.add(i) = index.info;
+        }
+        (*result).ri_NumIndices = count as i32;
+        (*result).ri_IndexRelationDescs = descs;
+        (*result).ri_IndexRelationInfo = infos;
+        for slot in &slots {
+            let recheck = version::insert_index_entries(result, *slot, estate);
+            pg_sys::list_free(recheck);
+            pg_sys::MemoryContextReset((*econtext).ecxt_per_tuple_memory);
+        }
+        for i in 0..count {
+            pg_sys::index_close(*descs.add(i), pg_sys::NoLock as i32);
+        }
+
+        pg_sys::MemoryContextSwitchTo(previous);
+        pg_sys::FreeExecutorState(estate);
+        pg_sys::table_close(rel, pg_sys::NoLock as i32);
+        Some(Inserted::Ids(ids))
+    }
+}
+
+/// Raises the executor's errors for a row that breaks NOT NULL or a check constraint.
+unsafe fn check_row(
+    kept: &Kept,
+    slot: *mut pg_sys::TupleTableSlot,
+    econtext: *mut pg_sys::ExprContext,
+) {
+    // SAFETY: a virtual tuple of jobs.job in `slot`; the check states were compiled for it.
+    unsafe {
+        for attnum in &kept.not_null {
+            if *(*slot).tts_isnull.add(*attnum as usize - 1) {
+                crate::pg::errors::raise(
+                    pgrx::PgSqlErrorCode::ERRCODE_NOT_NULL_VIOLATION,
+                    format!("a job's column number {attnum} may not be NULL"),
+                );
+            }
+        }
+        (*econtext).ecxt_scantuple = slot;
+        for (name, state) in &kept.checks {
+            let (value, is_null) = evaluate(*state, econtext);
+            if !is_null && value.value() == 0 {
+                crate::pg::errors::raise(
+                    pgrx::PgSqlErrorCode::ERRCODE_CHECK_VIOLATION,
+                    format!("new row for relation \"job\" violates check constraint \"{name}\""),
+                );
+            }
+        }
+    }
+}
