@@ -186,8 +186,7 @@ CREATE TABLE jobs.tenant_grant (
 COMMENT ON TABLE jobs.tenant_grant IS 'pg_jobs: the tenants each role may act for; change them with jobs_grant_tenant and jobs_revoke_tenant';
 SELECT pg_catalog.pg_extension_config_dump('jobs.tenant_grant', '');
 
--- ==== Idempotency records (issue 13) ============================================================
--- Request-level idempotency for HTTP middleware: per (tenant, scope, key), a pending record
+-- ==== Idempotency records (issue 13) =====================================================-- Request-level idempotency for HTTP middleware: per (tenant, scope, key), a pending record
 -- while a request runs, then its stored response. The functions jobs_idempotency_get, _save,
 -- _update and _delete are the only writers; the background worker purges expired records.
 --
@@ -247,3 +246,79 @@ CREATE TYPE jobs.idempotency_record AS (
     expires_at  timestamptz
 );
 -- ==== end of idempotency records ==================================================================
+-- ---------------------------------------------------------------------------------------------
+-- Schedules (pg_jobs issue 12): cron schedules whose slots the background worker enqueues,
+-- each slot exactly once. Changed only through jobs_schedule / jobs_unschedule and the
+-- worker's runs; read through the view jobs.schedules.
+-- ---------------------------------------------------------------------------------------------
+CREATE TABLE jobs.schedule (
+    name         text PRIMARY KEY
+                 CHECK (pg_catalog.octet_length(name) OPERATOR(pg_catalog.>=) 1
+                        AND pg_catalog.octet_length(name) OPERATOR(pg_catalog.<=) 255),
+    cron         text NOT NULL,
+    timezone     text NOT NULL,
+    -- The worker must always find the queue it enqueues into: jobs_drop_queue refuses while a
+    -- schedule names the queue (with a hint), and the key is the last line of defence.
+    queue        text COLLATE pg_catalog."C" NOT NULL REFERENCES jobs.queue (name),
+    payload      jsonb NOT NULL,
+    kind         text NOT NULL,
+    headers      jsonb,
+    priority     smallint NOT NULL,
+    max_attempts integer
+                 CHECK (max_attempts OPERATOR(pg_catalog.>=) 1
+                        AND max_attempts OPERATOR(pg_catalog.<=) 10000),
+    catch_up     text NOT NULL
+                 CHECK (catch_up OPERATOR(pg_catalog.=) ANY (ARRAY['latest', 'none', 'all'])),
+    enabled      boolean NOT NULL,
+    created_at   timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    updated_at   timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    -- Progress: the first slot not handled yet (NULL: the expression has no later slot), and
+    -- the last slot enqueued with its job. The worker advances them in the transaction that
+    -- enqueues the slots' jobs. Last in the row, as jobs.job keeps what changes: an update on
+    -- the same page then logs only the changed tail of the row.
+    next_slot    timestamptz,
+    last_slot    timestamptz,
+    last_job     bigint
+)
+-- Every fire writes a new version of the row (its progress); room on the page keeps it there.
+WITH (fillfactor = 50);
+COMMENT ON TABLE jobs.schedule IS 'pg_jobs schedules and their progress; change them with jobs_schedule and jobs_unschedule';
+-- The worker's runs read the due schedules here, a range of this index.
+CREATE INDEX schedule_due_idx ON jobs.schedule (next_slot) WHERE enabled;
+SELECT pg_catalog.pg_extension_config_dump('jobs.schedule', '');
+
+-- When a background worker last ran the schedules of this database (and whether it stopped
+-- cleanly then): the next worker counts the slots between then and its own start as missed,
+-- for catch_up. One row; runtime state, not dumped (a restore counts as downtime).
+CREATE TABLE jobs.schedule_clock (
+    singleton boolean PRIMARY KEY DEFAULT true CHECK (singleton),
+    seen_at   timestamptz,
+    stopped   boolean NOT NULL DEFAULT false
+);
+COMMENT ON TABLE jobs.schedule_clock IS 'pg_jobs: when a background worker last ran the schedules, for catch_up after downtime';
+INSERT INTO jobs.schedule_clock DEFAULT VALUES;
+
+-- Schedules as users read them: the next slot the worker will enqueue (NULL while disabled)
+-- and the last slot enqueued with its job.
+CREATE VIEW jobs.schedules AS
+SELECT s.name,
+       s.cron,
+       s.timezone,
+       s.queue,
+       s.kind,
+       s.payload,
+       s.headers,
+       s.priority,
+       s.max_attempts,
+       s.catch_up,
+       s.enabled,
+       CASE WHEN s.enabled THEN s.next_slot END AS next_slot,
+       s.last_slot,
+       s.last_job AS last_job_id,
+       s.created_at,
+       s.updated_at
+  FROM jobs.schedule s;
+COMMENT ON VIEW jobs.schedules IS 'pg_jobs schedules: definition, next slot, last slot and its job';
+-- ---------------------------------------------------------------------------------------------
+-- End of schedules.
+-- ---------------------------------------------------------------------------------------------

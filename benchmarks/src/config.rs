@@ -111,7 +111,7 @@ pub const LATENCY_INTERVAL_MS: u64 = 10;
 /// Small backlog of d.
 pub const SMALL_BACKLOG: u64 = 1_000;
 /// Scenarios run when BENCH_SCENARIOS is not set: all of them.
-pub const ALL_SCENARIOS: &str = "pabcdefghiklvws";
+pub const ALL_SCENARIOS: &str = "pabcdefghiklvwst";
 
 #[derive(Clone, Debug)]
 pub struct Config {

@@ -181,6 +181,11 @@ fn measure() -> Result<()> {
         }
         save(&ctx.cfg, &machine, &waiting, started, &results)?;
     }
+    if ctx.cfg.runs('t') && ctx.cfg.wants("pg_jobs") {
+        eprintln!("\n== t. schedules");
+        results.extend(scenarios::schedules::run(&ctx, &mut admin));
+        save(&ctx.cfg, &machine, &waiting, started, &results)?;
+    }
     if ctx.cfg.runs('s') {
         eprintln!("\n== s. soak");
         results.extend(soak::run(&ctx, &mut admin, &comparators));

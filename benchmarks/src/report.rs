@@ -696,6 +696,7 @@ pub fn render(run: &Run) -> String {
     absolute(&mut out, &view);
     crate::scenarios::clients::render(&mut out, &view);
     idempotency::report(&mut out, &view);
+    crate::scenarios::schedules::report(&mut out, &view);
     sections::noise(&mut out, run);
     method(&mut out, run);
     machine(&mut out, run);

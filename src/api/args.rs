@@ -43,6 +43,10 @@ pub mod limits {
     pub const LIST: i64 = 10_000;
     /// Most running jobs per group a queue may allow.
     pub const GROUP_CONCURRENCY: i64 = 10_000;
+    /// Longest schedule name, in bytes.
+    pub const SCHEDULE_NAME_BYTES: usize = 255;
+    /// Longest schedule expression (`cron`), in bytes.
+    pub const CRON_BYTES: usize = 1024;
     /// Longest unique key, in bytes (it is an index key).
     pub const UNIQUE_KEY_BYTES: usize = 512;
     /// Longest group key, in bytes.

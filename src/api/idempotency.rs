@@ -4,6 +4,8 @@
 
 use pgrx::prelude::*;
 
+use crate::pg::srf::SetOfIterator;
+
 use super::args::{check_interval, check_payload_size, check_text, limits};
 use crate::engine::access::{self, Role};
 use crate::engine::idempotency::{self, NewRecord, RecordKey, STATUSES};
@@ -79,7 +81,7 @@ fn jobs_idempotency_get(
     key: Option<&str>,
     scope: default!(Option<&str>, "NULL"),
 ) -> SetOfIterator<'static, IdempotencyRecordRow> {
-    access::require(Role::Client, "read idempotency records");
+    access::require_to_read(Role::Client, "read idempotency records");
     let key = record_key(key, scope);
     SetOfIterator::new(idempotency::get(&key))
 }

@@ -8,4 +8,5 @@ mod observe;
 mod operate;
 mod produce;
 mod queues;
+mod schedules;
 mod tenants;

@@ -96,7 +96,7 @@ fn require_writable(what: &str) {
         raise_with_hint(
             READ_ONLY,
             format!("cannot {what}: this server is a standby (read-only, in recovery); run it on the primary"),
-            "Connect to the primary server (where pg_is_in_recovery() is false). A standby serves the reading functions: jobs_get, jobs_list, jobs_metrics, jobs_totals, jobs_worker_status and the jobs.queue_stats view.",
+            "Connect to the primary server (where pg_is_in_recovery() is false). A standby serves the reading functions: jobs_get, jobs_list, jobs_metrics, jobs_totals, jobs_worker_status, jobs_idempotency_get, jobs_cron_next and the views jobs.queue_stats and jobs.schedules.",
         );
     }
     if recovery::transaction_read_only() {

@@ -16,6 +16,7 @@ pub mod operate;
 pub mod purge;
 pub mod queues;
 pub mod reclaim;
+pub mod schedules;
 pub mod settle;
 pub mod tenants;
 pub mod transitions;

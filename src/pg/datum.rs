@@ -124,6 +124,13 @@ raw_datum_type!(
 );
 
 raw_datum_type!(
+    /// A row of `jobs.schedules`, as `jobs_schedule` returns it.
+    ScheduleRow,
+    "jobs.schedules",
+    pg_sys::RECORDOID
+);
+
+raw_datum_type!(
     /// A row of `jobs.claimed`, as `jobs_claim` returns it.
     ClaimedRow,
     "jobs.claimed",

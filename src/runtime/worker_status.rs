@@ -34,6 +34,8 @@ pub struct WorkerStatus {
     pub floors_healed: AtomicU64,
     /// Expired idempotency records purged since start.
     pub idempotency_purged: AtomicU64,
+    /// Jobs enqueued for schedules' slots since start.
+    pub scheduled: AtomicU64,
     /// Sequence lock over `last_error`: odd while it is being written.
     error_seq: AtomicU64,
     /// The last tick error, NUL-padded.

@@ -64,6 +64,8 @@ pub extern "C-unwind" fn pg_jobs_worker_main(argument: pg_sys::Datum) {
     }
     BackgroundWorker::connect_worker_to_spi(Some(&database), None);
     pgrx::log!("pg_jobs worker started for database {database}");
+    // Slots that come due from now on come due while this worker is up (schedules' catch_up).
+    let started_at = server_now();
 
     let mut standby = false;
     while BackgroundWorker::wait_latch(Some(Duration::from_millis(settings::TICK_MS.get() as u64)))
@@ -92,12 +94,13 @@ pub extern "C-unwind" fn pg_jobs_worker_main(argument: pg_sys::Datum) {
                 "pg_jobs worker for database {database}: the server was promoted; the worker serves it"
             );
         }
-        let outcome = tick::run();
+        let outcome = tick::run(started_at);
         if let Some(status) = status {
             record(status, &database, outcome);
         }
     }
 
+    tick::stopping();
     // Leave with status 1 so the postmaster starts us again unless it is shutting down:
     // pg_terminate_backend on the worker restarts it rather than stopping the queue for good.
     if let Some(status) = status {
@@ -138,6 +141,16 @@ fn record(status: &WorkerStatus, database: &str, outcome: Result<tick::TickRepor
             status
                 .idempotency_purged
                 .fetch_add(report.idempotency_purged as u64, Ordering::AcqRel);
+            status
+                .scheduled
+                .fetch_add(report.scheduled as u64, Ordering::AcqRel);
+            if let Some(message) = report.schedule_error {
+                pgrx::log!(
+                    "pg_jobs worker for database {database}: enqueueing schedules failed, retrying next tick: {message}"
+                );
+                status.set_last_error(&message);
+                status.last_error_at.store(server_now(), Ordering::Release);
+            }
         }
         Err(message) => {
             pgrx::log!(

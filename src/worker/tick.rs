@@ -4,7 +4,9 @@ use pgrx::pg_sys;
 use pgrx::PgTryBuilder;
 
 use crate::engine::tenants::TenantScope;
-use crate::engine::{claim, idempotency, purge, reclaim};
+use crate::engine::{claim, idempotency, purge, reclaim, schedules};
+use crate::pg::clock::server_now;
+use crate::pg::subtransaction::in_subtransaction;
 use crate::runtime::floor;
 use crate::runtime::shmem::shared;
 use crate::storage::{with_client, Statement};
@@ -39,10 +41,21 @@ pub struct TickReport {
     pub floors_healed: usize,
     /// Expired idempotency records purged.
     pub idempotency_purged: usize,
+    /// Jobs enqueued for schedules' slots.
+    pub scheduled: usize,
+    /// Why the schedules' step failed (rolled back alone; the rest of the tick commits).
+    pub schedule_error: Option<String>,
 }
 
 /// Runs one tick in its own transaction; an ERROR rolls the tick back and is returned.
-pub fn run() -> Result<TickReport, String> {
+/// `started_at` is when this worker started (server clock).
+pub fn run(started_at: i64) -> Result<TickReport, String> {
+    run_transaction(|| tick(started_at))
+}
+
+/// Runs `work` in a transaction of its own, committed when it returns and rolled back on an
+/// ERROR, whose message is returned.
+fn run_transaction<R>(work: impl FnOnce() -> R) -> Result<R, String> {
     // SAFETY: the standard transaction bracket of a background worker.
     unsafe {
         pg_sys::SetCurrentStatementStartTimestamp();
@@ -53,16 +66,8 @@ pub fn run() -> Result<TickReport, String> {
             c"pg_jobs tick".as_ptr(),
         );
     }
-    let outcome = PgTryBuilder::new(|| Ok(tick()))
-        .catch_others(|error| {
-            Err(match error {
-                pg_sys::panic::CaughtError::PostgresError(report)
-                | pg_sys::panic::CaughtError::ErrorReport(report)
-                | pg_sys::panic::CaughtError::RustPanic {
-                    ereport: report, ..
-                } => report.message().to_owned(),
-            })
-        })
+    let outcome = PgTryBuilder::new(std::panic::AssertUnwindSafe(|| Ok(work())))
+        .catch_others(|error| Err(error_message(error)))
         .execute();
     // SAFETY: closes the transaction opened above, committing or rolling back.
     unsafe {
@@ -82,7 +87,7 @@ pub fn run() -> Result<TickReport, String> {
 }
 
 /// The work of one tick, inside its transaction.
-fn tick() -> TickReport {
+fn tick(started_at: i64) -> TickReport {
     with_client(|client| {
         let serving = EXTENSION_EXISTS
             .first::<bool>(client, &[], "installed")
@@ -94,6 +99,8 @@ fn tick() -> TickReport {
                 purged: 0,
                 floors_healed: 0,
                 idempotency_purged: 0,
+                scheduled: 0,
+                schedule_error: None,
             };
         }
         TICK_SETTINGS.run(client, &[]);
@@ -115,6 +122,9 @@ fn tick() -> TickReport {
         // claimable.
         let floors_healed = claim::heal_floors(client);
 
+        // Each due schedule slot once: its job and the schedule's progress commit together.
+        let (scheduled, schedule_error) = schedule_step(client, started_at);
+
         let purged = purge::sweep(client);
         let idempotency_purged = idempotency::purge_expired(client);
 
@@ -125,6 +135,51 @@ fn tick() -> TickReport {
             purged,
             floors_healed,
             idempotency_purged,
+            scheduled,
+            schedule_error,
         }
     })
+}
+
+/// Enqueues the due slots of schedules in a subtransaction of the tick: a failure there is
+/// rolled back alone and reported, so it cannot hold back reclaim and purge.
+fn schedule_step(client: &pgrx::spi::SpiClient<'_>, started_at: i64) -> (usize, Option<String>) {
+    PgTryBuilder::new(|| {
+        let scheduled = in_subtransaction(|| {
+            (
+                schedules::run_for_worker(client, server_now(), started_at),
+                true,
+            )
+        });
+        (scheduled, None)
+    })
+    .catch_others(|error| (0, Some(error_message(error))))
+    .execute()
+}
+
+/// The message of an ERROR caught in the tick.
+fn error_message(error: pg_sys::panic::CaughtError) -> String {
+    match error {
+        pg_sys::panic::CaughtError::PostgresError(report)
+        | pg_sys::panic::CaughtError::ErrorReport(report)
+        | pg_sys::panic::CaughtError::RustPanic {
+            ereport: report, ..
+        } => report.message().to_owned(),
+    }
+}
+
+/// When the worker stops cleanly (SIGTERM): records the time, so the next worker counts the
+/// schedules' slots from then on as missed (`catch_up`) rather than as due while it was up.
+pub fn stopping() {
+    let _ = run_transaction(|| {
+        with_client(|client| {
+            let serving = EXTENSION_EXISTS
+                .first::<bool>(client, &[], "installed")
+                .unwrap_or(false);
+            if serving {
+                TICK_SETTINGS.run(client, &[]);
+                schedules::worker_stopping(client);
+            }
+        })
+    });
 }

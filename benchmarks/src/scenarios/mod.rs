@@ -14,6 +14,7 @@ pub mod latency;
 pub mod long;
 pub mod pgbench;
 pub mod scaling;
+pub mod schedules;
 pub mod snapshot;
 pub mod soak;
 pub mod vacuum;

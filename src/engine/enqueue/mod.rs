@@ -44,6 +44,9 @@ const JOB_PARAMS: [crate::storage::Param; 9] = [
     param("group_key", TEXTOID),
 ];
 
+mod slots;
+pub use slots::enqueue_slots;
+
 static INSERT: Statement = Statement {
     name: "enqueue/insert",
     sql: include_str!("insert.sql"),

@@ -234,6 +234,8 @@ pub struct WorkerReport {
     pub floors_healed: i64,
     /// Expired idempotency records it purged since it started.
     pub idempotency_purged: i64,
+    /// Jobs enqueued for schedules' slots.
+    pub scheduled: i64,
     /// The last tick error, if any.
     pub last_error: Option<String>,
     /// When the last tick failed (0: never).
@@ -262,6 +264,7 @@ pub fn worker_reports() -> Vec<WorkerReport> {
                 purged: w.purged.load(Ordering::Acquire) as i64,
                 floors_healed: w.floors_healed.load(Ordering::Acquire) as i64,
                 idempotency_purged: w.idempotency_purged.load(Ordering::Acquire) as i64,
+                scheduled: w.scheduled.load(Ordering::Acquire) as i64,
                 last_error: w.last_error(),
                 last_error_at: w.last_error_at.load(Ordering::Acquire),
             }

@@ -215,6 +215,7 @@ pub fn drop(queue: &str, force: bool) {
     }
     locks::lock_queue(queue, true);
     with_client(|client| {
+        crate::engine::schedules::refuse_drop_of_scheduled_queue(client, queue);
         let rows = DROP.run(client, &[queue.into(), force.into()]);
         let row = rows.first().expect("queues/drop returns one row");
         let outcome: String = row.expect("outcome");

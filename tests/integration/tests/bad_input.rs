@@ -427,6 +427,18 @@ fn bad_calls_raise_documented_errors_and_change_nothing() {
         // Dropping a busy or referenced queue: 55006.
         bad(format!("SELECT jobs_drop_queue('{q}')"), "55006", format!("queue '{q}' has 2 queued or running jobs")),
         bad(format!("SELECT jobs_drop_queue('{dl}')"), "55006", format!("queue '{dl}' is the dead-letter queue of queue '{q}'")),
+        // Schedules: a bad expression, zone or catch_up is refused before anything is stored.
+        bad(format!("SELECT jobs_schedule('bad', '0 25 * * *', '{q}')"), "22023", "cron '0 25 * * *' has an invalid hour field '25'"),
+        bad(format!("SELECT jobs_schedule('bad', '0 0 30 2 *', '{q}')"), "22023", "never matches a time"),
+        bad(format!("SELECT jobs_schedule('bad', '@daily', '{q}', timezone => 'Mars/Olympus_Mons')"), "22023", "timezone 'Mars/Olympus_Mons' is not a known IANA time zone"),
+        bad(format!("SELECT jobs_schedule('bad', '@daily', '{q}', catch_up => 'sometimes')"), "22023", "catch_up must be 'latest', 'none' or 'all', got 'sometimes'"),
+        bad(format!("SELECT jobs_schedule('', '@daily', '{q}')"), "22023", "name must be 1 to 255 bytes long, got 0 bytes"),
+        bad(format!("SELECT jobs_schedule(NULL, '@daily', '{q}')"), "22004", "name must not be NULL"),
+        bad("SELECT jobs_schedule('bad', '@daily', 'no-such-queue')", "42704", "queue 'no-such-queue' does not exist"),
+        bad("SELECT jobs_cron_next('61 seconds')", "22023", "cron as an interval must be 1 to 59 seconds"),
+        bad("SELECT jobs_cron_next('@daily', 'infinity')", "22023", "after must be a finite time"),
+        bad("SELECT jobs_cron_next(NULL)", "22004", "cron must not be NULL"),
+        bad("SELECT jobs_unschedule(NULL)", "22004", "name must not be NULL"),
     ];
     let uncovered = functions_without_bad_calls(&mut observer, &calls);
     assert!(

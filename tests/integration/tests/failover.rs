@@ -46,6 +46,11 @@ const READING_CALLS: &[(&str, &str)] = &[
     ("jobs_metrics", "SELECT jobs_metrics()"),
     ("jobs_totals", "SELECT * FROM jobs_totals()"),
     ("jobs_worker_status", "SELECT * FROM jobs_worker_status()"),
+    (
+        "jobs_idempotency_get",
+        "SELECT * FROM jobs_idempotency_get('request-1')",
+    ),
+    ("jobs_cron_next", "SELECT jobs_cron_next('*/5 * * * *')"),
 ];
 
 /// The primary's settings: the test settings, with commits that wait for the standby (the
@@ -370,6 +375,27 @@ fn writing_calls(jobs: &Jobs) -> Vec<(&'static str, String)> {
             "jobs_revoke_tenant",
             "SELECT jobs_revoke_tenant('failover_app', 'acme')".into(),
         ),
+        (
+            "jobs_idempotency_save",
+            "SELECT * FROM jobs_idempotency_save('request-2')".into(),
+        ),
+        (
+            "jobs_idempotency_update",
+            "SELECT jobs_idempotency_update('request-1', 'succeeded')".into(),
+        ),
+        (
+            "jobs_idempotency_delete",
+            "SELECT jobs_idempotency_delete('request-1')".into(),
+        ),
+        (
+            "jobs_schedule",
+            "SELECT * FROM jobs_schedule('fo-nightly', '30 2 * * *', 'fo')".into(),
+        ),
+        (
+            "jobs_unschedule",
+            "SELECT jobs_unschedule('fo-nightly')".into(),
+        ),
+        ("jobs_run_schedules", "SELECT jobs_run_schedules()".into()),
     ]
 }
 

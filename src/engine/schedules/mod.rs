@@ -1,0 +1,417 @@
+//! Schedules: cron expressions (or `'N seconds'` intervals) in a time zone whose slots the
+//! background worker enqueues as jobs, each slot exactly once (README "Schedules").
+//!
+//! A schedule row keeps its progress: the first slot not handled yet (`next_slot`). A run
+//! locks the due schedules (`FOR UPDATE SKIP LOCKED`), works out which of their slots to
+//! enqueue ([`plan`]), enqueues them through the one door for new jobs
+//! ([`enqueue_slots`], one statement for all of them) and records the new progress,
+//! all in the run's transaction: the jobs of a slot and the progress past it commit together
+//! or not at all, so a crash, a killed worker, a failed tick or a second worker racing can
+//! neither lose a slot nor enqueue it twice. The worker enqueues jobs only; it never runs SQL
+//! a user wrote.
+//!
+//! A slot's job carries the schedule's headers plus `pg_jobs.schedule` (its name) and
+//! `pg_jobs.slot` (the slot, RFC 3339 in UTC), and runs at the slot (`run_at`).
+//!
+//! Downtime: a worker remembers when it started, and finds in `jobs.schedule_clock` when a
+//! worker last ran the schedules (and whether it stopped cleanly then). Slots between the two
+//! came due while no worker was running: they are the missed slots that `catch_up` decides
+//! about ([`Downtime`]).
+
+pub mod plan;
+pub mod slots;
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+
+use pgrx::datum::TimestampWithTimeZone;
+use pgrx::pg_sys::{
+    BOOLOID, INT2OID, INT4OID, INT8ARRAYOID, INT8OID, JSONBOID, TEXTARRAYOID, TEXTOID,
+    TIMESTAMPTZARRAYOID, TIMESTAMPTZOID,
+};
+use pgrx::spi::SpiClient;
+
+use crate::engine::enqueue::enqueue_slots;
+use crate::engine::queues::{self, unknown_queue};
+use crate::pg::clock::server_now;
+use crate::pg::datum::{Jsonb, ScheduleRow};
+use crate::pg::errors::{quote, raise, raise_with_hint, BAD_ARGUMENT, QUEUE_IN_USE};
+use crate::pg::settings;
+use crate::storage::{param, timestamptz_arg, with_client, Statement};
+use plan::{CatchUp, Plan};
+use slots::Slots;
+
+/// Due schedules one statement locks and handles.
+pub const BATCH: usize = 1_000;
+/// Batches one run handles at most, so one tick stays bounded however many schedules are due.
+pub const BATCHES_PER_RUN: usize = 10;
+
+static UPSERT: Statement = Statement {
+    name: "schedules/upsert",
+    sql: include_str!("upsert.sql"),
+    params: &[
+        param("name", TEXTOID),
+        param("cron", TEXTOID),
+        param("timezone", TEXTOID),
+        param("queue", TEXTOID),
+        param("payload", JSONBOID),
+        param("kind", TEXTOID),
+        param("headers", JSONBOID),
+        param("priority", INT2OID),
+        param("max_attempts", INT4OID),
+        param("catch_up", TEXTOID),
+        param("enabled", BOOLOID),
+        param("next_slot", TIMESTAMPTZOID),
+    ],
+    columns: &["name"],
+};
+
+static ROW: Statement = Statement {
+    name: "schedules/row",
+    sql: include_str!("row.sql"),
+    params: &[param("name", TEXTOID)],
+    columns: &["schedule_row"],
+};
+
+static UNSCHEDULE: Statement = Statement {
+    name: "schedules/unschedule",
+    sql: include_str!("unschedule.sql"),
+    params: &[param("name", TEXTOID)],
+    columns: &["name"],
+};
+
+static DUE: Statement = Statement {
+    name: "schedules/due",
+    sql: include_str!("due.sql"),
+    params: &[param("now", TIMESTAMPTZOID), param("limit", INT8OID)],
+    columns: &[
+        "tid",
+        "name",
+        "cron",
+        "timezone",
+        "catch_up",
+        "next_slot",
+        "queue",
+    ],
+};
+
+static ADVANCE: Statement = Statement {
+    name: "schedules/advance",
+    sql: include_str!("advance.sql"),
+    params: &[
+        param("schedule row ctids", TEXTARRAYOID),
+        param("next slots", TIMESTAMPTZARRAYOID),
+        param("last slots", TIMESTAMPTZARRAYOID),
+        param("last jobs", INT8ARRAYOID),
+    ],
+    columns: &[],
+};
+
+static CLOCK: Statement = Statement {
+    name: "schedules/clock",
+    sql: include_str!("clock.sql"),
+    params: &[],
+    columns: &["seen_at", "stopped"],
+};
+
+static CLOCK_WRITE: Statement = Statement {
+    name: "schedules/clock_write",
+    sql: include_str!("clock_write.sql"),
+    params: &[param("at", TIMESTAMPTZOID), param("stopped", BOOLOID)],
+    columns: &[],
+};
+
+static TARGETING: Statement = Statement {
+    name: "schedules/targeting",
+    sql: include_str!("targeting.sql"),
+    params: &[param("queue", TEXTOID)],
+    columns: &["name"],
+};
+
+/// Slots strictly between these two instants came due while no worker was running.
+pub type Downtime = (i64, i64);
+
+/// What this worker found when it first ran the schedules.
+#[derive(Clone, Copy)]
+struct WorkerStart {
+    /// The slots missed before this worker started, if any.
+    missed: Option<Downtime>,
+}
+
+/// Parsed expressions kept per session (the worker reads the same few thousand every tick),
+/// by time zone then expression, so a lookup allocates nothing; cleared when it grows past
+/// this many.
+const CACHE_LIMIT: usize = 20_000;
+
+/// Parsed expressions by time zone, then by expression.
+type SlotsCache = HashMap<String, HashMap<String, Result<Slots, String>>>;
+
+thread_local! {
+    static CACHE: RefCell<SlotsCache> = RefCell::new(HashMap::new());
+    static CACHED: Cell<usize> = const { Cell::new(0) };
+    /// The downtime this worker found when it first ran the schedules.
+    static WORKER: Cell<Option<WorkerStart>> = const { Cell::new(None) };
+}
+
+/// Runs `body` with the slots of `cron` in `timezone`, or why they cannot be computed (naming
+/// the argument), parsing them only the first time in this session.
+fn with_slots<R>(cron: &str, timezone: &str, body: impl FnOnce(Result<&Slots, &String>) -> R) -> R {
+    CACHE.with(|cache| {
+        let mut cache = cache.borrow_mut();
+        let known = cache
+            .get(timezone)
+            .is_some_and(|by_cron| by_cron.contains_key(cron));
+        if !known {
+            if CACHED.get() >= CACHE_LIMIT {
+                cache.clear();
+                CACHED.set(0);
+            }
+            let made =
+                slots::parse(cron).and_then(|spec| Ok(Slots::new(spec, slots::zone(timezone)?)));
+            cache
+                .entry(timezone.to_owned())
+                .or_default()
+                .insert(cron.to_owned(), made);
+            CACHED.set(CACHED.get() + 1);
+        }
+        body(cache[timezone][cron].as_ref())
+    })
+}
+
+/// The slots of `cron` in `timezone`, or why they cannot be computed (naming the argument).
+pub fn slots_of(cron: &str, timezone: &str) -> Result<Slots, String> {
+    with_slots(cron, timezone, |found| found.cloned().map_err(Clone::clone))
+}
+
+/// The slots of `cron` in `timezone`, or a 22023 error saying what is wrong (Rule 11).
+#[track_caller]
+pub fn checked_slots(cron: &str, timezone: &str) -> Slots {
+    slots_of(cron, timezone).unwrap_or_else(|message| raise(BAD_ARGUMENT, message))
+}
+
+/// The first slot of `cron` in `timezone` strictly after `after` (`jobs_cron_next`).
+pub fn cron_next(cron: &str, after: i64, timezone: &str) -> Option<TimestampWithTimeZone> {
+    checked_slots(cron, timezone)
+        .next_after(after)
+        .and_then(|slot| TimestampWithTimeZone::try_from(slot).ok())
+}
+
+/// A schedule's definition, checked (`jobs_schedule`).
+pub struct Definition<'a> {
+    /// Its name.
+    pub name: &'a str,
+    /// Its expression, already known to parse.
+    pub cron: &'a str,
+    /// Its IANA time zone, already known.
+    pub timezone: &'a str,
+    /// The queue its jobs go into.
+    pub queue: &'a str,
+    /// Each job's payload.
+    pub payload: Jsonb,
+    /// Each job's kind.
+    pub kind: &'a str,
+    /// Headers every job carries, besides the schedule's and the slot's.
+    pub headers: Option<Jsonb>,
+    /// Each job's priority.
+    pub priority: i16,
+    /// Each job's attempts (`None`: the queue's).
+    pub max_attempts: Option<i32>,
+    /// What to do with slots missed while no worker ran.
+    pub catch_up: CatchUp,
+    /// Whether the worker fires it.
+    pub enabled: bool,
+}
+
+impl CatchUp {
+    /// The name stored in `jobs.schedule.catch_up`.
+    pub fn name(self) -> &'static str {
+        match self {
+            CatchUp::Latest => "latest",
+            CatchUp::None => "none",
+            CatchUp::All => "all",
+        }
+    }
+}
+
+/// Creates or replaces a schedule and returns it as `jobs.schedules` shows it.
+pub fn define(definition: &Definition<'_>) -> ScheduleRow {
+    let slots = checked_slots(definition.cron, definition.timezone);
+    let next_slot = slots.next_after(server_now()).map(timestamptz_arg);
+    with_client(|client| {
+        if !queues::exists(client, definition.queue) {
+            unknown_queue(definition.queue);
+        }
+        UPSERT.run(
+            client,
+            &[
+                definition.name.into(),
+                definition.cron.into(),
+                definition.timezone.into(),
+                definition.queue.into(),
+                definition.payload.into(),
+                definition.kind.into(),
+                definition.headers.into(),
+                definition.priority.into(),
+                definition.max_attempts.into(),
+                definition.catch_up.name().into(),
+                definition.enabled.into(),
+                next_slot.unwrap_or_else(|| pgrx::datum::DatumWithOid::null_oid(TIMESTAMPTZOID)),
+            ],
+        );
+        ROW.first::<ScheduleRow>(client, &[definition.name.into()], "schedule_row")
+            .expect("the schedule was just written")
+    })
+}
+
+/// Deletes a schedule; answers whether it existed. Jobs it enqueued stay.
+pub fn unschedule(name: &str) -> bool {
+    with_client(|client| !UNSCHEDULE.run(client, &[name.into()]).is_empty())
+}
+
+/// Refuses to drop `queue` while a schedule enqueues into it (the worker would fail to enqueue
+/// its next slot).
+pub fn refuse_drop_of_scheduled_queue(client: &SpiClient<'_>, queue: &str) {
+    if let Some(schedule) = TARGETING.first::<String>(client, &[queue.into()], "name") {
+        raise_with_hint(
+            QUEUE_IN_USE,
+            format!(
+                "queue {} is the queue of schedule {}",
+                quote(queue),
+                quote(&schedule)
+            ),
+            &format!(
+                "Unschedule it first: SELECT jobs_unschedule({});",
+                quote(&schedule)
+            ),
+        );
+    }
+}
+
+/// Enqueues the due slots of every due schedule at `now` (server clock) and returns how many
+/// jobs it enqueued. Slots strictly inside `missed` came due while no worker ran and follow
+/// each schedule's `catch_up`; every other due slot is enqueued.
+pub fn run_due(client: &SpiClient<'_>, now: i64, missed: Option<Downtime>) -> usize {
+    let mut enqueued = 0;
+    for _ in 0..BATCHES_PER_RUN {
+        let rows = DUE.run(client, &[timestamptz_arg(now), (BATCH as i64).into()]);
+        let locked = rows.len();
+        if locked == 0 {
+            break;
+        }
+        // Per job: its schedule's row and its slot. Per schedule: its progress.
+        let (mut job_rows, mut job_slots) = (Vec::new(), Vec::new());
+        let mut schedule_rows = Vec::with_capacity(locked);
+        let mut next_slots = Vec::with_capacity(locked);
+        let mut last_slots = Vec::with_capacity(locked);
+        let mut last_job_index = Vec::with_capacity(locked);
+        let mut queues: Vec<String> = Vec::new();
+        for row in rows.iter() {
+            let tid: String = row.expect("tid");
+            let next: TimestampWithTimeZone = row.expect("next_slot");
+            let catch_up: String = row.expect("catch_up");
+            let Plan { slots, next_slot } = with_slots(
+                &row.expect::<String>("cron"),
+                &row.expect::<String>("timezone"),
+                |computed| match computed {
+                    Ok(computed) => plan::plan(
+                        computed,
+                        i64::from(next),
+                        now,
+                        missed,
+                        CatchUp::from_name(&catch_up).unwrap_or(CatchUp::Latest),
+                    ),
+                    // Checked when the schedule was defined; a time zone that has since left
+                    // the system's database stops this schedule rather than every schedule.
+                    Err(message) => {
+                        let name: String = row.expect("name");
+                        pgrx::warning!("pg_jobs: schedule {} stopped: {message}", quote(&name));
+                        Plan {
+                            slots: Vec::new(),
+                            next_slot: None,
+                        }
+                    }
+                },
+            );
+            let to_time = |slot: i64| TimestampWithTimeZone::try_from(slot).ok();
+            for &slot in &slots {
+                job_rows.push(tid.clone());
+                job_slots.push(to_time(slot).expect("a slot is a finite time"));
+            }
+            if !slots.is_empty() {
+                let queue: String = row.expect("queue");
+                if !queues.contains(&queue) {
+                    queues.push(queue);
+                }
+            }
+            next_slots.push(next_slot.and_then(to_time));
+            last_slots.push(slots.last().and_then(|&slot| to_time(slot)));
+            last_job_index.push((!slots.is_empty()).then(|| job_slots.len() - 1));
+            schedule_rows.push(tid);
+        }
+        let ids = enqueue_slots(client, &queues, job_rows, job_slots);
+        let last_jobs: Vec<Option<i64>> = last_job_index
+            .iter()
+            .map(|index| index.map(|i| ids[i]))
+            .collect();
+        ADVANCE.run(
+            client,
+            &[
+                schedule_rows.into(),
+                next_slots.into(),
+                last_slots.into(),
+                last_jobs.into(),
+            ],
+        );
+        enqueued += ids.len();
+        if locked < BATCH {
+            break;
+        }
+    }
+    enqueued
+}
+
+/// How long after the last run a worker recorded it may still have been up (it would have run
+/// again within a tick; the rest is slack for a slow tick): slots in that time are not missed.
+fn grace_micros() -> i64 {
+    (2 * i64::from(settings::TICK_MS.get()) + 1_000) * 1_000
+}
+
+/// The worker's part of each tick: enqueue due slots, treating the slots between the last
+/// recorded run and this worker's start (`started_at`) as missed, then record that a worker is
+/// up now.
+pub fn run_for_worker(client: &SpiClient<'_>, now: i64, started_at: i64) -> usize {
+    let missed = match WORKER.get() {
+        Some(start) => start.missed,
+        None => {
+            let rows = CLOCK.run(client, &[]);
+            let (seen_at, stopped) = rows
+                .first()
+                .map(|row| {
+                    (
+                        row.get::<TimestampWithTimeZone>("seen_at").map(i64::from),
+                        row.get::<bool>("stopped").unwrap_or(false),
+                    )
+                })
+                .unwrap_or((None, false));
+            let from = match seen_at {
+                None => i64::MIN,
+                Some(at) if stopped => at,
+                Some(at) => at.saturating_add(grace_micros()),
+            };
+            let missed = (from < started_at).then_some((from, started_at));
+            WORKER.set(Some(WorkerStart { missed }));
+            missed
+        }
+    };
+    let enqueued = run_due(client, now, missed);
+    CLOCK_WRITE.run(client, &[timestamptz_arg(now), false.into()]);
+    enqueued
+}
+
+/// Records that this worker stops now, cleanly, so the next one counts the slots from now on
+/// as missed; nothing when it never ran the schedules.
+pub fn worker_stopping(client: &SpiClient<'_>) {
+    if WORKER.get().is_some() {
+        CLOCK_WRITE.run(client, &[timestamptz_arg(server_now()), true.into()]);
+    }
+}
