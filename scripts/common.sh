@@ -329,5 +329,18 @@ install_extension_for() {
 # Makes a directory owned by the user that runs our clusters.
 make_pg_dir() {
   mkdir -p "$1" 2>/dev/null || as_root mkdir -p "$1"
-  if is_root; then chown postgres:postgres "$1"; fi
+  if is_root; then
+    chown postgres:postgres "$1"
+    # The server runs as postgres: it must be able to pass through every directory above its
+    # own (a private temporary directory, made with mode 700, is not passable).
+    local dir
+    dir=$(dirname "$(realpath "$1")")
+    while [ "$dir" != / ]; do
+      if ! runuser -u postgres -- test -x "$dir" 2>/dev/null; then
+        echo "    letting postgres pass through $dir (chmod o+x)"
+        chmod o+x "$dir" || die "postgres cannot reach $1: $dir is closed to it and chmod o+x failed"
+      fi
+      dir=$(dirname "$dir")
+    done
+  fi
 }
