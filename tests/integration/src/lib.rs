@@ -85,15 +85,27 @@ fn running_as_root() -> bool {
 }
 
 /// Runs a PostgreSQL program, as the `postgres` user when we are root (initdb refuses root).
+///
+/// When the installation has a libpq of its own, the program (and the server it may start)
+/// loads that one: the PyPI server builds' `libpqwalreceiver.so` is linked with a run path of
+/// the machine they were built on, so a standby's WAL receiver would otherwise load the
+/// system's older libpq, which refuses the `sslnegotiation` option that `pg_basebackup -R` of
+/// 17 and later writes into `primary_conninfo`.
 fn pg_command(program: &str) -> Command {
-    let path = pg_bin().join(program);
+    static LIBRARY_PATH: OnceLock<Option<String>> = OnceLock::new();
+    let library_path = LIBRARY_PATH.get_or_init(|| {
+        let libdir = pg_config_dir("--libdir");
+        libdir
+            .join("libpq.so.5")
+            .exists()
+            .then(|| format!("LD_LIBRARY_PATH={}", libdir.display()))
+    });
+    let mut command = Command::new(if running_as_root() { "runuser" } else { "env" });
     if running_as_root() {
-        let mut command = Command::new("runuser");
-        command.args(["-u", "postgres", "--"]).arg(path);
-        command
-    } else {
-        Command::new(path)
+        command.args(["-u", "postgres", "--", "env"]);
     }
+    command.args(library_path).arg(pg_bin().join(program));
+    command
 }
 
 fn run(mut command: Command, what: &str) {
