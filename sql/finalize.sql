@@ -110,7 +110,6 @@ CREATE POLICY tenant_scope ON jobs.idempotency
 REVOKE ALL ON jobs.idempotency FROM PUBLIC;
 GRANT SELECT ON jobs.idempotency TO jobs_client;
 -- ==== end of idempotency records ==================================================================
-=======
 -- Schedules (pg_jobs issue 12): only admins schedule, so only admins read them (their
 -- payloads are jobs of no tenant). The tables stay writable by the owner alone.
 GRANT SELECT ON jobs.schedule, jobs.schedules TO jobs_admin;

@@ -246,7 +246,6 @@ CREATE TYPE jobs.idempotency_record AS (
     expires_at  timestamptz
 );
 -- ==== end of idempotency records ==================================================================
-=======
 -- ---------------------------------------------------------------------------------------------
 -- Schedules (pg_jobs issue 12): cron schedules whose slots the background worker enqueues,
 -- each slot exactly once. Changed only through jobs_schedule / jobs_unschedule and the
