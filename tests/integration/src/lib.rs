@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 pub use postgres::{Client, NoTls};
 
 pub mod catalog;
+pub mod manifest;
 pub mod released;
 
 /// Where the PostgreSQL binaries live: `PG_JOBS_PG_BIN` (which scripts/common.sh exports from

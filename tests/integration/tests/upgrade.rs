@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use pg_jobs_tests::released::{package_0_1_0, Tree, COMMIT_0_1_0};
-use pg_jobs_tests::{catalog, scalar, wait_until, Client, Cluster, TEST_SETTINGS};
+use pg_jobs_tests::{catalog, manifest, scalar, wait_until, Client, Cluster, TEST_SETTINGS};
 
 /// Where the 0.1.0 build is cached between runs.
 fn cache() -> PathBuf {
@@ -181,6 +181,13 @@ fn upgrade_from_0_1_0_with_jobs_in_flight() {
     let mut admin = cluster.connect();
     admin.batch_execute("CREATE EXTENSION pg_jobs").unwrap();
     assert_eq!(extension_version(&mut admin), "0.1.0");
+    let released = manifest::read()
+        .into_iter()
+        .find(|s| s.version == "0.1.0")
+        .expect("sql/api-manifest.txt has a [0.1.0] section");
+    if let Some(diff) = manifest::difference(&released, &manifest::listing(&mut admin)) {
+        panic!("the released 0.1.0: {diff}");
+    }
 
     // Jobs of every kind, with the 0.1.0 API. The lease outlives the test: no reclaim may
     // settle the running jobs for their holders.
