@@ -9,7 +9,7 @@
 //! 0.1.0 (several minutes on two cores); later runs reuse it.
 
 use std::path::{Component, Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use crate::{pg_bin, pg_config_dir};
 
@@ -59,24 +59,29 @@ fn build(cache: &Path, out: &Path) {
     let _ = std::fs::remove_dir_all(&source);
     let _ = std::fs::remove_dir_all(out);
     std::fs::create_dir_all(&source).expect("create the 0.1.0 source directory");
-    let archive = Command::new("git")
+    let archive = cache.join("src.tar");
+    let output = Command::new("git")
         .arg("-C")
         .arg(repository())
-        .args(["archive", "--format=tar", COMMIT_0_1_0])
-        .stdout(Stdio::piped())
-        .spawn()
+        .args(["archive", "--format=tar", "-o"])
+        .arg(&archive)
+        .arg(COMMIT_0_1_0)
+        .output()
         .expect("run git archive");
+    assert!(
+        output.status.success(),
+        "git archive {COMMIT_0_1_0} failed (the repository needs its history: a full clone, not a shallow one): {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     let status = Command::new("tar")
         .arg("-x")
+        .arg("-f")
+        .arg(&archive)
         .arg("-C")
         .arg(&source)
-        .stdin(archive.stdout.expect("git archive's output"))
         .status()
         .expect("run tar");
-    assert!(
-        status.success(),
-        "unpacking commit {COMMIT_0_1_0} failed: the repository needs its history (a full clone, not a shallow one)"
-    );
+    assert!(status.success(), "unpacking commit {COMMIT_0_1_0} failed");
     eprintln!(
         "building pg_jobs 0.1.0 from commit {COMMIT_0_1_0} into {} (once; several minutes)",
         cache.display()

@@ -433,3 +433,54 @@ fn upgrade_from_0_1_0_with_jobs_in_flight() {
     let _ = std::fs::remove_dir_all(&root);
     eprintln!("upgrade test took {:.1} s", started.elapsed().as_secs_f64());
 }
+
+/// The version check follows the catalog at once, in this session and in others, both ways:
+/// a session that found the definitions current refuses from the statement after they stop
+/// being so, and works again once they are; the worker idles meanwhile and resumes after.
+/// (`extversion` is changed by hand here: only what the check reads changes.)
+#[test]
+fn the_version_check_follows_pg_extension_in_every_session() {
+    let cluster = Cluster::shared();
+    let mut changer = cluster.connect();
+    let mut caller = cluster.connect();
+    let metrics = |client: &mut Client| client.simple_query("SELECT jobs_metrics()").map(|_| ());
+    metrics(&mut caller).expect("current definitions: the call works (and is cached)");
+
+    // In the changing session itself, inside its transaction, and undone by the rollback.
+    changer
+        .batch_execute(
+            "BEGIN; UPDATE pg_extension SET extversion = '0.1.0' WHERE extname = 'pg_jobs'",
+        )
+        .unwrap();
+    let error = metrics(&mut changer).expect_err("refused within the transaction");
+    assert_eq!(error.as_db_error().unwrap().code().code(), "55000");
+    changer.batch_execute("ROLLBACK").unwrap();
+    metrics(&mut changer).expect("works again after the rollback");
+    metrics(&mut caller).expect("the other session never saw the change");
+
+    // Committed: the other session refuses at its next call, and the worker idles.
+    changer
+        .batch_execute("UPDATE pg_extension SET extversion = '0.1.0' WHERE extname = 'pg_jobs'")
+        .unwrap();
+    let error = metrics(&mut caller).expect_err("refused after the commit");
+    let db = error.as_db_error().unwrap();
+    assert_eq!(db.code().code(), "55000");
+    assert_eq!(
+        db.message(),
+        "cannot read the queues' metrics: the pg_jobs library is version 0.2.0 but this database has the SQL definitions of version 0.1.0"
+    );
+    wait_until(Duration::from_secs(30), "the worker to idle", || {
+        cluster
+            .log()
+            .contains("the worker idles until ALTER EXTENSION pg_jobs UPDATE")
+    });
+    changer
+        .batch_execute("UPDATE pg_extension SET extversion = '0.2.0' WHERE extname = 'pg_jobs'")
+        .unwrap();
+    metrics(&mut caller).expect("works again at the next call");
+    wait_until(Duration::from_secs(30), "the worker to serve again", || {
+        cluster
+            .log()
+            .contains("the SQL definitions are now version 0.2.0; the worker serves the database")
+    });
+}
