@@ -113,6 +113,11 @@ COMMENT ON TABLE jobs.job IS 'pg_jobs jobs, one row per job for its whole life, 
 -- running jobs are not in it, so a table full of history does not slow claims down.
 CREATE INDEX job_claim_idx ON jobs.job (queue, priority, run_at, id)
     WHERE state OPERATOR(pg_catalog.=) 'queued';
+-- Claims of some kinds read this one instead: the due jobs of each kind in claim order, so
+-- a claim of kind x never walks the jobs of other kinds queued ahead of x's (issue 18: 30 ms a
+-- claim behind 200,000 of them). Costs one more index entry per enqueue.
+CREATE INDEX job_kind_claim_idx ON jobs.job (queue, kind, priority, run_at, id)
+    WHERE state OPERATOR(pg_catalog.=) 'queued';
 -- Unique jobs: at most one job holds a unique key in a queue (per tenant; '' stands for no
 -- tenant, which no tenant can be called). Only jobs that hold a key are in it.
 CREATE UNIQUE INDEX job_unique_idx ON jobs.job (queue, (COALESCE(tenant, '')), unique_key)

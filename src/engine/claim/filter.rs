@@ -27,6 +27,11 @@ impl ClaimFilter {
         self.kinds.is_none() && self.scope.is_all()
     }
 
+    /// Whether the claim takes only jobs of some kinds.
+    pub fn has_kinds(&self) -> bool {
+        self.kinds.is_some()
+    }
+
     /// The `kinds` argument of the candidates statement (NULL for every kind).
     pub fn kinds_arg(&self) -> DatumWithOid<'static> {
         self.kinds.clone().into()

@@ -13,22 +13,38 @@ use crate::engine::transitions;
 use crate::runtime::floor::{self, Seen};
 use crate::runtime::locks;
 use crate::runtime::shmem::Slot;
-use crate::storage::{param, timestamptz_arg, Statement};
+use crate::storage::{param, timestamptz_arg, Param, Statement};
 
+/// The parameters both candidate statements take.
+const CANDIDATE_PARAMS: &[Param] = &[
+    param("queue", TEXTOID),
+    param("limit", INT4OID),
+    param("kinds", TEXTARRAYOID),
+    param("now", TIMESTAMPTZOID),
+    param("start priority", INT2OID),
+    param("start run_at", TIMESTAMPTZOID),
+    param("start id", INT8OID),
+    param("tenants", TEXTARRAYOID),
+];
+
+/// The columns both candidate statements return.
+const CANDIDATE_COLUMNS: &[&str] = &["id", "priority", "run_at", "group_key", "tenant"];
+
+/// Candidates of every kind, through the claim index.
 static CANDIDATES: Statement = Statement {
     name: "claim/candidates",
     sql: include_str!("candidates.sql"),
-    params: &[
-        param("queue", TEXTOID),
-        param("limit", INT4OID),
-        param("kinds", TEXTARRAYOID),
-        param("now", TIMESTAMPTZOID),
-        param("start priority", INT2OID),
-        param("start run_at", TIMESTAMPTZOID),
-        param("start id", INT8OID),
-        param("tenants", TEXTARRAYOID),
-    ],
-    columns: &["id", "priority", "run_at", "group_key", "tenant"],
+    params: CANDIDATE_PARAMS,
+    columns: CANDIDATE_COLUMNS,
+};
+
+/// Candidates of some kinds, through the index by kind: same answers, without walking the
+/// jobs of other kinds.
+static CANDIDATES_OF_KINDS: Statement = Statement {
+    name: "claim/candidates_of_kinds",
+    sql: include_str!("candidates_of_kinds.sql"),
+    params: CANDIDATE_PARAMS,
+    columns: CANDIDATE_COLUMNS,
 };
 
 /// The earlier of two positions, either of which may be unknown.
@@ -163,7 +179,12 @@ impl Picking<'_> {
                 start.map(|k| k.id).into(),
                 self.filter.tenants_arg(),
             ];
-            let candidates = CANDIDATES.run(client, &args);
+            let statement = if self.filter.has_kinds() {
+                &CANDIDATES_OF_KINDS
+            } else {
+                &CANDIDATES
+            };
+            let candidates = statement.run(client, &args);
             let mut last = None;
             for row in candidates.iter() {
                 let key = Position::from_row(&row);

@@ -37,15 +37,15 @@ impl ExplainingSession {
         ))
     }
 
-    /// Claims up to [`CLAIM_N`] jobs of `queue` in a transaction that is rolled back, so every
-    /// call sees the same jobs, and returns what the claim did.
-    fn claim(&mut self, queue: &str) -> Claim {
+    /// Claims up to [`CLAIM_N`] jobs of `queue` (of `kinds` only, when given) in a transaction
+    /// that is rolled back, so every call sees the same jobs, and returns what the claim did.
+    fn claim(&mut self, queue: &str, kinds: Option<&[&str]>) -> Claim {
         self.0.take_plans();
         let mut transaction = self.0.client.transaction().expect("begin");
         let claimed: i64 = transaction
             .query_one(
-                "SELECT count(*) FROM jobs_claim($1, n => $2)",
-                &[&queue, &CLAIM_N],
+                "SELECT count(*) FROM jobs_claim($1, n => $2, kinds => $3)",
+                &[&queue, &CLAIM_N, &kinds.map(<[&str]>::to_vec)],
             )
             .expect("claim")
             .get(0);
@@ -63,6 +63,11 @@ impl ExplainingSession {
             .expect("auto_explain logged the claim call itself");
         let call = plans.remove(call);
         Claim {
+            index: if kinds.is_some() {
+                "job_kind_claim_idx"
+            } else {
+                "job_claim_idx"
+            },
             claimed,
             buffers: plan_buffers(&call["Plan"]),
             nested: plans,
@@ -72,6 +77,8 @@ impl ExplainingSession {
 
 /// What one claim call did.
 struct Claim {
+    /// The index the claim must read: the one by kind for a claim of some kinds.
+    index: &'static str,
     claimed: i64,
     /// Shared buffers (hit + read) of the claim call, nested statements included.
     buffers: i64,
@@ -80,7 +87,7 @@ struct Claim {
 }
 
 impl Claim {
-    /// Checks the claim's plans: no sequential scan of jobs.job, and job_claim_idx used.
+    /// Checks the claim's plans: no sequential scan of jobs.job, and its index used.
     fn check_plans(&self, what: &str) {
         assert!(
             !self.nested.is_empty(),
@@ -101,8 +108,9 @@ impl Claim {
             self.render()
         );
         assert!(
-            all.iter().any(|n| n["Index Name"] == "job_claim_idx"),
-            "{what}: the claim does not use job_claim_idx: {}",
+            all.iter().any(|n| n["Index Name"] == self.index),
+            "{what}: the claim does not use {}: {}",
+            self.index,
             self.render()
         );
     }
@@ -115,9 +123,14 @@ impl Claim {
 
 /// Claims from `queue` once to warm the session up, then three times; checks every plan and
 /// returns the number of jobs claimed and the most buffers any measured call touched.
-fn measure(session: &mut ExplainingSession, queue: &str, what: &str) -> (i64, i64) {
-    session.claim(queue).check_plans(what);
-    let measured: Vec<Claim> = (0..3).map(|_| session.claim(queue)).collect();
+fn measure(
+    session: &mut ExplainingSession,
+    queue: &str,
+    kinds: Option<&[&str]>,
+    what: &str,
+) -> (i64, i64) {
+    session.claim(queue, kinds).check_plans(what);
+    let measured: Vec<Claim> = (0..3).map(|_| session.claim(queue, kinds)).collect();
     for claim in &measured {
         claim.check_plans(what);
         assert_eq!(claim.claimed, measured[0].claimed, "{what}: claims differ");
@@ -171,10 +184,11 @@ fn finished_jobs_do_not_slow_claims() {
         for (without, with, due) in [(&fresh, &history, CLAIM_N), (&empty, &history_only, 0)] {
             let what = format!("{mode}, {due} due");
             let (claimed_without, buffers_without) =
-                measure(&mut session, without, &format!("{what}, no history"));
+                measure(&mut session, without, None, &format!("{what}, no history"));
             let (claimed_with, buffers_with) = measure(
                 &mut session,
                 with,
+                None,
                 &format!("{what}, {FINISHED} finished jobs"),
             );
             assert_eq!(
@@ -194,4 +208,68 @@ fn finished_jobs_do_not_slow_claims() {
         }
     }
     println!("claim buffers:\n  {}", report.join("\n  "));
+}
+
+/// Queued jobs of another kind ahead of the ones a claim of some kinds takes.
+const OTHER_KINDS: i32 = 50_000;
+
+/// "A claim with `kinds` behind 200,000 queued jobs of other kinds" (issue 18): it reads the
+/// index by kind and touches about as many buffers as the same claim in a queue that holds no
+/// other kinds, however many jobs of other kinds are queued ahead of its own.
+#[test]
+fn jobs_of_other_kinds_do_not_slow_claims_of_some_kinds() {
+    let mut setup = Cluster::shared().connect();
+    let alone = unique_queue(&mut setup, "kinds-alone", "");
+    let behind = unique_queue(&mut setup, "kinds-behind", "");
+    let enqueue = |client: &mut Client, queue: &str, kind: &str, count: i32| {
+        client
+            .execute(
+                "SELECT count(*) FROM jobs_enqueue_batch($1, ARRAY(
+                     SELECT jsonb_build_object('n', g) FROM generate_series(1, $3) AS g),
+                     kind => $2)",
+                &[&queue, &kind, &count],
+            )
+            .expect("enqueue");
+    };
+    enqueue(&mut setup, &behind, "other", OTHER_KINDS);
+    for queue in [&alone, &behind] {
+        enqueue(&mut setup, queue, "wanted", QUEUED);
+        enqueue(&mut setup, queue, "also-wanted", QUEUED);
+    }
+    setup
+        .batch_execute("VACUUM ANALYZE jobs.job")
+        .expect("vacuum");
+
+    let kinds: &[&str] = &["wanted", "also-wanted", "wanted"];
+    let mut report = Vec::new();
+    for mode in ["force_custom_plan", "force_generic_plan"] {
+        let mut session = ExplainingSession::open(mode);
+        let (claimed_alone, buffers_alone) = measure(
+            &mut session,
+            &alone,
+            Some(kinds),
+            &format!("{mode}, no other kinds"),
+        );
+        let (claimed_behind, buffers_behind) = measure(
+            &mut session,
+            &behind,
+            Some(kinds),
+            &format!("{mode}, behind {OTHER_KINDS} jobs of another kind"),
+        );
+        assert_eq!(
+            (claimed_alone, claimed_behind),
+            (i64::from(CLAIM_N), i64::from(CLAIM_N)),
+            "{mode}: jobs claimed"
+        );
+        report.push(format!(
+            "{mode}: {buffers_alone} buffers without other kinds, {buffers_behind} behind \
+             {OTHER_KINDS} jobs of another kind"
+        ));
+        assert!(
+            buffers_behind <= 2 * buffers_alone + 16,
+            "{mode}: a claim of some kinds touched {buffers_behind} shared buffers behind \
+             {OTHER_KINDS} jobs of another kind, {buffers_alone} without them"
+        );
+    }
+    println!("claim-of-kinds buffers:\n  {}", report.join("\n  "));
 }
