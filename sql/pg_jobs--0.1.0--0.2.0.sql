@@ -76,6 +76,10 @@ ALTER TABLE jobs.job
     ADD COLUMN unique_hold boolean NOT NULL DEFAULT false,
     ADD COLUMN unique_for interval;
 
+-- Claims of some kinds read this one instead: the due jobs of each kind in claim order, so
+-- a claim of kind x never walks the jobs of other kinds queued ahead of x's.
+CREATE INDEX job_kind_claim_idx ON jobs.job (queue, kind, priority, run_at, id)
+    WHERE state OPERATOR(pg_catalog.=) 'queued';
 -- Unique jobs: at most one job holds a unique key in a queue (per tenant; '' stands for no
 -- tenant, which no tenant can be called). Only jobs that hold a key are in it.
 CREATE UNIQUE INDEX job_unique_idx ON jobs.job (queue, (COALESCE(tenant, '')), unique_key)
