@@ -264,43 +264,24 @@ COMMENT ON VIEW jobs.schedules IS 'pg_jobs schedules: definition, next slot, las
 
 -- ---------------------------------------------------------------------------------------------
 -- Functions, as the 0.2.0 install script defines them (its definitions come from the
--- #[pg_extern] functions; copy them from `cargo pgrx schema` output when they change). The old
--- functions whose argument list or result changed were dropped above; the others are replaced
--- in place, keeping their OIDs (and so whatever a user made that depends on them).
+-- #[pg_extern] functions: `cargo pgrx schema` prints them). The 0.1.0 functions that keep their
+-- signature, symbol, defaults and volatility change only in running as the extension's owner
+-- with a pinned search_path: ALTER FUNCTION does that and keeps their OIDs (and so whatever a
+-- user made that depends on them, and their privileges). A later change to one of them beyond
+-- what ALTER FUNCTION can say makes the upgrade test's catalog comparison fail. The functions
+-- new in 0.2.0, and those dropped above, are created as the install script creates them.
 -- ---------------------------------------------------------------------------------------------
 
-CREATE OR REPLACE FUNCTION "jobs_cancel"(
-	"id" bigint /* Option < i64 > */
-) RETURNS TEXT /* & '_ str */
-VOLATILE SECURITY DEFINER PARALLEL UNSAFE
-SET search_path TO pg_catalog, pg_temp
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'jobs_cancel_wrapper';
+ALTER FUNCTION jobs_cancel(pg_catalog.int8) SECURITY DEFINER
+    SET search_path TO pg_catalog, pg_temp;
 
-CREATE OR REPLACE FUNCTION "jobs_claim"(
-	"queue" TEXT, /* Option < & str > */
-	"worker" TEXT DEFAULT NULL, /* Option < & str > */
-	"n" INT DEFAULT 1, /* Option < i32 > */
-	"lease" interval DEFAULT NULL, /* Option < Interval > */
-	"kinds" TEXT[] DEFAULT NULL, /* :: std :: option :: Option < Vec < Option < String > > > */
-	"wait" interval DEFAULT '0' /* Option < Interval > */
-) RETURNS SETOF jobs.claimed /* ClaimedRow */
-VOLATILE SECURITY DEFINER PARALLEL UNSAFE
-SET search_path TO pg_catalog, pg_temp
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'jobs_claim_wrapper';
+ALTER FUNCTION jobs_claim(pg_catalog.text, pg_catalog.text, pg_catalog.int4, pg_catalog.interval, pg_catalog.text[], pg_catalog.interval) SECURITY DEFINER
+    SET search_path TO pg_catalog, pg_temp;
 
-CREATE OR REPLACE FUNCTION "jobs_complete"(
-	"id" bigint, /* Option < i64 > */
-	"lease" uuid, /* Option < pgrx :: Uuid > */
-	"result" jsonb DEFAULT NULL /* Option < Jsonb > */
-) RETURNS TEXT /* & '_ str */
-VOLATILE SECURITY DEFINER PARALLEL UNSAFE
-SET search_path TO pg_catalog, pg_temp
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'jobs_complete_wrapper';
+ALTER FUNCTION jobs_complete(pg_catalog.int8, uuid, pg_catalog.jsonb) SECURITY DEFINER
+    SET search_path TO pg_catalog, pg_temp;
 
-CREATE OR REPLACE FUNCTION "jobs_complete_batch"(
+CREATE FUNCTION "jobs_complete_batch"(
 	"ids" bigint[], /* :: std :: option :: Option < Vec < Option < i64 > > > */
 	"leases" uuid[] /* :: std :: option :: Option < Vec < Option < pgrx :: Uuid > > > */
 ) RETURNS TABLE (
@@ -312,7 +293,7 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'jobs_complete_batch_wrapper';
 
-CREATE OR REPLACE FUNCTION "jobs_create_queue"(
+CREATE FUNCTION "jobs_create_queue"(
 	"queue" TEXT, /* Option < & str > */
 	"lease" interval DEFAULT NULL, /* Option < Interval > */
 	"max_attempts" INT DEFAULT NULL, /* Option < i32 > */
@@ -330,7 +311,7 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'jobs_create_queue_wrapper';
 
-CREATE OR REPLACE FUNCTION "jobs_cron_next"(
+CREATE FUNCTION "jobs_cron_next"(
 	"cron" TEXT, /* Option < & str > */
 	"after" timestamp with time zone DEFAULT pg_catalog.now(), /* Option < TimestampWithTimeZone > */
 	"timezone" TEXT DEFAULT 'UTC' /* Option < & str > */
@@ -340,35 +321,13 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'jobs_cron_next_wrapper';
 
-CREATE OR REPLACE FUNCTION "jobs_drop_queue"(
-	"queue" TEXT, /* Option < & str > */
-	"force" bool DEFAULT false /* Option < bool > */
-) RETURNS void
-VOLATILE SECURITY DEFINER PARALLEL UNSAFE
-SET search_path TO pg_catalog, pg_temp
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'jobs_drop_queue_wrapper';
+ALTER FUNCTION jobs_drop_queue(pg_catalog.text, pg_catalog.bool) SECURITY DEFINER
+    SET search_path TO pg_catalog, pg_temp;
 
-CREATE OR REPLACE FUNCTION "jobs_enqueue"(
-	"queue" TEXT, /* Option < & str > */
-	"payload" jsonb DEFAULT '{}', /* Option < Jsonb > */
-	"kind" TEXT DEFAULT 'default', /* Option < & str > */
-	"run_at" timestamp with time zone DEFAULT pg_catalog.now(), /* Option < TimestampWithTimeZone > */
-	"priority" INT DEFAULT 0, /* Option < i32 > */
-	"max_attempts" INT DEFAULT NULL, /* Option < i32 > */
-	"headers" jsonb DEFAULT NULL, /* Option < Jsonb > */
-	"unique_key" TEXT DEFAULT NULL, /* Option < & str > */
-	"unique_for" interval DEFAULT NULL, /* Option < Interval > */
-	"on_conflict" TEXT DEFAULT 'skip', /* Option < & str > */
-	"tenant" TEXT DEFAULT NULL, /* Option < & str > */
-	"group_key" TEXT DEFAULT NULL /* Option < & str > */
-) RETURNS bigint /* i64 */
-VOLATILE SECURITY DEFINER PARALLEL UNSAFE
-SET search_path TO pg_catalog, pg_temp
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'jobs_enqueue_wrapper';
+ALTER FUNCTION jobs_enqueue(pg_catalog.text, pg_catalog.jsonb, pg_catalog.text, pg_catalog.timestamptz, pg_catalog.int4, pg_catalog.int4, pg_catalog.jsonb, pg_catalog.text, pg_catalog.interval, pg_catalog.text, pg_catalog.text, pg_catalog.text) SECURITY DEFINER
+    SET search_path TO pg_catalog, pg_temp;
 
-CREATE OR REPLACE FUNCTION "jobs_enqueue_batch"(
+CREATE FUNCTION "jobs_enqueue_batch"(
 	"queue" TEXT, /* Option < & str > */
 	"payloads" jsonb[], /* Option < JsonbArray > */
 	"kind" TEXT DEFAULT 'default', /* Option < & str > */
@@ -389,27 +348,13 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'jobs_enqueue_batch_wrapper';
 
-CREATE OR REPLACE FUNCTION "jobs_fail"(
-	"id" bigint, /* Option < i64 > */
-	"lease" uuid, /* Option < pgrx :: Uuid > */
-	"error" TEXT, /* Option < & str > */
-	"retry_in" interval DEFAULT NULL, /* Option < Interval > */
-	"retry" bool DEFAULT true /* Option < bool > */
-) RETURNS TEXT /* & '_ str */
-VOLATILE SECURITY DEFINER PARALLEL UNSAFE
-SET search_path TO pg_catalog, pg_temp
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'jobs_fail_wrapper';
+ALTER FUNCTION jobs_fail(pg_catalog.int8, uuid, pg_catalog.text, pg_catalog.interval, pg_catalog.bool) SECURITY DEFINER
+    SET search_path TO pg_catalog, pg_temp;
 
-CREATE OR REPLACE FUNCTION "jobs_get"(
-	"id" bigint /* Option < i64 > */
-) RETURNS jobs.job /* Option < JobRow > */
-VOLATILE SECURITY DEFINER PARALLEL RESTRICTED
-SET search_path TO pg_catalog, pg_temp
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'jobs_get_wrapper';
+ALTER FUNCTION jobs_get(pg_catalog.int8) SECURITY DEFINER
+    SET search_path TO pg_catalog, pg_temp;
 
-CREATE OR REPLACE FUNCTION "jobs_grant_tenant"(
+CREATE FUNCTION "jobs_grant_tenant"(
 	"role" TEXT, /* Option < & str > */
 	"tenant" TEXT /* Option < & str > */
 ) RETURNS bool /* bool */
@@ -418,18 +363,10 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'jobs_grant_tenant_wrapper';
 
-CREATE OR REPLACE FUNCTION "jobs_heartbeat"(
-	"id" bigint, /* Option < i64 > */
-	"lease" uuid, /* Option < pgrx :: Uuid > */
-	"extend" interval DEFAULT NULL, /* Option < Interval > */
-	"progress" jsonb DEFAULT NULL /* Option < Jsonb > */
-) RETURNS TEXT /* & '_ str */
-VOLATILE SECURITY DEFINER PARALLEL UNSAFE
-SET search_path TO pg_catalog, pg_temp
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'jobs_heartbeat_wrapper';
+ALTER FUNCTION jobs_heartbeat(pg_catalog.int8, uuid, pg_catalog.interval, pg_catalog.jsonb) SECURITY DEFINER
+    SET search_path TO pg_catalog, pg_temp;
 
-CREATE OR REPLACE FUNCTION "jobs_idempotency_delete"(
+CREATE FUNCTION "jobs_idempotency_delete"(
 	"key" TEXT, /* Option < & str > */
 	"scope" TEXT DEFAULT NULL, /* Option < & str > */
 	"token" uuid DEFAULT NULL /* Option < pgrx :: Uuid > */
@@ -439,7 +376,7 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'jobs_idempotency_delete_wrapper';
 
-CREATE OR REPLACE FUNCTION "jobs_idempotency_get"(
+CREATE FUNCTION "jobs_idempotency_get"(
 	"key" TEXT, /* Option < & str > */
 	"scope" TEXT DEFAULT NULL /* Option < & str > */
 ) RETURNS SETOF jobs.idempotency_record /* IdempotencyRecordRow */
@@ -448,7 +385,7 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'jobs_idempotency_get_wrapper';
 
-CREATE OR REPLACE FUNCTION "jobs_idempotency_save"(
+CREATE FUNCTION "jobs_idempotency_save"(
 	"key" TEXT, /* Option < & str > */
 	"status" TEXT DEFAULT 'pending', /* Option < & str > */
 	"response" jsonb DEFAULT NULL, /* Option < Jsonb > */
@@ -462,7 +399,7 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'jobs_idempotency_save_wrapper';
 
-CREATE OR REPLACE FUNCTION "jobs_idempotency_update"(
+CREATE FUNCTION "jobs_idempotency_update"(
 	"key" TEXT, /* Option < & str > */
 	"status" TEXT, /* Option < & str > */
 	"response" jsonb DEFAULT NULL, /* Option < Jsonb > */
@@ -475,67 +412,28 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'jobs_idempotency_update_wrapper';
 
-CREATE OR REPLACE FUNCTION "jobs_list"(
-	"queue" TEXT DEFAULT NULL, /* Option < & str > */
-	"state" TEXT DEFAULT NULL, /* Option < & str > */
-	"kind" TEXT DEFAULT NULL, /* Option < & str > */
-	"limit" INT DEFAULT 100, /* Option < i32 > */
-	"before_id" bigint DEFAULT NULL /* Option < i64 > */
-) RETURNS SETOF jobs.job /* JobRow */
-VOLATILE SECURITY DEFINER PARALLEL RESTRICTED
-SET search_path TO pg_catalog, pg_temp
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'jobs_list_wrapper';
+ALTER FUNCTION jobs_list(pg_catalog.text, pg_catalog.text, pg_catalog.text, pg_catalog.int4, pg_catalog.int8) SECURITY DEFINER
+    SET search_path TO pg_catalog, pg_temp;
 
-CREATE OR REPLACE FUNCTION "jobs_metrics"() RETURNS TEXT /* String */
-STRICT VOLATILE SECURITY DEFINER PARALLEL RESTRICTED
-SET search_path TO pg_catalog, pg_temp
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'jobs_metrics_wrapper';
+ALTER FUNCTION jobs_metrics() SECURITY DEFINER
+    SET search_path TO pg_catalog, pg_temp;
 
-CREATE OR REPLACE FUNCTION "jobs_pause"(
-	"queue" TEXT /* Option < & str > */
-) RETURNS void
-VOLATILE SECURITY DEFINER PARALLEL UNSAFE
-SET search_path TO pg_catalog, pg_temp
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'jobs_pause_wrapper';
+ALTER FUNCTION jobs_pause(pg_catalog.text) SECURITY DEFINER
+    SET search_path TO pg_catalog, pg_temp;
 
-CREATE OR REPLACE FUNCTION "jobs_reclaim"() RETURNS INT /* i32 */
-STRICT VOLATILE SECURITY DEFINER PARALLEL UNSAFE
-SET search_path TO pg_catalog, pg_temp
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'jobs_reclaim_wrapper';
+ALTER FUNCTION jobs_reclaim() SECURITY DEFINER
+    SET search_path TO pg_catalog, pg_temp;
 
-CREATE OR REPLACE FUNCTION "jobs_release"(
-	"id" bigint, /* Option < i64 > */
-	"lease" uuid, /* Option < pgrx :: Uuid > */
-	"reason" TEXT DEFAULT NULL, /* Option < & str > */
-	"retry_in" interval DEFAULT '0' /* Option < Interval > */
-) RETURNS TEXT /* & '_ str */
-VOLATILE SECURITY DEFINER PARALLEL UNSAFE
-SET search_path TO pg_catalog, pg_temp
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'jobs_release_wrapper';
+ALTER FUNCTION jobs_release(pg_catalog.int8, uuid, pg_catalog.text, pg_catalog.interval) SECURITY DEFINER
+    SET search_path TO pg_catalog, pg_temp;
 
-CREATE OR REPLACE FUNCTION "jobs_resume"(
-	"queue" TEXT /* Option < & str > */
-) RETURNS void
-VOLATILE SECURITY DEFINER PARALLEL UNSAFE
-SET search_path TO pg_catalog, pg_temp
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'jobs_resume_wrapper';
+ALTER FUNCTION jobs_resume(pg_catalog.text) SECURITY DEFINER
+    SET search_path TO pg_catalog, pg_temp;
 
-CREATE OR REPLACE FUNCTION "jobs_retry"(
-	"id" bigint, /* Option < i64 > */
-	"run_at" timestamp with time zone DEFAULT pg_catalog.now() /* Option < TimestampWithTimeZone > */
-) RETURNS TEXT /* & '_ str */
-VOLATILE SECURITY DEFINER PARALLEL UNSAFE
-SET search_path TO pg_catalog, pg_temp
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'jobs_retry_wrapper';
+ALTER FUNCTION jobs_retry(pg_catalog.int8, pg_catalog.timestamptz) SECURITY DEFINER
+    SET search_path TO pg_catalog, pg_temp;
 
-CREATE OR REPLACE FUNCTION "jobs_revoke_tenant"(
+CREATE FUNCTION "jobs_revoke_tenant"(
 	"role" TEXT, /* Option < & str > */
 	"tenant" TEXT /* Option < & str > */
 ) RETURNS bool /* bool */
@@ -544,13 +442,13 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'jobs_revoke_tenant_wrapper';
 
-CREATE OR REPLACE FUNCTION "jobs_run_schedules"() RETURNS bigint /* i64 */
+CREATE FUNCTION "jobs_run_schedules"() RETURNS bigint /* i64 */
 STRICT VOLATILE SECURITY DEFINER PARALLEL UNSAFE
 SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'jobs_run_schedules_wrapper';
 
-CREATE OR REPLACE FUNCTION "jobs_schedule"(
+CREATE FUNCTION "jobs_schedule"(
 	"name" TEXT, /* Option < & str > */
 	"cron" TEXT, /* Option < & str > */
 	"queue" TEXT, /* Option < & str > */
@@ -568,7 +466,7 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'jobs_schedule_wrapper';
 
-CREATE OR REPLACE FUNCTION "jobs_totals"() RETURNS TABLE (
+CREATE FUNCTION "jobs_totals"() RETURNS TABLE (
 	"queue" TEXT,  /* Option < String > */
 	"completed" bigint,  /* i64 */
 	"failed" bigint,  /* i64 */
@@ -579,7 +477,7 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'jobs_totals_wrapper';
 
-CREATE OR REPLACE FUNCTION "jobs_unschedule"(
+CREATE FUNCTION "jobs_unschedule"(
 	"name" TEXT /* Option < & str > */
 ) RETURNS bool /* bool */
 VOLATILE SECURITY DEFINER PARALLEL UNSAFE
@@ -587,7 +485,7 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'jobs_unschedule_wrapper';
 
-CREATE OR REPLACE FUNCTION "jobs_worker_status"() RETURNS TABLE (
+CREATE FUNCTION "jobs_worker_status"() RETURNS TABLE (
 	"database" TEXT,  /* String */
 	"pid" INT,  /* Option < i32 > */
 	"started_at" timestamp with time zone,  /* Option < TimestampWithTimeZone > */
@@ -607,24 +505,16 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'jobs_worker_status_wrapper';
 
-CREATE OR REPLACE FUNCTION jobs."tenant_scope"() RETURNS TEXT[] /* :: std :: option :: Option < Vec < String > > */
+CREATE FUNCTION jobs."tenant_scope"() RETURNS TEXT[] /* :: std :: option :: Option < Vec < String > > */
 STRICT STABLE SECURITY DEFINER PARALLEL RESTRICTED
 SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'tenant_scope_wrapper';
 
-CREATE OR REPLACE FUNCTION jobs."backoff_delay"(
-	"base" interval, /* Interval */
-	"max" interval, /* Interval */
-	"jitter" double precision, /* f64 */
-	"attempt" INT /* i32 */
-) RETURNS interval /* Interval */
-STRICT VOLATILE PARALLEL SAFE
-SET search_path TO pg_catalog, pg_temp
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'backoff_delay_wrapper';
+ALTER FUNCTION jobs.backoff_delay(pg_catalog.interval, pg_catalog.interval, pg_catalog.float8, pg_catalog.int4)
+    SET search_path TO pg_catalog, pg_temp;
 
-CREATE OR REPLACE FUNCTION jobs."runtime_state"(
+CREATE FUNCTION jobs."runtime_state"(
 	"queue" TEXT /* & str */
 ) RETURNS TABLE (
 	"floor_priority" smallint,  /* Option < i16 > */

@@ -4,7 +4,8 @@
 //!
 //! The build is cached in the directory the caller names (the upgrade test uses
 //! `<target>/tmp/pg_jobs-0.1.0`, or `PG_JOBS_UPGRADE_CACHE`): the commit's files
-//! (`git archive`), its own `CARGO_TARGET_DIR`, and the package `cargo pgrx package` makes.
+//! (`git archive`), its own `CARGO_TARGET_DIR`, and the package `cargo pgrx package` makes for
+//! the PostgreSQL major the tests run (`package-pg15`).
 //! Delete the directory to build again. The first build compiles pgrx and every dependency of
 //! 0.1.0 (several minutes on two cores); later runs reuse it.
 
@@ -37,10 +38,11 @@ pub struct Package {
 /// The package of 0.1.0, built from [`COMMIT_0_1_0`] into `cache` unless already there, for
 /// the PostgreSQL installation the tests run ([`pg_bin`]).
 pub fn package_0_1_0(cache: &Path) -> Package {
-    let done = cache.join("package.done");
-    let out = cache.join("package");
+    let major = pg_major();
+    let done = cache.join(format!("package-pg{major}.done"));
+    let out = cache.join(format!("package-pg{major}"));
     if !done.exists() {
-        build(cache, &out);
+        build(cache, &out, &major);
         std::fs::write(&done, COMMIT_0_1_0).expect("mark the 0.1.0 build done");
     }
     let find = |name: &str| {
@@ -53,7 +55,23 @@ pub fn package_0_1_0(cache: &Path) -> Package {
     }
 }
 
-fn build(cache: &Path, out: &Path) {
+/// The major version of the PostgreSQL installation the tests run ("15").
+fn pg_major() -> String {
+    let output = Command::new(pg_bin().join("pg_config"))
+        .arg("--version")
+        .output()
+        .expect("run pg_config --version");
+    let version = String::from_utf8_lossy(&output.stdout);
+    version
+        .split_whitespace()
+        .nth(1)
+        .and_then(|v| v.split(['.', 'b', 'r']).next())
+        .filter(|m| !m.is_empty())
+        .unwrap_or_else(|| panic!("read the major version from pg_config --version: {version}"))
+        .to_owned()
+}
+
+fn build(cache: &Path, out: &Path, major: &str) {
     let started = std::time::Instant::now();
     let source = cache.join("src");
     let _ = std::fs::remove_dir_all(&source);
@@ -89,7 +107,15 @@ fn build(cache: &Path, out: &Path) {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
     let output = Command::new(cargo)
         .current_dir(&source)
-        .args(["pgrx", "package", "--debug", "--pg-config"])
+        .args([
+            "pgrx",
+            "package",
+            "--debug",
+            "--no-default-features",
+            "--features",
+        ])
+        .arg(format!("pg{major}"))
+        .arg("--pg-config")
         .arg(pg_bin().join("pg_config"))
         .arg("--out-dir")
         .arg(out)
