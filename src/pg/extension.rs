@@ -29,9 +29,19 @@ thread_local! {
 /// The version of pg_jobs installed in this database (`pg_extension.extversion`), or `None`
 /// when it is not installed.
 pub fn installed_version() -> Option<String> {
-    Spi::get_one::<String>(
-        "SELECT extversion FROM pg_catalog.pg_extension WHERE extname OPERATOR(pg_catalog.=) 'pg_jobs'",
-    )
+    // A read-only SPI call: `Spi::get_one` runs its query as an update, which on a standby
+    // fails ("cannot assign TransactionIds during recovery") and would refuse the reading
+    // functions there.
+    Spi::connect(|client| {
+        client
+            .select(
+                "SELECT extversion FROM pg_catalog.pg_extension WHERE extname OPERATOR(pg_catalog.=) 'pg_jobs'",
+                Some(1),
+                &[],
+            )?
+            .first()
+            .get_one::<String>()
+    })
     .ok()
     .flatten()
 }
