@@ -14,7 +14,7 @@
 use std::cell::Cell;
 
 use pgrx::pg_sys;
-use pgrx::spi::Spi;
+use pgrx::FromDatum;
 
 /// The version of this library, which is the version its SQL definitions must have.
 pub const LIBRARY_VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -28,22 +28,50 @@ thread_local! {
 
 /// The version of pg_jobs installed in this database (`pg_extension.extversion`), or `None`
 /// when it is not installed.
+///
+/// Read by an index scan of the catalog, as PostgreSQL's own `get_extension_oid` does, whose
+/// lock is released at once: a statement (SPI) would hold a lock on `pg_extension` until the
+/// end of the caller's transaction, through a waiting claim's sleep too, and `Spi::get_one`
+/// runs as an update, which a standby refuses.
 pub fn installed_version() -> Option<String> {
-    // A read-only SPI call: `Spi::get_one` runs its query as an update, which on a standby
-    // fails ("cannot assign TransactionIds during recovery") and would refuse the reading
-    // functions there.
-    Spi::connect(|client| {
-        client
-            .select(
-                "SELECT extversion FROM pg_catalog.pg_extension WHERE extname OPERATOR(pg_catalog.=) 'pg_jobs'",
-                Some(1),
-                &[],
-            )?
-            .first()
-            .get_one::<String>()
-    })
-    .ok()
-    .flatten()
+    // SAFETY: the catalog scan of get_extension_oid (extension.c), reading one attribute of the
+    // tuple found before the scan ends; the String is copied out of it.
+    unsafe {
+        let lock = pg_sys::AccessShareLock as pg_sys::LOCKMODE;
+        let relation = pg_sys::table_open(pg_sys::ExtensionRelationId, lock);
+        let mut key: pg_sys::ScanKeyData = std::mem::zeroed();
+        pg_sys::ScanKeyInit(
+            &mut key,
+            pg_sys::Anum_pg_extension_extname as pg_sys::AttrNumber,
+            pg_sys::BTEqualStrategyNumber as pg_sys::StrategyNumber,
+            pg_sys::Oid::from(pg_sys::F_NAMEEQ),
+            pg_sys::Datum::from(c"pg_jobs".as_ptr()),
+        );
+        let scan = pg_sys::systable_beginscan(
+            relation,
+            pg_sys::Oid::from(pg_sys::ExtensionNameIndexId),
+            true,
+            std::ptr::null_mut(),
+            1,
+            &mut key,
+        );
+        let tuple = pg_sys::systable_getnext(scan);
+        let version = if tuple.is_null() {
+            None
+        } else {
+            let mut is_null = false;
+            let datum = pg_sys::heap_getattr(
+                tuple,
+                pg_sys::Anum_pg_extension_extversion as i32,
+                (*relation).rd_att,
+                &mut is_null,
+            );
+            String::from_datum(datum, is_null)
+        };
+        pg_sys::systable_endscan(scan);
+        pg_sys::table_close(relation, lock);
+        version
+    }
 }
 
 /// Whether the installed SQL definitions are this library's version: `Ok(())`, or the
