@@ -111,17 +111,31 @@ pub const LATENCY_INTERVAL_MS: u64 = 10;
 /// Small backlog of d.
 pub const SMALL_BACKLOG: u64 = 1_000;
 /// Scenarios run when BENCH_SCENARIOS is not set: all of them.
-pub const ALL_SCENARIOS: &str = "pabcdefghiklvwst";
+pub const ALL_SCENARIOS: &str = "pabcdefghiklrvwst";
+
+/// The load generator's superuser role (benchmarks/run creates it, and makes it the owner of
+/// the pg_jobs extension): the comparators other than pg_jobs connect as it.
+pub const LOAD_ROLE: &str = "bench";
+/// The login role granted `jobs_worker` (benchmarks/run creates it after CREATE EXTENSION):
+/// pg_jobs's producers and workers connect as it, as an application's would.
+pub const WORKER_ROLE: &str = "bench_worker";
+/// Every role the load generator's sessions act as: pg_stat_statements rows of these are the
+/// load generator's statements (the measuring session is `postgres`).
+pub const LOAD_ROLES: [&str; 2] = [LOAD_ROLE, WORKER_ROLE];
 
 #[derive(Clone, Debug)]
 pub struct Config {
     /// Connection of the load generator's sessions (role `bench`, so pg_stat_statements can
     /// tell its statements from the measuring session's and the background worker's).
     pub dsn: String,
+    /// Connection of pg_jobs's producers and workers: the role granted `jobs_worker`.
+    pub worker_dsn: String,
     /// Connection of the measuring session (role `postgres`).
     pub admin_dsn: String,
     /// The same database as a URL, for Node.
     pub database_url: String,
+    /// The database as a URL for the role granted `jobs_worker` (the client libraries of l).
+    pub worker_database_url: String,
     /// Data directory of the bench cluster (its postmaster.pid names the server's processes).
     pub data_dir: PathBuf,
     pub socket_dir: String,
@@ -134,10 +148,10 @@ pub struct Config {
     pub scale: Scale,
     /// Comparators to run (all by default).
     pub comparators: Vec<String>,
-    /// Scenarios to run, as letters: p (pgbench), a..h, k, l (client libraries), v, w, s (all
-    /// by default).
+    /// Scenarios to run, as letters: p (pgbench), a..h, k, l (client libraries), r (roles and
+    /// tenants), v, w, s (all by default).
     pub scenarios: String,
-    /// How many times the scenarios whose spread the report shows (a, b, c) run.
+    /// How many times the scenarios whose spread the report shows (a, b, c, r) run.
     pub repeats: u32,
     /// Versions of the comparators, for the report.
     pub graphile_version: String,
@@ -174,9 +188,15 @@ impl Config {
             .filter(|s| !s.is_empty())
             .collect();
         Ok(Config {
-            dsn: format!("host={socket_dir} port={port} user=bench dbname={db}"),
+            dsn: format!("host={socket_dir} port={port} user={LOAD_ROLE} dbname={db}"),
+            worker_dsn: format!("host={socket_dir} port={port} user={WORKER_ROLE} dbname={db}"),
             admin_dsn: format!("host={socket_dir} port={port} user=postgres dbname={db}"),
-            database_url: format!("postgres:///{db}?host={socket_dir}&port={port}&user=bench"),
+            database_url: format!(
+                "postgres:///{db}?host={socket_dir}&port={port}&user={LOAD_ROLE}"
+            ),
+            worker_database_url: format!(
+                "postgres:///{db}?host={socket_dir}&port={port}&user={WORKER_ROLE}"
+            ),
             data_dir: PathBuf::from(var("BENCH_DATA")?),
             socket_dir,
             port,

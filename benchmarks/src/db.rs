@@ -6,13 +6,15 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use postgres::{Client, NoTls};
 
+use crate::config::LOAD_ROLES;
 use crate::cpu::{self, ServerCpu};
 
 pub fn connect(dsn: &str) -> Result<Client> {
     Client::connect(dsn, NoTls).with_context(|| format!("connecting to {dsn}"))
 }
 
-/// Opens `n` connections.
+/// Opens `n` connections (scenarios whose sessions are not a comparator's producers and
+/// workers; those open theirs through `Comparator::connect`).
 pub fn connect_many(dsn: &str, n: usize) -> Result<Vec<Client>> {
     (0..n).map(|_| connect(dsn)).collect()
 }
@@ -34,19 +36,22 @@ pub fn checkpoint(admin: &mut Client) -> Result<()> {
 pub struct DbStats {
     pub wal_lsn: i64,
     pub xact_commit: i64,
-    /// pg_stat_statements calls by the load generator's role `bench` (top-level, and nested
-    /// ones too while pg_stat_statements.track = 'all' is set for the role).
+    /// pg_stat_statements calls by the load generator's roles ([`LOAD_ROLES`]: top-level, and
+    /// nested ones too while pg_stat_statements.track = 'all' is set for the roles). Statements
+    /// nested in pg_jobs's `SECURITY DEFINER` functions are recorded under the extension's
+    /// owner, which is why benchmarks/run makes `bench` the owner.
     pub statements: i64,
 }
 
 pub fn stats(admin: &mut Client) -> Result<DbStats> {
+    let roles: Vec<&str> = LOAD_ROLES.to_vec();
     let row = admin.query_one(
         "SELECT (pg_current_wal_insert_lsn() - '0/0'::pg_lsn)::bigint,
                 (SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()),
                 (SELECT coalesce(sum(s.calls), 0)::bigint
                    FROM pg_stat_statements s JOIN pg_roles r ON r.oid = s.userid
-                  WHERE r.rolname = 'bench')",
-        &[],
+                  WHERE r.rolname = ANY($1::text[]))",
+        &[&roles],
     )?;
     Ok(DbStats {
         wal_lsn: row.get(0),

@@ -29,7 +29,7 @@ use comparators::Comparator;
 use config::Config;
 use report::Run;
 use scenarios::{
-    backlog, burndown, enqueue, idempotency, idle, kinds, latency, long, pgbench, scaling,
+    backlog, burndown, enqueue, idempotency, idle, kinds, latency, long, pgbench, roles, scaling,
     snapshot, soak, vacuum, wal, Ctx, Measurement,
 };
 
@@ -64,7 +64,7 @@ fn rerender() -> Result<()> {
 type Scenario = fn(&Ctx, &mut Client, &dyn Comparator) -> Vec<Measurement>;
 
 /// Scenarios run `BENCH_REPEATS` times, so that the report shows their run-to-run noise: the
-/// ones most targets come from, and short enough to repeat.
+/// ones most targets come from, and short enough to repeat (r repeats too; it runs on its own).
 const REPEATED: &str = "abc";
 
 fn measure() -> Result<()> {
@@ -141,6 +141,24 @@ fn measure() -> Result<()> {
             }
         }
         // Keep what is measured so far, should a later scenario kill the run.
+        save(&ctx.cfg, &machine, &waiting, started, &results)?;
+    }
+    if ctx.cfg.runs('r') && ctx.cfg.wants("pg_jobs") {
+        for repeat in 0..ctx.cfg.repeats {
+            eprintln!(
+                "\n== r. roles and tenants cost (run {} of {})",
+                repeat + 1,
+                ctx.cfg.repeats
+            );
+            results.extend(
+                roles::run(&ctx, &mut admin, repeat)
+                    .into_iter()
+                    .map(|mut m| {
+                        m.repeat = repeat;
+                        m
+                    }),
+            );
+        }
         save(&ctx.cfg, &machine, &waiting, started, &results)?;
     }
     if ctx.cfg.runs('g') {

@@ -591,6 +591,7 @@ fn absolute(out: &mut String, run: &Run) {
     out.push('\n');
     sections::long_burn_down(out, run);
     sections::kinds_filtered(out, run);
+    sections::roles_cost(out, run);
     sections::dead_rows(out, run);
     sections::scaling_curve(out, run);
     sections::soak_section(out, run);
@@ -631,10 +632,15 @@ fn method(out: &mut String, run: &Run) {
          other kind's) and one without, each completed at once; the means are compared.\n\
          - v: the busy table has autovacuum off, so only the measured `VACUUM (VERBOSE)` removes \
          rows; its \"dead but not yet removable\" count is the figure.\n\
+         - r: pg_jobs's producers and workers log in as a role granted `jobs_worker` in every \
+         scenario; r runs a and b (8 sessions each) once as the extension's owner (superuser, no \
+         tenant) and once as that role with `SET pg_jobs.tenant` at session start, back to back, \
+         the order alternating between variants and repetitions; it checks that every job \
+         carries the tenant (or none) and that each login is what it says before measuring.\n\
          - w: every point loads, vacuums and checkpoints its queue afresh.\n\
          - s: see the soak's section; capacity and soak each start with 5 s of the same traffic \
          and an `ANALYZE` of the table.\n\
-         - Noise: a, b and c run several times (BENCH_REPEATS), every other time with the \
+         - Noise: a, b, c and r run several times (BENCH_REPEATS), every other time with the \
          queues in reverse order; their figures here are the means.\n\n",
     );
     out.push_str("How each comparator's workers wait for work (c, g):\n\n");

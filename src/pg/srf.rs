@@ -209,7 +209,12 @@ where
                 } else {
                     let mut value = datum.unwrap_or(pg_sys::Datum::from(0));
                     let mut is_null = datum.is_none();
-                    pg_sys::tuplestore_putvalues(out.store, out.desc, &mut value, &mut is_null);
+                    pg_sys::tuplestore_putvalues(
+                        out.store,
+                        out.desc,
+                        &raw mut value,
+                        &raw mut is_null,
+                    );
                 }
             }
             done(fcinfo)

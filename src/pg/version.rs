@@ -258,6 +258,66 @@ pub unsafe fn clear_advertised_xmin() {
     }
 }
 
+/// What PostgreSQL calls when entries of a system catalog cache are invalidated: the `arg`
+/// given at registration, the cache's id and the hash of the invalidated key (0 for all).
+pub type SyscacheCallback = unsafe extern "C-unwind" fn(pg_sys::Datum, i32, u32);
+
+/// Has `callback` run in this process whenever entries of the catalog cache `cache` are
+/// invalidated (a committed change to the catalog, or a cache reset).
+///
+/// # Safety
+/// Registrations are never undone and PostgreSQL has room for a fixed number per process:
+/// register once per process (from `_PG_init`).
+pub unsafe fn register_syscache_callback(
+    cache: pg_sys::SysCacheIdentifier::Type,
+    callback: SyscacheCallback,
+) {
+    #[cfg(feature = "pg13")]
+    {
+        // The bindings pgrx generates from 13.x headers before 13.5 leave out utils/inval.h
+        // (later headers include it indirectly), so this declares the function as inval.h of
+        // every 13.x does.
+        unsafe extern "C-unwind" {
+            fn CacheRegisterSyscacheCallback(
+                cacheid: std::ffi::c_int,
+                func: Option<SyscacheCallback>,
+                arg: pg_sys::Datum,
+            );
+        }
+        // Guarded as pgrx guards its own bindings: an ERROR inside becomes a Rust panic.
+        pg_sys::ffi::pg_guard_ffi_boundary(|| {
+            CacheRegisterSyscacheCallback(cache as i32, Some(callback), pg_sys::Datum::from(0))
+        });
+    }
+    #[cfg(not(feature = "pg13"))]
+    pg_sys::CacheRegisterSyscacheCallback(cache as i32, Some(callback), pg_sys::Datum::from(0));
+}
+
+/// What PostgreSQL calls when relation cache entries are invalidated: the `arg` given at
+/// registration and the relation's oid (`InvalidOid` for all relations).
+pub type RelcacheCallback = unsafe extern "C-unwind" fn(pg_sys::Datum, pg_sys::Oid);
+
+/// Has `callback` run in this process whenever relation cache entries are invalidated (a
+/// committed change to a relation's definition, its indexes or policies, or a cache reset).
+///
+/// # Safety
+/// Registrations are never undone and PostgreSQL has room for a fixed number per process:
+/// register once per process.
+pub unsafe fn register_relcache_callback(callback: RelcacheCallback) {
+    #[cfg(feature = "pg13")]
+    {
+        // As for register_syscache_callback: the 13.4 bindings lack utils/inval.h.
+        unsafe extern "C-unwind" {
+            fn CacheRegisterRelcacheCallback(func: Option<RelcacheCallback>, arg: pg_sys::Datum);
+        }
+        pg_sys::ffi::pg_guard_ffi_boundary(|| {
+            CacheRegisterRelcacheCallback(Some(callback), pg_sys::Datum::from(0))
+        });
+    }
+    #[cfg(not(feature = "pg13"))]
+    pg_sys::CacheRegisterRelcacheCallback(Some(callback), pg_sys::Datum::from(0));
+}
+
 /// Inserts the index entries of the heap tuple in `slot` into every index of `result` (as an
 /// INSERT does: partial indexes only when their predicate admits it, unique ones checked), and
 /// returns the indexes whose entries need a recheck (none without deferred constraints).

@@ -154,9 +154,7 @@ impl JobWriter {
         debug_assert_eq!(jobs.payloads.len(), jobs.group_keys.len());
         if !CALLBACK_REGISTERED.with(Cell::get) {
             // SAFETY: a plain function registered once per backend.
-            unsafe {
-                pg_sys::CacheRegisterRelcacheCallback(Some(relcache_invalidated), Datum::from(0))
-            };
+            unsafe { crate::pg::version::register_relcache_callback(relcache_invalidated) };
             CALLBACK_REGISTERED.with(|c| c.set(true));
         }
         if STALE.with(|s| s.replace(false)) {

@@ -1,9 +1,10 @@
 //! The queues under test, behind one interface so every scenario runs the same work on each.
 //!
-//! A [`Comparator`] owns its schema (reset, bulk loads for set-up) and hands out producers and
-//! workers over connections of the load generator. SQL-driven queues (pg_jobs, the hand-rolled
-//! SKIP LOCKED queue, pgmq) consume through [`Worker`]s on threads of this process; Graphile
-//! Worker consumes in its own Node process ([`graphile::Graphile`]).
+//! A [`Comparator`] owns its schema (reset, bulk loads for set-up), opens the load generator's
+//! sessions as its users would log in, and hands out producers and workers over them.
+//! SQL-driven queues (pg_jobs, the hand-rolled SKIP LOCKED queue, pgmq) consume through
+//! [`Worker`]s on threads of this process; Graphile Worker consumes in its own Node process
+//! ([`graphile::Graphile`]).
 
 pub mod graphile;
 pub mod handrolled;
@@ -14,6 +15,9 @@ use anyhow::Result;
 use postgres::{CancelToken, Client, Statement};
 use serde_json::Value;
 use uuid::Uuid;
+
+use crate::config::Config;
+use crate::db;
 
 /// A claimed job: its id and, for queues with fencing tokens, the lease.
 #[derive(Clone, Copy, Debug)]
@@ -114,6 +118,13 @@ pub trait Comparator: Sync {
         admin: &mut Client,
         keep: std::time::Duration,
     ) -> Result<Option<String>>;
+    /// Opens one session for its producers and workers (the set-up and measuring statements
+    /// run in the `postgres` session instead). By default as the load generator's superuser
+    /// role; pg_jobs connects as a `jobs_worker` role, or as the extension's owner, and may set
+    /// a tenant first.
+    fn connect(&self, cfg: &Config) -> Result<Client> {
+        db::connect(&cfg.dsn)
+    }
     fn producer(&self, conn: Client) -> Result<Box<dyn Producer>>;
     /// A worker over `conn`, for the queues consumed from this process.
     fn worker(&self, conn: Client) -> Result<Box<dyn Worker>>;

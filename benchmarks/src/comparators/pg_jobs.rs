@@ -1,30 +1,84 @@
 //! pg_jobs itself: jobs_enqueue / jobs_enqueue_batch, jobs_claim (n => 1 or 100) and
 //! jobs_complete(id, lease) or jobs_complete(ids[], leases[]); waiting workers block in
-//! jobs_claim(wait => ...), woken by commits.
+//! jobs_claim(wait => ...), woken by commits. Its producers and workers log in as a role granted
+//! `jobs_worker`, as an application's would; scenario r also runs them as the extension's owner,
+//! and as the `jobs_worker` role acting for a tenant.
 
 use std::time::Duration;
 
-use anyhow::Result;
+use anyhow::{ensure, Result};
 use postgres::{CancelToken, Client, Statement};
 use uuid::Uuid;
 
 use super::{load_in_chunks, Claimed, Comparator, Producer, StatementProducer, Worker};
+use crate::config::Config;
+use crate::db;
 
 pub const QUEUE: &str = "bench";
+
+/// Who pg_jobs's producers and workers log in as, and what their sessions set at the start.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Login {
+    /// The role granted `jobs_worker` ([`crate::config::WORKER_ROLE`]), no tenant set: it sees
+    /// every tenant's jobs, as a shared worker pool does. The suite's default.
+    Worker,
+    /// The same role with `SET pg_jobs.tenant = '<tenant>'` at session start (the role is
+    /// granted the tenant): its jobs carry the tenant, its claims see only the tenant's jobs.
+    WorkerForTenant(&'static str),
+    /// The extension's owner ([`crate::config::LOAD_ROLE`], a superuser), no tenant set: every
+    /// function's role check passes at once and no tenant filter applies.
+    Owner,
+}
 
 pub struct PgJobs {
     name: String,
     /// The wait of a waiting claim, as an interval literal.
     wait: &'static str,
+    login: Login,
 }
 
 impl PgJobs {
-    /// pg_jobs whose waiting workers call jobs_claim(wait => `wait`) in a loop.
+    /// pg_jobs whose waiting workers call jobs_claim(wait => `wait`) in a loop, logged in as
+    /// the `jobs_worker` role without a tenant.
     pub fn new(name: &str, wait: &'static str) -> PgJobs {
+        PgJobs::logged_in(name, wait, Login::Worker)
+    }
+
+    /// pg_jobs whose producers and workers log in as `login` says.
+    pub fn logged_in(name: &str, wait: &'static str, login: Login) -> PgJobs {
         PgJobs {
             name: name.to_owned(),
             wait,
+            login,
         }
+    }
+
+    /// The tenant its sessions act for, if any: the jobs it loads and enqueues carry it.
+    pub fn tenant(&self) -> Option<&'static str> {
+        match self.login {
+            Login::WorkerForTenant(tenant) => Some(tenant),
+            Login::Worker | Login::Owner => None,
+        }
+    }
+
+    /// Checks that the table holds exactly `n` jobs and that each carries this comparator's
+    /// tenant (or none): that the jobs went through the tenant's path, not around it.
+    pub fn check_tenant(&self, admin: &mut Client, n: u64) -> Result<()> {
+        let row = admin.query_one(
+            "SELECT count(*), count(*) FILTER (WHERE tenant IS DISTINCT FROM $1::text)
+               FROM jobs.job",
+            &[&self.tenant()],
+        )?;
+        let (all, other): (i64, i64) = (row.get(0), row.get(1));
+        let whose = self.tenant().map_or_else(
+            || "without a tenant".to_owned(),
+            |t| format!("of tenant '{t}'"),
+        );
+        ensure!(
+            all == n as i64 && other == 0,
+            "expected {n} jobs {whose}, found {all} jobs, {other} of them with another tenant              or none: the jobs did not go through this login's tenant"
+        );
+        Ok(())
     }
 }
 
@@ -102,12 +156,15 @@ impl Comparator for PgJobs {
     }
 
     fn load_queued(&self, admin: &mut Client, n: u64) -> Result<()> {
+        // tenant => NULL: the superuser's own scope, jobs without a tenant.
         let load = admin.prepare(&format!(
             "SELECT count(*) FROM jobs_enqueue_batch('{QUEUE}',
-                 ARRAY(SELECT jsonb_build_object('n', g) FROM generate_series($1::bigint, $2::bigint) g))"
+                 ARRAY(SELECT jsonb_build_object('n', g) FROM generate_series($1::bigint, $2::bigint) g),
+                 tenant => $3::text)"
         ))?;
+        let tenant = self.tenant();
         load_in_chunks(n, |first, last| {
-            admin.query_one(&load, &[&first, &last])?;
+            admin.query_one(&load, &[&first, &last, &tenant])?;
             Ok(())
         })
     }
@@ -116,13 +173,14 @@ impl Comparator for PgJobs {
         // Rows as jobs_complete leaves them, written directly: set-up speed, not a measurement.
         let load = admin.prepare(&format!(
             "INSERT INTO jobs.job (queue, payload, state, attempt, max_attempts, lease,
-                                   lease_duration, worker, started_at, finished_at)
+                                   lease_duration, worker, started_at, finished_at, tenant)
              SELECT '{QUEUE}', jsonb_build_object('n', g), 'succeeded', 1, 5, gen_random_uuid(),
-                    '30 seconds', 'loader', now(), now()
+                    '30 seconds', 'loader', now(), now(), $3::text
                FROM generate_series($1::bigint, $2::bigint) g"
         ))?;
+        let tenant = self.tenant();
         load_in_chunks(n, |first, last| {
-            admin.execute(&load, &[&first, &last])?;
+            admin.execute(&load, &[&first, &last, &tenant])?;
             Ok(())
         })?;
         Ok(true)
@@ -145,6 +203,21 @@ impl Comparator for PgJobs {
             &[&keep.as_secs_f64()],
         )?;
         Ok(None)
+    }
+
+    fn connect(&self, cfg: &Config) -> Result<Client> {
+        let dsn = match self.login {
+            Login::Owner => &cfg.dsn,
+            Login::Worker | Login::WorkerForTenant(_) => &cfg.worker_dsn,
+        };
+        let mut conn = db::connect(dsn)?;
+        if let Some(tenant) = self.tenant() {
+            conn.batch_execute(&format!(
+                "SET pg_jobs.tenant = '{}'",
+                tenant.replace('\'', "''")
+            ))?;
+        }
+        Ok(conn)
     }
 
     fn producer(&self, conn: Client) -> Result<Box<dyn Producer>> {

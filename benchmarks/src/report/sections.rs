@@ -9,7 +9,7 @@ use super::{
 };
 use crate::charts;
 use crate::scenarios::{
-    burndown, enqueue, kinds, latency, long, scaling, soak, vacuum, wal, Measurement,
+    burndown, enqueue, kinds, latency, long, roles, scaling, soak, vacuum, wal, Measurement,
 };
 
 const MIB: f64 = 1024.0 * 1024.0;
@@ -355,6 +355,81 @@ pub fn soak_section(out: &mut String, run: &Run) {
     }
 }
 
+/// r: each variant as the owner and as the jobs_worker role with a tenant, side by side, with
+/// the ratios of their rates and of their server CPU per job.
+pub fn roles_cost(out: &mut String, run: &Run) {
+    if roles::VARIANTS
+        .iter()
+        .all(|(v, _)| run.comparators("r", v).is_empty())
+    {
+        return;
+    }
+    out.push_str(
+        "### r. Roles and tenants cost (8 sessions, pg_jobs only)
+
+",
+    );
+    out.push_str(
+        "a's enqueue and b's burn-down, each twice back to back: as the extension's owner (a \
+         superuser, no tenant set: the functions' role checks pass at once and no tenant filter \
+         applies) and as a login role granted `jobs_worker` that sets `pg_jobs.tenant` at session \
+         start (the role is granted the tenant, every job carries it, every claim is limited to \
+         it). Which runs first alternates between variants and between repetitions. \
+         Ratio: jobs_worker + tenant ÷ owner (> 1 means the worker was faster); for CPU, owner ÷ \
+         jobs_worker + tenant (> 1 means the worker used less).\n\n",
+    );
+    let columns = [
+        "variant",
+        "owner jobs/s",
+        "jobs_worker + tenant jobs/s",
+        "rate ratio",
+        "owner server CPU s / 1,000 jobs",
+        "jobs_worker + tenant server CPU s / 1,000 jobs",
+        "CPU ratio",
+        "notes",
+    ];
+    table_header(out, &columns);
+    for (variant, _) in roles::VARIANTS {
+        let owner = run.get("r", variant, roles::OWNER);
+        let worker = run.get("r", variant, roles::WORKER);
+        let why = || {
+            [roles::OWNER, roles::WORKER]
+                .iter()
+                .filter_map(|c| run.any("r", variant, c).and_then(|m| m.missing.clone()))
+                .next()
+        };
+        let rate = |m: Option<&Measurement>| m.and_then(|m| m.rate);
+        let cpu_of = |m: Option<&Measurement>| m.and_then(|m| m.server_cpu_per_1000());
+        let rate_ratio = rate(worker).zip(rate(owner)).map(|(w, o)| w / o);
+        let cpu_ratio = cpu_of(owner).zip(cpu_of(worker)).map(|(o, w)| o / w);
+        let row = [
+            variant.to_owned(),
+            opt(rate(owner), int),
+            opt(rate(worker), int),
+            opt(rate_ratio, ratio),
+            opt(cpu_of(owner), cpu),
+            opt(cpu_of(worker), cpu),
+            opt(cpu_ratio, ratio),
+            if owner.is_none() || worker.is_none() {
+                why().map_or_else(String::new, |why| super::cell(&why))
+            } else {
+                String::new()
+            },
+        ];
+        let _ = writeln!(out, "| {} |", row.join(" | "));
+    }
+    out.push('\n');
+    for c in [roles::OWNER, roles::WORKER] {
+        if let Some(note) = roles::VARIANTS
+            .iter()
+            .find_map(|(v, _)| run.get("r", v, c).and_then(|m| m.note.clone()))
+        {
+            let _ = writeln!(out, "- {c}: {note}");
+        }
+    }
+    out.push('\n');
+}
+
 /// One figure of the noise table: scenario, variant, label, how to show it, where it is.
 type NoiseRow = (
     &'static str,
@@ -366,14 +441,14 @@ type NoiseRow = (
 
 /// The spread of the repeated scenarios' figures, per queue.
 pub fn noise(out: &mut String, raw: &Run) {
-    let n = raw.repetitions(&["a", "b", "c"]);
+    let n = raw.repetitions(&["a", "b", "c", "r"]);
     if n < 2 {
         return;
     }
     out.push_str("## Run-to-run noise\n\n");
     let _ = writeln!(
         out,
-        "a, b and c ran {n} times in this run, the queues in alternating order (forward, then \
+        "a, b, c and r ran {n} times in this run, the queues in alternating order (forward, then \
          backward), so no queue always runs first or last. Each row: the figure of each run, and \
          half their spread relative to their mean. The report's figures are the means.\n"
     );
@@ -388,6 +463,9 @@ pub fn noise(out: &mut String, raw: &Run) {
     }
     metric_rows.push(("c", latency::VARIANT, "p50", super::ms, |m| m.p50_ms));
     metric_rows.push(("c", latency::VARIANT, "p99", super::ms, |m| m.p99_ms));
+    for (v, _) in roles::VARIANTS {
+        metric_rows.push(("r", v, "jobs/s", int, |m| m.rate));
+    }
     for (scenario, variant, label, show, f) in metric_rows {
         let mut names: Vec<&str> = Vec::new();
         for m in raw.comparators(scenario, variant) {

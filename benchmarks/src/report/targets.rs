@@ -5,7 +5,7 @@ use std::fmt::Write;
 
 use super::{int, ms, opt, ratio, Run, PG_JOBS};
 use crate::scenarios::{
-    backlog, burndown, enqueue, idle, kinds, latency, long, snapshot, soak, vacuum, wal,
+    backlog, burndown, enqueue, idle, kinds, latency, long, roles, snapshot, soak, vacuum, wal,
 };
 
 struct Target {
@@ -455,14 +455,42 @@ fn issue19(j: &Judge) -> Vec<Target> {
     )]
 }
 
-/// Writes the three target tables.
+/// Issue 10: definer functions and row-level security cost little. Each variant of r as the
+/// `jobs_worker` role acting for a tenant against the same work as the extension's owner.
+fn issue10(j: &Judge) -> Vec<Target> {
+    roles::VARIANTS
+        .iter()
+        .map(|&(variant, _)| {
+            let rate = |r: &Run, c: &str| r.rate("r", variant, c);
+            j.target(
+                &format!(
+                    "r, {variant}: as jobs_worker with a tenant ≥ {:.2}× as the owner without",
+                    roles::TARGET
+                ),
+                &["r"],
+                |r| Some(rate(r, roles::WORKER)? / rate(r, roles::OWNER)?),
+                |v| v >= roles::TARGET,
+                |r| {
+                    format!(
+                        "jobs_worker + tenant {}/s vs owner {}/s",
+                        opt(rate(r, roles::WORKER), int),
+                        opt(rate(r, roles::OWNER), int)
+                    )
+                },
+                ratio,
+            )
+        })
+        .collect()
+}
+
+/// Writes the target tables.
 pub fn write(out: &mut String, view: &Run, raw: &Run) {
     let j = Judge { view, raw };
     out.push_str("## Targets\n\n");
     out.push_str(
         "Each figure is the mean over the runs of its scenario in this report; \"noise\" is half \
-         the spread between those runs relative to the mean, then each run's own figure (a, b \
-         and c run several times, alternating the order of the queues; see \
+         the spread between those runs relative to the mean, then each run's own figure (a, b, \
+         c and r run several times, alternating the order of the queues; see \
          [Run-to-run noise](#run-to-run-noise)). A figure that missed its target by less than \
          its noise says in how many runs it was met.\n\n",
     );
@@ -470,6 +498,7 @@ pub fn write(out: &mut String, view: &Run, raw: &Run) {
         ("Issue 4 §4", issue4(&j)),
         ("Issue 18", issue18(&j)),
         ("Issue 19", issue19(&j)),
+        ("Issue 10", issue10(&j)),
     ] {
         let _ = writeln!(out, "**{title}**\n");
         out.push_str("| target | measured | figure | noise | verdict |\n|---|---|---|---|---|\n");
@@ -486,8 +515,9 @@ pub fn write(out: &mut String, view: &Run, raw: &Run) {
 
 #[cfg(test)]
 mod tests {
-    use super::{soak_ends, soak_growth, Judge};
+    use super::{issue10, soak_ends, soak_growth, Judge};
     use crate::report::Run;
+    use crate::scenarios::roles;
     use crate::scenarios::soak::Sample;
     use crate::scenarios::Measurement;
 
@@ -528,6 +558,39 @@ mod tests {
         assert_eq!(never.verdict, "**MISSED**");
         let absent = j.rate_ratio("t", "b", "1 per claim", "pgmq", 1.0);
         assert_eq!(absent.verdict, "not measured");
+    }
+
+    #[test]
+    fn roles_targets_divide_the_worker_by_the_owner_in_each_run() {
+        let variant = roles::VARIANTS[2].0;
+        let m = |comparator: &str, repeat: u32, rate: f64| {
+            let mut m = Measurement::new("r", variant, comparator);
+            m.rate = Some(rate);
+            m.repeat = repeat;
+            m
+        };
+        let raw = Run {
+            measurements: vec![
+                m(roles::OWNER, 0, 1000.0),
+                m(roles::WORKER, 0, 900.0),
+                m(roles::WORKER, 1, 1000.0),
+                m(roles::OWNER, 1, 1000.0),
+            ],
+            ..Run::default()
+        };
+        let view = raw.merged();
+        let j = Judge {
+            view: &view,
+            raw: &raw,
+        };
+        let targets = issue10(&j);
+        assert_eq!(targets.len(), roles::VARIANTS.len());
+        let t = &targets[2];
+        // The mean rates: 950 / 1000.
+        assert_eq!(t.value, "0.95×");
+        assert_eq!(t.noise, "±5.3% (0.90×, 1.00×)");
+        assert_eq!(t.verdict, "**MET**");
+        assert_eq!(targets[0].verdict, "not measured");
     }
 
     #[test]

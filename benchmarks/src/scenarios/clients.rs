@@ -19,7 +19,7 @@ use postgres::Client;
 use super::{attempt, burn, connect_workers, prepare_queued, Ctx, Measurement};
 use crate::comparators::pg_jobs::{PgJobs, QUEUE};
 use crate::comparators::Comparator;
-use crate::config::WORKERS;
+use crate::config::{LOAD_ROLES, WORKERS, WORKER_ROLE};
 use crate::cpu;
 use crate::db::Window;
 use crate::report::Run;
@@ -103,8 +103,12 @@ pub fn run(ctx: &Ctx, admin: &mut Client) -> Vec<Measurement> {
             None
         }
     };
-    let direct_dsn = ctx.cfg.database_url.clone();
-    let bouncer_dsn = format!("postgresql://bench@127.0.0.1:{port}/{}", database(ctx));
+    // The libraries' workers log in as the SQL loop's do: the role granted jobs_worker.
+    let direct_dsn = ctx.cfg.worker_database_url.clone();
+    let bouncer_dsn = format!(
+        "postgresql://{WORKER_ROLE}@127.0.0.1:{port}/{}",
+        database(ctx)
+    );
     for (variant, dsn) in [(DIRECT, direct_dsn), (BOUNCER, bouncer_dsn)] {
         for program in programs(&clients, &dsn) {
             if variant == BOUNCER && bouncer.is_none() {
@@ -244,7 +248,11 @@ impl Bouncer {
                 dir.display()
             ),
         )?;
-        std::fs::write(dir.join("userlist.txt"), "\"bench\" \"\"\n")?;
+        let users: String = LOAD_ROLES
+            .iter()
+            .map(|r| format!("\"{r}\" \"\"\n"))
+            .collect();
+        std::fs::write(dir.join("userlist.txt"), users)?;
         // PgBouncer refuses to run as root: as root, run it as the cluster's owner.
         let mut command = if unsafe { libc::geteuid() } == 0 {
             let _ = Command::new("chown")
@@ -269,7 +277,7 @@ impl Bouncer {
             );
         }
         let bouncer = Bouncer { dir };
-        let dsn = format!("host=127.0.0.1 port={port} user=bench dbname={db}");
+        let dsn = format!("host=127.0.0.1 port={port} user={WORKER_ROLE} dbname={db}");
         for _ in 0..50 {
             if postgres::Client::connect(&dsn, postgres::NoTls).is_ok() {
                 return Ok(bouncer);

@@ -19,23 +19,27 @@ pub fn run(ctx: &Ctx, admin: &mut Client, c: &dyn Comparator) -> Vec<Measurement
             attempt("a", variant, c.name(), || {
                 c.reset(admin)?;
                 db::checkpoint(admin)?;
-                one(ctx, admin, c, batch, variant)
+                let m = enqueue_for(ctx, admin, c, batch, "a", variant)?;
+                c.reset(admin)?;
+                Ok(m)
             })
         })
         .collect()
 }
 
-fn one(
+/// Enqueues from 8 sessions for the scenario's time, `batch` jobs per call, into the emptied
+/// queue; the jobs stay in the table (the caller may inspect them, then resets).
+pub fn enqueue_for(
     ctx: &Ctx,
     admin: &mut Client,
     c: &dyn Comparator,
     batch: usize,
+    scenario: &str,
     variant: &str,
 ) -> Result<Measurement> {
     let duration = Duration::from_secs(ctx.cfg.scale.enqueue_secs);
     let window = Window::open(&ctx.server, admin)?;
     let jobs = produce(ctx, c, None, Some(duration), batch)?;
     let span = window.close(&ctx.server, admin, 0.0)?;
-    c.reset(admin)?;
-    Ok(Measurement::new("a", variant, c.name()).throughput(jobs, &span))
+    Ok(Measurement::new(scenario, variant, c.name()).throughput(jobs, &span))
 }

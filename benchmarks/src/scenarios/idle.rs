@@ -1,7 +1,7 @@
 //! g. Idle: 16 workers wait on an empty queue, each in its queue's natural waiting mode, and
 //! for the configured time (30 s at full scale) we count statements per second (pg_stat_statements
-//! calls by the load generator's role, nested statements included: pg_stat_statements.track =
-//! 'all' is set for the role during this scenario), commits per second (pg_stat_database) and
+//! calls by the load generator's roles, nested statements included: pg_stat_statements.track =
+//! 'all' is set for the roles during this scenario), commits per second (pg_stat_database) and
 //! server CPU. A baseline run without workers shows what the cluster does on its own (the
 //! pg_jobs background worker's tick, autovacuum).
 
@@ -13,7 +13,7 @@ use postgres::Client;
 use super::{attempt, complete, connect_workers, with_waiting_workers, Ctx, Measurement};
 use crate::comparators::graphile::GwOptions;
 use crate::comparators::Comparator;
-use crate::config::IDLE_WORKERS;
+use crate::config::{IDLE_WORKERS, LOAD_ROLES};
 use crate::db::{self, Span, Window};
 
 pub const VARIANT: &str = "16 waiting workers";
@@ -47,16 +47,29 @@ pub fn run(ctx: &Ctx, admin: &mut Client, c: &dyn Comparator) -> Vec<Measurement
     vec![attempt("g", VARIANT, c.name(), || {
         c.reset(admin)?;
         db::checkpoint(admin)?;
-        admin.batch_execute("ALTER ROLE bench SET pg_stat_statements.track = 'all'")?;
+        track_all(admin, true)?;
         let span = if c.external().is_some() {
             graphile(ctx, admin, c)
         } else {
             sql(ctx, admin, c)
         };
-        admin.batch_execute("ALTER ROLE bench RESET pg_stat_statements.track")?;
+        track_all(admin, false)?;
         let m = figures(Measurement::new("g", VARIANT, c.name()), &span?);
         Ok(m.note(c.waiting_mode()))
     })]
+}
+
+/// Sets (or resets) pg_stat_statements.track = 'all' for the load generator's roles, so that
+/// sessions they open from now on count nested statements too.
+fn track_all(admin: &mut Client, on: bool) -> Result<()> {
+    for role in LOAD_ROLES {
+        admin.batch_execute(&if on {
+            format!("ALTER ROLE {role} SET pg_stat_statements.track = 'all'")
+        } else {
+            format!("ALTER ROLE {role} RESET pg_stat_statements.track")
+        })?;
+    }
+    Ok(())
 }
 
 fn watch(ctx: &Ctx, admin: &mut Client, extra_cpu: impl Fn() -> f64) -> Result<Span> {

@@ -77,7 +77,7 @@ fn measure(
     load(admin, WANTED, claims)?;
     db::settle(admin, c.table())?;
 
-    let mut conn = ctx.connect()?;
+    let mut conn = c.connect(&ctx.cfg)?;
     let filtered = conn.prepare(&format!(
         "SELECT id, lease, kind FROM jobs_claim('{QUEUE}', n => 1, kinds => ARRAY['{WANTED}'])"
     ))?;

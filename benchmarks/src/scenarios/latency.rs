@@ -67,7 +67,7 @@ type Latencies = (Vec<f64>, u64, Span);
 
 fn sql(ctx: &Ctx, admin: &mut Client, c: &dyn Comparator) -> Result<Latencies> {
     let mut workers = connect_workers(ctx, c, WORKERS)?;
-    let mut producer = c.producer(ctx.connect()?)?;
+    let mut producer = c.producer(c.connect(&ctx.cfg)?)?;
     let picked: Mutex<Vec<(i64, Instant)>> = Mutex::new(Vec::new());
     let mut committed: Vec<(i64, Instant)> = Vec::new();
     let record_pick = |w: &mut dyn Worker, jobs: &[Claimed]| {
@@ -117,7 +117,7 @@ fn graphile(ctx: &Ctx, admin: &mut Client, c: &dyn Comparator, g: &Graphile) -> 
         stamp: true,
         ..GwOptions::one_per_claim(WORKERS, 0)
     })?;
-    let mut producer = c.producer(ctx.connect()?)?;
+    let mut producer = c.producer(c.connect(&ctx.cfg)?)?;
     std::thread::sleep(Duration::from_secs(1));
     let node_cpu = process.cpu_seconds();
     let window = Window::open(&ctx.server, admin)?;

@@ -13,6 +13,7 @@ pub mod kinds;
 pub mod latency;
 pub mod long;
 pub mod pgbench;
+pub mod roles;
 pub mod scaling;
 pub mod schedules;
 pub mod snapshot;
@@ -218,9 +219,14 @@ pub fn prepare_queued(admin: &mut Client, c: &dyn Comparator, n: u64) -> Result<
     db::settle(admin, c.table())
 }
 
+/// Opens `n` sessions the way the comparator's producers and workers log in.
+pub fn sessions(ctx: &Ctx, c: &dyn Comparator, n: usize) -> Result<Vec<Client>> {
+    (0..n).map(|_| c.connect(&ctx.cfg)).collect()
+}
+
 /// Opens one worker per session.
 pub fn connect_workers(ctx: &Ctx, c: &dyn Comparator, n: usize) -> Result<Vec<Box<dyn Worker>>> {
-    db::connect_many(&ctx.cfg.dsn, n)?
+    sessions(ctx, c, n)?
         .into_iter()
         .map(|conn| c.worker(conn))
         .collect()
@@ -355,7 +361,7 @@ pub fn produce(
     duration: Option<Duration>,
     batch: usize,
 ) -> Result<u64> {
-    let mut producers = db::connect_many(&ctx.cfg.dsn, PRODUCERS)?
+    let mut producers = sessions(ctx, c, PRODUCERS)?
         .into_iter()
         .map(|conn| c.producer(conn))
         .collect::<Result<Vec<_>>>()?;

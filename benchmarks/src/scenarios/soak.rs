@@ -19,7 +19,9 @@ use anyhow::{anyhow, Result};
 use postgres::Client;
 use serde::{Deserialize, Serialize};
 
-use super::{attempt, connect_workers, percentile, with_waiting_workers, Ctx, Measurement};
+use super::{
+    attempt, connect_workers, percentile, sessions, with_waiting_workers, Ctx, Measurement,
+};
 use crate::comparators::{payload, Claimed, Comparator, Worker};
 use crate::config::{PRODUCERS, WORKERS};
 use crate::db::{self, Window};
@@ -268,7 +270,7 @@ pub fn traffic(
     let interval = Duration::from_secs(scale.soak_sample_secs);
     let shared = Shared::default();
     let stop_producers = AtomicBool::new(false);
-    let mut producers = db::connect_many(&ctx.cfg.dsn, PRODUCERS)?
+    let mut producers = sessions(ctx, c, PRODUCERS)?
         .into_iter()
         .map(|conn| c.producer(conn))
         .collect::<Result<Vec<_>>>()?;

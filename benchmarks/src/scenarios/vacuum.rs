@@ -15,7 +15,7 @@ use postgres::{Client, NoTls};
 use super::{attempt, complete, connect_workers, with_waiting_workers, Ctx, Measurement};
 use crate::comparators::graphile::GwOptions;
 use crate::comparators::Comparator;
-use crate::config::IDLE_WORKERS;
+use crate::config::{IDLE_WORKERS, LOAD_ROLES};
 use crate::report::int;
 
 pub const VARIANT: &str = "16 waiting workers";
@@ -108,12 +108,13 @@ fn update_and_vacuum(ctx: &Ctx, admin: &mut Client) -> Result<Outcome> {
     }
     drop(updater);
     // The oldest snapshot any load-generator session holds right now (the updater is gone).
+    let roles: Vec<&str> = LOAD_ROLES.to_vec();
     let oldest: Option<f64> = admin
         .query_one(
             "SELECT extract(epoch FROM max(now() - coalesce(xact_start, query_start)))::float8
                FROM pg_stat_activity
-              WHERE usename = 'bench' AND backend_xmin IS NOT NULL",
-            &[],
+              WHERE usename = ANY($1::text[]) AND backend_xmin IS NOT NULL",
+            &[&roles],
         )?
         .get(0);
     let kept = vacuum_verbose(ctx)?;

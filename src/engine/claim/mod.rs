@@ -31,7 +31,7 @@ use crate::engine::transitions;
 use crate::pg::clock::server_now;
 use crate::pg::datum::ClaimedRow;
 use crate::runtime::floor::{self, Seen};
-use crate::runtime::shmem::shared;
+use crate::runtime::shmem::{shared, Slot};
 use crate::runtime::wakeup;
 use crate::storage::{param, timestamptz_arg, with_client, Statement};
 use pick::{earliest, Picking};
@@ -216,10 +216,14 @@ fn attempt(
         }
         picking.extend_reach(&kept_positions, first_dropped);
         budget.settle(client, queue, claimed_rows.len());
-        if let (true, Some(slot), Some(seen)) = (request.filter.takes_every_job(), slot, &seen) {
-            let taken: Vec<Position> = claimed_rows.iter().map(|(key, _)| *key).collect();
-            if let Some(to) = new_floor(client, queue, seen, &taken, first_skipped) {
-                floor::raise(slot, queue, seen, to);
+        if let (Some(slot), Some(seen)) = (slot, &seen) {
+            if request.filter.takes_every_job() {
+                let taken: Vec<Position> = claimed_rows.iter().map(|(key, _)| *key).collect();
+                if let Some(to) = new_floor(client, queue, seen, &taken, first_skipped) {
+                    floor::raise(slot, queue, seen, to);
+                }
+            } else {
+                advance_floor(client, queue, seen, now, slot);
             }
         }
         if !claimed_rows.is_empty() {
@@ -273,6 +277,44 @@ fn new_floor(
         }
     }
     Some(to.successor())
+}
+
+/// After a claim that takes only some due jobs (of some kinds, or of its tenants): its picks
+/// cannot tell that what it passed over is not claimable, so they never raise the floor. Left
+/// at that, the floor of a queue served only by such claims would stay where it was, and each
+/// claim would walk the dead index entries of every job claimed since (a tenant's worker: 111
+/// buffers a job after 20,000 claims, against 6). Raises the floor to the first due queued job
+/// of any kind and tenant instead, not past it, and not to a priority above one that still has
+/// queued jobs (as [`new_floor`]). Only when row-level security does not apply to the
+/// function's owner, so that the statement sees every tenant's jobs.
+fn advance_floor(
+    client: &SpiClient<'_>,
+    queue: &str,
+    seen: &Seen,
+    now: pg_sys::TimestampTz,
+    slot: &Slot,
+) {
+    // SAFETY: reads the current user's superuser flag from the catalog cache, inside a
+    // transaction.
+    if !unsafe { pg_sys::superuser() } {
+        return;
+    }
+    let Some(first) = pick::first_due(client, queue, now, seen.key) else {
+        return;
+    };
+    if seen.key.is_some_and(|floor| first <= floor) {
+        return;
+    }
+    if seen
+        .key
+        .is_none_or(|floor| floor.priority != first.priority)
+    {
+        let lowest: Option<i16> = LOWEST_PRIORITY.first(client, &[queue.into()], "priority");
+        if lowest.is_some_and(|lowest| lowest < first.priority) {
+            return;
+        }
+    }
+    floor::raise(slot, queue, seen, first);
 }
 
 /// The worker's check that every claim floor of this database is sound: a floor with a due

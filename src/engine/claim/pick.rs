@@ -47,6 +47,32 @@ static CANDIDATES_OF_KINDS: Statement = Statement {
     columns: CANDIDATE_COLUMNS,
 };
 
+/// The position of the first due queued job of `queue` in claim order from `start` on, of any
+/// kind and tenant (the candidates statement unfiltered, for one job); `None` when there is
+/// none (or the queue is paused).
+pub fn first_due(
+    client: &SpiClient<'_>,
+    queue: &str,
+    now: pg_sys::TimestampTz,
+    start: Option<Position>,
+) -> Option<Position> {
+    let args: [DatumWithOid; 8] = [
+        queue.into(),
+        1i32.into(),
+        DatumWithOid::null_oid(TEXTARRAYOID),
+        timestamptz_arg(now),
+        start.map(|k| k.priority).into(),
+        start.map_or(DatumWithOid::null_oid(TIMESTAMPTZOID), |k| {
+            timestamptz_arg(k.run_at)
+        }),
+        start.map(|k| k.id).into(),
+        DatumWithOid::null_oid(TEXTARRAYOID),
+    ];
+    let rows = CANDIDATES.run(client, &args);
+    let first = rows.iter().next().map(|row| Position::from_row(&row));
+    first
+}
+
 /// The earlier of two positions, either of which may be unknown.
 pub fn earliest(a: Option<Position>, b: Option<Position>) -> Option<Position> {
     match (a, b) {

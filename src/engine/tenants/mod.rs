@@ -19,6 +19,7 @@ use crate::engine::access::{self, Role};
 use crate::pg::errors::{quote, raise, raise_with_hint, BAD_ARGUMENT, INSUFFICIENT_PRIVILEGE};
 use crate::pg::roles;
 use crate::pg::settings;
+use crate::pg::version::register_syscache_callback;
 use crate::runtime::effects;
 use crate::runtime::shmem::shared;
 use crate::storage::{param, with_client, Statement};
@@ -109,16 +110,8 @@ unsafe extern "C-unwind" fn roles_changed(_arg: pg_sys::Datum, _cache: i32, _has
 pub fn register_callbacks() {
     // SAFETY: plain functions registered once per process, as PostgreSQL's own caches do.
     unsafe {
-        pg_sys::CacheRegisterSyscacheCallback(
-            pg_sys::SysCacheIdentifier::AUTHMEMMEMROLE as i32,
-            Some(roles_changed),
-            pg_sys::Datum::from(0),
-        );
-        pg_sys::CacheRegisterSyscacheCallback(
-            pg_sys::SysCacheIdentifier::AUTHOID as i32,
-            Some(roles_changed),
-            pg_sys::Datum::from(0),
-        );
+        register_syscache_callback(pg_sys::SysCacheIdentifier::AUTHMEMMEMROLE, roles_changed);
+        register_syscache_callback(pg_sys::SysCacheIdentifier::AUTHOID, roles_changed);
     }
 }
 

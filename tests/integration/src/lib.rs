@@ -19,9 +19,11 @@ pub mod catalog;
 pub mod manifest;
 pub mod released;
 
-/// Where the PostgreSQL binaries live: `PG_JOBS_PG_BIN` (which scripts/common.sh exports from
-/// its one setting of the major version), else Debian's directory for `PG_JOBS_PG_MAJOR`
-/// (default 15).
+/// Where the PostgreSQL binaries live: `PG_JOBS_PG_BIN` (scripts/test points it at each
+/// version's installation in turn: Debian's PostgreSQL 15, or a server build it fetched), else
+/// Debian's directory for `PG_JOBS_PG_MAJOR` (default 15). pg_jobs must be installed into that
+/// installation, built for its major (`cargo pgrx install --pg-config <its pg_config>
+/// --no-default-features --features pgNN`).
 pub fn pg_bin() -> PathBuf {
     if let Some(bin) = std::env::var_os("PG_JOBS_PG_BIN") {
         return PathBuf::from(bin);
@@ -41,28 +43,80 @@ pub fn pg_config_dir(option: &str) -> PathBuf {
     PathBuf::from(String::from_utf8_lossy(&output.stdout).trim())
 }
 
+/// The major version of the PostgreSQL installation the tests run (13 for "PostgreSQL 13.4"),
+/// for the few checks whose SQL differs between versions.
+pub fn pg_major() -> u32 {
+    static MAJOR: OnceLock<u32> = OnceLock::new();
+    *MAJOR.get_or_init(|| {
+        let output = Command::new(pg_bin().join("pg_config"))
+            .arg("--version")
+            .output()
+            .unwrap_or_else(|e| panic!("run {}/pg_config --version: {e}", pg_bin().display()));
+        let version = String::from_utf8_lossy(&output.stdout);
+        version
+            .split_whitespace()
+            .nth(1)
+            .and_then(|v| v.split(|c: char| !c.is_ascii_digit()).next())
+            .and_then(|major| major.parse().ok())
+            .unwrap_or_else(|| {
+                panic!("pg_config --version said {version:?}, not \"PostgreSQL N.M\"")
+            })
+    })
+}
+
+/// Makes the statistics this session has gathered (transactions, table counts) visible in
+/// `pg_stat_*` views now, rather than at a later flush.
+///
+/// From PostgreSQL 15 on, `pg_stat_force_next_flush()` does that. Before, a backend sends its
+/// counts to the statistics collector only when it goes idle at least 500 ms
+/// (PGSTAT_STAT_INTERVAL) after its last report, so this waits that long and ends one more
+/// transaction, then lets the collector write its file for readers.
+pub fn flush_statistics(client: &mut Client) {
+    if pg_major() >= 15 {
+        client
+            .batch_execute("SELECT pg_stat_force_next_flush()")
+            .expect("pg_stat_force_next_flush()");
+    } else {
+        std::thread::sleep(Duration::from_millis(600));
+        client.batch_execute("SELECT 1").expect("SELECT 1");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 fn running_as_root() -> bool {
     // SAFETY: geteuid has no preconditions.
     unsafe { libc::geteuid() == 0 }
 }
 
 /// Runs a PostgreSQL program, as the `postgres` user when we are root (initdb refuses root).
+///
+/// When the installation has a libpq of its own, the program (and the server it may start)
+/// loads that one: the PyPI server builds' `libpqwalreceiver.so` is linked with a run path of
+/// the machine they were built on, so a standby's WAL receiver would otherwise load the
+/// system's older libpq, which refuses the `sslnegotiation` option that `pg_basebackup -R` of
+/// 17 and later writes into `primary_conninfo`.
 fn pg_command(program: &str) -> Command {
     pg_command_in(&pg_bin(), program)
 }
 
-/// Runs the PostgreSQL program `program` of the installation whose binaries are in `bin`, as
-/// the `postgres` user when we are root: pg_dump, pg_restore, psql, or another installation's
-/// server programs.
+/// Runs the PostgreSQL program `program` of the installation whose binaries are in `bin` (a
+/// private copy of the one [`pg_bin`] names, say), as [`pg_command`] does: pg_dump,
+/// pg_restore, or another installation's server programs.
 pub fn pg_command_in(bin: &Path, program: &str) -> Command {
-    let path = bin.join(program);
+    static LIBRARY_PATH: OnceLock<Option<String>> = OnceLock::new();
+    let library_path = LIBRARY_PATH.get_or_init(|| {
+        let libdir = pg_config_dir("--libdir");
+        libdir
+            .join("libpq.so.5")
+            .exists()
+            .then(|| format!("LD_LIBRARY_PATH={}", libdir.display()))
+    });
+    let mut command = Command::new(if running_as_root() { "runuser" } else { "env" });
     if running_as_root() {
-        let mut command = Command::new("runuser");
-        command.args(["-u", "postgres", "--"]).arg(path);
-        command
-    } else {
-        Command::new(path)
+        command.args(["-u", "postgres", "--", "env"]);
     }
+    command.args(library_path).arg(bin.join(program));
+    command
 }
 
 /// Runs `command`, panicking with its output when it fails.
@@ -81,8 +135,11 @@ pub fn run(mut command: Command, what: &str) {
 /// Clusters to stop when the test binary exits.
 static RUNNING: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
 
+/// Stops every cluster this binary started and deletes its directory, unless
+/// `PG_JOBS_TEST_KEEP` is set: then the directories (data, server log) stay for a post-mortem.
 extern "C" fn stop_all_clusters() {
     let Ok(clusters) = RUNNING.lock() else { return };
+    let keep = std::env::var_os("PG_JOBS_TEST_KEEP").is_some();
     for data in clusters.iter() {
         let _ = pg_command("pg_ctl")
             .args(["stop", "-m", "immediate", "-D"])
@@ -90,8 +147,12 @@ extern "C" fn stop_all_clusters() {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .status();
-        if let Some(base) = data.parent() {
-            let _ = std::fs::remove_dir_all(base);
+        match data.parent() {
+            Some(base) if keep => eprintln!("kept the test cluster at {}", base.display()),
+            Some(base) => {
+                let _ = std::fs::remove_dir_all(base);
+            }
+            None => {}
         }
     }
 }
@@ -153,6 +214,7 @@ impl Cluster {
     /// [`Cluster::start_with_env`] with the PostgreSQL installation whose binaries are in
     /// `bin` (a private copy with another version of pg_jobs, say).
     pub fn start_in(bin: &Path, name: &str, settings: &[&str], env: &[(&str, &str)]) -> Cluster {
+        check_installed();
         let base = new_base(name);
         let data = base.join("data");
         let mut initdb = pg_command_in(bin, "initdb");
@@ -244,7 +306,17 @@ impl Cluster {
             .arg(&self.data)
             .arg("-l")
             .arg(self.base.join("log"));
-        run(start, "pg_ctl start");
+        let output = start
+            .output()
+            .unwrap_or_else(|e| panic!("pg_ctl start: could not start: {e}"));
+        // Why a server does not start is in its log (a pg_jobs built for another major, say).
+        assert!(
+            output.status.success(),
+            "pg_ctl start failed: {}\n{}\nserver log:\n{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr),
+            self.log()
+        );
     }
 
     /// Stops the server like a power cut: no shutdown checkpoint.
@@ -313,6 +385,27 @@ impl Cluster {
             }
         }
     }
+}
+
+/// Panics, saying what to run, when pg_jobs is not installed into the PostgreSQL installation
+/// the tests use: otherwise the first server start fails on `shared_preload_libraries`.
+fn check_installed() {
+    static CHECKED: OnceLock<()> = OnceLock::new();
+    CHECKED.get_or_init(|| {
+        let library = pg_config_dir("--pkglibdir").join("pg_jobs.so");
+        let control = pg_config_dir("--sharedir").join("extension/pg_jobs.control");
+        assert!(
+            library.exists() && control.exists(),
+            "pg_jobs is not installed into the PostgreSQL {} at {} (no {} or {}): run \
+             cargo pgrx install --pg-config {}/pg_config --no-default-features --features pg{}",
+            pg_major(),
+            pg_bin().display(),
+            library.display(),
+            control.display(),
+            pg_bin().display(),
+            pg_major()
+        );
+    });
 }
 
 /// A new, empty directory for a cluster named `name` (owned by `postgres` when we are root),

@@ -12,7 +12,7 @@
 use std::path::{Component, Path, PathBuf};
 use std::process::Command;
 
-use crate::{pg_bin, pg_config_dir};
+use crate::{pg_bin, pg_config_dir, pg_major};
 
 /// The commit that shipped pg_jobs 0.1.0.
 pub const COMMIT_0_1_0: &str = "00a29a3";
@@ -42,7 +42,7 @@ pub fn package_0_1_0(cache: &Path) -> Package {
     let done = cache.join(format!("package-pg{major}.done"));
     let out = cache.join(format!("package-pg{major}"));
     if !done.exists() {
-        build(cache, &out, &major);
+        build(cache, &out, major);
         std::fs::write(&done, COMMIT_0_1_0).expect("mark the 0.1.0 build done");
     }
     let find = |name: &str| {
@@ -55,23 +55,7 @@ pub fn package_0_1_0(cache: &Path) -> Package {
     }
 }
 
-/// The major version of the PostgreSQL installation the tests run ("15").
-fn pg_major() -> String {
-    let output = Command::new(pg_bin().join("pg_config"))
-        .arg("--version")
-        .output()
-        .expect("run pg_config --version");
-    let version = String::from_utf8_lossy(&output.stdout);
-    version
-        .split_whitespace()
-        .nth(1)
-        .and_then(|v| v.split(['.', 'b', 'r']).next())
-        .filter(|m| !m.is_empty())
-        .unwrap_or_else(|| panic!("read the major version from pg_config --version: {version}"))
-        .to_owned()
-}
-
-fn build(cache: &Path, out: &Path, major: &str) {
+fn build(cache: &Path, out: &Path, major: u32) {
     let started = std::time::Instant::now();
     let source = cache.join("src");
     let _ = std::fs::remove_dir_all(&source);

@@ -16,9 +16,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
-use pg_jobs_tests::{claim, wait_until, Client, Cluster, TEST_SETTINGS};
+use pg_jobs_tests::{claim, Client, Cluster, TEST_SETTINGS};
 use uuid::Uuid;
 
 /// The test cluster settings with `overrides` replacing the lines of the same keys. Commits
@@ -293,27 +293,57 @@ fn crash_and_recover(name: &str, settings: &[&str]) {
         !seen.held.is_empty(),
         "the hanging worker should have held leases at the crash"
     );
+    // A claim under the 1 hour lease whose commit reached the disk though its answer did not
+    // reach the client is running legitimately: not one of those to wait for.
+    let short_lease = |row: &Row| {
+        row.3
+            .is_some_and(|until| until < SystemTime::now() + Duration::from_secs(600))
+    };
+    let unacknowledged_long: Vec<i64> = after
+        .iter()
+        .filter(|(id, row)| row.0 == "running" && !seen.held_long.contains(id) && !short_lease(row))
+        .map(|(id, _)| *id)
+        .collect();
     let running: Vec<i64> = after
         .iter()
         .filter(|(id, row)| {
-            (row.0 == "running" && !seen.held_long.contains(id)) || seen.held.contains(id)
+            // On a slow machine a 2 s lease of the hanging worker may have run out, been
+            // reclaimed and the job claimed again under an hour before the crash.
+            let long_running = row.0 == "running" && !short_lease(row);
+            !long_running
+                && ((row.0 == "running" && !seen.held_long.contains(id)) || seen.held.contains(id))
         })
         .map(|(id, _)| *id)
         .collect();
-    wait_until(
-        Duration::from_secs(30),
-        "the worker to reclaim leases held at the crash",
-        || {
-            let running: i64 = client
-                .query_one(
-                    "SELECT count(*) FROM jobs.job WHERE id = ANY($1) AND state = 'running'",
-                    &[&running],
-                )
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let still: Vec<String> = client
+            .query(
+                "SELECT format('job %s: lease_until %s, now %s', id, lease_until, clock_timestamp())
+                   FROM jobs.job WHERE id = ANY($1) AND state = 'running'",
+                &[&running],
+            )
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        if still.is_empty() {
+            break;
+        }
+        if Instant::now() >= deadline {
+            let worker: Vec<String> = client
+                .query("SELECT format('%s', w) FROM jobs_worker_status() w", &[])
                 .unwrap()
-                .get(0);
-            running == 0
-        },
-    );
+                .iter()
+                .map(|r| r.get(0))
+                .collect();
+            panic!(
+                "timed out after 30 s waiting for the worker to reclaim leases held at the crash: \
+                 {still:#?}\nworker: {worker:#?}"
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
     for id in &running {
         let row = client
             .query_one(
@@ -372,14 +402,19 @@ fn crash_and_recover(name: &str, settings: &[&str]) {
             assert_eq!(outcome, "succeeded");
         }
     }
+    // Those stay running until their hour is up: nobody knows their lease.
     let unfinished: i64 = client
         .query_one(
-            "SELECT count(*) FROM jobs.job WHERE state NOT IN ('succeeded', 'failed')",
-            &[],
+            "SELECT count(*) FROM jobs.job
+              WHERE state NOT IN ('succeeded', 'failed') AND NOT id = ANY($1)",
+            &[&unacknowledged_long],
         )
         .unwrap()
         .get(0);
-    assert_eq!(unfinished, 0, "every job ends succeeded or failed");
+    assert_eq!(
+        unfinished, 0,
+        "every job ends succeeded or failed, but for the unacknowledged claims under 1 hour leases"
+    );
     println!(
         "{name}: {} jobs enqueued, {} claims committed ({} completed, {} held under 2 s, {} under 1 hour), {} claimed uncommitted",
         seen.enqueued.len(),

@@ -721,10 +721,13 @@ fn failover_to_a_synchronous_standby() {
         !log.contains("tick failed"),
         "the standby's worker logged failing ticks:\n{log}"
     );
+    // The worker's LOG lines do not reach a PostgreSQL 13 server's log (README, "Supported
+    // PostgreSQL versions"); what it does is checked above and below all the same.
+    let worker_logs = pg_jobs_tests::pg_major() >= 14;
     assert_eq!(
         log.matches("this server is a standby; the worker runs no tick")
             .count(),
-        1,
+        usize::from(worker_logs),
         "the worker says once that it idles on the standby:\n{log}"
     );
     drop((reader, app));
@@ -766,9 +769,10 @@ fn failover_to_a_synchronous_standby() {
     assert!(reclaimed >= 2, "the worker reclaimed {reclaimed} jobs");
     assert_eq!(last_error, None);
     assert!(
-        standby
-            .log()
-            .contains("the server was promoted; the worker serves it"),
+        !worker_logs
+            || standby
+                .log()
+                .contains("the server was promoted; the worker serves it"),
         "the worker says that it serves the promoted server"
     );
     for orphan in &jobs.orphaned {

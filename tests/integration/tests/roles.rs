@@ -631,3 +631,64 @@ fn totals_and_metrics_count_only_the_callers_tenants() {
         "{all}"
     );
 }
+
+/// A queue served only by tenants' workers: their claims take only their tenant's jobs, so
+/// they cannot raise the claim floor past what they pass over, and without more the floor
+/// stayed at the queue's first job while every claim walked the dead index entries of all the
+/// jobs claimed since (benchmark scenario r: 111 buffers a job after 20,000 claims). Each such
+/// claim moves the floor to the first due job of any tenant; two tenants' jobs interleaved,
+/// both served, in claim order, none passed over.
+#[test]
+fn tenants_workers_move_the_claim_floor_and_pass_over_nothing() {
+    let cluster = cluster();
+    let mut owner = cluster.connect();
+    owner
+        .batch_execute("SELECT jobs_create_queue('tenant-floor')")
+        .unwrap();
+    let mut acme = cluster.connect_as("acme_worker");
+    acme.batch_execute("SET pg_jobs.tenant = 'acme'").unwrap();
+    let mut globex = cluster.connect_as("globex_worker");
+    globex
+        .batch_execute("SET pg_jobs.tenant = 'globex'")
+        .unwrap();
+    let mut ids = Vec::new();
+    for _ in 0..100 {
+        for session in [&mut acme, &mut globex] {
+            let id: i64 = one(session, "SELECT jobs_enqueue('tenant-floor', '{}')", &[]);
+            ids.push(id);
+        }
+    }
+    let mut claimed = Vec::new();
+    for _ in 0..80 {
+        for session in [&mut acme, &mut globex] {
+            let row = session
+                .query_one(
+                    "SELECT id, jobs_complete(id, lease) FROM jobs_claim('tenant-floor')",
+                    &[],
+                )
+                .unwrap();
+            claimed.push(row.get::<_, i64>(0));
+        }
+    }
+    assert_eq!(
+        claimed,
+        ids[..160],
+        "each tenant's jobs in claim order, none passed over"
+    );
+    let floor: Option<i64> = one(
+        &mut owner,
+        "SELECT floor_id FROM jobs.runtime_state('tenant-floor')",
+        &[],
+    );
+    let floor = floor.expect("the queue has a claim floor");
+    assert!(
+        floor >= ids[150],
+        "the claim floor stayed at job {floor}, below the 150th of the 160 jobs claimed ({})",
+        ids[150]
+    );
+    assert!(
+        floor <= ids[160],
+        "the claim floor ({floor}) passed the first unclaimed job ({})",
+        ids[160]
+    );
+}

@@ -829,7 +829,7 @@ fn idle_waiting_claims_cost_nothing() {
     // Everything this session did so far is counted at its next flush: force that flush
     // now, before the window, so that the window sees only the samples themselves.
     let mut sampler = IdleSampler::new(cluster.connect(), &pids);
-    exec(&mut sampler.client, "SELECT pg_stat_force_next_flush()");
+    pg_jobs_tests::flush_statistics(&mut sampler.client);
     thread::sleep(Duration::from_millis(50));
     let switches_before: Vec<(i32, u64)> = pids
         .iter()

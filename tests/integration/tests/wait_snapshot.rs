@@ -74,17 +74,26 @@ fn dead_but_not_removable(admin: &mut Client, cluster: &Cluster, table: &str) ->
     let notices = Arc::new(Mutex::new(Vec::<String>::new()));
     let sink = notices.clone();
     let mut config: postgres::Config = cluster.dsn("postgres").parse().unwrap();
-    config.notice_callback(move |notice| sink.lock().unwrap().push(notice.message().to_owned()));
+    // PostgreSQL 13 and 14 give the count in the DETAIL of a notice, later versions in a
+    // message.
+    config.notice_callback(move |notice| {
+        let mut sink = sink.lock().unwrap();
+        sink.push(notice.message().to_owned());
+        sink.extend(notice.detail().map(str::to_owned));
+    });
     let mut vacuum = config.connect(NoTls).unwrap();
     vacuum
         .batch_execute(&format!("VACUUM (VERBOSE) {table}"))
         .unwrap();
     let _ = admin;
     let report = notices.lock().unwrap().join("\n");
-    let marker = " are dead but not yet removable";
-    let at = report
-        .find(marker)
-        .unwrap_or_else(|| panic!("VACUUM VERBOSE said nothing about dead rows:\n{report}"));
+    let (at, marker) = [
+        " are dead but not yet removable",
+        " dead row versions cannot be removed yet",
+    ]
+    .into_iter()
+    .find_map(|marker| Some((report.find(marker)?, marker)))
+    .unwrap_or_else(|| panic!("VACUUM VERBOSE said nothing about dead rows:\n{report}"));
     let before = &report[..at];
     let number = before
         .rsplit(|c: char| !c.is_ascii_digit())
