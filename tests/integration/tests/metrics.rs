@@ -270,13 +270,15 @@ fn metrics_show_totals_and_the_workers_health() {
         settle(&mut client, "SELECT jobs_complete($1, $2)", job),
         "succeeded"
     );
-    // The worker has ticked at least once (its tick is 100 ms).
-    wait_until(Duration::from_secs(10), "a worker tick", || {
-        scalar::<i64>(
+    // The worker has ticked at least once with the extension there (its tick is 100 ms): a
+    // tick before CREATE EXTENSION committed counts in `ticks` but leaves `serving` false.
+    wait_until(Duration::from_secs(10), "a worker tick that served", || {
+        scalar::<Option<bool>>(
             &mut client,
-            "SELECT coalesce(max(ticks), 0) FROM jobs_worker_status()",
+            "SELECT bool_or(serving) FROM jobs_worker_status()",
             &[],
-        ) > 0
+        )
+        .unwrap_or(false)
     });
     let metrics: String = scalar(&mut client, "SELECT jobs_metrics()", &[]);
     for line in [
