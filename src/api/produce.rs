@@ -181,6 +181,8 @@ fn jobs_enqueue(
 #[pg_extern(volatile, parallel_unsafe, security_definer)]
 #[search_path(pg_catalog, pg_temp)]
 fn jobs_enqueue_batch(
+    // 0.1.0 passed another argument list (README "Upgrading").
+    _current: access::CurrentDefinitions,
     queue: Option<&str>,
     payloads: Option<JsonbArray>,
     kind: default!(Option<&str>, "'default'"),

@@ -15,6 +15,8 @@ use crate::pg::errors::{raise, required, BAD_ARGUMENT};
 #[pg_extern(volatile, parallel_unsafe, security_definer)]
 #[search_path(pg_catalog, pg_temp)]
 fn jobs_create_queue(
+    // 0.1.0 passed another argument list (README "Upgrading").
+    _current: access::CurrentDefinitions,
     queue: Option<&str>,
     lease: default!(Option<Interval>, "NULL"),
     max_attempts: default!(Option<i32>, "NULL"),

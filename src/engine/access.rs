@@ -11,8 +11,14 @@
 //! the call had done what comes before its first write: a waiting claim on an empty queue
 //! slept out its wait, a claim on a rate-limited queue spent a token of the shared bucket, and
 //! the message named a statement the caller never wrote.
+//!
+//! First of all, every function checks that the SQL definitions installed in the database are
+//! those of the loaded library (README "Upgrading"): between an upgrade's restart and its
+//! `ALTER EXTENSION pg_jobs UPDATE`, the new library would otherwise run on the old version's
+//! tables.
 
-use crate::pg::errors::{raise_with_hint, INSUFFICIENT_PRIVILEGE, READ_ONLY};
+use crate::pg::errors::{raise_with_hint, INSUFFICIENT_PRIVILEGE, READ_ONLY, VERSION_MISMATCH};
+use crate::pg::extension::{self, LIBRARY_VERSION};
 use crate::pg::{recovery, roles};
 
 /// The roles of pg_jobs, each with the powers of the one before it.
@@ -60,6 +66,7 @@ pub fn require(role: Role, what: &str) {
 /// read, which work on a standby too. The hint names the grant that would allow it.
 #[track_caller]
 pub fn require_to_read(role: Role, what: &str) {
+    require_current_definitions(what);
     if caller_has(role) {
         return;
     }
@@ -106,4 +113,58 @@ fn require_writable(what: &str) {
             "Run it in a read-write transaction: BEGIN READ WRITE, or SET default_transaction_read_only = off.",
         );
     }
+}
+
+/// Refuses, with 55000, a call made while the database still has another version's SQL
+/// definitions than the loaded library's (after an upgrade's restart, before its
+/// `ALTER EXTENSION pg_jobs UPDATE`), saying what to run.
+#[track_caller]
+pub fn require_current_definitions(what: &str) {
+    if let Err(installed) = extension::is_current() {
+        let installed = installed.unwrap_or_else(|| "none".to_owned());
+        raise_with_hint(
+            VERSION_MISMATCH,
+            format!(
+                "cannot {what}: the pg_jobs library is version {LIBRARY_VERSION} but this database has the SQL definitions of version {installed}"
+            ),
+            "Run ALTER EXTENSION pg_jobs UPDATE in this database (as the extension's owner or a superuser); until then every pg_jobs function refuses and the worker idles. See README \"Upgrading\".",
+        );
+    }
+}
+
+/// A first parameter that no SQL caller passes (it takes no SQL argument), for functions whose
+/// argument list differs from an earlier version's: PostgreSQL hands such a function the
+/// arguments of the installed definition, and pgrx reads them before the function's first line
+/// runs, so [`require_current_definitions`] must refuse before that. pgrx fetches the parameters
+/// in order, so this one's check comes first; the function's own `require` follows as usual.
+pub struct CurrentDefinitions;
+
+// SAFETY: a virtual argument, as pgrx's own `FunctionCallInfo` parameter: it reads no datum
+// and consumes no argument slot.
+unsafe impl<'fcx> pgrx::callconv::ArgAbi<'fcx> for CurrentDefinitions {
+    unsafe fn unbox_arg_unchecked(_arg: pgrx::callconv::Arg<'_, 'fcx>) -> Self {
+        require_current_definitions("run this function");
+        CurrentDefinitions
+    }
+
+    fn is_virtual_arg() -> bool {
+        true
+    }
+}
+
+// SAFETY: skipped in the SQL signature, as pgrx skips its own virtual arguments.
+unsafe impl pgrx::pgrx_sql_entity_graph::metadata::SqlTranslatable for CurrentDefinitions {
+    const TYPE_IDENT: &'static str = pgrx::pgrx_resolved_type!(CurrentDefinitions);
+    const TYPE_ORIGIN: pgrx::pgrx_sql_entity_graph::metadata::TypeOrigin =
+        pgrx::pgrx_sql_entity_graph::metadata::TypeOrigin::External;
+    const ARGUMENT_SQL: Result<
+        pgrx::pgrx_sql_entity_graph::metadata::SqlMappingRef,
+        pgrx::pgrx_sql_entity_graph::metadata::ArgumentError,
+    > = Ok(pgrx::pgrx_sql_entity_graph::metadata::SqlMappingRef::Skip);
+    const RETURN_SQL: Result<
+        pgrx::pgrx_sql_entity_graph::metadata::ReturnsRef,
+        pgrx::pgrx_sql_entity_graph::metadata::ReturnsError,
+    > = Ok(pgrx::pgrx_sql_entity_graph::metadata::ReturnsRef::One(
+        pgrx::pgrx_sql_entity_graph::metadata::SqlMappingRef::Skip,
+    ));
 }

@@ -26,6 +26,10 @@ pub const WAIT_NEEDS_READ_COMMITTED: PgSqlErrorCode =
 pub const UNKNOWN_JOB: PgSqlErrorCode = PgSqlErrorCode::ERRCODE_NO_DATA_FOUND;
 /// The job or queue is not in a state that allows the operation (55000).
 pub const WRONG_STATE: PgSqlErrorCode = PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE;
+/// The library and the SQL definitions installed in the database are of different versions,
+/// between an upgrade's restart and its `ALTER EXTENSION pg_jobs UPDATE` (55000).
+pub const VERSION_MISMATCH: PgSqlErrorCode =
+    PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE;
 /// The queue still has work, or another queue depends on it (55006).
 pub const QUEUE_IN_USE: PgSqlErrorCode = PgSqlErrorCode::ERRCODE_OBJECT_IN_USE;
 /// A call that changes state, on a standby or in a read-only transaction (25006).

@@ -1,2 +1,2 @@
--- Whether pg_jobs is installed in the database the worker serves.
-SELECT EXISTS (SELECT FROM pg_catalog.pg_extension WHERE extname = 'pg_jobs') AS installed
+-- The version of pg_jobs installed in the database the worker serves (no row: not installed).
+SELECT extversion AS installed FROM pg_catalog.pg_extension WHERE extname = 'pg_jobs'

@@ -6,6 +6,11 @@
 //! `jobs_worker_status()` and retried at the next tick; the postmaster restarts a worker that
 //! dies.
 //!
+//! While the database has the SQL definitions of another version than the library's (after an
+//! upgrade's restart, before `ALTER EXTENSION pg_jobs UPDATE`), the worker runs no work: it
+//! shows as not serving, says once in the log what to run, and serves from the first tick
+//! after the update, without a restart (README "Upgrading").
+//!
 //! On a hot standby the worker starts too, but runs no tick while the server is in recovery:
 //! nothing can be written there, and the primary's worker does the work. It shows in
 //! `jobs_worker_status()` with its pid, not serving, and starts ticking at its next wake-up
@@ -68,6 +73,7 @@ pub extern "C-unwind" fn pg_jobs_worker_main(argument: pg_sys::Datum) {
     let started_at = server_now();
 
     let mut standby = false;
+    let mut outdated: Option<String> = None;
     while BackgroundWorker::wait_latch(Some(Duration::from_millis(settings::TICK_MS.get() as u64)))
     {
         if BackgroundWorker::sighup_received() {
@@ -95,6 +101,9 @@ pub extern "C-unwind" fn pg_jobs_worker_main(argument: pg_sys::Datum) {
             );
         }
         let outcome = tick::run(started_at);
+        if let Ok(report) = &outcome {
+            note_version(&database, report, &mut outdated);
+        }
         if let Some(status) = status {
             record(status, &database, outcome);
         }
@@ -119,6 +128,27 @@ fn announce(status: &WorkerStatus, database: &str) {
         .store(unsafe { pg_sys::MyProcPid }, Ordering::Release);
     status.started_at.store(server_now(), Ordering::Release);
     status.ticks.store(0, Ordering::Release);
+}
+
+/// Says in the log, once each way, that the database's SQL definitions are of another version
+/// than the library's and the worker waits for `ALTER EXTENSION pg_jobs UPDATE`, and when it
+/// resumes. `outdated` holds the version last said.
+fn note_version(database: &str, report: &tick::TickReport, outdated: &mut Option<String>) {
+    if report.outdated == *outdated {
+        return;
+    }
+    match &report.outdated {
+        Some(installed) => pgrx::log!(
+            "pg_jobs worker for database {database}: the database has the SQL definitions of pg_jobs {installed} but the library is {}; the worker idles until ALTER EXTENSION pg_jobs UPDATE is run in database {database}",
+            crate::pg::extension::LIBRARY_VERSION
+        ),
+        None if report.serving => pgrx::log!(
+            "pg_jobs worker for database {database}: the SQL definitions are now version {}; the worker serves the database",
+            crate::pg::extension::LIBRARY_VERSION
+        ),
+        None => {}
+    }
+    *outdated = report.outdated.clone();
 }
 
 /// Records what a tick did, or why it failed.

@@ -6,6 +6,7 @@ use pgrx::PgTryBuilder;
 use crate::engine::tenants::TenantScope;
 use crate::engine::{claim, idempotency, purge, reclaim, schedules};
 use crate::pg::clock::server_now;
+use crate::pg::extension::LIBRARY_VERSION;
 use crate::pg::subtransaction::in_subtransaction;
 use crate::runtime::floor;
 use crate::runtime::shmem::shared;
@@ -31,8 +32,11 @@ static TICK_SETTINGS: Statement = Statement {
 
 /// What one successful tick did.
 pub struct TickReport {
-    /// Whether the extension exists in the database.
+    /// Whether the extension exists in the database, with this library's version.
     pub serving: bool,
+    /// The installed version, when the extension exists with another version than this
+    /// library's: the tick did nothing (README "Upgrading").
+    pub outdated: Option<String>,
     /// Jobs reclaimed.
     pub reclaimed: usize,
     /// Finished jobs purged.
@@ -89,12 +93,18 @@ fn run_transaction<R>(work: impl FnOnce() -> R) -> Result<R, String> {
 /// The work of one tick, inside its transaction.
 fn tick(started_at: i64) -> TickReport {
     with_client(|client| {
-        let serving = EXTENSION_EXISTS
-            .first::<bool>(client, &[], "installed")
-            .unwrap_or(false);
+        let installed = EXTENSION_EXISTS.first::<String>(client, &[], "installed");
+        // The library of a newer (or older) version than the SQL definitions would run its
+        // statements against tables they do not describe: idle until ALTER EXTENSION UPDATE.
+        let outdated = installed
+            .as_ref()
+            .filter(|version| version.as_str() != LIBRARY_VERSION)
+            .cloned();
+        let serving = installed.is_some() && outdated.is_none();
         if !serving {
             return TickReport {
                 serving,
+                outdated,
                 reclaimed: 0,
                 purged: 0,
                 floors_healed: 0,
@@ -131,6 +141,7 @@ fn tick(started_at: i64) -> TickReport {
         claim::wake_due_waiters(client);
         TickReport {
             serving,
+            outdated: None,
             reclaimed,
             purged,
             floors_healed,
@@ -173,10 +184,8 @@ fn error_message(error: pg_sys::panic::CaughtError) -> String {
 pub fn stopping() {
     let _ = run_transaction(|| {
         with_client(|client| {
-            let serving = EXTENSION_EXISTS
-                .first::<bool>(client, &[], "installed")
-                .unwrap_or(false);
-            if serving {
+            let installed = EXTENSION_EXISTS.first::<String>(client, &[], "installed");
+            if installed.as_deref() == Some(LIBRARY_VERSION) {
                 TICK_SETTINGS.run(client, &[]);
                 schedules::worker_stopping(client);
             }

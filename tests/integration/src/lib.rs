@@ -15,6 +15,10 @@ use std::time::{Duration, Instant};
 
 pub use postgres::{Client, NoTls};
 
+pub mod catalog;
+pub mod manifest;
+pub mod released;
+
 /// Where the PostgreSQL binaries live: `PG_JOBS_PG_BIN` (scripts/test points it at each
 /// version's installation in turn: Debian's PostgreSQL 15, or a server build it fetched), else
 /// Debian's directory for `PG_JOBS_PG_MAJOR` (default 15). pg_jobs must be installed into that
@@ -92,6 +96,13 @@ fn running_as_root() -> bool {
 /// system's older libpq, which refuses the `sslnegotiation` option that `pg_basebackup -R` of
 /// 17 and later writes into `primary_conninfo`.
 fn pg_command(program: &str) -> Command {
+    pg_command_in(&pg_bin(), program)
+}
+
+/// Runs the PostgreSQL program `program` of the installation whose binaries are in `bin` (a
+/// private copy of the one [`pg_bin`] names, say), as [`pg_command`] does: pg_dump,
+/// pg_restore, or another installation's server programs.
+pub fn pg_command_in(bin: &Path, program: &str) -> Command {
     static LIBRARY_PATH: OnceLock<Option<String>> = OnceLock::new();
     let library_path = LIBRARY_PATH.get_or_init(|| {
         let libdir = pg_config_dir("--libdir");
@@ -104,11 +115,12 @@ fn pg_command(program: &str) -> Command {
     if running_as_root() {
         command.args(["-u", "postgres", "--", "env"]);
     }
-    command.args(library_path).arg(pg_bin().join(program));
+    command.args(library_path).arg(bin.join(program));
     command
 }
 
-fn run(mut command: Command, what: &str) {
+/// Runs `command`, panicking with its output when it fails.
+pub fn run(mut command: Command, what: &str) {
     let output = command
         .output()
         .unwrap_or_else(|e| panic!("{what}: could not start: {e}"));
@@ -155,6 +167,9 @@ pub struct Cluster {
     pub port: u16,
     /// Variables set in the server's environment.
     env: Vec<(String, String)>,
+    /// The binaries of the PostgreSQL installation it runs ([`pg_bin`] unless started with
+    /// [`Cluster::start_in`]).
+    bin: PathBuf,
 }
 
 /// Settings every test cluster gets: pg_jobs preloaded with a fast worker tick.
@@ -193,15 +208,21 @@ impl Cluster {
     /// [`Cluster::start`], with `env` set in the server's environment (as on machines where
     /// `RUST_BACKTRACE=1` is set for every process).
     pub fn start_with_env(name: &str, settings: &[&str], env: &[(&str, &str)]) -> Cluster {
+        Cluster::start_in(&pg_bin(), name, settings, env)
+    }
+
+    /// [`Cluster::start_with_env`] with the PostgreSQL installation whose binaries are in
+    /// `bin` (a private copy with another version of pg_jobs, say).
+    pub fn start_in(bin: &Path, name: &str, settings: &[&str], env: &[(&str, &str)]) -> Cluster {
         check_installed();
         let base = new_base(name);
         let data = base.join("data");
-        let mut initdb = pg_command("initdb");
+        let mut initdb = pg_command_in(bin, "initdb");
         initdb
             .args(["-A", "trust", "-U", "postgres", "--no-sync", "-D"])
             .arg(&data);
         run(initdb, "initdb");
-        Cluster::configure_and_start(base, settings, env)
+        Cluster::configure_and_start(bin, base, settings, env)
     }
 
     /// A streaming standby of this (running) cluster: a `pg_basebackup -R` copy of its data
@@ -211,7 +232,7 @@ impl Cluster {
     /// primary's settings come along in the copy, its port and socket directory replaced.
     pub fn start_standby(&self, name: &str, settings: &[&str]) -> Cluster {
         let base = new_base(name);
-        let mut backup = pg_command("pg_basebackup");
+        let mut backup = pg_command_in(&self.bin, "pg_basebackup");
         backup
             .args([
                 "--write-recovery-conf",
@@ -225,12 +246,17 @@ impl Cluster {
                 self.port
             ));
         run(backup, "pg_basebackup");
-        Cluster::configure_and_start(base, settings, &[])
+        Cluster::configure_and_start(&self.bin, base, settings, &[])
     }
 
     /// Gives the cluster in `base` (its data directory made) a port and socket of its own and
     /// `settings`, registers it to be stopped at exit, and starts it.
-    fn configure_and_start(base: PathBuf, settings: &[&str], env: &[(&str, &str)]) -> Cluster {
+    fn configure_and_start(
+        bin: &Path,
+        base: PathBuf,
+        settings: &[&str],
+        env: &[(&str, &str)],
+    ) -> Cluster {
         let data = base.join("data");
         let port = free_port();
         let mut conf = format!(
@@ -251,6 +277,7 @@ impl Cluster {
                 .iter()
                 .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
                 .collect(),
+            bin: bin.to_owned(),
         };
         RUNNING.lock().unwrap().push(cluster.data.clone());
         static AT_EXIT: OnceLock<()> = OnceLock::new();
@@ -264,7 +291,7 @@ impl Cluster {
 
     /// Promotes a standby to a primary (`pg_ctl promote`), returning once it accepts writes.
     pub fn promote(&self) {
-        let mut promote = pg_command("pg_ctl");
+        let mut promote = pg_command_in(&self.bin, "pg_ctl");
         promote
             .args(["promote", "-w", "-t", "60", "-D"])
             .arg(&self.data);
@@ -272,7 +299,7 @@ impl Cluster {
     }
 
     fn pg_ctl_start(&self) {
-        let mut start = pg_command("pg_ctl");
+        let mut start = pg_command_in(&self.bin, "pg_ctl");
         start.envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
         start
             .args(["start", "-w", "-t", "60", "-D"])
@@ -294,10 +321,19 @@ impl Cluster {
 
     /// Stops the server like a power cut: no shutdown checkpoint.
     pub fn crash(&self) {
-        let mut stop = pg_command("pg_ctl");
+        let mut stop = pg_command_in(&self.bin, "pg_ctl");
         stop.args(["stop", "-m", "immediate", "-w", "-D"])
             .arg(&self.data);
         run(stop, "pg_ctl stop -m immediate");
+    }
+
+    /// Stops the server cleanly (`pg_ctl stop -m fast`): sessions are ended, a shutdown
+    /// checkpoint is written.
+    pub fn stop(&self) {
+        let mut stop = pg_command_in(&self.bin, "pg_ctl");
+        stop.args(["stop", "-m", "fast", "-w", "-t", "60", "-D"])
+            .arg(&self.data);
+        run(stop, "pg_ctl stop -m fast");
     }
 
     /// Starts the server again after [`Cluster::crash`]; it runs crash recovery first.
