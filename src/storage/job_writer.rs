@@ -51,26 +51,54 @@ const SET_COLUMNS: [(Column, &CStr, Oid); 9] = [
     (Column::GroupKey, c"group_key", pg_sys::TEXTOID),
 ];
 
-/// The jobs of one enqueue call: what they share, and one payload (and group) each.
+/// A column's value for the jobs of one insert: the same for every job, or one per job.
+#[derive(Clone, Copy)]
+pub enum PerJob<'a, T> {
+    /// Every job has this value.
+    All(T),
+    /// Job `i` has element `i` (as many as there are payloads).
+    Each(&'a [T]),
+}
+
+impl<T: Copy> PerJob<'_, T> {
+    /// The value of job `index`.
+    fn at(&self, index: usize) -> T {
+        match self {
+            PerJob::All(value) => *value,
+            PerJob::Each(values) => values[index],
+        }
+    }
+
+    /// Whether there is a value for each of `count` jobs.
+    fn fits(&self, count: usize) -> bool {
+        match self {
+            PerJob::All(_) => true,
+            PerJob::Each(values) => values.len() == count,
+        }
+    }
+}
+
+/// The jobs of one insert, all into one queue: one payload each, and the other columns shared
+/// or one per job.
 pub struct NewJobs<'a> {
     /// The queue.
     pub queue: &'a str,
-    /// The kind of every job.
-    pub kind: &'a str,
+    /// The kind of the jobs.
+    pub kind: PerJob<'a, &'a str>,
     /// The payload of each job (jsonb datums, valid for the call).
     pub payloads: &'a [Datum],
-    /// The headers of every job (a jsonb datum), if any.
-    pub headers: Option<Datum>,
-    /// The priority of every job.
-    pub priority: i16,
-    /// When every job becomes due.
-    pub run_at: pg_sys::TimestampTz,
-    /// Attempts of every job; `None` takes the queue's setting.
-    pub max_attempts: Option<i32>,
+    /// The headers of the jobs (jsonb datums), if any.
+    pub headers: PerJob<'a, Option<Datum>>,
+    /// The priority of the jobs.
+    pub priority: PerJob<'a, i16>,
+    /// When the jobs become due.
+    pub run_at: PerJob<'a, pg_sys::TimestampTz>,
+    /// Attempts of the jobs; `None` takes the queue's setting.
+    pub max_attempts: PerJob<'a, Option<i32>>,
     /// The tenant of every job, if any.
     pub tenant: Option<&'a str>,
-    /// The group of each job (one per payload), if any.
-    pub group_keys: &'a [Option<&'a str>],
+    /// The group of the jobs, if any.
+    pub group_keys: PerJob<'a, Option<&'a str>>,
 }
 
 /// What an insert found.
@@ -151,7 +179,15 @@ impl JobWriter {
     /// Inside a transaction, with the queue lock held (shared) as the enqueue statements
     /// require; the datums in `jobs` are valid for the call.
     pub unsafe fn insert(jobs: &NewJobs<'_>) -> Option<Inserted> {
-        debug_assert_eq!(jobs.payloads.len(), jobs.group_keys.len());
+        let count = jobs.payloads.len();
+        debug_assert!(
+            jobs.kind.fits(count)
+                && jobs.headers.fits(count)
+                && jobs.priority.fits(count)
+                && jobs.run_at.fits(count)
+                && jobs.max_attempts.fits(count)
+                && jobs.group_keys.fits(count)
+        );
         if !CALLBACK_REGISTERED.with(Cell::get) {
             // SAFETY: a plain function registered once per backend.
             unsafe { crate::pg::version::register_relcache_callback(relcache_invalidated) };
@@ -455,49 +491,49 @@ unsafe fn insert_with(kept: &Kept, jobs: &NewJobs<'_>) -> Option<Inserted> {
         let previous = pg_sys::MemoryContextSwitchTo((*estate).es_query_cxt);
         let econtext = pg_sys::MakePerTupleExprContext(estate);
 
-        let shared_values = |column: Column| -> (Datum, bool) {
+        // Text datums shared by every job are made once.
+        let text = |value: &str| value.into_datum().expect("text");
+        let queue_datum = text(jobs.queue);
+        let tenant_datum = jobs.tenant.map(text);
+        let kind_datum = match jobs.kind {
+            PerJob::All(kind) => Some(text(kind)),
+            PerJob::Each(_) => None,
+        };
+        let value_of = |column: Column, index: usize, payload: Datum| -> (Datum, bool) {
+            let present =
+                |datum: Option<Datum>| datum.map_or((Datum::from(0), true), |d| (d, false));
             match column {
-                Column::Queue => (jobs.queue.into_datum().expect("text"), false),
-                Column::Kind => (jobs.kind.into_datum().expect("text"), false),
-                Column::Headers => jobs.headers.map_or((Datum::from(0), true), |h| (h, false)),
-                Column::Priority => (Datum::from(jobs.priority), false),
-                Column::RunAt => (Datum::from(jobs.run_at), false),
-                Column::MaxAttempts => (
-                    Datum::from(jobs.max_attempts.unwrap_or(queue_attempts)),
+                Column::Queue => (queue_datum, false),
+                Column::Kind => (
+                    kind_datum.unwrap_or_else(|| text(jobs.kind.at(index))),
                     false,
                 ),
-                Column::Tenant => jobs.tenant.map_or((Datum::from(0), true), |t| {
-                    (t.into_datum().expect("text"), false)
-                }),
-                Column::Payload | Column::GroupKey => (Datum::from(0), true),
+                Column::Payload => (payload, false),
+                Column::Headers => present(jobs.headers.at(index)),
+                Column::Priority => (Datum::from(jobs.priority.at(index)), false),
+                Column::RunAt => (Datum::from(jobs.run_at.at(index)), false),
+                Column::MaxAttempts => (
+                    Datum::from(jobs.max_attempts.at(index).unwrap_or(queue_attempts)),
+                    false,
+                ),
+                Column::Tenant => present(tenant_datum),
+                Column::GroupKey => present(jobs.group_keys.at(index).map(text)),
             }
         };
-        let shared: Vec<(Datum, bool)> = SET_COLUMNS
-            .iter()
-            .map(|(c, _, _)| shared_values(*c))
-            .collect();
 
         let mut slots: Vec<*mut pg_sys::TupleTableSlot> = Vec::with_capacity(jobs.payloads.len());
         let slot_ops = std::ptr::addr_of!(pg_sys::TTSOpsHeapTuple);
         let mut ids = Vec::with_capacity(jobs.payloads.len());
-        for (payload, group_key) in jobs.payloads.iter().zip(jobs.group_keys) {
+        for (index, payload) in jobs.payloads.iter().enumerate() {
             // A new slot is empty: fill its arrays, then store them as a virtual tuple. It
             // lives in the executor state's memory, freed with it.
             let slot = pg_sys::MakeTupleTableSlot(kept.row_type, slot_ops);
             let values = std::slice::from_raw_parts_mut((*slot).tts_values, kept.natts);
             let nulls = std::slice::from_raw_parts_mut((*slot).tts_isnull, kept.natts);
             nulls.fill(true);
-            for ((column, _, _), (attnum, value)) in
-                SET_COLUMNS.iter().zip(kept.set.iter().zip(&shared))
-            {
+            for ((column, _, _), attnum) in SET_COLUMNS.iter().zip(kept.set.iter()) {
                 let at = *attnum as usize - 1;
-                let (datum, is_null) = match column {
-                    Column::Payload => (*payload, false),
-                    Column::GroupKey => group_key.map_or((Datum::from(0), true), |g| {
-                        (g.into_datum().expect("text"), false)
-                    }),
-                    _ => *value,
-                };
+                let (datum, is_null) = value_of(*column, index, *payload);
                 values[at] = datum;
                 nulls[at] = is_null;
             }

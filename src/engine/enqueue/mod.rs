@@ -28,7 +28,7 @@ use crate::pg::clock::server_now;
 use crate::pg::datum::{Jsonb, JsonbArray};
 use crate::pg::errors::{quote, raise, raise_with_hint, UNIQUE_VIOLATION};
 use crate::runtime::locks;
-use crate::storage::job_writer::{Inserted, JobWriter, NewJobs};
+use crate::storage::job_writer::{Inserted, JobWriter, NewJobs, PerJob};
 use crate::storage::{param, timestamptz_arg, with_client, Statement};
 
 /// The parameters every insert statement starts with.
@@ -45,7 +45,9 @@ const JOB_PARAMS: [crate::storage::Param; 9] = [
 ];
 
 mod slots;
-pub use slots::enqueue_slots;
+#[cfg(any(test, feature = "pg_test"))]
+pub use slots::slot_headers;
+pub use slots::{enqueue_slots, DueSchedule, SlotJob};
 
 static INSERT: Statement = Statement {
     name: "enqueue/insert",
@@ -287,14 +289,14 @@ fn write_plain(
 ) -> Option<Vec<i64>> {
     let jobs = NewJobs {
         queue,
-        kind: &options.kind,
+        kind: PerJob::All(&options.kind),
         payloads,
-        headers: options.headers.and_then(|h| h.into_datum()),
-        priority: options.priority,
-        run_at: i64::from(options.run_at),
-        max_attempts: options.max_attempts,
+        headers: PerJob::All(options.headers.and_then(|h| h.into_datum())),
+        priority: PerJob::All(options.priority),
+        run_at: PerJob::All(i64::from(options.run_at)),
+        max_attempts: PerJob::All(options.max_attempts),
         tenant: options.tenant.as_deref(),
-        group_keys,
+        group_keys: PerJob::Each(group_keys),
     };
     // SAFETY: inside the enqueue's transaction, holding the queue lock; the datums are the
     // call's arguments.
