@@ -16,6 +16,69 @@ mod tests {
     use super::one;
     use pgrx::prelude::*;
 
+    /// The bytes of a jsonb datum (a plain 4-byte-header varlena, as both sides make them).
+    fn jsonb_bytes(datum: pg_sys::Datum) -> Vec<u8> {
+        // SAFETY: a detoasted jsonb value; its size is in its header.
+        unsafe {
+            let value = pg_sys::pg_detoast_datum(datum.cast_mut_ptr());
+            let size = pgrx::varsize_any(value);
+            std::slice::from_raw_parts(value.cast::<u8>(), size).to_vec()
+        }
+    }
+
+    // A slot's headers are built in Rust, in jsonb's binary form: they must be exactly what
+    // the SQL expression they replace makes, byte for byte, with and without the schedule's
+    // own headers (whose pg_jobs keys they override).
+    #[pg_test]
+    fn slot_headers_are_the_bytes_jsonb_build_object_makes() {
+        use crate::engine::enqueue::slot_headers;
+        use crate::pg::datum::Jsonb;
+        let cases: [(&str, Option<&str>); 4] = [
+            ("nightly-report", None),
+            ("", None),
+            ("a name with \"quotes\" and ünïcode", None),
+            (
+                "s1",
+                Some(
+                    r#"{"traceparent": "00-ab-cd-01", "pg_jobs.slot": "old", "z": [1, {"y": 2}]}"#,
+                ),
+            ),
+        ];
+        for (name, base) in cases {
+            let slot = "2026-12-01T10:00:00Z";
+            let expected: pgrx::JsonB = Spi::get_one_with_args(
+                "SELECT CASE WHEN $3::jsonb IS NULL
+                             THEN jsonb_build_object('pg_jobs.schedule', $1, 'pg_jobs.slot', $2)
+                             ELSE $3::jsonb || jsonb_build_object('pg_jobs.schedule', $1, 'pg_jobs.slot', $2)
+                        END",
+                &[name.into(), slot.into(), base.into()],
+            )
+            .unwrap()
+            .unwrap();
+            let expected = expected.into_datum().unwrap();
+            let base = base.map(|text| {
+                let value: pgrx::JsonB = Spi::get_one_with_args("SELECT $1::jsonb", &[text.into()])
+                    .unwrap()
+                    .unwrap();
+                // SAFETY: a jsonb datum in the current context, passed through untouched.
+                unsafe {
+                    Jsonb::from_polymorphic_datum(
+                        value.into_datum().unwrap(),
+                        false,
+                        pg_sys::JSONBOID,
+                    )
+                }
+                .unwrap()
+            });
+            let built = slot_headers(base, name, slot);
+            assert_eq!(
+                jsonb_bytes(built),
+                jsonb_bytes(expected),
+                "headers of {name:?}"
+            );
+        }
+    }
+
     #[pg_test]
     fn default_queue_exists_after_create_extension() {
         assert!(one::<bool>(
