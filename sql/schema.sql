@@ -282,14 +282,22 @@ CREATE TABLE jobs.schedule (
     -- enqueues the slots' jobs. Last in the row, as jobs.job keeps what changes: an update on
     -- the same page then logs only the changed tail of the row.
     next_slot    timestamptz,
+    -- A lower bound of next_slot (NULL with it) that the worker's runs find due schedules by
+    -- (schedule_due_idx). Runs leave it as it is while it lags next_slot by less than an hour,
+    -- so most progress writes change no indexed column: a heap-only (HOT) update, no new index
+    -- entries. The check keeps every due schedule findable.
+    due_floor    timestamptz,
     last_slot    timestamptz,
-    last_job     bigint
+    last_job     bigint,
+    CONSTRAINT schedule_due_floor_check CHECK (due_floor OPERATOR(pg_catalog.<=) next_slot)
 )
--- Every fire writes a new version of the row (its progress); room on the page keeps it there.
+-- Every fire writes a new version of the row (its progress); room on the page keeps it there,
+-- which a heap-only update needs.
 WITH (fillfactor = 50);
 COMMENT ON TABLE jobs.schedule IS 'pg_jobs schedules and their progress; change them with jobs_schedule and jobs_unschedule';
--- The worker's runs read the due schedules here, a range of this index.
-CREATE INDEX schedule_due_idx ON jobs.schedule (next_slot) WHERE enabled;
+-- The worker's runs read the candidates for due schedules here (due_floor at or before now),
+-- then next_slot says which are due.
+CREATE INDEX schedule_due_idx ON jobs.schedule (due_floor) WHERE enabled;
 SELECT pg_catalog.pg_extension_config_dump('jobs.schedule', '');
 
 -- When a background worker last ran the schedules of this database (and whether it stopped

@@ -367,3 +367,32 @@ pub unsafe fn insert_index_entries(
         )
     }
 }
+
+/// Replaces the row version at `otid` of the open relation `rel` with the tuple in `slot`, as
+/// an UPDATE does (an error if another transaction changed the row: the caller holds its
+/// lock), and answers whether the new version needs index entries (false: a heap-only update,
+/// which only btree indexes can tell apart as PostgreSQL 15 does).
+///
+/// # Safety
+/// Inside a transaction that holds the row's lock; `rel` is open with `RowExclusiveLock` and
+/// `slot` holds a tuple of its row type; `snapshot` is registered.
+pub unsafe fn update_row(
+    rel: pg_sys::Relation,
+    otid: *mut pg_sys::ItemPointerData,
+    slot: *mut pg_sys::TupleTableSlot,
+    snapshot: pg_sys::Snapshot,
+) -> bool {
+    #[cfg(any(feature = "pg13", feature = "pg14", feature = "pg15"))]
+    {
+        let mut update_indexes = false;
+        pg_sys::simple_table_tuple_update(rel, otid, slot, snapshot, &mut update_indexes);
+        update_indexes
+    }
+    #[cfg(any(feature = "pg16", feature = "pg17", feature = "pg18"))]
+    {
+        let mut update_indexes = pg_sys::TU_UpdateIndexes::TU_None;
+        pg_sys::simple_table_tuple_update(rel, otid, slot, snapshot, &mut update_indexes);
+        // Only summarizing (BRIN) indexes make TU_Summarizing; callers allow btree alone.
+        update_indexes != pg_sys::TU_UpdateIndexes::TU_None
+    }
+}

@@ -3,6 +3,7 @@
 //! session and kept, and run under settings that no user object can change.
 
 pub mod job_writer;
+pub mod progress_writer;
 mod statement;
 
 pub use statement::{param, timestamptz_arg, with_client, Param, Row, Rows, Statement};

@@ -82,7 +82,8 @@ fn measure(ctx: &Ctx, admin: &mut Client) -> Result<(f64, f64)> {
     ))?;
     client.batch_execute("VACUUM ANALYZE jobs.schedule")?;
     let make_due = format!(
-        "UPDATE jobs.schedule SET next_slot = date_trunc('second', now()) - interval '1 second'
+        "UPDATE jobs.schedule SET next_slot = date_trunc('second', now()) - interval '1 second',
+                                due_floor = least(due_floor, date_trunc('second', now()) - interval '1 second')
           WHERE name IN (SELECT 's' || i FROM generate_series(1, {DUE}) i)"
     );
     let reset = "DELETE FROM jobs.job";

@@ -3,4 +3,4 @@
 -- $1 at, $2 stopped
 UPDATE jobs.schedule_clock
    SET seen_at = $1, stopped = $2
- WHERE EXISTS (SELECT FROM jobs.schedule s WHERE s.enabled AND s.next_slot IS NOT NULL)
+ WHERE EXISTS (SELECT FROM jobs.schedule s WHERE s.enabled AND s.due_floor IS NOT NULL)

@@ -3,12 +3,18 @@
 //!
 //! A schedule row keeps its progress: the first slot not handled yet (`next_slot`). A run
 //! locks the due schedules (`FOR UPDATE SKIP LOCKED`), works out which of their slots to
-//! enqueue ([`plan`]), enqueues them through the one door for new jobs
-//! ([`enqueue_slots`], one statement for all of them) and records the new progress,
-//! all in the run's transaction: the jobs of a slot and the progress past it commit together
-//! or not at all, so a crash, a killed worker, a failed tick or a second worker racing can
-//! neither lose a slot nor enqueue it twice. The worker enqueues jobs only; it never runs SQL
-//! a user wrote.
+//! enqueue ([`plan`]), enqueues them through the one door for new jobs ([`enqueue_slots`]:
+//! the direct job writer, one multi-insert per queue) and records the new progress, all in
+//! the run's transaction: the jobs of a slot and the progress past it commit together or not
+//! at all, so a crash, a killed worker, a failed tick or a second worker racing can neither
+//! lose a slot nor enqueue it twice. The worker enqueues jobs only; it never runs SQL a user
+//! wrote.
+//!
+//! Due schedules are found by an index on `due_floor`, a lower bound of `next_slot` that a
+//! run leaves alone while it lags by less than [`DUE_FLOOR_LAG`]: the progress write of a
+//! schedule that fires often then changes no indexed column and is a heap-only update on the
+//! row's own page, with no new index entries. A schedule that fires less often gets its next
+//! slot as its floor at each fire, so it is read only when due.
 //!
 //! A slot's job carries the schedule's headers plus `pg_jobs.schedule` (its name) and
 //! `pg_jobs.slot` (the slot, RFC 3339 in UTC), and runs at the slot (`run_at`).
@@ -31,12 +37,13 @@ use pgrx::pg_sys::{
 };
 use pgrx::spi::SpiClient;
 
-use crate::engine::enqueue::enqueue_slots;
+use crate::engine::enqueue::{enqueue_slots, DueSchedule, SlotJob};
 use crate::engine::queues::{self, unknown_queue};
 use crate::pg::clock::server_now;
 use crate::pg::datum::{Jsonb, ScheduleRow};
 use crate::pg::errors::{quote, raise, raise_with_hint, BAD_ARGUMENT, QUEUE_IN_USE};
 use crate::pg::settings;
+use crate::storage::progress_writer::{self, Progress};
 use crate::storage::{param, timestamptz_arg, with_client, Statement};
 use plan::{CatchUp, Plan};
 use slots::Slots;
@@ -91,7 +98,13 @@ static DUE: Statement = Statement {
         "timezone",
         "catch_up",
         "next_slot",
+        "due_floor",
         "queue",
+        "kind",
+        "payload",
+        "headers",
+        "priority",
+        "max_attempts",
     ],
 };
 
@@ -101,6 +114,7 @@ static ADVANCE: Statement = Statement {
     params: &[
         param("schedule row ctids", TEXTARRAYOID),
         param("next slots", TIMESTAMPTZARRAYOID),
+        param("due floors", TIMESTAMPTZARRAYOID),
         param("last slots", TIMESTAMPTZARRAYOID),
         param("last jobs", INT8ARRAYOID),
     ],
@@ -287,80 +301,109 @@ pub fn refuse_drop_of_scheduled_queue(client: &SpiClient<'_>, queue: &str) {
     }
 }
 
+/// How far a schedule's `due_floor` may lag behind its `next_slot` (microseconds): within
+/// this, a run leaves it as it is, so the progress write changes no indexed column and stays a
+/// heap-only update; past it, the floor moves up to the next slot. A schedule that fires more
+/// often than this moves its floor once per this much time; one that fires less often, at each
+/// slot (and is then found only when due).
+pub const DUE_FLOOR_LAG: i64 = 3_600 * 1_000_000;
+
+/// The `due_floor` a schedule gets with `next_slot` as its next slot, given its `floor` now.
+pub fn due_floor(floor: Option<i64>, next_slot: Option<i64>) -> Option<i64> {
+    let next = next_slot?;
+    match floor {
+        Some(floor) if floor <= next && next - floor < DUE_FLOOR_LAG => Some(floor),
+        _ => Some(next),
+    }
+}
+
 /// Enqueues the due slots of every due schedule at `now` (server clock) and returns how many
 /// jobs it enqueued. Slots strictly inside `missed` came due while no worker ran and follow
 /// each schedule's `catch_up`; every other due slot is enqueued.
 pub fn run_due(client: &SpiClient<'_>, now: i64, missed: Option<Downtime>) -> usize {
     let mut enqueued = 0;
+    // SAFETY: reading the current context pointer (SPI's, which outlives the run): the jsonb
+    // values of the locked rows are copied there so they outlive the next statement.
+    let context = unsafe { pgrx::pg_sys::CurrentMemoryContext };
     for _ in 0..BATCHES_PER_RUN {
         let rows = DUE.run(client, &[timestamptz_arg(now), (BATCH as i64).into()]);
         let locked = rows.len();
         if locked == 0 {
             break;
         }
-        // Per job: its schedule's row and its slot. Per schedule: its progress.
-        let (mut job_rows, mut job_slots) = (Vec::new(), Vec::new());
-        let mut schedule_rows = Vec::with_capacity(locked);
+        // Per schedule: what its jobs are made of, its slots and its new progress.
+        let mut schedules: Vec<DueSchedule> = Vec::with_capacity(locked);
+        let mut planned: Vec<Vec<i64>> = Vec::with_capacity(locked);
         let mut next_slots = Vec::with_capacity(locked);
+        let mut floors = Vec::with_capacity(locked);
         let mut last_slots = Vec::with_capacity(locked);
-        let mut last_job_index = Vec::with_capacity(locked);
-        let mut queues: Vec<String> = Vec::new();
+        let mut plans: HashMap<(&str, &str, i64, CatchUp), Plan> = HashMap::new();
         for row in rows.iter() {
-            let tid: String = row.expect("tid");
             let next: TimestampWithTimeZone = row.expect("next_slot");
-            let catch_up: String = row.expect("catch_up");
-            let Plan { slots, next_slot } = with_slots(
-                &row.expect::<String>("cron"),
-                &row.expect::<String>("timezone"),
-                |computed| match computed {
-                    Ok(computed) => plan::plan(
-                        computed,
-                        i64::from(next),
-                        now,
-                        missed,
-                        CatchUp::from_name(&catch_up).unwrap_or(CatchUp::Latest),
-                    ),
-                    // Checked when the schedule was defined; a time zone that has since left
-                    // the system's database stops this schedule rather than every schedule.
-                    Err(message) => {
-                        let name: String = row.expect("name");
-                        pgrx::warning!("pg_jobs: schedule {} stopped: {message}", quote(&name));
-                        Plan {
-                            slots: Vec::new(),
-                            next_slot: None,
+            let floor = row.get::<TimestampWithTimeZone>("due_floor").map(i64::from);
+            let catch_up =
+                CatchUp::from_name(row.expect::<&str>("catch_up")).unwrap_or(CatchUp::Latest);
+            let name: String = row.expect("name");
+            let (cron, timezone) = (row.expect::<&str>("cron"), row.expect::<&str>("timezone"));
+            // Schedules with the same expression, zone and next slot (common: many fire at the
+            // top of the minute) have the same plan: it is worked out once per batch.
+            let key = (cron, timezone, i64::from(next), catch_up);
+            let Plan { slots, next_slot } = match plans.get(&key) {
+                Some(known) => known.clone(),
+                None => {
+                    let made = with_slots(cron, timezone, |computed| match computed {
+                        Ok(computed) => {
+                            plan::plan(computed, i64::from(next), now, missed, catch_up)
                         }
-                    }
-                },
-            );
-            let to_time = |slot: i64| TimestampWithTimeZone::try_from(slot).ok();
-            for &slot in &slots {
-                job_rows.push(tid.clone());
-                job_slots.push(to_time(slot).expect("a slot is a finite time"));
-            }
-            if !slots.is_empty() {
-                let queue: String = row.expect("queue");
-                if !queues.contains(&queue) {
-                    queues.push(queue);
+                        // Checked when the schedule was defined; a time zone that has since left
+                        // the system's database stops this schedule rather than every schedule.
+                        Err(message) => {
+                            pgrx::warning!("pg_jobs: schedule {} stopped: {message}", quote(&name));
+                            Plan {
+                                slots: Vec::new(),
+                                next_slot: None,
+                            }
+                        }
+                    });
+                    plans.insert(key, made.clone());
+                    made
                 }
-            }
+            };
+            let to_time = |slot: i64| TimestampWithTimeZone::try_from(slot).ok();
             next_slots.push(next_slot.and_then(to_time));
+            floors.push(due_floor(floor, next_slot).and_then(to_time));
             last_slots.push(slots.last().and_then(|&slot| to_time(slot)));
-            last_job_index.push((!slots.is_empty()).then(|| job_slots.len() - 1));
-            schedule_rows.push(tid);
+            schedules.push(DueSchedule {
+                tid: row.expect("tid"),
+                name,
+                queue: row.expect("queue"),
+                kind: row.expect("kind"),
+                payload: row
+                    .get_in::<Jsonb>("payload", context)
+                    .expect("a schedule has a payload"),
+                headers: row.get_in::<Jsonb>("headers", context),
+                priority: row.expect("priority"),
+                max_attempts: row.get("max_attempts"),
+            });
+            planned.push(slots);
         }
-        let ids = enqueue_slots(client, &queues, job_rows, job_slots);
-        let last_jobs: Vec<Option<i64>> = last_job_index
+        let jobs: Vec<SlotJob<'_>> = schedules
             .iter()
-            .map(|index| index.map(|i| ids[i]))
+            .zip(&planned)
+            .flat_map(|(schedule, slots)| slots.iter().map(move |&slot| SlotJob { schedule, slot }))
             .collect();
-        ADVANCE.run(
-            client,
-            &[
-                schedule_rows.into(),
-                next_slots.into(),
-                last_slots.into(),
-                last_jobs.into(),
-            ],
+        let ids = enqueue_slots(client, &jobs);
+        // The last job of each schedule that got any: its slots' jobs are consecutive.
+        let mut taken = 0;
+        let last_jobs: Vec<Option<i64>> = planned
+            .iter()
+            .map(|slots| {
+                taken += slots.len();
+                (!slots.is_empty()).then(|| ids[taken - 1])
+            })
+            .collect();
+        advance(
+            client, &schedules, next_slots, floors, last_slots, last_jobs,
         );
         enqueued += ids.len();
         if locked < BATCH {
@@ -368,6 +411,45 @@ pub fn run_due(client: &SpiClient<'_>, now: i64, missed: Option<Downtime>) -> us
         }
     }
     enqueued
+}
+
+/// Records the new progress of the locked `schedules` (one element of each list per schedule):
+/// through the direct progress writer, or by statement where it cannot stand in.
+fn advance(
+    client: &SpiClient<'_>,
+    schedules: &[DueSchedule],
+    next_slots: Vec<Option<TimestampWithTimeZone>>,
+    floors: Vec<Option<TimestampWithTimeZone>>,
+    last_slots: Vec<Option<TimestampWithTimeZone>>,
+    last_jobs: Vec<Option<i64>>,
+) {
+    let micros = |time: &Option<TimestampWithTimeZone>| time.map(i64::from);
+    let progress: Vec<Progress> = schedules
+        .iter()
+        .enumerate()
+        .map(|(i, schedule)| Progress {
+            row: progress_writer::parse_tid(&schedule.tid).expect("a ctid as tid prints it"),
+            next_slot: micros(&next_slots[i]),
+            due_floor: micros(&floors[i]),
+            last_slot: micros(&last_slots[i]),
+            last_job: last_jobs[i],
+        })
+        .collect();
+    // SAFETY: this run's transaction holds every row's lock (due.sql).
+    if unsafe { progress_writer::write(&progress) } {
+        return;
+    }
+    let schedule_rows: Vec<String> = schedules.iter().map(|s| s.tid.clone()).collect();
+    ADVANCE.run(
+        client,
+        &[
+            schedule_rows.into(),
+            next_slots.into(),
+            floors.into(),
+            last_slots.into(),
+            last_jobs.into(),
+        ],
+    );
 }
 
 /// How long after the last run a worker recorded it may still have been up (it would have run
@@ -413,5 +495,33 @@ pub fn run_for_worker(client: &SpiClient<'_>, now: i64, started_at: i64) -> usiz
 pub fn worker_stopping(client: &SpiClient<'_>) {
     if WORKER.get().is_some() {
         CLOCK_WRITE.run(client, &[timestamptz_arg(server_now()), true.into()]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{due_floor, DUE_FLOOR_LAG};
+
+    const MINUTE: i64 = 60 * 1_000_000;
+
+    #[test]
+    fn the_floor_stays_while_it_lags_less_than_an_hour_then_moves_to_the_next_slot() {
+        // An every-minute schedule: 59 progress writes keep the floor (no index change), the
+        // 60th moves it.
+        assert_eq!(due_floor(Some(0), Some(MINUTE)), Some(0));
+        assert_eq!(due_floor(Some(0), Some(59 * MINUTE)), Some(0));
+        assert_eq!(due_floor(Some(0), Some(DUE_FLOOR_LAG)), Some(DUE_FLOOR_LAG));
+        // A daily one is found only when due: its floor is its next slot.
+        assert_eq!(
+            due_floor(Some(0), Some(24 * 60 * MINUTE)),
+            Some(24 * 60 * MINUTE)
+        );
+    }
+
+    #[test]
+    fn the_floor_is_never_after_the_next_slot_and_is_null_with_it() {
+        assert_eq!(due_floor(Some(10 * MINUTE), Some(MINUTE)), Some(MINUTE));
+        assert_eq!(due_floor(None, Some(MINUTE)), Some(MINUTE));
+        assert_eq!(due_floor(Some(0), None), None);
     }
 }

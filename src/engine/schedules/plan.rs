@@ -17,7 +17,7 @@ pub const CATCH_UP_ALL: usize = 1_000;
 pub const ON_TIME_PER_RUN: usize = 1_000;
 
 /// What to do with missed slots.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum CatchUp {
     /// The most recent missed slot, once.
     Latest,
@@ -43,7 +43,7 @@ impl CatchUp {
 }
 
 /// What one run does with one due schedule.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Plan {
     /// The slots to enqueue, oldest first.
     pub slots: Vec<i64>,

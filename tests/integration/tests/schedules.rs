@@ -759,7 +759,8 @@ fn a_slots_job_carries_the_schedule_the_slot_and_the_schedules_options() {
     // Make a past new year due (as the owner may): the worker or this call enqueues it, once.
     client
         .execute(
-            "UPDATE jobs.schedule SET next_slot = '2026-01-01 00:00+00' WHERE name = $1",
+            "UPDATE jobs.schedule SET next_slot = '2026-01-01 00:00+00', due_floor = '2026-01-01 00:00+00'
+              WHERE name = $1",
             &[&name],
         )
         .unwrap();
@@ -822,6 +823,159 @@ fn a_slots_job_carries_the_schedule_the_slot_and_the_schedules_options() {
         &[&name],
     );
     assert_eq!(next, None);
+}
+
+/// Rows of `jobs.schedule` this session updated, and of those heap-only (HOT), as far as its
+/// statistics not yet flushed say.
+fn schedule_updates(client: &mut postgres::Transaction<'_>) -> (i64, i64) {
+    let row = client
+        .query_one(
+            "SELECT pg_stat_get_xact_tuples_updated('jobs.schedule'::regclass),
+                    pg_stat_get_xact_tuples_hot_updated('jobs.schedule'::regclass)",
+            &[],
+        )
+        .unwrap();
+    (row.get(0), row.get(1))
+}
+
+// Progress writes are cheap because most are heap-only updates: the index that finds due
+// schedules is on due_floor, a lower bound of next_slot that a run leaves alone while it lags
+// by less than an hour; a schedule that fires less often gets its next slot as its floor (and
+// is read only when due). In a database the worker does not serve, so only this run fires.
+#[test]
+fn a_frequent_schedules_progress_is_a_heap_only_update_and_a_rare_ones_floor_is_its_next_slot() {
+    let cluster = Cluster::shared();
+    let mut admin = cluster.connect();
+    admin
+        .batch_execute("DROP DATABASE IF EXISTS sched_floor")
+        .unwrap();
+    admin.batch_execute("CREATE DATABASE sched_floor").unwrap();
+    let mut client = cluster.connect_to("sched_floor");
+    client
+        .batch_execute(
+            "CREATE EXTENSION pg_jobs;
+             SELECT jobs_create_queue('floor');
+             SELECT jobs_schedule('minutely', '* * * * *', 'floor');
+             SELECT jobs_schedule('daily', '0 3 * * *', 'floor');
+             -- Due since a minute ago, its floor ten minutes back (as an earlier run left it).
+             UPDATE jobs.schedule SET next_slot = date_trunc('minute', now()) - interval '1 minute',
+                                      due_floor = date_trunc('minute', now()) - interval '10 minutes'
+              WHERE name = 'minutely';
+             -- Yesterday's slot, due.
+             UPDATE jobs.schedule SET next_slot = date_trunc('day', now()) - interval '21 hours',
+                                      due_floor = date_trunc('day', now()) - interval '21 hours'
+              WHERE name = 'daily';",
+        )
+        .unwrap();
+    let floors_before: i64 = scalar(
+        &mut client,
+        "SELECT count(*) FROM jobs.schedule
+          WHERE name = 'minutely' AND due_floor = date_trunc('minute', now()) - interval '10 minutes'",
+        &[],
+    );
+    assert_eq!(floors_before, 1);
+    let mut tx = client.transaction().unwrap();
+    // The counts include this session's earlier transactions until they are flushed: the
+    // run's are the difference.
+    let before = schedule_updates(&mut tx);
+    let enqueued: i64 = tx
+        .query_one("SELECT jobs_run_schedules()", &[])
+        .unwrap()
+        .get(0);
+    assert!(enqueued >= 2, "both schedules were due");
+    let after = schedule_updates(&mut tx);
+    let (updated, hot) = (after.0 - before.0, after.1 - before.1);
+    assert_eq!(updated, 2, "one progress write per schedule");
+    assert_eq!(
+        hot, 1,
+        "the minutely schedule's progress changed no indexed column"
+    );
+    tx.commit().unwrap();
+    let rows = client
+        .query(
+            "SELECT name, next_slot > now(), due_floor = next_slot,
+                    due_floor = date_trunc('minute', now()) - interval '10 minutes'
+               FROM jobs.schedule ORDER BY name",
+            &[],
+        )
+        .unwrap();
+    let seen: Vec<(String, bool, bool, bool)> = rows
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+        .collect();
+    assert_eq!(
+        seen,
+        vec![
+            ("daily".to_owned(), true, true, false),
+            ("minutely".to_owned(), true, false, true),
+        ],
+        "the daily floor follows its next slot; the minutely one stays"
+    );
+    drop(client);
+    admin.batch_execute("DROP DATABASE sched_floor").unwrap();
+}
+
+// Where the direct writers cannot stand in for the executor (here: a trigger on each table,
+// which only the owner could add), the run inserts the jobs and writes the progress by
+// statement instead, with the same outcome: the jobs and their headers, the progress, once.
+#[test]
+fn with_triggers_on_the_tables_a_run_enqueues_by_statement_with_the_same_outcome() {
+    let cluster = Cluster::shared();
+    let mut admin = cluster.connect();
+    admin
+        .batch_execute("DROP DATABASE IF EXISTS sched_statements")
+        .unwrap();
+    admin
+        .batch_execute("CREATE DATABASE sched_statements")
+        .unwrap();
+    let mut client = cluster.connect_to("sched_statements");
+    client
+        .batch_execute(
+            "CREATE EXTENSION pg_jobs;
+             SELECT jobs_create_queue('by-statement');
+             SELECT jobs_schedule('yearly', '0 0 1 1 *', 'by-statement',
+                                  headers => '{\"traceparent\": \"00-ab-cd-01\"}');
+             UPDATE jobs.schedule SET next_slot = '2026-01-01 00:00+00', due_floor = '2026-01-01 00:00+00';
+             CREATE TABLE public.seen (what text);
+             CREATE FUNCTION public.note() RETURNS trigger LANGUAGE plpgsql AS
+               $$BEGIN INSERT INTO public.seen VALUES (TG_TABLE_NAME || ' ' || TG_OP); RETURN NEW; END$$;
+             CREATE TRIGGER note BEFORE INSERT ON jobs.job FOR EACH ROW EXECUTE FUNCTION public.note();
+             CREATE TRIGGER note BEFORE UPDATE ON jobs.schedule FOR EACH ROW EXECUTE FUNCTION public.note();",
+        )
+        .unwrap();
+    let enqueued: i64 = scalar(&mut client, "SELECT jobs_run_schedules()", &[]);
+    assert_eq!(enqueued, 1);
+    let again: i64 = scalar(&mut client, "SELECT jobs_run_schedules()", &[]);
+    assert_eq!(
+        again, 0,
+        "the progress was written: the slot is not due again"
+    );
+    let seen: Vec<String> = client
+        .query("SELECT what FROM public.seen ORDER BY what", &[])
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(
+        seen,
+        ["job INSERT", "schedule UPDATE"],
+        "both went through the executor"
+    );
+    let row = client
+        .query_one(
+            "SELECT j.headers = '{\"traceparent\": \"00-ab-cd-01\", \"pg_jobs.schedule\": \"yearly\",
+                                 \"pg_jobs.slot\": \"2026-01-01T00:00:00Z\"}',
+                    s.last_job_id = j.id, s.last_slot = '2026-01-01 00:00+00', s.next_slot > now()
+               FROM jobs.job j, jobs.schedules s",
+            &[],
+        )
+        .unwrap();
+    let checks: (bool, bool, bool, bool) = (row.get(0), row.get(1), row.get(2), row.get(3));
+    assert_eq!(checks, (true, true, true, true));
+    drop(client);
+    admin
+        .batch_execute("DROP DATABASE sched_statements")
+        .unwrap();
 }
 
 #[test]

@@ -56,7 +56,8 @@ fn a_run_with_1000_due_of_10000_schedules_against_a_batch_enqueue_of_the_same_jo
         .batch_execute("VACUUM ANALYZE jobs.schedule")
         .unwrap();
     let make_due = format!(
-        "UPDATE jobs.schedule SET next_slot = date_trunc('second', now()) - interval '1 second'
+        "UPDATE jobs.schedule SET next_slot = date_trunc('second', now()) - interval '1 second',
+                                due_floor = least(due_floor, date_trunc('second', now()) - interval '1 second')
           WHERE name IN (SELECT 's' || i FROM generate_series(1, {DUE}) i)"
     );
     let payloads =
