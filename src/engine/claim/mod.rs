@@ -148,7 +148,7 @@ fn attempt(
             let probe = budget.throttled(client, queue, request, now);
             return (Vec::new(), Some(probe));
         }
-        let seen = floor::read(slot, queue);
+        let seen = floor::read(slot, queue, request.filter.reach_scope());
         let picking = Picking {
             queue,
             filter: &request.filter,

@@ -692,3 +692,97 @@ fn tenants_workers_move_the_claim_floor_and_pass_over_nothing() {
         ids[160]
     );
 }
+
+/// Claims scoped to one tenant start past the jobs that tenant's claims in flight hold (the
+/// tenant's reach), as claims of every tenant do past theirs; another tenant's claims and
+/// claims of every tenant are not moved by it, a job enqueued before it in claim order is
+/// claimed first, and the jobs of such a claim that rolls back are claimed next.
+#[test]
+fn a_tenants_reach_moves_only_its_own_claims() {
+    let cluster = cluster();
+    let mut owner = cluster.connect();
+    owner
+        .batch_execute("SELECT jobs_create_queue('tenant-reach')")
+        .unwrap();
+    let acme_session = || {
+        let mut session = cluster.connect_as("acme_worker");
+        session
+            .batch_execute("SET pg_jobs.tenant = 'acme'")
+            .unwrap();
+        session
+    };
+    let mut acme = acme_session();
+    let mut holder = acme_session();
+    let mut globex = cluster.connect_as("globex_worker");
+    globex
+        .batch_execute("SET pg_jobs.tenant = 'globex'")
+        .unwrap();
+    let (mut acme_ids, mut globex_ids) = (Vec::new(), Vec::new());
+    for _ in 0..10 {
+        acme_ids.push(one::<i64>(
+            &mut acme,
+            "SELECT jobs_enqueue('tenant-reach', '{}')",
+            &[],
+        ));
+        globex_ids.push(one::<i64>(
+            &mut globex,
+            "SELECT jobs_enqueue('tenant-reach', '{}')",
+            &[],
+        ));
+    }
+    let claim = |client: &mut Client, n: i32| -> Vec<i64> {
+        client
+            .query(
+                "SELECT id FROM jobs_claim('tenant-reach', n => $1) ORDER BY id",
+                &[&n],
+            )
+            .unwrap()
+            .iter()
+            .map(|row| row.get(0))
+            .collect()
+    };
+    // Committed claims put a floor on the queue.
+    assert_eq!(claim(&mut acme, 2), acme_ids[0..2]);
+
+    let mut tx = holder.transaction().unwrap();
+    let held: Vec<i64> = tx
+        .query(
+            "SELECT id FROM jobs_claim('tenant-reach', n => 3) ORDER BY id",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    assert_eq!(held, acme_ids[2..5]);
+    assert_eq!(
+        claim(&mut acme, 2),
+        acme_ids[5..7],
+        "a claim of the tenant while another holds its head"
+    );
+    assert_eq!(
+        claim(&mut globex, 2),
+        globex_ids[0..2],
+        "another tenant's claim started past the first tenant's reach"
+    );
+    assert_eq!(
+        claim(&mut owner, 1),
+        globex_ids[2..3],
+        "a claim of every tenant started past one tenant's reach"
+    );
+    // A job that comes before the jobs claims in flight hold is claimed first.
+    let urgent: i64 = one(
+        &mut acme,
+        "SELECT jobs_enqueue('tenant-reach', '{}', priority => -1)",
+        &[],
+    );
+    assert_eq!(claim(&mut acme, 1), [urgent]);
+    tx.rollback().unwrap();
+    assert_eq!(
+        claim(&mut acme, 3),
+        acme_ids[2..5],
+        "the rolled-back claim's jobs were not claimed next"
+    );
+    assert_eq!(claim(&mut acme, 10), acme_ids[7..10]);
+    assert_eq!(claim(&mut globex, 10), globex_ids[3..10]);
+}
