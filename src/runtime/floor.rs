@@ -21,12 +21,28 @@
 //!
 //! Next to the floor each queue has a reach: how far claims in flight have picked. Concurrent
 //! claims start past it instead of all trying the same held jobs at the floor
-//! ([`extend_reach`] says why that is sound, [`forget_reaches`] what bounds it).
+//! ([`extend_reach`] says why that is sound, [`forget_reaches`] what bounds it). Claims scoped to
+//! one tenant cannot extend that reach (they pass over other tenants' jobs without trying them),
+//! so the cell keeps a second reach for one tenant: how far that tenant's claims picked among its
+//! own jobs.
 
 use super::position::Position;
 use super::queue_id::current_database;
 use super::shmem::{Shared, Slot};
 use super::spin::SpinLocked;
+
+/// Longest tenant name a tenant's reach records; claims of longer names do without one.
+const REACH_TENANT_BYTES: usize = 63;
+
+/// Whose jobs a reach covers: those a claim may take, when it takes every due one of them in
+/// claim order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReachScope<'a> {
+    /// Every job of the queue (a claim of every kind and tenant).
+    Every,
+    /// The jobs of one tenant (a claim of every kind scoped to that tenant).
+    Tenant(&'a str),
+}
 
 /// One queue's floor; its slot may serve another queue meanwhile.
 pub type FloorCell = SpinLocked<FloorData>;
@@ -47,11 +63,36 @@ pub struct FloorData {
     has_reach: bool,
     reach_generation: u64,
     reach: Position,
+    /// The reach of one tenant's claims: the furthest position they picked among that tenant's
+    /// jobs while `generation` was `tenant_reach_generation`.
+    has_tenant_reach: bool,
+    tenant_reach_generation: u64,
+    tenant_reach: Position,
+    tenant_len: u8,
+    tenant: [u8; REACH_TENANT_BYTES],
 }
 
 impl FloorData {
     fn reach_valid(&self) -> bool {
         self.has_reach && self.reach_generation == self.generation
+    }
+
+    fn tenant_reach_valid(&self) -> bool {
+        self.has_tenant_reach && self.tenant_reach_generation == self.generation
+    }
+
+    fn tenant_is(&self, tenant: &str) -> bool {
+        &self.tenant[..self.tenant_len as usize] == tenant.as_bytes()
+    }
+
+    /// The reach that holds for `scope`, if any.
+    fn reach_of(&self, scope: ReachScope<'_>) -> Option<Position> {
+        match scope {
+            ReachScope::Every => self.reach_valid().then_some(self.reach),
+            ReachScope::Tenant(tenant) => {
+                (self.tenant_reach_valid() && self.tenant_is(tenant)).then_some(self.tenant_reach)
+            }
+        }
     }
 
     fn owned_by(&self, database: u32, queue: &str) -> bool {
@@ -68,12 +109,14 @@ pub struct Seen {
     generation: u64,
     /// Where to start, if the floor is known.
     pub key: Option<Position>,
-    /// The furthest position claims in flight picked, if known (see [`extend_reach`]).
+    /// The furthest position claims in flight of the reader's scope picked, if known (see
+    /// [`extend_reach`]).
     pub reach: Option<Position>,
 }
 
-/// Reads the queue's floor; `None` without shared memory.
-pub fn read(slot: Option<&Slot>, queue: &str) -> Option<Seen> {
+/// Reads the queue's floor, and the reach of `scope` (none without a scope); `None` without
+/// shared memory.
+pub fn read(slot: Option<&Slot>, queue: &str, scope: Option<ReachScope<'_>>) -> Option<Seen> {
     let database = current_database();
     slot.map(|slot| {
         slot.floor().with(|data| {
@@ -81,7 +124,9 @@ pub fn read(slot: Option<&Slot>, queue: &str) -> Option<Seen> {
             Seen {
                 generation: data.generation,
                 key: (owned && data.has_key).then_some(data.key),
-                reach: (owned && data.has_key && data.reach_valid()).then_some(data.reach),
+                reach: scope
+                    .filter(|_| owned && data.has_key)
+                    .and_then(|scope| data.reach_of(scope)),
             }
         })
     })
@@ -124,9 +169,13 @@ fn lower_in(slot: &Slot, database: u32, queue: &str, key: Position) {
         // A reach before the new job still holds; claims that read the old generation may not
         // extend it, as they did not see the job.
         let reach_holds = data.reach_valid() && data.reach < key;
+        let tenant_reach_holds = data.tenant_reach_valid() && data.tenant_reach < key;
         data.generation += 1;
         if reach_holds {
             data.reach_generation = data.generation;
+        }
+        if tenant_reach_holds {
+            data.tenant_reach_generation = data.generation;
         }
         if data.owned_by(database, queue) && data.has_key && key < data.key {
             data.key = key;
@@ -134,8 +183,8 @@ fn lower_in(slot: &Slot, database: u32, queue: &str, key: Position) {
     });
 }
 
-/// Records that a claim of every kind, which read `seen`, picked (holds the job locks of) jobs
-/// up to `to`, skipping only jobs other transactions held.
+/// Records that a claim of every job of `scope`, which read `seen`, picked (holds the job locks
+/// of) jobs up to `to`, skipping only jobs other transactions held.
 ///
 /// The reach is a hint that lets the next claims start past the jobs claims in flight hold,
 /// instead of each trying the same held jobs' locks first. Between the floor and the reach,
@@ -143,16 +192,37 @@ fn lower_in(slot: &Slot, database: u32, queue: &str, key: Position) {
 /// through its rollback (which resets the floor and with it the reach) and any other way a job
 /// becomes queued lowers the floor (which forgets a reach past that job). So it only moves
 /// when nothing changed since the claim read `seen`.
-pub fn extend_reach(slot: &Slot, queue: &str, seen: &Seen, to: Position) {
+///
+/// A tenant's reach says the same of that tenant's jobs alone: its claims see no other jobs.
+/// The cell keeps one tenant's; another tenant's claim takes it over (its predecessor's claims
+/// then start at the floor, as they would without one).
+pub fn extend_reach(slot: &Slot, queue: &str, seen: &Seen, scope: ReachScope<'_>, to: Position) {
     let database = current_database();
     slot.floor().with(|data| {
         if data.generation != seen.generation || !data.owned_by(database, queue) || !data.has_key {
             return;
         }
-        if !data.reach_valid() || data.reach < to {
-            data.reach = to;
-            data.has_reach = true;
-            data.reach_generation = data.generation;
+        match scope {
+            ReachScope::Every => {
+                if !data.reach_valid() || data.reach < to {
+                    data.reach = to;
+                    data.has_reach = true;
+                    data.reach_generation = data.generation;
+                }
+            }
+            ReachScope::Tenant(tenant) => {
+                if tenant.len() > REACH_TENANT_BYTES {
+                    return;
+                }
+                if data.tenant_reach_valid() && data.tenant_is(tenant) && data.tenant_reach >= to {
+                    return;
+                }
+                data.tenant_len = tenant.len() as u8;
+                data.tenant[..tenant.len()].copy_from_slice(tenant.as_bytes());
+                data.tenant_reach = to;
+                data.has_tenant_reach = true;
+                data.tenant_reach_generation = data.generation;
+            }
         }
     });
 }
@@ -191,7 +261,10 @@ pub fn reset_database(shared: &Shared, database: u32) {
 /// waits at most a tick.
 pub fn forget_reaches(shared: &Shared) {
     for slot in shared.slots() {
-        slot.floor().with(|data| data.has_reach = false);
+        slot.floor().with(|data| {
+            data.has_reach = false;
+            data.has_tenant_reach = false;
+        });
     }
 }
 

@@ -1,4 +1,4 @@
-//! Inserting plain jobs (no unique key) into `jobs.job` without the executor: the session
+//! Inserting jobs into `jobs.job` without the executor: the session
 //! keeps what the executor would rebuild for every statement (the column defaults and check
 //! constraints compiled, every index's description with its predicate and expressions
 //! compiled), and an enqueue forms the rows, inserts them into the heap (many rows at once
@@ -8,7 +8,11 @@
 //! row is read under a fresh snapshot (so a drop that committed while the caller waited for the
 //! queue lock is seen), every column default is evaluated (the id from its identity sequence),
 //! check constraints and NOT NULL are enforced, and partial indexes get only the rows their
-//! predicate admits. Where the executor would do more than that (the table has triggers, or
+//! predicate admits. A job with a unique key is checked by the unique index as it is inserted
+//! (a holder another transaction is inserting is waited for, a committed one raises 23505, as
+//! a plain INSERT would); the caller, which wants `ON CONFLICT` behaviour instead, runs the
+//! writer in a subtransaction and takes the SQL path when that happens. Where the executor
+//! would do more than that (the table has triggers, or
 //! row-level security applies to the function's owner), [`JobWriter::insert`] answers `None`
 //! and the caller runs its SQL statement instead.
 //!
@@ -36,10 +40,16 @@ enum Column {
     MaxAttempts,
     Tenant,
     GroupKey,
+    UniqueKey,
+    UniqueHold,
+    UniqueFor,
 }
 
+/// How many columns an enqueue sets.
+const SET_COLUMN_COUNT: usize = 12;
+
 /// Each column an enqueue sets, with its name and the type it must have.
-const SET_COLUMNS: [(Column, &CStr, Oid); 9] = [
+const SET_COLUMNS: [(Column, &CStr, Oid); SET_COLUMN_COUNT] = [
     (Column::Queue, c"queue", pg_sys::TEXTOID),
     (Column::Kind, c"kind", pg_sys::TEXTOID),
     (Column::Payload, c"payload", pg_sys::JSONBOID),
@@ -49,6 +59,9 @@ const SET_COLUMNS: [(Column, &CStr, Oid); 9] = [
     (Column::MaxAttempts, c"max_attempts", pg_sys::INT4OID),
     (Column::Tenant, c"tenant", pg_sys::TEXTOID),
     (Column::GroupKey, c"group_key", pg_sys::TEXTOID),
+    (Column::UniqueKey, c"unique_key", pg_sys::TEXTOID),
+    (Column::UniqueHold, c"unique_hold", pg_sys::BOOLOID),
+    (Column::UniqueFor, c"unique_for", pg_sys::INTERVALOID),
 ];
 
 /// A column's value for the jobs of one insert: the same for every job, or one per job.
@@ -99,6 +112,11 @@ pub struct NewJobs<'a> {
     pub tenant: Option<&'a str>,
     /// The group of the jobs, if any.
     pub group_keys: PerJob<'a, Option<&'a str>>,
+    /// The unique key of each job (one per payload; empty when no job has one). A job with a
+    /// key holds it (`unique_hold`).
+    pub unique_keys: &'a [Option<&'a str>],
+    /// The `unique_for` window of every job (an interval datum), if any.
+    pub unique_for: Option<Datum>,
 }
 
 /// What an insert found.
@@ -128,7 +146,7 @@ struct Kept {
     queue_name_collation: Oid,
     queue_max_attempts: i16,
     /// Attribute number of each column an enqueue sets, in [`SET_COLUMNS`] order.
-    set: [i16; 9],
+    set: [i16; SET_COLUMN_COUNT],
     /// Attribute number of `id`.
     id: i16,
     natts: usize,
@@ -188,6 +206,7 @@ impl JobWriter {
                 && jobs.max_attempts.fits(count)
                 && jobs.group_keys.fits(count)
         );
+        debug_assert!(jobs.unique_keys.is_empty() || jobs.unique_keys.len() == jobs.payloads.len());
         if !CALLBACK_REGISTERED.with(Cell::get) {
             // SAFETY: a plain function registered once per backend.
             unsafe { crate::pg::version::register_relcache_callback(relcache_invalidated) };
@@ -332,7 +351,7 @@ unsafe fn build_for_table(
         {
             return None;
         }
-        let mut set = [0i16; 9];
+        let mut set = [0i16; SET_COLUMN_COUNT];
         for (slot, (_, name, type_oid)) in set.iter_mut().zip(SET_COLUMNS.iter()) {
             *slot = attribute(rel, name, *type_oid)?.0;
         }
@@ -502,6 +521,7 @@ unsafe fn insert_with(kept: &Kept, jobs: &NewJobs<'_>) -> Option<Inserted> {
         let value_of = |column: Column, index: usize, payload: Datum| -> (Datum, bool) {
             let present =
                 |datum: Option<Datum>| datum.map_or((Datum::from(0), true), |d| (d, false));
+            let unique_key = jobs.unique_keys.get(index).copied().flatten();
             match column {
                 Column::Queue => (queue_datum, false),
                 Column::Kind => (
@@ -518,6 +538,9 @@ unsafe fn insert_with(kept: &Kept, jobs: &NewJobs<'_>) -> Option<Inserted> {
                 ),
                 Column::Tenant => present(tenant_datum),
                 Column::GroupKey => present(jobs.group_keys.at(index).map(text)),
+                Column::UniqueKey => present(unique_key.map(text)),
+                Column::UniqueHold => (Datum::from(unique_key.is_some()), false),
+                Column::UniqueFor => present(jobs.unique_for),
             }
         };
 

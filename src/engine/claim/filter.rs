@@ -3,6 +3,7 @@
 use pgrx::datum::DatumWithOid;
 
 use crate::engine::tenants::TenantScope;
+use crate::runtime::floor::ReachScope;
 
 /// What a claim takes of its queue's due jobs: of some kinds only, of the caller's tenants
 /// only. This type alone decides whether a claim may move the claim floor and use the reach:
@@ -25,6 +26,22 @@ impl ClaimFilter {
     /// examined and the reach may be used and extended.
     pub fn takes_every_job(&self) -> bool {
         self.kinds.is_none() && self.scope.is_all()
+    }
+
+    /// Whose reach the claim may use and extend (see `runtime::floor::extend_reach`): every
+    /// job's when it takes every due job, one tenant's when it takes every due job of that
+    /// tenant; none when it takes only some kinds.
+    pub fn reach_scope(&self) -> Option<ReachScope<'_>> {
+        if self.kinds.is_some() {
+            return None;
+        }
+        match &self.scope {
+            TenantScope::All => Some(ReachScope::Every),
+            TenantScope::Tenants(tenants) if tenants.len() == 1 => {
+                Some(ReachScope::Tenant(&tenants[0]))
+            }
+            TenantScope::Tenants(_) | TenantScope::Untenanted => None,
+        }
     }
 
     /// Whether the claim takes only jobs of some kinds.

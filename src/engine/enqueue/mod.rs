@@ -10,7 +10,14 @@
 //! holder, `error` raises 23505 naming it. A succeeded holder whose window has passed gives the
 //! key up on the spot. Retries, releases and reclaims keep the job's own hold, so a job never
 //! conflicts with itself.
+//!
+//! Jobs whose keys nobody holds (the common case) go through the direct writer like plain
+//! jobs, in a subtransaction: the unique index checks each key as it is inserted, and when a
+//! key turns out to be held the subtransaction is rolled back and the call takes the
+//! `ON CONFLICT` statements above. A session whose keys keep turning out held skips the first
+//! try for a while ([`UniqueFastPath`]), so deduplicating producers do not pay twice.
 
+use std::cell::Cell;
 use std::collections::{HashMap, HashSet};
 
 use pgrx::datum::{DatumWithOid, Interval};
@@ -27,6 +34,7 @@ use crate::engine::transitions;
 use crate::pg::clock::server_now;
 use crate::pg::datum::{Jsonb, JsonbArray};
 use crate::pg::errors::{quote, raise, raise_with_hint, UNIQUE_VIOLATION};
+use crate::pg::subtransaction::unless_it_raises;
 use crate::runtime::locks;
 use crate::storage::job_writer::{Inserted, JobWriter, NewJobs, PerJob};
 use crate::storage::{param, timestamptz_arg, with_client, Statement};
@@ -247,13 +255,23 @@ pub fn enqueue(queue: &str, payload: Jsonb, options: &JobOptions) -> Enqueued {
     // Taken before the statement that reads jobs.queue, so that statement's snapshot sees a
     // drop that committed while we waited.
     locks::lock_queue(queue, false);
-    if options.unique_key_of(0).is_none() {
-        let payloads = [payload.into_datum().expect("a payload")];
-        if let Some(ids) = write_plain(queue, &payloads, &[options.group_key.as_deref()], options) {
-            let id = ids[0];
-            transitions::job_queued(queue, options.position(id));
-            return Enqueued { id, inserted: true };
-        }
+    let payloads = [payload.into_datum().expect("a payload")];
+    let unique_keys = [options.unique_key_of(0)];
+    let unique_keys: &[Option<&str>] = if options.unique.is_some() {
+        &unique_keys
+    } else {
+        &[]
+    };
+    if let Some(ids) = write_direct(
+        queue,
+        &payloads,
+        &[options.group_key.as_deref()],
+        unique_keys,
+        options,
+    ) {
+        let id = ids[0];
+        transitions::job_queued(queue, options.position(id));
+        return Enqueued { id, inserted: true };
     }
     with_client(|client| match options.unique_key_of(0) {
         None => {
@@ -279,14 +297,106 @@ fn count_of(payloads: JsonbArray) -> usize {
     payloads.elements().len()
 }
 
-/// Inserts jobs without unique keys through the session's [`JobWriter`]: their ids in payload
-/// order, or `None` when the writer cannot stand in for the insert statement here.
-fn write_plain(
+thread_local! {
+    /// This session's record of how the direct writer fares with unique keys.
+    static UNIQUE_FAST_PATH: Cell<UniqueFastPath> = const { Cell::new(UniqueFastPath::new()) };
+}
+
+/// Whether a session tries the direct writer for jobs with unique keys. Each time a key turns
+/// out to be held (the try is rolled back and the `ON CONFLICT` statement runs), the session
+/// skips the try for the next calls, twice as many as the last time up to 64; a try that
+/// inserts resets it.
+#[derive(Clone, Copy)]
+pub struct UniqueFastPath {
+    skip: u32,
+    penalty: u32,
+}
+
+impl UniqueFastPath {
+    const MAX_PENALTY: u32 = 64;
+
+    const fn new() -> Self {
+        UniqueFastPath {
+            skip: 0,
+            penalty: 0,
+        }
+    }
+
+    /// Whether this call tries (and counts a skipped one).
+    fn tries(&mut self) -> bool {
+        if self.skip == 0 {
+            return true;
+        }
+        self.skip -= 1;
+        false
+    }
+
+    fn inserted(&mut self) {
+        self.penalty = 0;
+    }
+
+    fn found_a_holder(&mut self) {
+        self.penalty = (self.penalty * 2).clamp(1, Self::MAX_PENALTY);
+        self.skip = self.penalty;
+    }
+}
+
+/// Inserts jobs through the session's [`JobWriter`]: their ids in payload order, or `None`
+/// when the writer cannot stand in for the insert statement here, or (for jobs with unique
+/// keys, `unique_keys` one per payload) when a key is held by another job or repeated in the
+/// batch, or the session skips the try (see [`UniqueFastPath`]): the caller then runs its
+/// statements, which resolve those.
+fn write_direct(
     queue: &str,
     payloads: &[pg_sys::Datum],
     group_keys: &[Option<&str>],
+    unique_keys: &[Option<&str>],
     options: &JobOptions,
 ) -> Option<Vec<i64>> {
+    if unique_keys.iter().all(Option::is_none) {
+        return write_jobs(queue, payloads, group_keys, &[], options);
+    }
+    let mut seen = HashSet::with_capacity(unique_keys.len());
+    if !unique_keys.iter().flatten().all(|key| seen.insert(*key)) {
+        return None;
+    }
+    if !UNIQUE_FAST_PATH.with(|state| {
+        let mut fast = state.get();
+        let tries = fast.tries();
+        state.set(fast);
+        tries
+    }) {
+        return None;
+    }
+    let written = unless_it_raises(UNIQUE_VIOLATION, || {
+        write_jobs(queue, payloads, group_keys, unique_keys, options)
+    });
+    UNIQUE_FAST_PATH.with(|state| {
+        let mut fast = state.get();
+        match written {
+            Some(Some(_)) => fast.inserted(),
+            None => fast.found_a_holder(),
+            Some(None) => {}
+        }
+        state.set(fast);
+    });
+    written.flatten()
+}
+
+/// [`write_direct`]'s insert, unique keys checked by the index as the rows go in.
+fn write_jobs(
+    queue: &str,
+    payloads: &[pg_sys::Datum],
+    group_keys: &[Option<&str>],
+    unique_keys: &[Option<&str>],
+    options: &JobOptions,
+) -> Option<Vec<i64>> {
+    let unique_for = options
+        .unique
+        .as_ref()
+        .filter(|_| !unique_keys.is_empty())
+        .and_then(|unique| unique.unique_for)
+        .and_then(|interval| interval.into_datum());
     let jobs = NewJobs {
         queue,
         kind: PerJob::All(&options.kind),
@@ -297,6 +407,8 @@ fn write_plain(
         max_attempts: PerJob::All(options.max_attempts),
         tenant: options.tenant.as_deref(),
         group_keys: PerJob::Each(group_keys),
+        unique_keys,
+        unique_for,
     };
     // SAFETY: inside the enqueue's transaction, holding the queue lock; the datums are the
     // call's arguments.
@@ -451,7 +563,7 @@ fn key_kept_changing_hands(queue: &str, key: &str) -> ! {
 /// payload order (for a unique duplicate, the existing job's id).
 pub fn enqueue_batch(queue: &str, payloads: JsonbArray, options: &JobOptions) -> Vec<Enqueued> {
     locks::lock_queue(queue, false);
-    if options.unique.is_none() && count_of(payloads) > 0 {
+    if count_of(payloads) > 0 {
         let datums: Vec<pg_sys::Datum> = payloads
             .elements()
             .into_iter()
@@ -470,7 +582,13 @@ pub fn enqueue_batch(queue: &str, payloads: JsonbArray, options: &JobOptions) ->
                     .or(options.group_key.as_deref())
             })
             .collect();
-        if let Some(ids) = write_plain(queue, &datums, &group_keys, options) {
+        let unique_keys: Vec<Option<&str>> = match options.unique {
+            Some(_) => (0..datums.len())
+                .map(|i| options.unique_key_of(i))
+                .collect(),
+            None => Vec::new(),
+        };
+        if let Some(ids) = write_direct(queue, &datums, &group_keys, &unique_keys, options) {
             if let Some(&first) = ids.iter().min() {
                 transitions::jobs_queued(queue, ids.len(), options.position(first));
             }

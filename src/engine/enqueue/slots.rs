@@ -162,6 +162,9 @@ fn write_direct(queue: &str, jobs: &[SlotJob<'_>]) -> Option<Vec<Position>> {
         // Scheduled jobs have no tenant.
         tenant: None,
         group_keys: PerJob::All(None),
+        // Nor unique keys.
+        unique_keys: &[],
+        unique_for: None,
     };
     // SAFETY: inside the run's transaction, holding the queue's lock; the datums live as long
     // as the run.

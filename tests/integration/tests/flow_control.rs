@@ -349,6 +349,81 @@ fn thirty_two_concurrent_enqueues_of_one_key_make_one_job() {
     );
 }
 
+/// Jobs whose unique keys nobody holds go through the direct writer, in a subtransaction
+/// (the row's xmin is that subtransaction's id, not the transaction's own); a held key rolls
+/// that back and takes the `ON CONFLICT` statements (the duplicate is answered with its
+/// holder, as always); after that the session skips the direct try for its next call, then
+/// tries again. Inside one transaction, so every insert's xmin can be compared with its id.
+#[test]
+fn keys_nobody_holds_take_the_direct_writer_and_held_ones_the_statements() {
+    let mut client = Cluster::shared().connect();
+    let queue = unique_queue(&mut client, "unique-direct", "");
+    let mut tx = client.transaction().unwrap();
+    let own: i64 = tx
+        .query_one("SELECT txid_current() % 4294967296", &[])
+        .unwrap()
+        .get(0);
+    let mut enqueue = |key: &str| -> (i64, i64) {
+        let id: i64 = tx
+            .query_one(
+                "SELECT jobs_enqueue($1, '{}', unique_key => $2)",
+                &[&queue, &key],
+            )
+            .unwrap()
+            .get(0);
+        let xmin: i64 = tx
+            .query_one(
+                "SELECT xmin::text::bigint FROM jobs.job WHERE id = $1",
+                &[&id],
+            )
+            .unwrap()
+            .get(0);
+        (id, xmin)
+    };
+    let (first, first_xmin) = enqueue("a");
+    assert_ne!(first_xmin, own, "a free key did not take the direct writer");
+    let (duplicate, _) = enqueue("a");
+    assert_eq!(
+        duplicate, first,
+        "the duplicate was not answered with its holder"
+    );
+    let (after_conflict, after_conflict_xmin) = enqueue("b");
+    assert_ne!(after_conflict, first);
+    assert_eq!(
+        after_conflict_xmin, own,
+        "the call after a held key did not skip the direct try"
+    );
+    let (again, again_xmin) = enqueue("c");
+    assert!(again > after_conflict);
+    assert_ne!(
+        again_xmin, own,
+        "the session did not try the direct writer again"
+    );
+    let batch: Vec<(i64, bool)> = tx
+        .query(
+            "SELECT id, inserted FROM jobs_enqueue_batch($1, ARRAY['{}', '{}']::jsonb[],
+                                                        unique_keys => ARRAY['d', 'e'])",
+            &[&queue],
+        )
+        .unwrap()
+        .iter()
+        .map(|row| (row.get(0), row.get(1)))
+        .collect();
+    assert!(batch.iter().all(|(_, inserted)| *inserted), "{batch:?}");
+    let (held, holds): (i64, i64) = {
+        let row = tx
+            .query_one(
+                "SELECT count(*), count(*) FILTER (WHERE unique_hold AND unique_key IS NOT NULL)
+                   FROM jobs.job WHERE queue = $1",
+                &[&queue],
+            )
+            .unwrap();
+        (row.get(0), row.get(1))
+    };
+    assert_eq!((held, holds), (5, 5), "every job holds its key");
+    tx.commit().unwrap();
+}
+
 #[test]
 fn a_batch_answers_each_payload_and_takes_duplicates_inside_it() {
     let mut client = Cluster::shared().connect();

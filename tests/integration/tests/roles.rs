@@ -636,8 +636,9 @@ fn totals_and_metrics_count_only_the_callers_tenants() {
 /// they cannot raise the claim floor past what they pass over, and without more the floor
 /// stayed at the queue's first job while every claim walked the dead index entries of all the
 /// jobs claimed since (benchmark scenario r: 111 buffers a job after 20,000 claims). Each such
-/// claim moves the floor to the first due job of any tenant; two tenants' jobs interleaved,
-/// both served, in claim order, none passed over.
+/// claim moves the floor to the first due job of any tenant (each session once per 16 jobs its
+/// claims took, so the floor lags by at most 16 jobs per session); two tenants' jobs
+/// interleaved, both served, in claim order, none passed over.
 #[test]
 fn tenants_workers_move_the_claim_floor_and_pass_over_nothing() {
     let cluster = cluster();
@@ -681,14 +682,111 @@ fn tenants_workers_move_the_claim_floor_and_pass_over_nothing() {
         &[],
     );
     let floor = floor.expect("the queue has a claim floor");
+    // Two sessions, each advancing the floor once per 16 jobs it claimed.
+    let lag = 2 * 16;
     assert!(
-        floor >= ids[150],
-        "the claim floor stayed at job {floor}, below the 150th of the 160 jobs claimed ({})",
-        ids[150]
+        floor >= ids[160 - lag],
+        "the claim floor stayed at job {floor}, below the {}th of the 160 jobs claimed ({})",
+        160 - lag,
+        ids[160 - lag]
     );
     assert!(
         floor <= ids[160],
         "the claim floor ({floor}) passed the first unclaimed job ({})",
         ids[160]
     );
+}
+
+/// Claims scoped to one tenant start past the jobs that tenant's claims in flight hold (the
+/// tenant's reach), as claims of every tenant do past theirs; another tenant's claims and
+/// claims of every tenant are not moved by it, a job enqueued before it in claim order is
+/// claimed first, and the jobs of such a claim that rolls back are claimed next.
+#[test]
+fn a_tenants_reach_moves_only_its_own_claims() {
+    let cluster = cluster();
+    let mut owner = cluster.connect();
+    owner
+        .batch_execute("SELECT jobs_create_queue('tenant-reach')")
+        .unwrap();
+    let acme_session = || {
+        let mut session = cluster.connect_as("acme_worker");
+        session
+            .batch_execute("SET pg_jobs.tenant = 'acme'")
+            .unwrap();
+        session
+    };
+    let mut acme = acme_session();
+    let mut holder = acme_session();
+    let mut globex = cluster.connect_as("globex_worker");
+    globex
+        .batch_execute("SET pg_jobs.tenant = 'globex'")
+        .unwrap();
+    let (mut acme_ids, mut globex_ids) = (Vec::new(), Vec::new());
+    for _ in 0..10 {
+        acme_ids.push(one::<i64>(
+            &mut acme,
+            "SELECT jobs_enqueue('tenant-reach', '{}')",
+            &[],
+        ));
+        globex_ids.push(one::<i64>(
+            &mut globex,
+            "SELECT jobs_enqueue('tenant-reach', '{}')",
+            &[],
+        ));
+    }
+    let claim = |client: &mut Client, n: i32| -> Vec<i64> {
+        client
+            .query(
+                "SELECT id FROM jobs_claim('tenant-reach', n => $1) ORDER BY id",
+                &[&n],
+            )
+            .unwrap()
+            .iter()
+            .map(|row| row.get(0))
+            .collect()
+    };
+    // Committed claims put a floor on the queue.
+    assert_eq!(claim(&mut acme, 2), acme_ids[0..2]);
+
+    let mut tx = holder.transaction().unwrap();
+    let held: Vec<i64> = tx
+        .query(
+            "SELECT id FROM jobs_claim('tenant-reach', n => 3) ORDER BY id",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    assert_eq!(held, acme_ids[2..5]);
+    assert_eq!(
+        claim(&mut acme, 2),
+        acme_ids[5..7],
+        "a claim of the tenant while another holds its head"
+    );
+    assert_eq!(
+        claim(&mut globex, 2),
+        globex_ids[0..2],
+        "another tenant's claim started past the first tenant's reach"
+    );
+    assert_eq!(
+        claim(&mut owner, 1),
+        globex_ids[2..3],
+        "a claim of every tenant started past one tenant's reach"
+    );
+    // A job that comes before the jobs claims in flight hold is claimed first.
+    let urgent: i64 = one(
+        &mut acme,
+        "SELECT jobs_enqueue('tenant-reach', '{}', priority => -1)",
+        &[],
+    );
+    assert_eq!(claim(&mut acme, 1), [urgent]);
+    tx.rollback().unwrap();
+    assert_eq!(
+        claim(&mut acme, 3),
+        acme_ids[2..5],
+        "the rolled-back claim's jobs were not claimed next"
+    );
+    assert_eq!(claim(&mut acme, 10), acme_ids[7..10]);
+    assert_eq!(claim(&mut globex, 10), globex_ids[3..10]);
 }

@@ -1,5 +1,6 @@
 //! The background worker against real servers: it reclaims the lease of a claimer whose session
-//! died, reclaims within a tick of expiry, comes back after SIGKILL and SIGTERM, survives a failing tick, starts serving a
+//! died, reclaims within a tick of expiry, comes back after SIGKILL and SIGTERM, survives a failing tick, is not
+//! captured by a database's hostile search path, starts serving a
 //! database whose extension is created after start-up, purges only finished jobs past their
 //! queue's retention, and without the preload everything but the worker still works.
 //!
@@ -402,6 +403,77 @@ fn worker_terminated_with_sigterm_comes_back_and_reclaims() {
     assert_eq!(status.pid, Some(new_pid));
     assert!(status.reclaimed >= 1, "{status:?}");
     println!("after SIGTERM: worker {old_pid} → {new_pid}; reclaim took {took:?} from claim");
+}
+
+/// The worker connects with its database's settings, so `ALTER DATABASE ... SET search_path`
+/// reaches it, and it runs none of the functions' own `SET search_path`: its statements must
+/// pin the search path themselves. A database whose search path puts a user's schema ahead of
+/// pg_catalog, with an `=` on (text, text) there that is never true and a `now()` in the year
+/// 2000, changes nothing: the worker still reclaims an expired lease and enqueues a
+/// schedule's slots at the right time.
+#[test]
+fn a_hostile_database_search_path_changes_nothing_the_worker_does() {
+    let (cluster, mut client) = private_cluster("worker-search-path", TEST_SETTINGS);
+    // This session connected before the setting, so its own statements are not captured.
+    client
+        .batch_execute(
+            "CREATE SCHEMA hostile;
+             CREATE FUNCTION hostile.never(text, text) RETURNS boolean
+                 LANGUAGE sql AS 'SELECT false';
+             CREATE OPERATOR hostile.= (LEFTARG = text, RIGHTARG = text, FUNCTION = hostile.never);
+             CREATE FUNCTION hostile.now() RETURNS timestamptz
+                 LANGUAGE sql AS $$ SELECT '2000-01-01 00:00:00+00'::timestamptz $$;
+             ALTER DATABASE postgres SET search_path = hostile, public, pg_catalog;",
+        )
+        .unwrap();
+    // A worker started from now on connects with the hostile search path.
+    let old_pid = wait_for_serving_worker(&mut client, "postgres")
+        .pid
+        .unwrap();
+    let terminated: bool = scalar(&mut client, "SELECT pg_terminate_backend($1)", &[&old_pid]);
+    assert!(terminated);
+    wait_for_worker(&mut client, "postgres", "back with a new pid", |s| {
+        s.pid.is_some_and(|pid| pid != old_pid) && s.serving && s.ticks > 0
+    });
+    let seen_by_new_sessions: String = scalar(
+        &mut cluster.connect(),
+        "SELECT current_setting('search_path')",
+        &[],
+    );
+    assert_eq!(seen_by_new_sessions, "hostile, public, pg_catalog");
+
+    assert_worker_reclaims(&mut client, "hostile-path");
+
+    let queue = unique_queue(&mut client, "hostile-schedule", "");
+    client
+        .execute(
+            "SELECT jobs_schedule('hostile-every-second', '1 seconds', $1)",
+            &[&queue],
+        )
+        .unwrap();
+    wait_until(
+        Duration::from_secs(10),
+        "the worker to enqueue a slot of the schedule",
+        || {
+            scalar::<i64>(
+                &mut client,
+                "SELECT count(*) FROM jobs.job WHERE queue = $1",
+                &[&queue],
+            ) > 0
+        },
+    );
+    let (slot_header, run_at_ok): (String, bool) = {
+        let row = client
+            .query_one(
+                "SELECT headers ->> 'pg_jobs.schedule', run_at > now() - interval '1 minute'
+                   FROM jobs.job WHERE queue = $1 ORDER BY id LIMIT 1",
+                &[&queue],
+            )
+            .unwrap();
+        (row.get(0), row.get(1))
+    };
+    assert_eq!(slot_header, "hostile-every-second");
+    assert!(run_at_ok, "the slot's job was timed by a user's now()");
 }
 
 /// A session holds `jobs.job` in ACCESS EXCLUSIVE mode longer than the tick's 1 s lock
