@@ -16,6 +16,8 @@ use std::cell::Cell;
 use pgrx::pg_sys;
 use pgrx::FromDatum;
 
+use crate::pg::version;
+
 /// The version of this library, which is the version its SQL definitions must have.
 pub const LIBRARY_VERSION: &str = env!("CARGO_PKG_VERSION");
 
@@ -103,17 +105,13 @@ pub fn register_callbacks() {
         // Where PostgreSQL keeps a cache of pg_extension, its invalidations say when a version
         // changes.
         #[cfg(not(any(feature = "pg13", feature = "pg17")))]
-        pg_sys::CacheRegisterSyscacheCallback(
-            pg_sys::SysCacheIdentifier::EXTENSIONOID as i32,
-            Some(catalog_changed),
-            pg_sys::Datum::from(0),
+        version::register_syscache_callback(
+            pg_sys::SysCacheIdentifier::EXTENSIONOID,
+            catalog_changed,
         );
         // Everywhere, a change of version comes with changed functions: creating the
         // extension, dropping it, and every update script that changes what a function is.
-        pg_sys::CacheRegisterSyscacheCallback(
-            pg_sys::SysCacheIdentifier::PROCOID as i32,
-            Some(catalog_changed),
-            pg_sys::Datum::from(0),
-        );
+        // (Through the version shim: PostgreSQL 13.4's bindings lack the declaration.)
+        version::register_syscache_callback(pg_sys::SysCacheIdentifier::PROCOID, catalog_changed);
     }
 }

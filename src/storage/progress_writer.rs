@@ -129,11 +129,11 @@ unsafe fn plain(rel: pg_sys::Relation, oid: Oid) -> bool {
         {
             return false;
         }
-        let desc = (*rel).rd_att;
-        for i in 0..(*desc).natts as usize {
-            if (*(*desc).attrs.as_ptr().add(i)).attgenerated != 0 {
-                return false;
-            }
+        // The relcache's descriptor, not reference counted by us; read through pgrx, as the
+        // layout of its attribute array changed in PostgreSQL 18.
+        let desc = pgrx::PgTupleDesc::from_pg_unchecked((*rel).rd_att);
+        if desc.iter().any(|attribute| attribute.attgenerated != 0) {
+            return false;
         }
         let list = pg_sys::RelationGetIndexList(rel);
         let count = if list.is_null() { 0 } else { (*list).length };
