@@ -234,6 +234,28 @@ impl JobWriter {
     }
 }
 
+/// The name of check constraint `check` and its expression `expr` (its `ccbin`, read)
+/// compiled as the executor checks it on a new row version (NULL passes).
+///
+/// # Safety
+/// `check` belongs to an open relation's descriptor; the state is allocated in the current
+/// memory context.
+pub(super) unsafe fn compile_check(
+    check: *const pg_sys::ConstrCheck,
+    expr: *mut pg_sys::Expr,
+) -> (String, *mut pg_sys::ExprState) {
+    // SAFETY: as the caller promises.
+    unsafe {
+        let qual = pg_sys::make_ands_implicit(expr);
+        let planned = pg_sys::expression_planner(qual.cast());
+        let state = pg_sys::ExecInitCheck(planned.cast(), std::ptr::null_mut());
+        let name = CStr::from_ptr((*check).ccname)
+            .to_string_lossy()
+            .into_owned();
+        (name, state)
+    }
+}
+
 /// Drops what the session keeps.
 fn forget() {
     if let Some(kept) = KEPT.with(|kept| kept.borrow_mut().take()) {
@@ -383,13 +405,7 @@ unsafe fn build_for_table(
             for i in 0..(*constr).num_check as usize {
                 let check = (*constr).check.add(i);
                 let expr = pg_sys::stringToNode((*check).ccbin).cast::<pg_sys::Expr>();
-                let qual = pg_sys::make_ands_implicit(expr);
-                let planned = pg_sys::expression_planner(qual.cast());
-                let state = pg_sys::ExecInitCheck(planned.cast(), std::ptr::null_mut());
-                let name = CStr::from_ptr((*check).ccname)
-                    .to_string_lossy()
-                    .into_owned();
-                checks.push((name, state));
+                checks.push(compile_check(check, expr));
             }
         }
 

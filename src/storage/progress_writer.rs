@@ -183,13 +183,7 @@ unsafe fn checks_on(
             if !reads_progress {
                 continue;
             }
-            let qual = pg_sys::make_ands_implicit(expr);
-            let planned = pg_sys::expression_planner(qual.cast());
-            let state = pg_sys::ExecInitCheck(planned.cast(), std::ptr::null_mut());
-            let name = CStr::from_ptr((*check).ccname)
-                .to_string_lossy()
-                .into_owned();
-            checks.push((name, state));
+            checks.push(super::job_writer::compile_check(check, expr));
         }
     }
     checks
