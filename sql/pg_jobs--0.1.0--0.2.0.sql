@@ -74,12 +74,18 @@ ALTER TABLE jobs.job
     ALTER COLUMN group_key TYPE pg_catalog.text COLLATE pg_catalog."C",
     ALTER COLUMN unique_key TYPE pg_catalog.text COLLATE pg_catalog."C",
     ADD COLUMN unique_hold boolean NOT NULL DEFAULT false,
-    ADD COLUMN unique_for interval;
+    ADD COLUMN unique_for interval,
+    ADD COLUMN group_wait boolean NOT NULL DEFAULT false;
+
+-- The claim index leaves out the jobs that wait for their group (none yet).
+DROP INDEX jobs.job_claim_idx;
+CREATE INDEX job_claim_idx ON jobs.job (queue, priority, run_at, id)
+    WHERE state OPERATOR(pg_catalog.=) 'queued' AND NOT group_wait;
 
 -- Claims of some kinds read this one instead: the due jobs of each kind in claim order, so
 -- a claim of kind x never walks the jobs of other kinds queued ahead of x's.
 CREATE INDEX job_kind_claim_idx ON jobs.job (queue, kind, priority, run_at, id)
-    WHERE state OPERATOR(pg_catalog.=) 'queued';
+    WHERE state OPERATOR(pg_catalog.=) 'queued' AND NOT group_wait;
 -- Unique jobs: at most one job holds a unique key in a queue (per tenant; '' stands for no
 -- tenant, which no tenant can be called). Only jobs that hold a key are in it.
 CREATE UNIQUE INDEX job_unique_idx ON jobs.job (queue, (COALESCE(tenant, '')), unique_key)

@@ -101,6 +101,11 @@ CREATE TABLE jobs.job (
     -- COLUMN puts them, and where the claims and settles of other jobs never change them.
     unique_hold    boolean NOT NULL DEFAULT false,
     unique_for     interval,
+    -- Groups (0.2.0): a queued job of a group that waits for earlier jobs of its group to finish
+    -- (a claim found the group's first group_concurrency unfinished jobs ahead of it). The
+    -- claim indexes leave it out, so claims never walk it; the settle that moves its group on
+    -- clears it (engine::groups).
+    group_wait     boolean NOT NULL DEFAULT false,
     CHECK (attempt OPERATOR(pg_catalog.>=) 0 AND attempt OPERATOR(pg_catalog.<=) max_attempts)
 )
 -- Every job is updated at least twice (claim, settle). Room on its page lets the new version
@@ -112,12 +117,12 @@ COMMENT ON TABLE jobs.job IS 'pg_jobs jobs, one row per job for its whole life, 
 -- The claim reads only this index: due, queued jobs of one queue in claim order. Finished and
 -- running jobs are not in it, so a table full of history does not slow claims down.
 CREATE INDEX job_claim_idx ON jobs.job (queue, priority, run_at, id)
-    WHERE state OPERATOR(pg_catalog.=) 'queued';
+    WHERE state OPERATOR(pg_catalog.=) 'queued' AND NOT group_wait;
 -- Claims of some kinds read this one instead: the due jobs of each kind in claim order, so
 -- a claim of kind x never walks the jobs of other kinds queued ahead of x's (issue 18: 30 ms a
 -- claim behind 200,000 of them). Costs one more index entry per enqueue.
 CREATE INDEX job_kind_claim_idx ON jobs.job (queue, kind, priority, run_at, id)
-    WHERE state OPERATOR(pg_catalog.=) 'queued';
+    WHERE state OPERATOR(pg_catalog.=) 'queued' AND NOT group_wait;
 -- Unique jobs: at most one job holds a unique key in a queue (per tenant; '' stands for no
 -- tenant, which no tenant can be called). Only jobs that hold a key are in it.
 CREATE UNIQUE INDEX job_unique_idx ON jobs.job (queue, (COALESCE(tenant, '')), unique_key)

@@ -9,6 +9,7 @@ pub mod backoff;
 pub mod claim;
 pub mod dead_letter;
 pub mod enqueue;
+pub mod groups;
 pub mod idempotency;
 pub mod model;
 pub mod observe;

@@ -38,9 +38,9 @@ pub fn queued_row(row: &Row<'_>) {
 }
 
 /// A group of `queue` frees a slot when this transaction commits (a job of it finished or
-/// went back to the queue): its next job may run, so a waiting claim should look. Blocked jobs
-/// of a group never lie below the claim floor (claims count them as skipped), so the floor
-/// stays.
+/// went back to the queue): its next job may run, so a waiting claim should look. The floor
+/// stays: a job let go for its group either lies above it (claims count it as skipped) or was
+/// marked waiting, and clearing the mark reports it as queued (`engine::groups`).
 pub fn group_freed(queue: &str) {
     effects::jobs_unblocked(queue, 1);
 }

@@ -100,7 +100,23 @@ impl Statement {
     }
 
     /// Executes the statement with `args` (one per declared parameter) and returns its rows.
-    pub fn run(&'static self, _client: &SpiClient<'_>, args: &[DatumWithOid<'_>]) -> Rows {
+    pub fn run(&'static self, client: &SpiClient<'_>, args: &[DatumWithOid<'_>]) -> Rows {
+        self.execute(client, args, false)
+    }
+
+    /// Executes the statement as [`Statement::run`] does, but under the latest snapshot, also
+    /// under REPEATABLE READ or SERIALIZABLE: it sees every commit made before it started (for
+    /// a decision taken under a lock whose holders commit before releasing it).
+    pub fn run_latest(&'static self, client: &SpiClient<'_>, args: &[DatumWithOid<'_>]) -> Rows {
+        self.execute(client, args, true)
+    }
+
+    fn execute(
+        &'static self,
+        _client: &SpiClient<'_>,
+        args: &[DatumWithOid<'_>],
+        latest: bool,
+    ) -> Rows {
         assert_eq!(
             args.len(),
             self.params.len(),
@@ -129,10 +145,24 @@ impl Statement {
             }
         }
         let (plan, check_shape) = self.plan();
-        // SAFETY: a kept plan with as many arguments as we pass; SPI is connected.
+        // SAFETY: a kept plan with as many arguments as we pass; SPI is connected. The latest
+        // snapshot is taken inside a transaction; SPI advances its command id before each
+        // query, so this transaction's own changes are seen too.
         let rows = unsafe {
-            let status =
-                pg_sys::SPI_execute_plan(plan, values.as_mut_ptr(), nulls.as_ptr(), false, 0);
+            let status = if latest {
+                pg_sys::SPI_execute_snapshot(
+                    plan,
+                    values.as_mut_ptr(),
+                    nulls.as_ptr(),
+                    pg_sys::GetLatestSnapshot(),
+                    std::ptr::null_mut(),
+                    false,
+                    true,
+                    0,
+                )
+            } else {
+                pg_sys::SPI_execute_plan(plan, values.as_mut_ptr(), nulls.as_ptr(), false, 0)
+            };
             assert!(
                 status >= 0,
                 "pg_jobs statement {} failed with SPI status {status}",

@@ -12,14 +12,14 @@ WITH RECURSIVE priorities (priority) AS (
     (SELECT j.priority
        FROM jobs.job j
       WHERE j.queue = $1
-        AND j.state = 'queued'
+        AND j.state = 'queued' AND NOT j.group_wait
         AND j.priority >= coalesce($5::integer + 1, -32768)
       ORDER BY j.priority
       LIMIT 1)
     UNION ALL
     SELECT (SELECT j.priority
               FROM jobs.job j
-             WHERE j.queue = $1 AND j.state = 'queued' AND j.priority > p.priority
+             WHERE j.queue = $1 AND j.state = 'queued' AND NOT j.group_wait AND j.priority > p.priority
              ORDER BY j.priority
              LIMIT 1)
       FROM priorities p
@@ -36,7 +36,7 @@ SELECT due.id, due.priority, due.run_at, due.group_key, due.tenant
         SELECT j.id, j.priority, j.run_at, j.group_key, j.tenant
           FROM jobs.job j
          WHERE j.queue = $1
-           AND j.state = 'queued'
+           AND j.state = 'queued' AND NOT j.group_wait
            AND j.priority = p.priority
            AND (j.run_at, j.id) >= (p.from_run_at, p.from_id)
            AND j.run_at <= $4

@@ -15,7 +15,7 @@ WITH RECURSIVE kind_priorities (kind, priority) AS (
               FROM jobs.job j
              WHERE j.queue = $1
                AND j.kind = k.kind
-               AND j.state = 'queued'
+               AND j.state = 'queued' AND NOT j.group_wait
                AND j.priority >= coalesce($5::integer, -32768)
              ORDER BY j.priority
              LIMIT 1)
@@ -27,7 +27,7 @@ WITH RECURSIVE kind_priorities (kind, priority) AS (
               FROM jobs.job j
              WHERE j.queue = $1
                AND j.kind = kp.kind
-               AND j.state = 'queued'
+               AND j.state = 'queued' AND NOT j.group_wait
                AND j.priority > kp.priority
              ORDER BY j.priority
              LIMIT 1)
@@ -41,7 +41,7 @@ SELECT due.id, due.priority, due.run_at, due.group_key, due.tenant
           FROM jobs.job j
          WHERE j.queue = $1
            AND j.kind = kp.kind
-           AND j.state = 'queued'
+           AND j.state = 'queued' AND NOT j.group_wait
            AND j.priority = kp.priority
            -- In the start priority, from the start position; in later ones, from their first.
            AND (j.run_at, j.id) >= (CASE WHEN kp.priority = $5 THEN $6 ELSE '-infinity'::timestamptz END,

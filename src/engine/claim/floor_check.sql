@@ -6,7 +6,7 @@
 SELECT EXISTS (
     SELECT FROM jobs.job j
      WHERE j.queue = $1
-       AND j.state = 'queued'
+       AND j.state = 'queued' AND NOT j.group_wait
        AND (j.priority, j.run_at, j.id) < ($2, $3, $4)
        AND j.run_at <= $5
 ) AS below

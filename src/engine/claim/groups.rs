@@ -1,70 +1,67 @@
-//! Groups: jobs that share a `group_key` in a queue run at most `group_concurrency` at a time,
-//! and with concurrency 1 strictly in enqueue order (a later job of the group waits while an
-//! earlier one is queued, even for a retry's backoff, or running).
+//! The claim's part of groups (`engine::groups`): which of the grouped jobs it picked may run.
 //!
-//! A claim decides which of the grouped jobs it picked may run under each group's lock, taken
-//! without waiting: a group another claim is deciding is skipped, never waited for, and two
-//! claims never both fill a group's last slot. The group's state (its running jobs and its
-//! head) is read after the lock, with a fresh snapshot, so a slot freed by a commit is seen.
-//! Jobs it may not take are let go (their job locks released) and count as skipped for the
-//! claim floor, so the floor never passes a job that waits for its group: when the group frees
-//! a slot (complete, fail, release, cancel, reclaim), the job is found where it is.
+//! A claim decides under each group's lock, taken without waiting: a group another claim is
+//! deciding is skipped, never waited for, and two claims never both fill a group's last slot.
+//! The group's state (its running jobs and its head) is read after the lock, under the latest
+//! snapshot, so a slot freed by a commit is seen. A job it may not take is let go (its job
+//! lock released); one behind its group's first `group_concurrency` unfinished jobs (or in a
+//! full group) is marked waiting, so the claim indexes leave it out until the group moves on.
+//! The others (a group another claim is deciding) count as skipped for the claim floor.
 
 use std::collections::HashMap;
 
-use pgrx::datum::DatumWithOid;
-use pgrx::pg_sys::{TEXTARRAYOID, TEXTOID};
 use pgrx::spi::SpiClient;
 
 use super::pick::{earliest, Candidate};
+use crate::engine::groups::{self, GroupState};
 use crate::engine::model::Position;
 use crate::runtime::locks;
-use crate::storage::{param, Statement};
-
-static GROUP_STATE: Statement = Statement {
-    name: "claim/group_state",
-    sql: include_str!("group_state.sql"),
-    params: &[
-        param("queue", TEXTOID),
-        param("group keys", TEXTARRAYOID),
-        param("tenants", TEXTARRAYOID),
-    ],
-    columns: &["group_key", "tenant", "running", "head"],
-};
 
 /// A group: its key and tenant.
 type Group = (String, Option<String>);
 
 /// What a claim knows of one group it decides for.
-struct GroupState {
-    /// Its jobs running now (this claim's included, once taken).
-    running: i64,
-    /// Its first unfinished job, if any.
-    head: Option<i64>,
+struct Deciding {
+    /// Its state as read under the lock.
+    state: GroupState,
     /// Jobs of it this claim is taking now.
     admitted: i64,
 }
 
-/// Keeps the candidates their groups allow (all of the ungrouped ones) and lets go of the
-/// rest; returns the kept candidates, in the order given, and the position of the first one let
-/// go.
+/// What [`admit`] made of a claim's candidates.
+pub struct Admitted {
+    /// The candidates their groups allow (all of the ungrouped ones), in the order given.
+    pub kept: Vec<Candidate>,
+    /// The position of the first one let go that may run later without its group moving on
+    /// (another claim was deciding for its group): the claim floor may not pass it.
+    pub first_dropped: Option<Position>,
+    /// The ones let go and marked waiting for their groups.
+    pub marked: Vec<i64>,
+}
+
+/// Keeps the candidates their groups allow and lets go of the rest, marking those that must
+/// wait for their group to move on.
 pub fn admit(
     client: &SpiClient<'_>,
     queue: &str,
     concurrency: i32,
     candidates: &[Candidate],
-) -> (Vec<Candidate>, Option<Position>) {
+) -> Admitted {
     if candidates.iter().all(|c| c.group.is_none()) {
-        return (candidates.to_vec(), None);
+        return Admitted {
+            kept: candidates.to_vec(),
+            first_dropped: None,
+            marked: Vec::new(),
+        };
     }
     // The groups in the order their jobs were picked; each one's lock, or none.
-    let mut groups: Vec<Group> = Vec::new();
+    let mut picked_groups: Vec<Group> = Vec::new();
     for group in candidates.iter().filter_map(|c| c.group.clone()) {
-        if !groups.contains(&group) {
-            groups.push(group);
+        if !picked_groups.contains(&group) {
+            picked_groups.push(group);
         }
     }
-    let locked: Vec<Group> = groups
+    let locked: Vec<Group> = picked_groups
         .into_iter()
         .filter(|(key, tenant)| {
             locks::try_lock_group(locks::group_key_hash(queue, tenant.as_deref(), key))
@@ -74,58 +71,81 @@ pub fn admit(
 
     let mut kept = Vec::with_capacity(candidates.len());
     let mut first_dropped = None;
+    let mut marked = Vec::new();
     for candidate in candidates {
-        let allowed = match &candidate.group {
-            None => true,
+        let decision = match &candidate.group {
+            None => Decision::Take,
+            // Another claim is deciding for this group: skip it.
             Some(group) => match states.get_mut(group) {
-                // Another claim is deciding for this group: skip it.
-                None => false,
-                Some(state) => {
-                    let room = i64::from(concurrency) - state.running - state.admitted;
-                    let in_order = concurrency > 1
-                        || (state.running == 0 && state.head == Some(candidate.position.id));
-                    let allowed = room > 0 && in_order;
-                    if allowed {
-                        state.admitted += 1;
-                    }
-                    allowed
-                }
+                None => Decision::Skip,
+                Some(deciding) => deciding.decide(concurrency, candidate.position.id),
             },
         };
-        if allowed {
-            kept.push(candidate.clone());
-        } else {
-            locks::unlock_job(candidate.position.id);
-            first_dropped = earliest(first_dropped, Some(candidate.position));
+        match decision {
+            Decision::Take => kept.push(candidate.clone()),
+            Decision::Skip => {
+                locks::unlock_job(candidate.position.id);
+                first_dropped = earliest(first_dropped, Some(candidate.position));
+            }
+            Decision::Wait => {
+                locks::unlock_job(candidate.position.id);
+                marked.push(candidate.position.id);
+            }
         }
     }
-    (kept, first_dropped)
+    groups::mark_waiting(client, marked.clone());
+    Admitted {
+        kept,
+        first_dropped,
+        marked,
+    }
 }
 
-/// The running jobs and head of each group, read now.
-fn read_states(
-    client: &SpiClient<'_>,
-    queue: &str,
-    groups: &[Group],
-) -> HashMap<Group, GroupState> {
+/// What a claim does with one grouped candidate.
+enum Decision {
+    /// Take it.
+    Take,
+    /// Let it go: it may run without its group moving on (its group's head while a later job
+    /// of it runs), or another claim is deciding for its group.
+    Skip,
+    /// Let it go and mark it waiting: its group must move on first.
+    Wait,
+}
+
+impl Deciding {
+    /// Whether job `id` of this group may run now, with `concurrency` jobs of the group at once.
+    fn decide(&mut self, concurrency: i32, id: i64) -> Decision {
+        let room = i64::from(concurrency) - self.state.running - self.admitted;
+        let decision = if concurrency > 1 {
+            if room > 0 {
+                Decision::Take
+            } else {
+                Decision::Wait
+            }
+        } else if self.state.head != Some(id) {
+            // An earlier job of the group is unfinished: it runs first.
+            Decision::Wait
+        } else if room > 0 {
+            Decision::Take
+        } else {
+            Decision::Skip
+        };
+        if matches!(decision, Decision::Take) {
+            self.admitted += 1;
+        }
+        decision
+    }
+}
+
+/// The state of each locked group, read now.
+fn read_states(client: &SpiClient<'_>, queue: &str, groups: &[Group]) -> HashMap<Group, Deciding> {
     if groups.is_empty() {
         return HashMap::new();
     }
     let keys: Vec<String> = groups.iter().map(|(key, _)| key.clone()).collect();
     let tenants: Vec<Option<String>> = groups.iter().map(|(_, tenant)| tenant.clone()).collect();
-    let args: [DatumWithOid; 3] = [queue.into(), keys.into(), tenants.into()];
-    GROUP_STATE
-        .run(client, &args)
-        .iter()
-        .map(|row| {
-            (
-                (row.expect("group_key"), row.get("tenant")),
-                GroupState {
-                    running: row.get("running").unwrap_or(0),
-                    head: row.get("head"),
-                    admitted: 0,
-                },
-            )
-        })
+    groups::read_states(client, queue, keys, tenants)
+        .into_iter()
+        .map(|(group, state)| (group, Deciding { state, admitted: 0 }))
         .collect()
 }

@@ -4,6 +4,6 @@
 -- $1 queue
 SELECT j.priority
   FROM jobs.job j
- WHERE j.queue = $1 AND j.state = 'queued'
+ WHERE j.queue = $1 AND j.state = 'queued' AND NOT j.group_wait
  ORDER BY j.priority
  LIMIT 1

@@ -175,7 +175,14 @@ fn attempt(
             }
             let exhausted = candidates.len() < wanted;
             examined += candidates.len();
-            let (kept, dropped) = groups::admit(client, queue, concurrency, &candidates);
+            let groups::Admitted {
+                kept,
+                first_dropped: dropped,
+                marked,
+            } = groups::admit(client, queue, concurrency, &candidates);
+            // Jobs marked waiting leave the claim indexes: the floor and the reach may pass
+            // them (clearing the mark brings the floor back down).
+            let_go.extend(marked);
             if let Some(dropped) = dropped {
                 first_dropped = earliest(first_dropped, Some(dropped));
                 first_skipped = earliest(first_skipped, Some(dropped));

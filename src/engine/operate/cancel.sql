@@ -4,5 +4,7 @@
 UPDATE jobs.job
    SET state = 'cancelled', finished_at = $2, lease_until = NULL,
        -- A cancelled unique job frees its key.
-       unique_hold = false
+       unique_hold = false,
+       -- A finished job waits for nothing.
+       group_wait = false
  WHERE id = $1

@@ -5,6 +5,7 @@ use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
 
 use crate::engine::enqueue;
+use crate::engine::groups::{self, GroupRef};
 use crate::engine::model::JobState;
 use crate::engine::tenants::TenantScope;
 use crate::engine::transitions;
@@ -77,9 +78,16 @@ pub fn cancel(id: i64, scope: &TenantScope) -> JobState {
             return job.state;
         }
         CANCEL.run(client, &[id.into(), timestamptz_arg(server_now())]);
-        if job.group_key.is_some() {
+        if let Some(group) = &job.group_key {
             // Its group's next job may run (a queued head blocked it too).
-            transitions::group_freed(&job.queue);
+            groups::move_on(
+                client,
+                vec![GroupRef {
+                    queue: job.queue.clone(),
+                    key: group.clone(),
+                    tenant: job.tenant.clone(),
+                }],
+            );
         }
         JobState::Cancelled
     })

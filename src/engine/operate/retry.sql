@@ -6,6 +6,8 @@ UPDATE jobs.job
    SET state = 'queued', attempt = 0, run_at = $2, lease = NULL, lease_until = NULL,
        -- A unique job takes its key back (the caller checked that no other job holds it).
        unique_hold = unique_key IS NOT NULL,
+       -- Claims decide again whether it must wait for its group.
+       group_wait = false,
        finished_at = NULL, result = NULL
  WHERE id = $1
 RETURNING queue, priority, run_at, id

@@ -5,6 +5,7 @@ use pgrx::pg_sys::{BOOLOID, FLOAT8OID, INT4OID, INTERVALOID, TEXTOID};
 use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
 
+use crate::engine::groups;
 use crate::engine::transitions;
 use crate::pg::datum::QueueRow;
 use crate::pg::errors::{
@@ -153,8 +154,15 @@ pub fn create_or_update(queue: &str, settings: &QueueSettings<'_>) -> QueueRow {
             settings.dead_letter.into(),
             settings.rate_burst.into(),
         ];
+        let concurrency_before: Option<i32> = settings
+            .group_concurrency
+            .and_then(|_| FLOW.first(client, &[queue.into()], "group_concurrency"));
         if let Some(row) = UPDATE.first::<QueueRow>(client, &args, "queue_row") {
             settings_changed(queue);
+            if settings.group_concurrency != concurrency_before {
+                // Jobs marked waiting under the old setting: claims decide again.
+                groups::release_all(client, queue);
+            }
             return row;
         }
         let current = BACKOFF.run(client, &[queue.into()]);

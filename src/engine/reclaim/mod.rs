@@ -6,6 +6,7 @@ use pgrx::pg_sys::{INT4OID, TEXTARRAYOID, TIMESTAMPTZOID};
 use pgrx::spi::SpiClient;
 
 use crate::engine::dead_letter;
+use crate::engine::groups::{self, GroupRef};
 use crate::engine::model::{JobState, Position};
 use crate::engine::tenants::TenantScope;
 use crate::engine::transitions::{self, Settled};
@@ -46,11 +47,14 @@ pub fn reclaim_batch(client: &SpiClient<'_>, scope: &TenantScope) -> usize {
         ],
     );
     let mut failed = Vec::new();
+    // The groups' slots are free: their next jobs may run.
+    groups::move_on(
+        client,
+        rows.iter()
+            .filter_map(|row| GroupRef::of_row(&row))
+            .collect(),
+    );
     for row in rows.iter() {
-        if row.get::<String>("group_key").is_some() {
-            // The group's slot is free: its next job may run.
-            transitions::group_freed(&row.expect::<String>("queue"));
-        }
         if row.expect::<String>("state") == JobState::Failed.as_str() {
             transitions::job_settled(&row, Settled::Failed);
             failed.push(row.expect::<i64>("id"));

@@ -17,6 +17,7 @@ use pgrx::pg_sys::{
 use pgrx::spi::SpiClient;
 
 use crate::engine::dead_letter;
+use crate::engine::groups::{self, GroupRef};
 use crate::engine::model::{JobState, Outcome};
 use crate::engine::tenants::TenantScope;
 use crate::engine::transitions::{self, Settled};
@@ -99,7 +100,7 @@ static RELEASE: Statement = Statement {
         param("tenants", TEXTARRAYOID),
         param("state", TEXTOID),
     ],
-    columns: &["queue", "priority", "run_at", "id", "group_key"],
+    columns: &["queue", "priority", "run_at", "id", "group_key", "tenant"],
 };
 
 static ROW_LOCKER: Statement = Statement {
@@ -181,12 +182,15 @@ fn holds_row_lock(client: &SpiClient<'_>, id: i64) -> bool {
     xmax != 0 && (xmax == top || xmax == current)
 }
 
-/// A grouped job left `running` in `row` (it finished, or went back to the queue): its group
-/// has a free slot once this transaction commits.
-fn free_group_slot(row: &crate::storage::Row<'_>) {
-    if row.get::<String>("group_key").is_some() {
-        transitions::group_freed(&row.expect::<String>("queue"));
-    }
+/// The grouped jobs in `rows` left `running` (they finished, or went back to the queue): their
+/// groups move on, so the jobs waiting for them may run.
+fn move_groups_on(client: &SpiClient<'_>, rows: &Rows) {
+    groups::move_on(
+        client,
+        rows.iter()
+            .filter_map(|row| GroupRef::of_row(&row))
+            .collect(),
+    );
 }
 
 /// Runs a settle statement (whose last argument is the state it acts on) for the job held
@@ -261,10 +265,9 @@ pub fn complete(held: Held, result: Option<Jsonb>, scope: &TenantScope) -> Outco
         ];
         match run_held(client, &COMPLETE, held, scope, args) {
             Ok(rows) => {
-                rows.iter().for_each(|row| {
-                    free_group_slot(&row);
-                    transitions::job_settled(&row, Settled::Completed);
-                });
+                rows.iter()
+                    .for_each(|row| transitions::job_settled(&row, Settled::Completed));
+                move_groups_on(client, &rows);
                 Outcome::Succeeded
             }
             Err(answer) => answer,
@@ -285,15 +288,16 @@ pub fn complete_batch(pairs: &[Held], scope: &TenantScope) -> Vec<(i64, Outcome)
                 scope.param(),
                 state.as_str().into(),
             ];
-            COMPLETE_BATCH
-                .run(client, &args)
+            let rows = COMPLETE_BATCH.run(client, &args);
+            let done = rows
                 .iter()
                 .filter_map(|row| {
-                    free_group_slot(&row);
                     transitions::job_settled(&row, Settled::Completed);
                     Some((row.get::<i64>("id")?, row.get::<pgrx::Uuid>("lease")?))
                 })
-                .collect()
+                .collect();
+            move_groups_on(client, &rows);
+            done
         };
         let missed = |done: &HashSet<Held>| -> Vec<Held> {
             pairs
@@ -361,8 +365,8 @@ pub fn fail(
             Ok(rows) => rows,
             Err(answer) => return answer,
         };
+        move_groups_on(client, &rows);
         let row = rows.first().expect("settle/fail returned a row");
-        free_group_slot(&row);
         if row.expect::<String>("state") == JobState::Failed.as_str() {
             transitions::job_settled(&row, Settled::Failed);
             dead_letter::copy_failed(client, vec![held.0]);
@@ -393,7 +397,7 @@ pub fn release(
         ];
         match run_held(client, &RELEASE, held, scope, args) {
             Ok(rows) => {
-                rows.iter().for_each(|row| free_group_slot(&row));
+                move_groups_on(client, &rows);
                 transitions::queued_rows(&rows);
                 Outcome::Queued
             }

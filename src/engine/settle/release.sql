@@ -11,4 +11,4 @@ UPDATE jobs.job j
        release_reason = $3
  WHERE j.id = $1 AND j.lease = $2 AND j.state = $7::jobs.state
    AND ($6::text[] IS NULL OR (j.tenant IS NULL AND cardinality($6::text[]) = 0) OR j.tenant = ANY ($6::text[]))
-RETURNING j.queue, j.priority, j.run_at, j.id, j.group_key
+RETURNING j.queue, j.priority, j.run_at, j.id, j.group_key, j.tenant
