@@ -101,10 +101,10 @@ CREATE TABLE jobs.job (
     -- COLUMN puts them, and where the claims and settles of other jobs never change them.
     unique_hold    boolean NOT NULL DEFAULT false,
     unique_for     interval,
-    -- Groups (0.2.0): a queued job of a group that waits for earlier jobs of its group to finish
-    -- (a claim found the group's first group_concurrency unfinished jobs ahead of it). The
-    -- claim indexes leave it out, so claims never walk it; the settle that moves its group on
-    -- clears it (engine::groups).
+    -- Groups (0.2.0): a queued job that waits for its group (a claim found an earlier job of
+    -- the group unfinished, at group_concurrency 1, or the group full). The claim indexes
+    -- leave it out, so claims never walk it; the settle that moves its group on clears it
+    -- (engine::groups).
     group_wait     boolean NOT NULL DEFAULT false,
     CHECK (attempt OPERATOR(pg_catalog.>=) 0 AND attempt OPERATOR(pg_catalog.<=) max_attempts)
 )

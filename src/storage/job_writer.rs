@@ -43,10 +43,11 @@ enum Column {
     UniqueKey,
     UniqueHold,
     UniqueFor,
+    GroupWait,
 }
 
 /// How many columns an enqueue sets.
-const SET_COLUMN_COUNT: usize = 12;
+const SET_COLUMN_COUNT: usize = 13;
 
 /// Each column an enqueue sets, with its name and the type it must have.
 const SET_COLUMNS: [(Column, &CStr, Oid); SET_COLUMN_COUNT] = [
@@ -62,6 +63,7 @@ const SET_COLUMNS: [(Column, &CStr, Oid); SET_COLUMN_COUNT] = [
     (Column::UniqueKey, c"unique_key", pg_sys::TEXTOID),
     (Column::UniqueHold, c"unique_hold", pg_sys::BOOLOID),
     (Column::UniqueFor, c"unique_for", pg_sys::INTERVALOID),
+    (Column::GroupWait, c"group_wait", pg_sys::BOOLOID),
 ];
 
 /// A column's value for the jobs of one insert: the same for every job, or one per job.
@@ -112,6 +114,8 @@ pub struct NewJobs<'a> {
     pub tenant: Option<&'a str>,
     /// The group of the jobs, if any.
     pub group_keys: PerJob<'a, Option<&'a str>>,
+    /// Whether each job waits for its group (`group_wait`: see `engine::groups`).
+    pub group_waits: PerJob<'a, bool>,
     /// The unique key of each job (one per payload; empty when no job has one). A job with a
     /// key holds it (`unique_hold`).
     pub unique_keys: &'a [Option<&'a str>],
@@ -205,6 +209,7 @@ impl JobWriter {
                 && jobs.run_at.fits(count)
                 && jobs.max_attempts.fits(count)
                 && jobs.group_keys.fits(count)
+                && jobs.group_waits.fits(count)
         );
         debug_assert!(jobs.unique_keys.is_empty() || jobs.unique_keys.len() == jobs.payloads.len());
         if !CALLBACK_REGISTERED.with(Cell::get) {
@@ -557,6 +562,7 @@ unsafe fn insert_with(kept: &Kept, jobs: &NewJobs<'_>) -> Option<Inserted> {
                 Column::UniqueKey => present(unique_key.map(text)),
                 Column::UniqueHold => (Datum::from(unique_key.is_some()), false),
                 Column::UniqueFor => present(jobs.unique_for),
+                Column::GroupWait => (Datum::from(jobs.group_waits.at(index)), false),
             }
         };
 

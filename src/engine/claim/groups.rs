@@ -4,8 +4,8 @@
 //! deciding is skipped, never waited for, and two claims never both fill a group's last slot.
 //! The group's state (its running jobs and its head) is read after the lock, under the latest
 //! snapshot, so a slot freed by a commit is seen. A job it may not take is let go (its job
-//! lock released); one behind its group's first `group_concurrency` unfinished jobs (or in a
-//! full group) is marked waiting, so the claim indexes leave it out until the group moves on.
+//! lock released); one behind its group's head (concurrency 1) or in a full group is marked
+//! waiting, so the claim indexes leave it out until the group moves on.
 //! The others (a group another claim is deciding) count as skipped for the claim floor.
 
 use std::collections::HashMap;

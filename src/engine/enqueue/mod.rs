@@ -28,6 +28,7 @@ use pgrx::pg_sys::{
 use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
 
+use crate::engine::groups;
 use crate::engine::model::Position;
 use crate::engine::queues::{self, unknown_queue};
 use crate::engine::transitions;
@@ -397,6 +398,9 @@ fn write_jobs(
         .filter(|_| !unique_keys.is_empty())
         .and_then(|unique| unique.unique_for)
         .and_then(|interval| interval.into_datum());
+    let group_waits = groups::waits_in_batch(group_keys, || {
+        queues::flow_settings(queue).map_or(1, |flow| flow.group_concurrency)
+    });
     let jobs = NewJobs {
         queue,
         kind: PerJob::All(&options.kind),
@@ -407,6 +411,9 @@ fn write_jobs(
         max_attempts: PerJob::All(options.max_attempts),
         tenant: options.tenant.as_deref(),
         group_keys: PerJob::Each(group_keys),
+        group_waits: group_waits
+            .as_deref()
+            .map_or(PerJob::All(false), PerJob::Each),
         unique_keys,
         unique_for,
     };

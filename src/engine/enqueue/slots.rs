@@ -162,6 +162,7 @@ fn write_direct(queue: &str, jobs: &[SlotJob<'_>]) -> Option<Vec<Position>> {
         // Scheduled jobs have no tenant.
         tenant: None,
         group_keys: PerJob::All(None),
+        group_waits: PerJob::All(false),
         // Nor unique keys.
         unique_keys: &[],
         unique_for: None,

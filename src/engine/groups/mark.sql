@@ -1,5 +1,5 @@
 -- Marks the queued jobs $1 as waiting for their groups: a claim found, under each group's lock,
--- the group's first group_concurrency unfinished jobs ahead of the job (or the group full).
+-- an earlier unfinished job of the group (group_concurrency 1) or the group full.
 -- The claim indexes leave them out from then on, so no claim walks them again; the settle
 -- that moves the group on clears the mark (move_on.sql).
 -- $1 ids

@@ -1,27 +1,34 @@
 //! Groups: the state of a queue's groups (their running jobs and heads), the jobs that wait for
 //! their group, and moving a group on when its jobs finish.
 //!
-//! A job of a group may run only among the group's first `group_concurrency` unfinished jobs
-//! (with 1: only the head, in enqueue order). The claim decides that under the group's lock
-//! (`engine::claim`), and a job it finds behind its group's first `group_concurrency` (or its
-//! group full) it marks waiting (`group_wait`): the claim indexes leave it out, so no claim
+//! A group runs at most `group_concurrency` jobs at once, and with 1 only its head (its first
+//! unfinished job, so in enqueue order). The claim decides under the group's lock
+//! (`engine::claim`), and a job it finds behind its group's head (concurrency 1) or in a full
+//! group (more) it marks waiting (`group_wait`): the claim indexes leave it out, so no claim
 //! walks it again until its group moves on. Without the mark, claims of many jobs from a queue
-//! with many busy groups walked every later job of every busy group, claim after claim.
+//! with many busy groups walked every later job of every busy group, claim after claim. An
+//! enqueue marks the jobs of a batch that wait for the batch's own jobs of their group.
 //!
 //! Why no job waits forever:
-//! * Only a claim marks a job, while it holds the group's lock (taken without waiting), after
+//! * A claim marks a job only while it holds the group's lock (taken without waiting), after
 //!   reading the group's state under the latest snapshot; it keeps the lock until it ends.
 //! * Every path that ends a grouped job's run or finishes one that waits (complete, fail,
 //!   release, cancel, reclaim) then takes the locks of the groups it touched, waiting, and
-//!   clears the marks of the jobs that are now among their group's first `group_concurrency`
-//!   unfinished ones ([`move_on`]), under the latest snapshot. A mark made before it got the
-//!   lock is committed and seen; a claim that locks the group after it sees its change, and so
-//!   marks nothing it would have had to clear.
-//! * A mark is made only while `group_concurrency` jobs of the group are running or ahead of
-//!   the marked one; each of them ends through one of those paths.
+//!   clears the marks of the jobs that may run now ([`move_on`]: the head of a group of
+//!   concurrency 1 with nothing running, the first waiting jobs of a larger group, one per free
+//!   slot), under the latest snapshot. A mark made before it got the lock is committed and seen;
+//!   a claim that locks the group after it sees its change, and so marks nothing it would have
+//!   had to clear.
+//! * A mark is made only while an earlier job of the group is unfinished (concurrency 1) or
+//!   `group_concurrency` of its jobs run; each of them ends or runs through one of those paths,
+//!   and the earliest waiting jobs go first.
+//! * An enqueue marks a job only behind jobs of its own batch ([`waits_in_batch`]), which
+//!   nobody else can settle before it commits.
 //! * A change of `group_concurrency` clears every mark of the queue ([`release_all`]).
 //! * A job whose mark is cleared becomes claimable, and is reported as such
 //!   (`engine::transitions`): the claim floor comes down to it, waiting claims wake.
+
+use std::collections::HashMap;
 
 use pgrx::datum::DatumWithOid;
 use pgrx::pg_sys::{INT8ARRAYOID, TEXTARRAYOID, TEXTOID};
@@ -129,7 +136,7 @@ pub fn read_states(
 }
 
 /// Marks the queued jobs `ids` as waiting for their groups; the caller holds their groups'
-/// locks and found each one behind its group's first `group_concurrency` unfinished jobs.
+/// locks and found each one behind its group's head or in a full group.
 pub fn mark_waiting(client: &SpiClient<'_>, ids: Vec<i64>) {
     if ids.is_empty() {
         return;
@@ -139,7 +146,7 @@ pub fn mark_waiting(client: &SpiClient<'_>, ids: Vec<i64>) {
 
 /// Jobs of `groups` finished or went back to the queue in this transaction: takes the groups'
 /// locks (waiting for a claim deciding for one of them to end) and makes claimable again the
-/// waiting jobs that are now among their group's first `group_concurrency` unfinished ones.
+/// waiting jobs that may run now.
 pub fn move_on(client: &SpiClient<'_>, mut groups: Vec<GroupRef>) {
     if groups.is_empty() {
         return;
@@ -158,6 +165,36 @@ pub fn move_on(client: &SpiClient<'_>, mut groups: Vec<GroupRef>) {
     let args: [DatumWithOid; 3] = [queues.into(), keys.into(), tenants.into()];
     let cleared: Rows = MOVE_ON.run_latest(client, &args);
     transitions::queued_rows(&cleared);
+}
+
+/// Which jobs of a batch being enqueued (`group_keys`, one per job) wait for their groups from
+/// the start: those with `group_concurrency` (`concurrency()`, asked only when some job has a
+/// group) jobs of their group ahead of them in the same batch. `None` when none waits.
+///
+/// Why this is safe without the group's lock: a job marked here waits only for jobs of its
+/// own transaction, which no other transaction can see, claim or settle before it commits;
+/// when they end, their settles see the mark (see the module's rules). Jobs of the group
+/// enqueued before are not looked at (a claim marks what waits for them).
+pub fn waits_in_batch(
+    group_keys: &[Option<&str>],
+    concurrency: impl FnOnce() -> i32,
+) -> Option<Vec<bool>> {
+    if group_keys.iter().flatten().nth(1).is_none() {
+        return None;
+    }
+    let concurrency = usize::try_from(concurrency()).unwrap_or(1).max(1);
+    let mut ahead: HashMap<&str, usize> = HashMap::new();
+    let waits: Vec<bool> = group_keys
+        .iter()
+        .map(|key| {
+            key.is_some_and(|key| {
+                let count = ahead.entry(key).or_insert(0);
+                *count += 1;
+                *count > concurrency
+            })
+        })
+        .collect();
+    waits.contains(&true).then_some(waits)
 }
 
 /// `queue`'s `group_concurrency` changed: clears the marks of all its waiting jobs, so claims

@@ -1,27 +1,50 @@
 -- After jobs of groups finished or went back to the queue: clears the mark of the waiting jobs
--- that are now among their group's first group_concurrency unfinished jobs in enqueue order, so
--- claims find them again. For each group ($1 queues, $2 group keys, $3 tenants, pairwise). Runs
--- under the groups' locks and the latest snapshot: the claims that marked jobs of these groups
--- held those locks until they committed, so every mark is seen. One probe of job_group_idx
--- per group, however many jobs it holds.
+-- that may run now, so claims find them again. For each group ($1 queues, $2 group keys,
+-- $3 tenants, pairwise): with group_concurrency 1, its head (its first unfinished job) when
+-- nothing of it runs; with more, its first waiting jobs in enqueue order, as many as it has
+-- free slots. Runs under the groups' locks and the latest snapshot: the claims that marked jobs
+-- of these groups held those locks until they committed, so every mark is seen. A few probes
+-- of job_group_idx and job_group_running_idx per group, however many jobs it holds.
 -- $1 queues, $2 group keys, $3 tenants
+WITH groups AS (
+    SELECT g.queue, g.group_key, g.tenant, q.group_concurrency AS concurrency,
+           (SELECT count(*)
+              FROM jobs.job r
+             WHERE r.queue = g.queue AND r.group_key = g.group_key AND r.state = 'running'
+               AND r.tenant IS NOT DISTINCT FROM g.tenant) AS running
+      FROM (SELECT DISTINCT u.queue, u.group_key, u.tenant
+              FROM unnest($1::text[], $2::text[], $3::text[]) AS u(queue, group_key, tenant)
+           ) AS g
+      JOIN jobs.queue q ON q.name = g.queue
+), may_run AS (
+    SELECT head.id
+      FROM groups g
+     CROSS JOIN LATERAL (
+            SELECT h.id, h.group_wait
+              FROM jobs.job h
+             WHERE h.queue = g.queue AND h.group_key = g.group_key
+               AND (h.state = 'queued' OR h.state = 'running')
+               AND h.tenant IS NOT DISTINCT FROM g.tenant
+             ORDER BY h.id
+             LIMIT 1
+           ) AS head
+     WHERE g.concurrency = 1 AND g.running = 0 AND head.group_wait
+    UNION ALL
+    SELECT next.id
+      FROM groups g
+     CROSS JOIN LATERAL (
+            SELECT h.id
+              FROM jobs.job h
+             WHERE h.queue = g.queue AND h.group_key = g.group_key
+               AND h.state = 'queued' AND h.group_wait
+               AND h.tenant IS NOT DISTINCT FROM g.tenant
+             ORDER BY h.id
+             LIMIT greatest(g.concurrency - g.running, 0)
+           ) AS next
+     WHERE g.concurrency > 1
+)
 UPDATE jobs.job j
    SET group_wait = false
-  FROM (SELECT w.id
-          FROM (SELECT DISTINCT g.queue, g.group_key, g.tenant
-                  FROM unnest($1::text[], $2::text[], $3::text[]) AS g(queue, group_key, tenant)
-               ) AS g
-          JOIN jobs.queue q ON q.name = g.queue
-         CROSS JOIN LATERAL (
-                SELECT h.id, h.group_wait
-                  FROM jobs.job h
-                 WHERE h.queue = g.queue AND h.group_key = g.group_key
-                   AND (h.state = 'queued' OR h.state = 'running')
-                   AND h.tenant IS NOT DISTINCT FROM g.tenant
-                 ORDER BY h.id
-                 LIMIT q.group_concurrency
-               ) AS w
-         WHERE w.group_wait
-       ) AS next
- WHERE j.id = next.id AND j.group_wait AND j.state = 'queued'
+  FROM may_run
+ WHERE j.id = may_run.id AND j.group_wait AND j.state = 'queued'
 RETURNING j.queue, j.priority, j.run_at, j.id

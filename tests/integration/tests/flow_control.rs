@@ -677,6 +677,226 @@ fn a_waiting_claim_wakes_when_its_group_frees_a_slot() {
     assert!(started.elapsed() < Duration::from_secs(15));
 }
 
+/// The ids of `queue`'s jobs marked waiting for their groups, in id order.
+fn waiting(client: &mut Client, queue: &str) -> Vec<i64> {
+    client
+        .query(
+            "SELECT id FROM jobs.job WHERE queue = $1 AND group_wait ORDER BY id",
+            &[&queue],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+}
+
+fn complete(client: &mut Client, job: &pg_jobs_tests::Claimed) -> String {
+    scalar(
+        client,
+        "SELECT jobs_complete($1, $2)",
+        &[&job.id, &job.lease],
+    )
+}
+
+#[test]
+fn a_job_behind_its_group_waits_out_of_the_claim_index_until_its_group_moves_on() {
+    let mut client = Cluster::shared().connect();
+    let queue = unique_queue(&mut client, "group-marks", "");
+    let jobs: Vec<i64> = (0..3)
+        .map(|_| enqueue_with(&mut client, &queue, ", group_key => 'g'"))
+        .collect();
+    let held = claim(&mut client, &queue, 10, "");
+    assert_eq!(held.iter().map(|c| c.id).collect::<Vec<_>>(), [jobs[0]]);
+    assert_eq!(
+        waiting(&mut client, &queue),
+        [jobs[1], jobs[2]],
+        "the claim marked the jobs behind the running head"
+    );
+    // Out of the claim index: a claim does not see them at all (the plan reads only the
+    // index, whose predicate leaves them out).
+    let visible: i64 = count(
+        &mut client,
+        "SELECT count(*) FROM jobs.job WHERE queue = $1 AND state = 'queued' AND NOT group_wait",
+        &[&queue],
+    );
+    assert_eq!(visible, 0);
+    assert_eq!(complete(&mut client, &held[0]), "succeeded");
+    assert_eq!(
+        waiting(&mut client, &queue),
+        [jobs[2]],
+        "completing the head cleared the mark of the next job, and only its"
+    );
+    let next = claim(&mut client, &queue, 10, "");
+    assert_eq!(next.iter().map(|c| c.id).collect::<Vec<_>>(), [jobs[1]]);
+    let answer: String = scalar(
+        &mut client,
+        "SELECT jobs_fail($1, $2, 'x', retry => false)",
+        &[&next[0].id, &next[0].lease],
+    );
+    assert_eq!(answer, "failed");
+    assert!(waiting(&mut client, &queue).is_empty());
+    assert_eq!(claim_id(&mut client, &queue), Some(jobs[2]));
+
+    // jobs_retry of the failed job makes it the group's head again, behind the running job
+    // (a head is skipped while a later job of its group runs, not marked).
+    let _: String = scalar(&mut client, "SELECT jobs_retry($1)", &[&jobs[1]]);
+    assert!(claim(&mut client, &queue, 10, "").is_empty());
+    assert!(waiting(&mut client, &queue).is_empty());
+    let _: String = scalar(&mut client, "SELECT jobs_cancel($1)", &[&jobs[2]]);
+    assert_eq!(
+        claim_id(&mut client, &queue),
+        Some(jobs[1]),
+        "cancel moved the group on"
+    );
+}
+
+#[test]
+fn a_batch_marks_the_jobs_behind_its_own_jobs_of_a_group_and_no_others() {
+    let mut client = Cluster::shared().connect();
+    for (concurrency, expected) in [
+        (1, [false, true, true, false, false]),
+        (2, [false, false, true, false, false]),
+    ] {
+        let queue = unique_queue(
+            &mut client,
+            "group-batch",
+            &format!("group_concurrency => {concurrency}"),
+        );
+        // An earlier job of group h: the batch's h job does not look at it (a claim will).
+        enqueue_with(&mut client, &queue, ", group_key => 'h'");
+        let ids: Vec<i64> = client
+            .query(
+                "SELECT id FROM jobs_enqueue_batch($1, ARRAY['{}', '{}', '{}', '{}', '{}']::jsonb[],
+                                                   group_keys => ARRAY['g', 'g', 'g', 'h', NULL])",
+                &[&queue],
+            )
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        let marks: Vec<bool> = client
+            .query(
+                "SELECT group_wait FROM jobs.job WHERE id = ANY ($1) ORDER BY id",
+                &[&ids],
+            )
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        assert_eq!(marks, expected, "group_concurrency {concurrency}");
+        // Claims that complete what they got run every job, each group's in enqueue order.
+        let mut order = Vec::new();
+        loop {
+            let held = claim(&mut client, &queue, 10, "");
+            if held.is_empty() {
+                break;
+            }
+            for job in &held {
+                assert_eq!(complete(&mut client, job), "succeeded");
+                order.push(job.id);
+            }
+        }
+        let left: i64 = count(
+            &mut client,
+            "SELECT count(*) FROM jobs.job WHERE queue = $1 AND state <> 'succeeded'",
+            &[&queue],
+        );
+        assert_eq!(left, 0, "group_concurrency {concurrency}");
+        let position = |id: i64| order.iter().position(|done| *done == id).unwrap();
+        assert!(position(ids[0]) < position(ids[2]), "{order:?}");
+    }
+}
+
+#[test]
+fn a_larger_group_frees_one_waiting_job_per_free_slot_and_a_new_concurrency_frees_all() {
+    let mut client = Cluster::shared().connect();
+    let queue = unique_queue(&mut client, "group-slots-k", "group_concurrency => 2");
+    let jobs: Vec<i64> = (0..6)
+        .map(|_| enqueue_with(&mut client, &queue, ", group_key => 'g'"))
+        .collect();
+    let held = claim(&mut client, &queue, 10, "");
+    assert_eq!(held.len(), 2);
+    assert_eq!(waiting(&mut client, &queue), jobs[2..].to_vec());
+    // A release frees a slot (the released job waits for its retry time, not for a slot).
+    let _: String = scalar(
+        &mut client,
+        "SELECT jobs_release($1, $2, retry_in => '1 hour')",
+        &[&held[0].id, &held[0].lease],
+    );
+    assert_eq!(waiting(&mut client, &queue), jobs[3..].to_vec());
+    assert_eq!(claim_id(&mut client, &queue), Some(jobs[2]));
+    assert!(
+        claim(&mut client, &queue, 10, "").is_empty(),
+        "the group is full"
+    );
+    // More concurrency: every mark goes, and claims decide again.
+    let _: i64 = count(
+        &mut client,
+        "SELECT count(*) FROM jobs_create_queue($1, group_concurrency => 5)",
+        &[&queue],
+    );
+    assert!(waiting(&mut client, &queue).is_empty());
+    let more = claim(&mut client, &queue, 10, "");
+    assert_eq!(
+        more.iter().map(|c| c.id).collect::<Vec<_>>(),
+        jobs[3..].to_vec(),
+        "five running: the two before and these three"
+    );
+}
+
+/// A claim that marks a job keeps its group's lock until it ends, and a settle of the group
+/// waits for it: the settle then sees the mark and clears it. Were the settle not to wait (or
+/// to read with its transaction's older snapshot, under REPEATABLE READ), the mark would be
+/// made after the settle looked, and the job would wait for ever.
+#[test]
+fn a_settle_racing_a_claim_that_marks_its_groups_next_job_clears_the_mark() {
+    let cluster = Cluster::shared();
+    for isolation in ["READ COMMITTED", "REPEATABLE READ"] {
+        let mut client = cluster.connect();
+        let queue = unique_queue(&mut client, "group-race", "");
+        let head = enqueue_with(&mut client, &queue, ", group_key => 'g'");
+        let next = enqueue_with(&mut client, &queue, ", group_key => 'g'");
+        let held = claim(&mut client, &queue, 1, "");
+        assert_eq!(held[0].id, head);
+
+        // The settling session's snapshot is taken before the claim marks `next`.
+        let mut settler = cluster.connect();
+        settler
+            .batch_execute(&format!("BEGIN ISOLATION LEVEL {isolation}; SELECT 1"))
+            .unwrap();
+        let mut claimer = cluster.connect();
+        claimer.batch_execute("BEGIN").unwrap();
+        assert!(claim(&mut claimer, &queue, 10, "").is_empty());
+        assert_eq!(waiting(&mut claimer, &queue), [next], "{isolation}");
+        let settler_pid: i32 = scalar(&mut settler, "SELECT pg_backend_pid()", &[]);
+        let (id, lease) = (held[0].id, held[0].lease);
+        let settling = thread::spawn(move || {
+            let answer: String =
+                scalar(&mut settler, "SELECT jobs_complete($1, $2)", &[&id, &lease]);
+            settler.batch_execute("COMMIT").unwrap();
+            answer
+        });
+        wait_until(
+            Duration::from_secs(10),
+            "the settle to wait for the group's lock",
+            || {
+                scalar::<bool>(
+                &mut client,
+                "SELECT coalesce(wait_event_type = 'Lock', false) FROM pg_stat_activity WHERE pid = $1",
+                &[&settler_pid],
+            )
+            },
+        );
+        claimer.batch_execute("COMMIT").unwrap();
+        assert_eq!(settling.join().unwrap(), "succeeded", "{isolation}");
+        assert!(
+            waiting(&mut client, &queue).is_empty(),
+            "{isolation}: the mark stayed"
+        );
+        assert_eq!(claim_id(&mut client, &queue), Some(next), "{isolation}");
+    }
+}
+
 /// Eight workers burn down 30 groups of 8 jobs at concurrency 1 (and, in a second queue, 2),
 /// failing some attempts, releasing others and dying now and then, while a monitor reads the
 /// queue's jobs over and over (each read one consistent snapshot): never more running jobs in a
