@@ -179,9 +179,8 @@ pub fn waits_in_batch(
     group_keys: &[Option<&str>],
     concurrency: impl FnOnce() -> i32,
 ) -> Option<Vec<bool>> {
-    if group_keys.iter().flatten().nth(1).is_none() {
-        return None;
-    }
+    // Fewer than two grouped jobs: none waits for another.
+    group_keys.iter().flatten().nth(1)?;
     let concurrency = usize::try_from(concurrency()).unwrap_or(1).max(1);
     let mut ahead: HashMap<&str, usize> = HashMap::new();
     let waits: Vec<bool> = group_keys
