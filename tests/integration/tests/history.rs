@@ -12,7 +12,9 @@
 //! `jobs_admin` role; only the fault injector and the checks are superuser):
 //!
 //! * 2 producers: single and batch enqueues of jobs whose payload carries a unique tag, some
-//!   with `max_attempts` 1 or 2, paced to keep a few hundred jobs outstanding;
+//!   with `max_attempts` 1 or 2, half of them in one of 8 groups (the queue's
+//!   `group_concurrency` is 1, and 2 in a second, smaller run), paced to keep a few hundred
+//!   jobs outstanding;
 //! * 8 workers, each holding up to 12 jobs at a time: claims of 1–5 jobs (waiting claims when
 //!   they hold nothing), then per job a random plan: settle at once (complete, the batch
 //!   complete, fail with retry, fail with `retry => false`, release), work for longer than the
@@ -86,7 +88,10 @@
 //!   requested length of the claim's own server-time window); the checker takes lease
 //!   intervals from the requested length, not from what the claim reports;
 //! * `result` and `release_reason` come from the calls that stored them (the reason from the
-//!   latest release).
+//!   latest release);
+//! * **groups**: at no moment do more jobs of a group hold live leases than its concurrency,
+//!   and at concurrency 1 no job is claimed surely before a claim of an earlier job of its
+//!   group (runs start in enqueue order; nobody calls `jobs_retry` here).
 //!
 //! A lease is live from the server time after its claim until the requested length after the
 //! server time before it (extended by acknowledged heartbeats, counted from the server time
@@ -102,8 +107,9 @@
 //! anomaly it claims to find, and clean histories with reclaims, late "done wins" completes,
 //! unknown outcomes and claims with unknown outcomes that must pass; and end to end by a
 //! negative control: a small run in which a saboteur breaks the rules behind the extension's
-//! back (putting running jobs back in the queue under live leases, deleting queued jobs) must
-//! come out with duplicated and lost jobs.
+//! back (putting running jobs back in the queue under live leases, deleting queued jobs) and
+//! lets groups run four jobs at once must come out with duplicated and lost jobs and groups
+//! over their concurrency.
 //!
 //! # Running it
 //!
@@ -152,6 +158,8 @@ const LEASES_MS: [i64; 3] = [300, 500, 1000];
 const HOLD_AT_MOST: usize = 12;
 /// Open (queued or running) jobs the producers aim to stay under.
 const OUTSTANDING: i64 = 300;
+/// Groups the producers put half of the jobs in.
+const GROUPS: u64 = 8;
 /// The server's clock, as microseconds since the epoch.
 const SERVER_NOW: &str = "(extract(epoch FROM clock_timestamp()) * 1000000)::int8";
 
@@ -859,17 +867,29 @@ fn produce(process: usize, shared: Arc<Shared>, seed: u64, jobs: u64) -> Vec<Op>
             1 | 2 => 2,
             _ => MAX_ATTEMPTS,
         };
+        // Half the jobs in one of a few groups.
+        let groups: Vec<String> = tags
+            .iter()
+            .map(|_| {
+                if rng.chance(50) {
+                    format!("'g{}'", rng.below(GROUPS))
+                } else {
+                    "NULL".to_owned()
+                }
+            })
+            .collect();
         let sql = if tags.len() == 1 {
             format!(
-                "SELECT jobs_enqueue('{QUEUE}', '{{\"tag\": {}}}', max_attempts => {max_attempts})",
-                tags[0]
+                "SELECT jobs_enqueue('{QUEUE}', '{{\"tag\": {}}}', max_attempts => {max_attempts}, group_key => {})",
+                tags[0], groups[0]
             )
         } else {
             let payloads: Vec<String> =
                 tags.iter().map(|t| format!("'{{\"tag\": {t}}}'")).collect();
             format!(
-                "SELECT id FROM jobs_enqueue_batch('{QUEUE}', ARRAY[{}]::jsonb[], max_attempts => {max_attempts})",
-                payloads.join(",")
+                "SELECT id FROM jobs_enqueue_batch('{QUEUE}', ARRAY[{}]::jsonb[], max_attempts => {max_attempts}, group_keys => ARRAY[{}]::text[])",
+                payloads.join(","),
+                groups.join(",")
             )
         };
         let op = rec.record(
@@ -1078,7 +1098,7 @@ fn final_jobs(client: &mut Client) -> Vec<FinalJob> {
                                 (extract(epoch FROM (e ->> 'at')::timestamptz) * 1000000)::int8)
                               ORDER BY n), '[]')
                        FROM jsonb_array_elements(j.errors) WITH ORDINALITY AS x(e, n))::text,
-                    (result ->> 'op')::int8, release_reason, lease
+                    (result ->> 'op')::int8, release_reason, lease, group_key
                FROM jobs.job j WHERE queue = $1 ORDER BY id",
             &[&QUEUE],
         )
@@ -1100,6 +1120,7 @@ fn final_jobs(client: &mut Client) -> Vec<FinalJob> {
                 result_op: row.get::<_, Option<i64>>(6).map(|op| op as usize),
                 release_reason: row.get(7),
                 lease: row.get(8),
+                group: row.get(9),
             }
         })
         .collect()
@@ -1146,12 +1167,18 @@ fn history_settings() -> Vec<&'static str> {
         .collect()
 }
 
-/// Runs the workload for `jobs` jobs with `faults` faults, checks its history and returns the
-/// report and the jobs in impossible states.
-fn run_history(jobs: u64, faults: u64, sabotage: bool) -> (Report, Vec<String>) {
+/// Runs the workload for `jobs` jobs with `faults` faults, its groups running
+/// `group_concurrency` jobs at once, checks its history and returns the report and the jobs in
+/// impossible states.
+fn run_history(
+    jobs: u64,
+    faults: u64,
+    sabotage: bool,
+    group_concurrency: usize,
+) -> (Report, Vec<String>) {
     let seed = env_u64("PG_JOBS_HISTORY_SEED").unwrap_or(0x5EED_2026);
     eprintln!(
-        "history: {jobs} jobs, {faults} faults, seed {seed} (set PG_JOBS_HISTORY_SEED={seed} to repeat its decisions)"
+        "history: {jobs} jobs, {faults} faults, groups of concurrency {group_concurrency}, seed {seed} (set PG_JOBS_HISTORY_SEED={seed} to repeat its decisions)"
     );
     let cluster = Arc::new(Cluster::start("history", &history_settings()));
     cluster
@@ -1165,7 +1192,8 @@ fn run_history(jobs: u64, faults: u64, sabotage: bool) -> (Report, Vec<String>) 
              GRANT pg_signal_backend TO history_admin;
              SELECT jobs_create_queue('{QUEUE}', lease => '500 milliseconds',
                                       max_attempts => {MAX_ATTEMPTS}, backoff_base => '10 milliseconds',
-                                      backoff_max => '100 milliseconds', jitter => 0.1);"
+                                      backoff_max => '100 milliseconds', jitter => 0.1,
+                                      group_concurrency => {group_concurrency});"
         ))
         .expect("set up the queue");
     let shared = Arc::new(Shared {
@@ -1278,7 +1306,7 @@ fn run_history(jobs: u64, faults: u64, sabotage: bool) -> (Report, Vec<String>) 
 
     let finals = final_jobs(&mut admin);
     let broken = impossible_states(&mut admin);
-    let report = check(&ops, &finals);
+    let report = check(&ops, &finals, group_concurrency);
     report.print();
     print_deadlocks(&cluster.log());
     (report, broken)
@@ -1320,6 +1348,13 @@ fn print_deadlocks(log: &str) {
 /// jobs). Returns how many of each it did. Only the negative control uses it.
 fn sabotage_rules(shared: &Shared) -> (usize, usize) {
     let mut client = Client::connect(&shared.dsn, NoTls).expect("connect the saboteur");
+    // Groups run four jobs at once while the checker is told one.
+    client
+        .execute(
+            "SELECT jobs_create_queue($1, group_concurrency => 4)",
+            &[&QUEUE],
+        )
+        .expect("widen the groups");
     let (mut cut, mut deleted) = (0, 0);
     while !shared.draining.load(Ordering::Relaxed) && !shared.stop.load(Ordering::Relaxed) {
         thread::sleep(Duration::from_millis(30));
@@ -1384,6 +1419,7 @@ fn assert_clean_and_exercised(jobs: u64, faults: u64, report: &Report, broken: &
         "no heartbeat renewed a lease"
     );
     assert!(report.judged > 0, "no answer that did nothing was judged");
+    assert!(report.grouped.0 > 0, "no job was in a group");
     let injected = ["server crash", "worker SIGKILL", "worker SIGTERM"]
         .iter()
         .map(|kind| answered(kind, "ok"))
@@ -1401,7 +1437,16 @@ fn faults_for(jobs: u64) -> u64 {
 fn a_random_history_has_no_lost_duplicated_or_unexpected_jobs() {
     let jobs = env_u64("PG_JOBS_HISTORY_JOBS").unwrap_or(2_000);
     let faults = faults_for(jobs);
-    let (report, broken) = run_history(jobs, faults, false);
+    let (report, broken) = run_history(jobs, faults, false, 1);
+    assert_clean_and_exercised(jobs, faults, &report, &broken);
+}
+
+/// The same workload with groups of two slots: never three of a group's jobs at once.
+#[test]
+fn a_random_history_with_groups_of_two_slots_keeps_them() {
+    let jobs = env_u64("PG_JOBS_HISTORY_JOBS").unwrap_or(1_000);
+    let faults = faults_for(jobs);
+    let (report, broken) = run_history(jobs, faults, false, 2);
     assert_clean_and_exercised(jobs, faults, &report, &broken);
 }
 
@@ -1412,7 +1457,7 @@ fn a_random_history_has_no_lost_duplicated_or_unexpected_jobs() {
 fn a_large_random_history_has_no_lost_duplicated_or_unexpected_jobs() {
     let jobs = env_u64("PG_JOBS_HISTORY_JOBS").unwrap_or(100_000);
     let faults = faults_for(jobs);
-    let (report, broken) = run_history(jobs, faults, false);
+    let (report, broken) = run_history(jobs, faults, false, 1);
     assert_clean_and_exercised(jobs, faults, &report, &broken);
 }
 
@@ -1420,7 +1465,7 @@ fn a_large_random_history_has_no_lost_duplicated_or_unexpected_jobs() {
 /// (premature reclaims, deleted jobs) must be reported as duplicated and lost.
 #[test]
 fn the_checker_catches_a_sabotaged_queue() {
-    let (report, _) = run_history(1000, 0, true);
+    let (report, _) = run_history(1000, 0, true, 1);
     assert!(
         !report.duplicated.is_empty(),
         "jobs requeued under live leases were not reported as duplicated"
@@ -1428,5 +1473,9 @@ fn the_checker_catches_a_sabotaged_queue() {
     assert!(
         !report.lost.is_empty(),
         "deleted jobs were not reported as lost"
+    );
+    assert!(
+        !report.groups.is_empty(),
+        "groups running four jobs at once were not reported at concurrency 1"
     );
 }

@@ -217,6 +217,8 @@ pub struct FinalJob {
     pub release_reason: Option<String>,
     /// The lease column (a cancel keeps the lease it cancelled under).
     pub lease: Option<Uuid>,
+    /// Its group, if any.
+    pub group: Option<String>,
 }
 
 /// The checker's verdict.
@@ -238,6 +240,11 @@ pub struct Report {
     pub answers: Vec<String>,
     /// Definite errors from calls that must not fail, and calls answered on a dead backend.
     pub call_errors: Vec<String>,
+    /// Groups that ran more jobs at once than their concurrency, or (at concurrency 1) a job
+    /// before an earlier one of its group.
+    pub groups: Vec<String>,
+    /// Grouped jobs, and the groups they were in.
+    pub grouped: (usize, usize),
     /// Enqueued tags: acknowledged, failed, unknown.
     pub enqueues: (usize, usize, usize),
     /// Jobs delivered at least once.
@@ -274,6 +281,7 @@ impl Report {
             && self.state_errors.is_empty()
             && self.answers.is_empty()
             && self.call_errors.is_empty()
+            && self.groups.is_empty()
     }
 
     /// How many `kind` operations answered `outcome` ("ok" for replies without one).
@@ -305,6 +313,12 @@ impl Report {
         eprintln!("  final state mismatches: {}", self.state_errors.len());
         eprintln!("  unexplained answers: {}", self.answers.len());
         eprintln!("  calls with definite errors: {}", self.call_errors.len());
+        eprintln!(
+            "  groups: {} grouped jobs in {} groups, {} violations of their concurrency or order",
+            self.grouped.0,
+            self.grouped.1,
+            self.groups.len()
+        );
         let states: Vec<String> = self
             .final_states
             .iter()
@@ -326,6 +340,7 @@ impl Report {
             ("final state mismatches", &self.state_errors),
             ("unexplained answers", &self.answers),
             ("calls with definite errors", &self.call_errors),
+            ("group violations", &self.groups),
         ] {
             if !list.is_empty() {
                 eprintln!("  {name}:");
@@ -609,7 +624,7 @@ fn mark_never_ran(ops: &[Op], report: &mut Report) -> Vec<Op> {
 }
 
 /// Judges a history against the jobs the database holds at the end.
-pub fn check(recorded: &[Op], finals: &[FinalJob]) -> Report {
+pub fn check(recorded: &[Op], finals: &[FinalJob], group_concurrency: usize) -> Report {
     let mut report = Report::default();
     let ops = mark_never_ran(recorded, &mut report);
     let ops = &ops[..];
@@ -912,6 +927,7 @@ pub fn check(recorded: &[Op], finals: &[FinalJob]) -> Report {
 
     let mut ids: Vec<i64> = histories.keys().copied().collect();
     ids.sort_unstable();
+    let mut runs: HashMap<i64, Runs> = HashMap::new();
     for id in ids {
         let history = histories.get_mut(&id).expect("listed");
         history.claims.sort_by_key(|c| c.job.taken_at);
@@ -923,7 +939,7 @@ pub fn check(recorded: &[Op], finals: &[FinalJob]) -> Report {
                     phantoms: &phantoms,
                     enqueued_at: enqueued_at(job),
                 };
-                check_job(job, history, &ctx, &mut report)
+                runs.insert(id, check_job(job, history, &ctx, &mut report));
             }
             None if !history.claims.is_empty() && !lost_ids.contains(&id) => report
                 .lost
@@ -941,6 +957,7 @@ pub fn check(recorded: &[Op], finals: &[FinalJob]) -> Report {
             check_job(job, &JobHistory::default(), &ctx, &mut report);
         }
     }
+    check_groups(finals, &runs, group_concurrency, &mut report);
     // Across jobs: the claims with unknown outcomes took at most their `n` jobs each.
     let capacity: i32 = phantoms.iter().map(|p| p.n).sum();
     if report.phantom_attempts > capacity as usize {
@@ -1011,8 +1028,93 @@ fn resolve_effects(history: &mut JobHistory, job: Option<&FinalJob>, report: &mu
     }
 }
 
-/// Checks one job's history and final row.
-fn check_job(job: &FinalJob, history: &JobHistory, ctx: &Context, report: &mut Report) {
+/// What the history shows of one job's runs, on the server's clock.
+#[derive(Default)]
+struct Runs {
+    /// The live time of its leases (inside the real one: an overlap is a real one).
+    live: Vec<Segment>,
+    /// Each claim's window: it took effect after the first and before the second.
+    claims: Vec<(Micros, Micros)>,
+}
+
+/// The group rules (README "Groups"), across the jobs of each group: at no moment more live
+/// leases among its jobs than `concurrency`, and at concurrency 1 no job of a group claimed
+/// surely before a claim of an earlier one (runs start in enqueue order: a job runs only once
+/// every earlier job of its group finished, and a finished job is never claimed again here,
+/// where nobody calls jobs_retry).
+fn check_groups(
+    finals: &[FinalJob],
+    runs: &HashMap<i64, Runs>,
+    concurrency: usize,
+    report: &mut Report,
+) {
+    let mut groups: BTreeMap<&str, Vec<i64>> = BTreeMap::new();
+    for job in finals {
+        if let Some(group) = &job.group {
+            groups.entry(group).or_default().push(job.id);
+        }
+    }
+    report.grouped = (groups.values().map(Vec::len).sum(), groups.len());
+    let none = Runs::default();
+    for (group, mut ids) in groups {
+        ids.sort_unstable();
+        let runs_of = |id: &i64| runs.get(id).unwrap_or(&none);
+        // Live leases at once: +1 at each start, -1 at each end (ends first at a tie, since a
+        // segment is [start, end)).
+        let mut edges: Vec<(Micros, i32, i64)> = Vec::new();
+        for id in &ids {
+            for (start, end) in &runs_of(id).live {
+                edges.push((*start, 1, *id));
+                edges.push((*end, -1, *id));
+            }
+        }
+        edges.sort_unstable_by_key(|(at, delta, _)| (*at, *delta));
+        let mut live: Vec<i64> = Vec::new();
+        for (at, delta, id) in edges {
+            if delta < 0 {
+                if let Some(i) = live.iter().position(|l| *l == id) {
+                    live.remove(i);
+                }
+                continue;
+            }
+            live.push(id);
+            let mut jobs = live.clone();
+            jobs.sort_unstable();
+            jobs.dedup();
+            if jobs.len() > concurrency {
+                report.groups.push(format!(
+                    "group {group}: jobs {jobs:?} held live leases at once at server time {at}, concurrency {concurrency}"
+                ));
+                break;
+            }
+        }
+        if concurrency > 1 {
+            continue;
+        }
+        // Enqueue order: the latest claim start of the jobs before each one, in id order.
+        let mut latest_before: Option<(Micros, i64)> = None;
+        for id in &ids {
+            let claims = &runs_of(id).claims;
+            if let (Some((began, earlier)), Some((_, taken))) =
+                (latest_before, claims.iter().min_by_key(|(_, taken)| *taken))
+            {
+                if *taken < began {
+                    report.groups.push(format!(
+                        "group {group}: job {id} was claimed by server time {taken}, before job {earlier}, earlier in the group, was claimed after {began}"
+                    ));
+                }
+            }
+            if let Some((began, _)) = claims.iter().max_by_key(|(began, _)| *began) {
+                if latest_before.is_none_or(|(latest, _)| *began > latest) {
+                    latest_before = Some((*began, *id));
+                }
+            }
+        }
+    }
+}
+
+/// Checks one job's history and final row; returns what it shows of the job's runs.
+fn check_job(job: &FinalJob, history: &JobHistory, ctx: &Context, report: &mut Report) -> Runs {
     let id = job.id;
     let mut duplicated = Vec::new();
     let mut state_errors = Vec::new();
@@ -1717,4 +1819,8 @@ fn check_job(job: &FinalJob, history: &JobHistory, ctx: &Context, report: &mut R
     report.duplicated.extend(duplicated);
     report.state_errors.extend(state_errors);
     report.answers.extend(answers);
+    Runs {
+        live: live.into_iter().flatten().collect(),
+        claims: claims.iter().map(|c| (c.began, c.job.taken_at)).collect(),
+    }
 }

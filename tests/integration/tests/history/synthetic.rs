@@ -168,7 +168,12 @@ impl Synthetic {
     }
 
     fn check(&self, finals: &[FinalJob]) -> Report {
-        let report = check(&self.ops, finals);
+        self.check_groups(finals, 1)
+    }
+
+    /// [`Synthetic::check`] for a queue whose groups run `concurrency` jobs at once.
+    fn check_groups(&self, finals: &[FinalJob], concurrency: usize) -> Report {
+        let report = check(&self.ops, finals, concurrency);
         report.print();
         report
     }
@@ -199,6 +204,7 @@ fn final_job(
         result_op: None,
         release_reason: None,
         lease: None,
+        group: None,
     }
 }
 
@@ -782,5 +788,62 @@ fn the_checker_reports_an_answer_on_a_terminated_backend() {
     assert_reported(
         &report.call_errors,
         "was answered, but its backend 1000 had been terminated",
+    );
+}
+
+/// Jobs 10, 11 and 12 of group g, each claimed and completed by process `p` at the given
+/// server times (claim, complete), in seconds.
+fn group_history(runs: [(f64, f64); 3]) -> (Synthetic, Vec<FinalJob>) {
+    let mut h = Synthetic::default();
+    let mut finals = Vec::new();
+    for (i, (claimed, completed)) in runs.into_iter().enumerate() {
+        let id = 10 + i as i64;
+        h.enqueue(i as u64 + 1, id);
+        let at = |seconds: f64| (seconds * S as f64) as Micros;
+        let lease = h.claim(i, id, i as u64 + 1, 1, at(claimed));
+        let done = h.complete(i, id, lease, "succeeded", at(completed));
+        finals.push(FinalJob {
+            group: Some("g".into()),
+            ..succeeded(id, i as u64 + 1, 1, &[], done, lease)
+        });
+    }
+    (h, finals)
+}
+
+#[test]
+fn the_checker_passes_groups_that_keep_their_concurrency_and_order() {
+    let (h, finals) = group_history([(1.0, 1.5), (1.6, 1.8), (1.9, 2.0)]);
+    assert!(h.check_groups(&finals, 1).is_clean());
+    // Two at once is within a concurrency of 2, in any order (job 12 before job 11).
+    let (h, finals) = group_history([(1.0, 1.5), (1.6, 1.8), (1.1, 1.4)]);
+    let report = h.check_groups(&finals, 2);
+    assert!(report.is_clean(), "{:?}", report.groups);
+    assert_eq!(report.grouped, (3, 1));
+}
+
+#[test]
+fn the_checker_reports_a_group_running_more_than_its_concurrency() {
+    // Jobs 10 and 11 both hold live leases at 1.3 s.
+    let (h, finals) = group_history([(1.0, 1.5), (1.2, 1.4), (1.6, 1.7)]);
+    assert_reported(
+        &h.check_groups(&finals, 1).groups,
+        "jobs [10, 11] held live leases at once",
+    );
+    // At concurrency 2, three at once.
+    let (h, finals) = group_history([(1.0, 1.5), (1.1, 1.5), (1.2, 1.5)]);
+    assert_reported(
+        &h.check_groups(&finals, 2).groups,
+        "jobs [10, 11, 12] held live leases at once",
+    );
+}
+
+#[test]
+fn the_checker_reports_a_group_running_out_of_enqueue_order() {
+    // Job 11 runs and finishes before job 10, earlier in the group, is claimed: no overlap,
+    // but out of order.
+    let (h, finals) = group_history([(2.0, 2.5), (1.0, 1.5), (3.0, 3.5)]);
+    assert_reported(
+        &h.check_groups(&finals, 1).groups,
+        "job 11 was claimed by server time 1000000, before job 10",
     );
 }
