@@ -209,3 +209,38 @@ pub fn release_all(client: &SpiClient<'_>, queue: &str) {
         );
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::waits_in_batch;
+
+    #[test]
+    fn a_batch_marks_each_job_with_concurrency_jobs_of_its_group_ahead_of_it() {
+        let keys = [Some("g"), Some("g"), None, Some("h"), Some("g"), Some("h")];
+        assert_eq!(
+            waits_in_batch(&keys, || 1),
+            Some(vec![false, true, false, false, true, true])
+        );
+        assert_eq!(
+            waits_in_batch(&keys, || 2),
+            Some(vec![false, false, false, false, true, false])
+        );
+        assert_eq!(waits_in_batch(&keys, || 3), None, "no group has 4 jobs");
+    }
+
+    #[test]
+    fn a_batch_without_two_grouped_jobs_asks_nothing_and_marks_nothing() {
+        let asked = std::cell::Cell::new(false);
+        let ask = || {
+            asked.set(true);
+            1
+        };
+        assert_eq!(waits_in_batch(&[None, Some("g"), None], ask), None);
+        assert!(!asked.get(), "the queue's setting is read only when needed");
+        // A setting below 1 counts as 1 (the table's check allows 1 to 10,000).
+        assert_eq!(
+            waits_in_batch(&[Some("g"), Some("g")], || 0),
+            Some(vec![false, true])
+        );
+    }
+}
