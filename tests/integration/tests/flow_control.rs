@@ -484,6 +484,22 @@ fn a_batch_answers_each_payload_and_takes_duplicates_inside_it() {
 // Groups
 // ---------------------------------------------------------------------------------------
 
+/// Completes a claimed job and returns the answer.
+fn complete(client: &mut Client, job: &pg_jobs_tests::Claimed) -> String {
+    scalar(
+        client,
+        "SELECT jobs_complete($1, $2)",
+        &[&job.id, &job.lease],
+    )
+}
+
+/// Enqueues `n` jobs of group `g` into `queue` and returns their ids, in enqueue order.
+fn enqueue_in_group(client: &mut Client, queue: &str, n: usize) -> Vec<i64> {
+    (0..n)
+        .map(|_| enqueue_with(client, queue, ", group_key => 'g'"))
+        .collect()
+}
+
 /// Claims one job and returns its id, if any.
 fn claim_id(client: &mut Client, queue: &str) -> Option<i64> {
     claim(client, queue, 1, "").first().map(|c| c.id)
@@ -510,11 +526,7 @@ fn a_group_of_concurrency_one_runs_in_enqueue_order_whatever_the_priorities() {
             "a second job of the group ran while {} ran",
             c.id
         );
-        let _: String = scalar(
-            &mut client,
-            "SELECT jobs_complete($1, $2)",
-            &[&c.id, &c.lease],
-        );
+        assert_eq!(complete(&mut client, &c), "succeeded");
         order.push(c.id);
     }
     assert_eq!(order, ids, "priority is ignored inside a group");
@@ -554,9 +566,7 @@ fn every_path_that_ends_a_run_frees_the_groups_slot() {
         "group-slots",
         "lease => '1 second', max_attempts => 5",
     );
-    let jobs: Vec<i64> = (0..6)
-        .map(|_| enqueue_with(&mut client, &queue, ", group_key => 'g'"))
-        .collect();
+    let jobs = enqueue_in_group(&mut client, &queue, 6);
     type Ender = Box<dyn Fn(&mut Client, i64, uuid::Uuid)>;
     let enders: Vec<(&str, Ender)> = vec![
         (
@@ -690,21 +700,11 @@ fn waiting(client: &mut Client, queue: &str) -> Vec<i64> {
         .collect()
 }
 
-fn complete(client: &mut Client, job: &pg_jobs_tests::Claimed) -> String {
-    scalar(
-        client,
-        "SELECT jobs_complete($1, $2)",
-        &[&job.id, &job.lease],
-    )
-}
-
 #[test]
 fn a_job_behind_its_group_waits_out_of_the_claim_index_until_its_group_moves_on() {
     let mut client = Cluster::shared().connect();
     let queue = unique_queue(&mut client, "group-marks", "");
-    let jobs: Vec<i64> = (0..3)
-        .map(|_| enqueue_with(&mut client, &queue, ", group_key => 'g'"))
-        .collect();
+    let jobs = enqueue_in_group(&mut client, &queue, 3);
     let held = claim(&mut client, &queue, 10, "");
     assert_eq!(held.iter().map(|c| c.id).collect::<Vec<_>>(), [jobs[0]]);
     assert_eq!(
@@ -811,9 +811,7 @@ fn a_batch_marks_the_jobs_behind_its_own_jobs_of_a_group_and_no_others() {
 fn a_larger_group_frees_one_waiting_job_per_free_slot_and_a_new_concurrency_frees_all() {
     let mut client = Cluster::shared().connect();
     let queue = unique_queue(&mut client, "group-slots-k", "group_concurrency => 2");
-    let jobs: Vec<i64> = (0..6)
-        .map(|_| enqueue_with(&mut client, &queue, ", group_key => 'g'"))
-        .collect();
+    let jobs = enqueue_in_group(&mut client, &queue, 6);
     let held = claim(&mut client, &queue, 10, "");
     assert_eq!(held.len(), 2);
     assert_eq!(waiting(&mut client, &queue), jobs[2..].to_vec());
