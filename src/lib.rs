@@ -38,7 +38,7 @@ pub extern "C-unwind" fn _PG_init() {
     pg::errors::install_privilege_hints();
     pg::settings::register();
     runtime::effects::register_callbacks();
-    engine::tenants::register_callbacks();
+    pg::roles::register_callbacks();
     pg::extension::register_callbacks();
     // SAFETY: a flag Postgres sets while it loads shared_preload_libraries.
     if unsafe { pg_sys::process_shared_preload_libraries_in_progress } {

@@ -17,6 +17,10 @@
 //! `ALTER EXTENSION pg_jobs UPDATE`, the new library would otherwise run on the old version's
 //! tables.
 
+use std::cell::Cell;
+
+use pgrx::pg_sys;
+
 use crate::pg::errors::{raise_with_hint, INSUFFICIENT_PRIVILEGE, READ_ONLY, VERSION_MISMATCH};
 use crate::pg::extension::{self, LIBRARY_VERSION};
 use crate::pg::{recovery, roles};
@@ -46,10 +50,51 @@ impl Role {
 /// Whether the caller has the privileges of `role` (superusers have every role's).
 pub fn caller_has(role: Role) -> bool {
     let caller = roles::caller();
+    let generation = roles::generation();
+    CALLER_POWERS.with(|cached| {
+        let mut powers = cached.get();
+        if powers.caller != caller || powers.generation != generation {
+            powers = CallerPowers {
+                caller,
+                generation,
+                known: [None; 3],
+            };
+        }
+        let slot = role as usize;
+        let has = *powers.known[slot].get_or_insert_with(|| look_up(caller, role));
+        cached.set(powers);
+        has
+    })
+}
+
+/// Whether `caller` has the privileges of `role`, from the catalogs.
+fn look_up(caller: pg_sys::Oid, role: Role) -> bool {
     match roles::role_oid(role.name()) {
         Some(oid) => roles::has_privileges_of(caller, oid),
         None => roles::is_superuser(caller),
     }
+}
+
+/// What [`caller_has`] found out about one caller while no role or membership changed: every
+/// call of every function asks, and a lookup by role name is most of what the answer costs.
+#[derive(Clone, Copy)]
+struct CallerPowers {
+    /// The caller the answers are about.
+    caller: pg_sys::Oid,
+    /// [`roles::generation`] when they were found.
+    generation: u64,
+    /// Per [`Role`], in declaration order: whether the caller has its privileges, once asked.
+    known: [Option<bool>; 3],
+}
+
+thread_local! {
+    static CALLER_POWERS: Cell<CallerPowers> = const {
+        Cell::new(CallerPowers {
+            caller: pg_sys::InvalidOid,
+            generation: 0,
+            known: [None; 3],
+        })
+    };
 }
 
 /// Refuses a call that may change state unless the caller has the privileges of `role` and

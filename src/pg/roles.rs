@@ -1,8 +1,38 @@
 //! Who is calling: the session's role and its memberships, as PostgreSQL tracks them.
 
+use std::cell::Cell;
 use std::ffi::{CStr, CString};
 
 use pgrx::pg_sys;
+
+use crate::pg::version::register_syscache_callback;
+
+thread_local! {
+    /// Bumped when PostgreSQL invalidates this backend's cached roles or memberships.
+    static GENERATION: Cell<u64> = const { Cell::new(0) };
+}
+
+/// Called by PostgreSQL when role or role-membership catalog entries change.
+#[pgrx::pg_guard]
+unsafe extern "C-unwind" fn roles_changed(_arg: pg_sys::Datum, _cache: i32, _hash: u32) {
+    GENERATION.with(|g| g.set(g.get().wrapping_add(1)));
+}
+
+/// Makes [`generation`] follow role and membership changes; called from `_PG_init`.
+pub fn register_callbacks() {
+    // SAFETY: plain functions registered once per process, as PostgreSQL's own caches do.
+    unsafe {
+        register_syscache_callback(pg_sys::SysCacheIdentifier::AUTHMEMMEMROLE, roles_changed);
+        register_syscache_callback(pg_sys::SysCacheIdentifier::AUTHOID, roles_changed);
+    }
+}
+
+/// A number that changes whenever a role, its attributes (superuser, say) or a membership
+/// changes anywhere in the cluster (roles are shared catalogs, so every backend hears of it):
+/// what this backend derived from roles holds while it stays the same.
+pub fn generation() -> u64 {
+    GENERATION.with(Cell::get)
+}
 
 /// The role the caller acts as: the session's current role (what `SET ROLE` chose, or the
 /// session user), also inside a `SECURITY DEFINER` function, where `current_user` is the

@@ -3,16 +3,38 @@
 
 use pgrx::pg_sys;
 
-/// Pins the search path to `pg_catalog` alone for what follows, until [`unpin_search_path`].
+/// How [`pin_search_path`] pinned the search path, for [`unpin_search_path`].
+pub struct SearchPathPin {
+    /// The GUC nest level opened for the pin (PostgreSQL 17 and later, when the search path
+    /// was not pinned already).
+    #[cfg(any(feature = "pg17", feature = "pg18"))]
+    nest_level: Option<i32>,
+}
+
+/// Pins the search path to `pg_catalog` for what follows, until [`unpin_search_path`].
 ///
 /// # Safety
-/// A GUC nest level must be open (see `storage::statement`), and every call must be matched by
-/// one [`unpin_search_path`] before that nest level closes (or by transaction abort).
-pub unsafe fn pin_search_path() {
+/// Every call must be matched by one [`unpin_search_path`], innermost first (or by transaction
+/// abort).
+pub unsafe fn pin_search_path() -> SearchPathPin {
     #[cfg(any(feature = "pg17", feature = "pg18"))]
     {
-        // PostgreSQL 17 removed override search paths; a setting at the open nest level does
-        // the same job and is undone when it closes.
+        // PostgreSQL 17 removed override search paths; a setting at a nest level of its own
+        // does the same job and is undone when it closes. Inside pg_jobs's functions the path
+        // is already pinned by their own SET clause (pg_temp last, which only relation and
+        // type names that pg_catalog lacks could reach, and every statement schema-qualifies
+        // those): opening a nest level there would cost a walk over every setting per call.
+        let current = if pg_sys::namespace_search_path.is_null() {
+            None
+        } else {
+            std::ffi::CStr::from_ptr(pg_sys::namespace_search_path)
+                .to_bytes()
+                .into()
+        };
+        if matches!(current, Some(b"pg_catalog" | b"pg_catalog, pg_temp")) {
+            return SearchPathPin { nest_level: None };
+        }
+        let nest_level = pg_sys::NewGUCNestLevel();
         pg_sys::set_config_option(
             c"search_path".as_ptr(),
             c"pg_catalog".as_ptr(),
@@ -23,6 +45,9 @@ pub unsafe fn pin_search_path() {
             0,
             false,
         );
+        SearchPathPin {
+            nest_level: Some(nest_level),
+        }
     }
     #[cfg(not(any(feature = "pg17", feature = "pg18")))]
     {
@@ -34,16 +59,24 @@ pub unsafe fn pin_search_path() {
         };
         // PushOverrideSearchPath copies the struct into its own memory.
         pg_sys::PushOverrideSearchPath(&mut path);
+        SearchPathPin {}
     }
 }
 
 /// Undoes [`pin_search_path`].
 ///
 /// # Safety
-/// Must follow a [`pin_search_path`] of the same nest level, innermost first.
-pub unsafe fn unpin_search_path() {
+/// Must be given the pin of the innermost [`pin_search_path`] not yet undone.
+pub unsafe fn unpin_search_path(pin: &SearchPathPin) {
+    #[cfg(any(feature = "pg17", feature = "pg18"))]
+    if let Some(nest_level) = pin.nest_level {
+        pg_sys::AtEOXact_GUC(true, nest_level);
+    }
     #[cfg(not(any(feature = "pg17", feature = "pg18")))]
-    pg_sys::PopOverrideSearchPath();
+    {
+        let _ = pin;
+        pg_sys::PopOverrideSearchPath();
+    }
 }
 
 /// Asks PostgreSQL for `size` bytes of shared memory for this library and has `startup` run

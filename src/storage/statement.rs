@@ -374,52 +374,52 @@ pub fn with_client<R>(body: impl FnOnce(&SpiClient<'_>) -> R) -> R {
 /// Why no JIT: where no index serves (the worker's look at the few rows of `jobs.queue`), the
 /// sequential scan that remains carries the planner's penalty for disabled paths, which is far
 /// above `jit_above_cost`: each call would spend tens of milliseconds compiling.
-struct StatementSettings {
-    nest_level: i32,
-}
-
-/// Sets `name` to `value` until the GUC nest level the caller opened is closed.
 ///
-/// # Safety
-/// A GUC nest level must be open (NewGUCNestLevel) and `name` a settable user setting.
-unsafe fn set_for_statement(name: &std::ffi::CStr, value: &std::ffi::CStr) {
-    pg_sys::set_config_option(
-        name.as_ptr(),
-        value.as_ptr(),
-        pg_sys::GucContext::PGC_USERSET,
-        pg_sys::GucSource::PGC_S_SESSION,
-        pg_sys::GucAction::GUC_ACTION_SAVE,
-        true,
-        0,
-        false,
-    );
+/// Why the two planner settings are written to their variables rather than set through the
+/// settings machinery (a nest level, `set_config_option`, and a walk over every setting to undo
+/// it): they only steer planning, nothing in between reads them through that machinery, and
+/// going through it was the largest part of what a call costs beside its statements. Drop
+/// puts the caller's values back on every way out, an ERROR unwinding included.
+struct StatementSettings {
+    /// The caller's `enable_seqscan`.
+    seqscan: bool,
+    /// The caller's `jit`.
+    jit: bool,
+    /// How the search path was pinned, to undo it.
+    search_path: version::SearchPathPin,
 }
 
 impl StatementSettings {
     fn push() -> Self {
-        // SAFETY: a nest level closed in drop (or by transaction abort on an ERROR); all are
-        // user settings; the search path is pinned inside that nest level.
+        // SAFETY: both are plain bool settings without hooks, read only by the planner and
+        // executor of this backend; drop restores them. The pin is undone by drop (or by
+        // transaction abort on an ERROR).
         unsafe {
-            let nest_level = pg_sys::NewGUCNestLevel();
-            set_for_statement(c"enable_seqscan", c"off");
-            set_for_statement(c"jit", c"off");
-            version::pin_search_path();
-            StatementSettings { nest_level }
+            let settings = StatementSettings {
+                seqscan: pg_sys::enable_seqscan,
+                jit: pg_sys::jit_enabled,
+                search_path: version::pin_search_path(),
+            };
+            pg_sys::enable_seqscan = false;
+            pg_sys::jit_enabled = false;
+            settings
         }
     }
 }
 
 impl Drop for StatementSettings {
     fn drop(&mut self) {
-        // While an ERROR unwinds, leave both to (sub)transaction abort, which pops them.
+        // SAFETY: restores what push found; the settings machinery never saw the change.
+        unsafe {
+            pg_sys::enable_seqscan = self.seqscan;
+            pg_sys::jit_enabled = self.jit;
+        }
+        // While an ERROR unwinds, leave the pin to (sub)transaction abort, which pops it.
         if std::thread::panicking() {
             return;
         }
-        // SAFETY: undoes exactly what push did, innermost first.
-        unsafe {
-            version::unpin_search_path();
-            pg_sys::AtEOXact_GUC(true, self.nest_level);
-        }
+        // SAFETY: undoes exactly what push pinned.
+        unsafe { version::unpin_search_path(&self.search_path) };
     }
 }
 

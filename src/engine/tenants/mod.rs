@@ -9,7 +9,7 @@
 //! changes jobs as a parameter, and direct reads of the tables through a row-level security
 //! policy that calls [`scope`] too.
 
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::sync::atomic::Ordering;
 
 use pgrx::datum::DatumWithOid;
@@ -19,7 +19,6 @@ use crate::engine::access::{self, Role};
 use crate::pg::errors::{quote, raise, raise_with_hint, BAD_ARGUMENT, INSUFFICIENT_PRIVILEGE};
 use crate::pg::roles;
 use crate::pg::settings;
-use crate::pg::version::register_syscache_callback;
 use crate::runtime::effects;
 use crate::runtime::shmem::shared;
 use crate::storage::{param, with_client, Statement};
@@ -96,29 +95,12 @@ struct Granted {
 
 thread_local! {
     static GRANTED_CACHE: RefCell<Option<Granted>> = const { RefCell::new(None) };
-    /// Bumped when PostgreSQL invalidates role or membership caches in this backend.
-    static LOCAL_GENERATION: Cell<u64> = const { Cell::new(0) };
-}
-
-/// Called by PostgreSQL when role or role-membership catalog entries change.
-#[pgrx::pg_guard]
-unsafe extern "C-unwind" fn roles_changed(_arg: pg_sys::Datum, _cache: i32, _hash: u32) {
-    LOCAL_GENERATION.with(|g| g.set(g.get().wrapping_add(1)));
-}
-
-/// Makes the cache follow role and membership changes; called from `_PG_init`.
-pub fn register_callbacks() {
-    // SAFETY: plain functions registered once per process, as PostgreSQL's own caches do.
-    unsafe {
-        register_syscache_callback(pg_sys::SysCacheIdentifier::AUTHMEMMEMROLE, roles_changed);
-        register_syscache_callback(pg_sys::SysCacheIdentifier::AUTHOID, roles_changed);
-    }
 }
 
 /// The tenants `role` may act for.
 fn granted_tenants(role: pg_sys::Oid) -> Vec<String> {
     let shared_generation = shared().map(|s| s.tenant_grants().load(Ordering::Acquire));
-    let local_generation = LOCAL_GENERATION.with(Cell::get);
+    let local_generation = roles::generation();
     if let Some(shared_generation) = shared_generation {
         let cached = GRANTED_CACHE.with(|cache| {
             cache.borrow().as_ref().and_then(|c| {

@@ -249,6 +249,86 @@ fn a_role_without_pg_jobs_roles_can_do_nothing_and_is_told_what_to_grant() {
     }
 }
 
+#[test]
+fn grants_and_revokes_of_roles_take_effect_at_the_next_call_of_an_open_session() {
+    // Sessions remember what they found out about their caller's roles: a change made by
+    // another session must reach them at once, whichever way the power comes and goes.
+    let cluster = cluster();
+    let mut superuser = cluster.connect();
+    superuser
+        .batch_execute(
+            "DROP ROLE IF EXISTS changing_roles, changing_roles_group;
+             CREATE ROLE changing_roles LOGIN;
+             CREATE ROLE changing_roles_group NOLOGIN;
+             SELECT jobs_create_queue('role_changes')",
+        )
+        .unwrap();
+    let mut session = cluster.connect_as("changing_roles");
+    let enqueue = "SELECT jobs_enqueue('role_changes', '{}')";
+    refused_naming(&mut session, enqueue, "jobs_client");
+
+    superuser
+        .batch_execute("GRANT jobs_client TO changing_roles")
+        .unwrap();
+    let _: i64 = one(&mut session, enqueue, &[]);
+    refused_naming(
+        &mut session,
+        "SELECT * FROM jobs_claim('role_changes')",
+        "jobs_worker",
+    );
+
+    superuser
+        .batch_execute("REVOKE jobs_client FROM changing_roles")
+        .unwrap();
+    refused_naming(&mut session, enqueue, "jobs_client");
+
+    // Through a group the role joins and leaves, and as a superuser.
+    superuser
+        .batch_execute(
+            "GRANT jobs_worker TO changing_roles_group; GRANT changing_roles_group TO changing_roles",
+        )
+        .unwrap();
+    let _: i64 = one(&mut session, enqueue, &[]);
+    superuser
+        .batch_execute("REVOKE changing_roles_group FROM changing_roles")
+        .unwrap();
+    refused_naming(&mut session, enqueue, "jobs_client");
+    superuser
+        .batch_execute("ALTER ROLE changing_roles SUPERUSER")
+        .unwrap();
+    let _: i64 = one(&mut session, enqueue, &[]);
+    superuser
+        .batch_execute("ALTER ROLE changing_roles NOSUPERUSER")
+        .unwrap();
+    refused_naming(&mut session, enqueue, "jobs_client");
+
+    // SET ROLE changes the caller within the session.
+    superuser
+        .batch_execute("GRANT jobs_client TO changing_roles_group; GRANT changing_roles_group TO changing_roles")
+        .unwrap();
+    session
+        .batch_execute("SET ROLE changing_roles_group")
+        .unwrap();
+    let _: i64 = one(&mut session, enqueue, &[]);
+    superuser
+        .batch_execute("REVOKE jobs_client FROM changing_roles_group")
+        .unwrap();
+    let _: i64 = one(&mut session, enqueue, &[]);
+    superuser
+        .batch_execute("REVOKE jobs_worker FROM changing_roles_group")
+        .unwrap();
+    refused_naming(&mut session, enqueue, "jobs_client");
+    session.batch_execute("RESET ROLE").unwrap();
+    refused_naming(&mut session, enqueue, "jobs_client");
+    drop(session);
+    superuser
+        .batch_execute(
+            "DROP OWNED BY changing_roles, changing_roles_group;
+             DROP ROLE changing_roles; DROP ROLE changing_roles_group",
+        )
+        .unwrap();
+}
+
 /// Enqueues one job for the session's tenant and claims it, returning (id, lease).
 fn job_of(worker: &mut Client, queue: &str) -> (i64, uuid::Uuid) {
     let id: i64 = one(worker, "SELECT jobs_enqueue($1, '{}')", &[&queue]);
