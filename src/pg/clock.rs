@@ -46,12 +46,32 @@ pub fn add_interval(at: pg_sys::TimestampTz, interval: &Interval) -> Option<pg_s
 /// of range. A month counts as many days as the calendar gives it from today, so
 /// `'1 mon -29 days'` is judged by the timestamp it yields, never by a 30-day approximation.
 pub fn applied_length(interval: &Interval) -> Option<i64> {
-    let now = server_now();
+    length_at(server_now(), interval)
+}
+
+/// The length of `interval` applied at `now`, as [`applied_length`] describes it.
+pub fn length_at(now: pg_sys::TimestampTz, interval: &Interval) -> Option<i64> {
+    if interval.months() == 0 && interval.days() == 0 {
+        // No calendar part: the server adds the time part as it is and refuses a result
+        // outside the timestamp range, which is cheaper to say here than to ask (an error
+        // trap per call) for the lengths nearly every call passes ('30 seconds', '24 hours').
+        return now
+            .checked_add(interval.micros())
+            .filter(|then| (MIN_TIMESTAMP..END_TIMESTAMP).contains(then))
+            .map(|then| then - now);
+    }
     add_interval(now, interval).map(|then| then - now)
 }
+
+/// The first valid timestamp (4714-11-24 00:00:00 UTC BC), as PostgreSQL's `MIN_TIMESTAMP`.
+pub const MIN_TIMESTAMP: i64 = -211_813_488_000_000_000;
+/// The first timestamp past the valid range (294277-01-01 00:00:00 UTC), as PostgreSQL's
+/// `END_TIMESTAMP`.
+pub const END_TIMESTAMP: i64 = 9_223_371_331_200_000_000;
 
 /// An interval of exactly `micros` microseconds (no months or days), so that applying it later
 /// gives the length that was checked.
 pub fn interval_of(micros: i64) -> Interval {
-    Interval::from_micros(micros)
+    // Interval::from_micros would go through seconds as a float and make_interval.
+    Interval::new(0, 0, micros).expect("an interval of time alone has no signs to mismatch")
 }

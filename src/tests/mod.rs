@@ -159,6 +159,46 @@ mod tests {
     }
 
     #[pg_test]
+    fn lengths_without_a_calendar_part_are_what_the_server_would_add() {
+        // The shortcut for intervals of time alone must agree with timestamptz + interval,
+        // also at both ends of the timestamp range, where the server refuses the sum.
+        use crate::pg::clock::{
+            add_interval, interval_of, length_at, server_now, END_TIMESTAMP, MIN_TIMESTAMP,
+        };
+        let now = server_now();
+        let lengths = [
+            0,
+            1,
+            -1,
+            30_000_000,
+            86_400_000_000,
+            -300_000_000,
+            END_TIMESTAMP - now - 1,
+            END_TIMESTAMP - now,
+            MIN_TIMESTAMP - now,
+            MIN_TIMESTAMP - now - 1,
+            i64::MAX,
+            i64::MIN,
+        ];
+        for micros in lengths {
+            let interval = interval_of(micros);
+            let server = add_interval(now, &interval).map(|then| then - now);
+            let shortcut = length_at(now, &interval);
+            assert!(
+                shortcut == server,
+                "{micros} microseconds: {shortcut:?}, the server {server:?}"
+            );
+        }
+        let at_end = length_at(now, &interval_of(END_TIMESTAMP - now));
+        assert!(at_end.is_none(), "past the range: {at_end:?}");
+        let at_min = length_at(now, &interval_of(MIN_TIMESTAMP - now));
+        assert!(
+            at_min == Some(MIN_TIMESTAMP - now),
+            "the first valid timestamp: {at_min:?}"
+        );
+    }
+
+    #[pg_test]
     fn backoff_delay_doubles_and_caps() {
         let delays: String = one(
             "SELECT string_agg(extract(epoch FROM jobs.backoff_delay('1 second', '10 seconds', 0, a))::float8::text, ',' ORDER BY a)
