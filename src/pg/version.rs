@@ -429,3 +429,21 @@ pub unsafe fn update_row(
         update_indexes != pg_sys::TU_UpdateIndexes::TU_None
     }
 }
+
+/// Begins an index scan of `index` on `heap` with `keys` scan keys and no ordering keys.
+///
+/// # Safety
+/// Open relations and a registered snapshot that outlive the scan; end it with
+/// `index_endscan`.
+pub unsafe fn index_begin_scan(
+    heap: pg_sys::Relation,
+    index: pg_sys::Relation,
+    snapshot: pg_sys::Snapshot,
+    keys: i32,
+) -> pg_sys::IndexScanDesc {
+    // PostgreSQL 18 added the scan's instrumentation, which nothing here reads.
+    #[cfg(feature = "pg18")]
+    return pg_sys::index_beginscan(heap, index, snapshot, std::ptr::null_mut(), keys, 0);
+    #[cfg(not(feature = "pg18"))]
+    return pg_sys::index_beginscan(heap, index, snapshot, keys, 0);
+}

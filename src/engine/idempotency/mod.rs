@@ -12,7 +12,7 @@
 use pgrx::datum::{Interval, TimestampWithTimeZone};
 use pgrx::pg_sys::{self, INT4OID, INTERVALOID, JSONBOID, TEXTOID, TIMESTAMPTZOID, UUIDOID};
 use pgrx::spi::SpiClient;
-use pgrx::Uuid;
+use pgrx::{FromDatum, Uuid};
 
 // Tokens fence, as leases do, and are no secret (whoever may read the record sees it): the
 // claim's fast generator, seeded from the strong random source, serves them too.
@@ -23,7 +23,7 @@ use crate::pg::datum::{IdempotencyRecordRow, IdempotencySavedRow, Jsonb};
 use crate::pg::errors::{
     quote, raise_with_hint, BAD_ARGUMENT, IDEMPOTENCY_CONFLICT, IDEMPOTENCY_MISMATCH,
 };
-use crate::storage::{param, timestamptz_arg, with_client, Statement};
+use crate::storage::{key_reader, param, timestamptz_arg, with_client, Statement};
 
 static SAVE: Statement = Statement {
     name: "idempotency/save",
@@ -248,6 +248,23 @@ fn refuse(client: &SpiClient<'_>, key: &RecordKey<'_>) -> ! {
 /// The live record of `key` as a row of `jobs.idempotency_record`, if any: an expired record
 /// is absent.
 pub fn get(key: &RecordKey<'_>) -> Option<IdempotencyRecordRow> {
+    let now = server_now();
+    // SAFETY: inside the caller's transaction; live_record copies what it keeps into a new
+    // tuple in the current memory context.
+    let direct = unsafe {
+        key_reader::read(
+            c"idempotency",
+            &[c"tenant", c"scope", c"key"],
+            &[key.tenant.as_str(), key.scope, key.key],
+            |row| match row {
+                None => Some(None),
+                Some(row) => live_record(row, now),
+            },
+        )
+    };
+    if let Some(record) = direct.flatten() {
+        return record;
+    }
     // SAFETY: reading the current context pointer (the caller's, which outlives SPI).
     let context = unsafe { pg_sys::CurrentMemoryContext };
     with_client(|client| {
@@ -257,11 +274,76 @@ pub fn get(key: &RecordKey<'_>) -> Option<IdempotencyRecordRow> {
                 key.tenant.as_str().into(),
                 key.scope.into(),
                 key.key.into(),
-                timestamptz_arg(server_now()),
+                timestamptz_arg(now),
             ],
         );
         rows.first().and_then(|row| row.get_in("record", context))
     })
+}
+
+/// What get.sql makes of `row` at `now`, built from the row itself: `Some(None)` when it
+/// expired, `None` when its columns or the record type are not what get.sql reads (the caller
+/// then runs it).
+///
+/// # Safety
+/// `row` is a view [`key_reader::read`] holds; the record is formed in the current memory
+/// context, so it outlives the view.
+unsafe fn live_record(
+    row: &key_reader::RowView,
+    now: pg_sys::TimestampTz,
+) -> Option<Option<IdempotencyRecordRow>> {
+    let (_, expires_type) = row.column_type(c"expires_at")?;
+    if expires_type != TIMESTAMPTZOID {
+        return None;
+    }
+    let expires_at = row.value(c"expires_at")?.value() as pg_sys::TimestampTz;
+    if expires_at <= now {
+        return Some(None);
+    }
+    // SAFETY: catalog lookups; the record's descriptor is reference counted while in use; the
+    // values are copied into the new tuple, which HeapTupleHeaderGetDatum flattens (no toast
+    // pointers into the table are left in it).
+    unsafe {
+        let namespace = pg_sys::get_namespace_oid(c"jobs".as_ptr(), true);
+        let record_type = pg_sys::GetSysCacheOid(
+            pg_sys::SysCacheIdentifier::TYPENAMENSP as i32,
+            pg_sys::Anum_pg_type_oid as pg_sys::AttrNumber,
+            pg_sys::Datum::from(c"idempotency_record".as_ptr()),
+            pg_sys::Datum::from(namespace),
+            pg_sys::Datum::from(0),
+            pg_sys::Datum::from(0),
+        );
+        if namespace == pg_sys::InvalidOid || record_type == pg_sys::InvalidOid {
+            return None;
+        }
+        let desc = pg_sys::lookup_rowtype_tupdesc(record_type, -1);
+        let attributes = pgrx::PgTupleDesc::from_pg_unchecked(desc);
+        let mut values = Vec::with_capacity(attributes.len());
+        let mut nulls = Vec::with_capacity(attributes.len());
+        let mut fits = true;
+        for attribute in attributes.iter() {
+            let name = std::ffi::CStr::from_ptr(attribute.attname.data.as_ptr());
+            match row.column_type(name) {
+                Some((_, column_type)) if column_type == attribute.atttypid => {
+                    let value = row.value(name);
+                    values.push(value.unwrap_or(pg_sys::Datum::from(0)));
+                    nulls.push(value.is_none());
+                }
+                _ => fits = false,
+            }
+        }
+        let record = fits.then(|| {
+            let tuple = pg_sys::heap_form_tuple(desc, values.as_mut_ptr(), nulls.as_mut_ptr());
+            pg_sys::HeapTupleHeaderGetDatum((*tuple).t_data)
+        });
+        pg_sys::DecrTupleDescRefCount(desc);
+        let datum = record?;
+        Some(IdempotencyRecordRow::from_polymorphic_datum(
+            datum,
+            false,
+            record_type,
+        ))
+    }
 }
 
 /// Sets the status and response of the live record of `key` that holds `token`, and its expiry

@@ -476,6 +476,67 @@ fn reads_treat_an_expired_record_as_absent_by_the_servers_clock_at_the_call() {
 }
 
 #[test]
+fn get_returns_the_whole_record_as_the_transaction_sees_it() {
+    // get reads the record through its key's index without a statement: what it returns must
+    // be the row as a statement of the caller's transaction would see it, a response stored
+    // out of line (TOAST) included.
+    let cluster = cluster();
+    let mut client = cluster.connect();
+    let key = unique_key("whole");
+    let big: String = (0..60_000u32)
+        .map(|i| char::from(b'a' + (i.wrapping_mul(2_654_435_761) >> 27) as u8 % 26))
+        .collect();
+    let response = json!({"status": 200, "body": big});
+    let saved = save(&mut client, &key, ", fingerprint => 'f-whole'");
+    assert_eq!(
+        update(
+            &mut client,
+            &key,
+            "completed",
+            response.clone(),
+            saved.token
+        ),
+        "updated"
+    );
+    // 60 kB: far above the ~2 kB at which PostgreSQL compresses a row's values or moves them
+    // out of line.
+    let row = client
+        .query_one(
+            "SELECT status, response, fingerprint, created_at = updated_at OR created_at < updated_at,
+                    expires_at > now()
+               FROM jobs_idempotency_get($1)",
+            &[&key],
+        )
+        .expect("get the record");
+    assert_eq!(row.get::<_, String>(0), "completed");
+    assert_eq!(row.get::<_, Value>(1), response);
+    assert_eq!(row.get::<_, Option<String>>(2).as_deref(), Some("f-whole"));
+    assert!(row.get::<_, bool>(3) && row.get::<_, bool>(4));
+
+    // Inside a transaction: its own save is visible to its get; another session sees
+    // nothing until it commits, and a rolled-back save never.
+    let fresh = unique_key("in-transaction");
+    let mut other = cluster.connect();
+    let mut transaction = client.transaction().expect("begin");
+    transaction
+        .query_one("SELECT jobs_idempotency_save($1)", &[&fresh])
+        .expect("save in the transaction");
+    let own: i64 = transaction
+        .query_one("SELECT count(*) FROM jobs_idempotency_get($1)", &[&fresh])
+        .expect("get in the transaction")
+        .get(0);
+    assert_eq!(own, 1, "a transaction's own record is visible to its get");
+    assert_eq!(
+        get(&mut other, &fresh),
+        None,
+        "an uncommitted record is visible"
+    );
+    transaction.rollback().expect("roll back");
+    assert_eq!(get(&mut other, &fresh), None);
+    assert_eq!(get(&mut client, &fresh), None);
+}
+
+#[test]
 fn scopes_and_keys_never_collide() {
     let mut client = cluster().connect();
     let tag = unique_key("sep");

@@ -1,0 +1,211 @@
+//! Reading one row of a `jobs.` table by its primary key of text columns without the executor:
+//! the primary key's btree is searched for the key, the row version the transaction's snapshot
+//! sees is fetched, and the caller reads its columns while the buffer is pinned. No SPI
+//! connection, no kept plan to check, no executor to start and end: for the lookups an HTTP
+//! request makes several times (`jobs_idempotency_get`), those were most of what a call cost
+//! beside the function call itself.
+//!
+//! Where a statement would do more than that (row-level security applies to the function's
+//! owner, the primary key is not a btree over the expected text columns), [`read`] reads
+//! nothing and answers `None`, and the caller runs its SQL statement instead.
+
+use std::ffi::CStr;
+
+use pgrx::pg_sys::{self, Datum, Oid};
+
+use crate::pg::version;
+
+/// The columns of one row version, by name, while [`read`] holds its buffer.
+pub struct RowView {
+    slot: *mut pg_sys::TupleTableSlot,
+    desc: pg_sys::TupleDesc,
+}
+
+impl RowView {
+    /// The value of column `name` (`None` for NULL, or no such column), valid until the view
+    /// is gone: copy what must outlive it.
+    pub fn value(&self, name: &CStr) -> Option<Datum> {
+        let at = self.column(name)?;
+        // SAFETY: a slot whose attributes read fetched; `at` is within its descriptor.
+        unsafe {
+            if *(*self.slot).tts_isnull.add(at) {
+                None
+            } else {
+                Some(*(*self.slot).tts_values.add(at))
+            }
+        }
+    }
+
+    /// The 0-based position of column `name` and its type, if the row has it.
+    pub fn column_type(&self, name: &CStr) -> Option<(usize, Oid)> {
+        let at = self.column(name)?;
+        // SAFETY: the relation's descriptor, read through pgrx (its layout changed in 18).
+        let desc = unsafe { pgrx::PgTupleDesc::from_pg_unchecked(self.desc) };
+        desc.get(at).map(|attribute| (at, attribute.atttypid))
+    }
+
+    fn column(&self, name: &CStr) -> Option<usize> {
+        // SAFETY: as column_type.
+        let desc = unsafe { pgrx::PgTupleDesc::from_pg_unchecked(self.desc) };
+        desc.iter().position(|attribute| {
+            // SAFETY: attname is a NUL-terminated NameData.
+            !attribute.attisdropped
+                && unsafe { CStr::from_ptr(attribute.attname.data.as_ptr()) } == name
+        })
+    }
+}
+
+/// Reads the row of `jobs.<table>` whose primary key, of text columns named `columns` in that
+/// order, equals `key`, as a statement of the caller's transaction would see it now, and
+/// answers what `read` makes of it (`None` given to `read`: no such row). `None` when this path
+/// cannot stand in for the SQL statement.
+///
+/// # Safety
+/// Inside a transaction. `read` must copy out whatever it keeps: the row's values point into a
+/// buffer released when it returns.
+pub unsafe fn read<R>(
+    table: &CStr,
+    columns: &[&CStr],
+    key: &[&str],
+    read: impl FnOnce(Option<&RowView>) -> R,
+) -> Option<R> {
+    debug_assert_eq!(columns.len(), key.len());
+    // SAFETY: catalog lookups and relations opened here and closed before returning (their
+    // locks kept until the transaction ends, as a statement's are); the snapshot is registered
+    // for the scan and unregistered after it. On an ERROR, transaction abort releases them.
+    unsafe {
+        let namespace = pg_sys::get_namespace_oid(c"jobs".as_ptr(), true);
+        if namespace == pg_sys::InvalidOid {
+            return None;
+        }
+        let oid = pg_sys::get_relname_relid(table.as_ptr(), namespace);
+        if oid == pg_sys::InvalidOid {
+            return None;
+        }
+        let heap = pg_sys::table_open(oid, pg_sys::AccessShareLock as i32);
+        let index = primary_key(heap, columns);
+        let answer = index.map(|index| {
+            let answer = scan(heap, index, key, read);
+            pg_sys::index_close(index, pg_sys::NoLock as i32);
+            answer
+        });
+        pg_sys::table_close(heap, pg_sys::NoLock as i32);
+        answer
+    }
+}
+
+/// The open primary key of the open `heap`, if a statement would find rows the way [`scan`]
+/// does: no row-level security for the current role, and a btree over exactly `columns`, each
+/// of type text in the text operator family.
+unsafe fn primary_key(heap: pg_sys::Relation, columns: &[&CStr]) -> Option<pg_sys::Relation> {
+    // SAFETY: an open relation; the index is opened here and closed when it does not fit.
+    unsafe {
+        if pg_sys::check_enable_rls((*heap).rd_id, pg_sys::InvalidOid, true)
+            == pg_sys::CheckEnableRlsResult::RLS_ENABLED as i32
+        {
+            return None;
+        }
+        // Fills rd_pkindex.
+        pg_sys::list_free(pg_sys::RelationGetIndexList(heap));
+        let pk = (*heap).rd_pkindex;
+        if pk == pg_sys::InvalidOid {
+            return None;
+        }
+        let index = pg_sys::index_open(pk, pg_sys::AccessShareLock as i32);
+        let fits = (*(*index).rd_rel).relam == pg_sys::BTREE_AM_OID
+            && key_columns_are(heap, index, columns);
+        if fits {
+            Some(index)
+        } else {
+            pg_sys::index_close(index, pg_sys::NoLock as i32);
+            None
+        }
+    }
+}
+
+/// Whether the open btree `index` of `heap` has exactly `columns` as its key columns, in
+/// order, each text in the text operator family.
+unsafe fn key_columns_are(
+    heap: pg_sys::Relation,
+    index: pg_sys::Relation,
+    columns: &[&CStr],
+) -> bool {
+    // SAFETY: an open index and its table; their descriptors are the relcache's.
+    unsafe {
+        let form = (*index).rd_index;
+        if (*form).indnkeyatts as usize != columns.len() || !(*index).rd_indexprs.is_null() {
+            return false;
+        }
+        let desc = pgrx::PgTupleDesc::from_pg_unchecked((*heap).rd_att);
+        let keys = (*form).indkey.values.as_slice(columns.len());
+        columns.iter().enumerate().all(|(i, name)| {
+            let attnum = keys[i] as usize;
+            let named = attnum >= 1
+                && desc.get(attnum - 1).is_some_and(|attribute| {
+                    !attribute.attisdropped
+                        && attribute.atttypid == pg_sys::TEXTOID
+                        && CStr::from_ptr(attribute.attname.data.as_ptr()) == *name
+                });
+            named && *(*index).rd_opfamily.add(i) == pg_sys::TEXT_BTREE_FAM_OID
+        })
+    }
+}
+
+/// Searches `index` of `heap` for `key` and hands `read` the visible row version, if any.
+unsafe fn scan<R>(
+    heap: pg_sys::Relation,
+    index: pg_sys::Relation,
+    key: &[&str],
+    read: impl FnOnce(Option<&RowView>) -> R,
+) -> R {
+    // SAFETY: open relations; the scan keys and their text values live in the current memory
+    // context until the scan ends; the slot and the scan are released before returning.
+    unsafe {
+        let mut keys: Vec<pg_sys::ScanKeyData> = Vec::with_capacity(key.len());
+        for (i, part) in key.iter().enumerate() {
+            let value = pg_sys::cstring_to_text_with_len(part.as_ptr().cast(), part.len() as i32);
+            let mut entry = std::mem::zeroed::<pg_sys::ScanKeyData>();
+            // The index column's collation, as the planner gives an index condition: the
+            // btree's ordering comparisons use it to find the key's place.
+            pg_sys::ScanKeyEntryInitialize(
+                &mut entry,
+                0,
+                (i + 1) as pg_sys::AttrNumber,
+                pg_sys::BTEqualStrategyNumber as pg_sys::StrategyNumber,
+                pg_sys::InvalidOid,
+                *(*index).rd_indcollation.add(i),
+                pg_sys::Oid::from(pg_sys::F_TEXTEQ),
+                Datum::from(value),
+            );
+            keys.push(entry);
+        }
+        // As a statement of a volatile function does: what this transaction did so far is
+        // visible, and under READ COMMITTED the snapshot is taken now.
+        pg_sys::CommandCounterIncrement();
+        let snapshot = pg_sys::RegisterSnapshot(pg_sys::GetTransactionSnapshot());
+        let scan = version::index_begin_scan(heap, index, snapshot, keys.len() as i32);
+        pg_sys::index_rescan(
+            scan,
+            keys.as_mut_ptr(),
+            keys.len() as i32,
+            std::ptr::null_mut(),
+            0,
+        );
+        let slot = pg_sys::table_slot_create(heap, std::ptr::null_mut());
+        let found =
+            pg_sys::index_getnext_slot(scan, pg_sys::ScanDirection::ForwardScanDirection, slot);
+        let answer = if found {
+            pg_sys::slot_getallattrs(slot);
+            read(Some(&RowView {
+                slot,
+                desc: (*heap).rd_att,
+            }))
+        } else {
+            read(None)
+        };
+        pg_sys::ExecDropSingleTupleTableSlot(slot);
+        pg_sys::index_endscan(scan);
+        pg_sys::UnregisterSnapshot(snapshot);
+        answer
+    }
+}
