@@ -28,7 +28,7 @@ use pgrx::pg_sys::{
 use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
 
-use crate::engine::groups;
+use crate::engine::groups::{self, GroupRef};
 use crate::engine::model::Position;
 use crate::engine::queues::{self, unknown_queue};
 use crate::engine::transitions;
@@ -152,7 +152,7 @@ static UNIQUE_REPLACE: Statement = Statement {
         param("run_at", TIMESTAMPTZOID),
         param("priority", INT2OID),
     ],
-    columns: &["queue", "priority", "run_at", "id"],
+    columns: &["queue", "priority", "run_at", "id", "group_key", "tenant"],
 };
 
 /// What an enqueue does when a job of the same queue already holds the unique key.
@@ -538,7 +538,14 @@ fn resolve_duplicate(
                 options.priority.into(),
             ];
             // A running or finished holder is left alone (no row).
-            transitions::queued_rows(&UNIQUE_REPLACE.run(client, &args));
+            let rows = UNIQUE_REPLACE.run(client, &args);
+            transitions::queued_rows(&rows);
+            // A job waiting for its group: a settle that freed a slot for it meanwhile skipped
+            // it while this transaction held its row, so look again under the group's lock.
+            groups::move_on(
+                client,
+                rows.iter().filter_map(|row| GroupRef::of_row(&row)).collect(),
+            );
         }
         OnConflict::Error => raise_with_hint(
             UNIQUE_VIOLATION,

@@ -22,6 +22,14 @@
 //! * A mark is made only while an earlier job of the group is unfinished (concurrency 1) or
 //!   `group_concurrency` of its jobs run; each of them ends or runs through one of those paths,
 //!   and the earliest waiting jobs go first.
+//! * [`move_on`] skips a waiting job whose row another transaction holds rather than wait for
+//!   it: that transaction may be waiting for the group's lock (a late settle of a reclaimed
+//!   job, or a cancel, updates the job and then moves its group on), and waiting for each other
+//!   was a deadlock (found by the history checker at concurrency 2). Every transaction that can
+//!   hold a waiting job's row moves the group on after it (complete, fail, release and cancel
+//!   as above; a unique enqueue's `replace`), or makes the job run (a heartbeat of the reclaimed
+//!   job, which takes the slot it was to get); claims never lock waiting jobs (the claim
+//!   indexes leave them out) and marks never touch them.
 //! * An enqueue marks a job only behind jobs of its own batch ([`waits_in_batch`]), which
 //!   nobody else can settle before it commits.
 //! * A change of `group_concurrency` clears every mark of the queue ([`release_all`]).

@@ -5,6 +5,10 @@
 -- free slots. Runs under the groups' locks and the latest snapshot: the claims that marked jobs
 -- of these groups held those locks until they committed, so every mark is seen. A few probes
 -- of job_group_idx and job_group_running_idx per group, however many jobs it holds.
+-- A job whose row another transaction holds is skipped, never waited for: that transaction
+-- (a late settle of a reclaimed job, a cancel) may itself be waiting for these groups' locks,
+-- and every path that changes a queued job of a group moves the group on after it, under the
+-- locks and the latest snapshot, so the skipped job is looked at again once it commits.
 -- $1 queues, $2 group keys, $3 tenants
 WITH groups AS (
     SELECT g.queue, g.group_key, g.tenant, q.group_concurrency AS concurrency,
@@ -42,9 +46,15 @@ WITH groups AS (
              LIMIT greatest(g.concurrency - g.running, 0)
            ) AS next
      WHERE g.concurrency > 1
+), free AS (
+    SELECT j.id
+      FROM jobs.job j
+      JOIN may_run ON j.id = may_run.id
+     WHERE j.group_wait AND j.state = 'queued'
+       FOR UPDATE OF j SKIP LOCKED
 )
 UPDATE jobs.job j
    SET group_wait = false
-  FROM may_run
- WHERE j.id = may_run.id AND j.group_wait AND j.state = 'queued'
+  FROM free
+ WHERE j.id = free.id
 RETURNING j.queue, j.priority, j.run_at, j.id

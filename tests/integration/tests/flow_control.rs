@@ -895,6 +895,68 @@ fn a_settle_racing_a_claim_that_marks_its_groups_next_job_clears_the_mark() {
     }
 }
 
+/// A settle that frees its group's slots while another transaction holds the row of a job
+/// waiting for the group, and waits for the group's lock: the history checker found the
+/// deadlock (a late settle of a reclaimed job against a settle moving the group on, at
+/// concurrency 2); a cancel of the waiting job makes it on demand. The settle that moves the
+/// group on passes over the held job, the cancel then moves the group on itself, and the other
+/// waiting job is claimable.
+#[test]
+fn a_group_moving_on_passes_over_a_waiting_job_another_transaction_holds() {
+    let cluster = Cluster::shared();
+    let mut client = cluster.connect();
+    let queue = unique_queue(&mut client, "group-held", "group_concurrency => 2");
+    let jobs = enqueue_in_group(&mut client, &queue, 4);
+    let held = claim(&mut client, &queue, 10, "");
+    assert_eq!(held.len(), 2);
+    assert_eq!(waiting(&mut client, &queue), jobs[2..].to_vec());
+
+    // The settler holds the group's lock from its first complete (which frees jobs[2]).
+    let mut settler = cluster.connect();
+    settler.batch_execute("BEGIN").unwrap();
+    let first: String = scalar(
+        &mut settler,
+        "SELECT jobs_complete($1, $2)",
+        &[&held[0].id, &held[0].lease],
+    );
+    assert_eq!(first, "succeeded");
+    // The canceller updates the still-waiting jobs[3], then waits for the group's lock.
+    let mut canceller = cluster.connect();
+    let canceller_pid: i32 = scalar(&mut canceller, "SELECT pg_backend_pid()", &[]);
+    let waiting_job = jobs[3];
+    let cancelling = thread::spawn(move || {
+        canceller.batch_execute("BEGIN").unwrap();
+        let cancelled: String = scalar(&mut canceller, "SELECT jobs_cancel($1)", &[&waiting_job]);
+        canceller.batch_execute("COMMIT").unwrap();
+        cancelled
+    });
+    wait_until(
+        Duration::from_secs(10),
+        "the cancel to wait for the group's lock",
+        || {
+            scalar::<bool>(
+                &mut client,
+                "SELECT coalesce(wait_event_type = 'Lock', false) FROM pg_stat_activity WHERE pid = $1",
+                &[&canceller_pid],
+            )
+        },
+    );
+    // The second complete frees another slot: its move-on meets jobs[3], held by the cancel.
+    let second = settler.query_one(
+        "SELECT jobs_complete($1, $2)",
+        &[&held[1].id, &held[1].lease],
+    );
+    let second: String = second
+        .unwrap_or_else(|e| panic!("the second complete: {e}"))
+        .get(0);
+    assert_eq!(second, "succeeded");
+    settler.batch_execute("COMMIT").unwrap();
+    assert_eq!(cancelling.join().unwrap(), "cancelled");
+    assert!(waiting(&mut client, &queue).is_empty());
+    assert_eq!(claim_id(&mut client, &queue), Some(jobs[2]));
+    assert_eq!(claim_id(&mut client, &queue), None, "jobs[3] was cancelled");
+}
+
 /// Eight workers burn down 30 groups of 8 jobs at concurrency 1 (and, in a second queue, 2),
 /// failing some attempts, releasing others and dying now and then, while a monitor reads the
 /// queue's jobs over and over (each read one consistent snapshot): never more running jobs in a
