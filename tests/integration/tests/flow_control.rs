@@ -842,6 +842,17 @@ fn a_larger_group_frees_one_waiting_job_per_free_slot_and_a_new_concurrency_free
     );
 }
 
+/// Waits until the backend `pid` waits for a lock; `what` names it in the timeout's message.
+fn wait_for_a_lock(client: &mut Client, pid: i32, what: &str) {
+    wait_until(Duration::from_secs(10), what, || {
+        scalar::<bool>(
+            client,
+            "SELECT coalesce(wait_event_type = 'Lock', false) FROM pg_stat_activity WHERE pid = $1",
+            &[&pid],
+        )
+    });
+}
+
 /// A claim that marks a job keeps its group's lock until it ends, and a settle of the group
 /// waits for it: the settle then sees the mark and clears it. Were the settle not to wait (or
 /// to read with its transaction's older snapshot, under REPEATABLE READ), the mark would be
@@ -874,16 +885,10 @@ fn a_settle_racing_a_claim_that_marks_its_groups_next_job_clears_the_mark() {
             settler.batch_execute("COMMIT").unwrap();
             answer
         });
-        wait_until(
-            Duration::from_secs(10),
+        wait_for_a_lock(
+            &mut client,
+            settler_pid,
             "the settle to wait for the group's lock",
-            || {
-                scalar::<bool>(
-                &mut client,
-                "SELECT coalesce(wait_event_type = 'Lock', false) FROM pg_stat_activity WHERE pid = $1",
-                &[&settler_pid],
-            )
-            },
         );
         claimer.batch_execute("COMMIT").unwrap();
         assert_eq!(settling.join().unwrap(), "succeeded", "{isolation}");
@@ -930,16 +935,10 @@ fn a_group_moving_on_passes_over_a_waiting_job_another_transaction_holds() {
         canceller.batch_execute("COMMIT").unwrap();
         cancelled
     });
-    wait_until(
-        Duration::from_secs(10),
+    wait_for_a_lock(
+        &mut client,
+        canceller_pid,
         "the cancel to wait for the group's lock",
-        || {
-            scalar::<bool>(
-                &mut client,
-                "SELECT coalesce(wait_event_type = 'Lock', false) FROM pg_stat_activity WHERE pid = $1",
-                &[&canceller_pid],
-            )
-        },
     );
     // The second complete frees another slot: its move-on meets jobs[3], held by the cancel.
     let second = settler.query_one(

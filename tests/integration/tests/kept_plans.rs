@@ -49,10 +49,10 @@ fn claim_and_complete(session: &mut ExplainingSession, queue: &str) -> Vec<Value
     session.take_plans()
 }
 
-#[test]
-fn plans_made_on_an_empty_table_stay_index_plans_as_it_grows() {
-    let cluster = Cluster::shared();
-    let database = format!("kept_plans_{}", std::process::id());
+/// A new database `<prefix>_<pid>` (dropped first if a run before left it), so that the
+/// test's tables are empty when it plans; returns a superuser connection and the name.
+fn database_of_its_own(cluster: &Cluster, prefix: &str) -> (postgres::Client, String) {
+    let database = format!("{prefix}_{}", std::process::id());
     let mut admin = cluster.connect();
     for statement in [
         format!("DROP DATABASE IF EXISTS {database}"),
@@ -62,6 +62,13 @@ fn plans_made_on_an_empty_table_stay_index_plans_as_it_grows() {
             .batch_execute(&statement)
             .expect("create a database of its own");
     }
+    (admin, database)
+}
+
+#[test]
+fn plans_made_on_an_empty_table_stay_index_plans_as_it_grows() {
+    let cluster = Cluster::shared();
+    let (mut admin, database) = database_of_its_own(cluster, "kept_plans");
     let mut setup = cluster.connect_to(&database);
     setup
         .batch_execute(
@@ -139,16 +146,7 @@ fn idempotency_statements_reach_records_by_their_key_alone() {
     // out: the expiry is no index condition. With the key's index gone, a statement that could
     // still use the expiry index does (sequential scans are off for pg_jobs's statements).
     let cluster = Cluster::shared();
-    let database = format!("kept_idempotency_plans_{}", std::process::id());
-    let mut admin = cluster.connect();
-    for statement in [
-        format!("DROP DATABASE IF EXISTS {database}"),
-        format!("CREATE DATABASE {database}"),
-    ] {
-        admin
-            .batch_execute(&statement)
-            .expect("create a database of its own");
-    }
+    let (mut admin, database) = database_of_its_own(cluster, "kept_idempotency_plans");
     let mut setup = cluster.connect_to(&database);
     setup
         .batch_execute(
