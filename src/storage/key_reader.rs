@@ -18,40 +18,30 @@ use crate::pg::version;
 /// The columns of one row version, by name, while [`read`] holds its buffer.
 pub struct RowView {
     slot: *mut pg_sys::TupleTableSlot,
-    desc: pg_sys::TupleDesc,
+    heap: pg_sys::Relation,
 }
 
 impl RowView {
-    /// The value of column `name` (`None` for NULL, or no such column), valid until the view
-    /// is gone: copy what must outlive it.
-    pub fn value(&self, name: &CStr) -> Option<Datum> {
-        let at = self.column(name)?;
-        // SAFETY: a slot whose attributes read fetched; `at` is within its descriptor.
+    /// Column `name`, if the row has it: its type and its value (`None` for NULL), valid until
+    /// the view is gone: copy what must outlive it.
+    pub fn column(&self, name: &CStr) -> Option<(Oid, Option<Datum>)> {
+        // SAFETY: the open relation's descriptor, read through pgrx (its layout changed in 18);
+        // the slot's attributes were all fetched, and `at` is within the descriptor.
         unsafe {
-            if *(*self.slot).tts_isnull.add(at) {
-                None
-            } else {
-                Some(*(*self.slot).tts_values.add(at))
-            }
+            let desc = pgrx::PgTupleDesc::from_pg_unchecked((*self.heap).rd_att);
+            let at = desc.iter().position(|attribute| {
+                !attribute.attisdropped && CStr::from_ptr(attribute.attname.data.as_ptr()) == name
+            })?;
+            let value =
+                (!*(*self.slot).tts_isnull.add(at)).then(|| *(*self.slot).tts_values.add(at));
+            Some((desc.get(at)?.atttypid, value))
         }
     }
 
-    /// The 0-based position of column `name` and its type, if the row has it.
-    pub fn column_type(&self, name: &CStr) -> Option<(usize, Oid)> {
-        let at = self.column(name)?;
-        // SAFETY: the relation's descriptor, read through pgrx (its layout changed in 18).
-        let desc = unsafe { pgrx::PgTupleDesc::from_pg_unchecked(self.desc) };
-        desc.get(at).map(|attribute| (at, attribute.atttypid))
-    }
-
-    fn column(&self, name: &CStr) -> Option<usize> {
-        // SAFETY: as column_type.
-        let desc = unsafe { pgrx::PgTupleDesc::from_pg_unchecked(self.desc) };
-        desc.iter().position(|attribute| {
-            // SAFETY: attname is a NUL-terminated NameData.
-            !attribute.attisdropped
-                && unsafe { CStr::from_ptr(attribute.attname.data.as_ptr()) } == name
-        })
+    /// The schema of the row's table.
+    pub fn namespace(&self) -> Oid {
+        // SAFETY: an open relation's relcache entry.
+        unsafe { (*(*self.heap).rd_rel).relnamespace }
     }
 }
 
@@ -196,10 +186,7 @@ unsafe fn scan<R>(
             pg_sys::index_getnext_slot(scan, pg_sys::ScanDirection::ForwardScanDirection, slot);
         let answer = if found {
             pg_sys::slot_getallattrs(slot);
-            read(Some(&RowView {
-                slot,
-                desc: (*heap).rd_att,
-            }))
+            read(Some(&RowView { slot, heap }))
         } else {
             read(None)
         };

@@ -292,11 +292,11 @@ unsafe fn live_record(
     row: &key_reader::RowView,
     now: pg_sys::TimestampTz,
 ) -> Option<Option<IdempotencyRecordRow>> {
-    let (_, expires_type) = row.column_type(c"expires_at")?;
+    let (expires_type, expires_at) = row.column(c"expires_at")?;
     if expires_type != TIMESTAMPTZOID {
         return None;
     }
-    let expires_at = row.value(c"expires_at")?.value() as pg_sys::TimestampTz;
+    let expires_at = expires_at?.value() as pg_sys::TimestampTz;
     if expires_at <= now {
         return Some(None);
     }
@@ -304,7 +304,8 @@ unsafe fn live_record(
     // values are copied into the new tuple, which HeapTupleHeaderGetDatum flattens (no toast
     // pointers into the table are left in it).
     unsafe {
-        let namespace = pg_sys::get_namespace_oid(c"jobs".as_ptr(), true);
+        // The record type lives beside the table.
+        let namespace = row.namespace();
         let record_type = pg_sys::GetSysCacheOid(
             pg_sys::SysCacheIdentifier::TYPENAMENSP as i32,
             pg_sys::Anum_pg_type_oid as pg_sys::AttrNumber,
@@ -313,7 +314,7 @@ unsafe fn live_record(
             pg_sys::Datum::from(0),
             pg_sys::Datum::from(0),
         );
-        if namespace == pg_sys::InvalidOid || record_type == pg_sys::InvalidOid {
+        if record_type == pg_sys::InvalidOid {
             return None;
         }
         let desc = pg_sys::lookup_rowtype_tupdesc(record_type, -1);
@@ -323,9 +324,8 @@ unsafe fn live_record(
         let mut fits = true;
         for attribute in attributes.iter() {
             let name = std::ffi::CStr::from_ptr(attribute.attname.data.as_ptr());
-            match row.column_type(name) {
-                Some((_, column_type)) if column_type == attribute.atttypid => {
-                    let value = row.value(name);
+            match row.column(name) {
+                Some((column_type, value)) if column_type == attribute.atttypid => {
                     values.push(value.unwrap_or(pg_sys::Datum::from(0)));
                     nulls.push(value.is_none());
                 }
