@@ -27,9 +27,16 @@
 //!   job, or a cancel, updates the job and then moves its group on), and waiting for each other
 //!   was a deadlock (found by the history checker at concurrency 2). Every transaction that can
 //!   hold a waiting job's row moves the group on after it (complete, fail, release and cancel
-//!   as above; a unique enqueue's `replace`), or makes the job run (a heartbeat of the reclaimed
-//!   job, which takes the slot it was to get); claims never lock waiting jobs (the claim
-//!   indexes leave them out) and marks never touch them.
+//!   as above; a unique enqueue's `replace`); claims never lock waiting jobs (the claim
+//!   indexes leave them out) and marks never touch them. Likewise a claim's mark passes over
+//!   a job whose row another transaction holds (that transaction may wait for the group's lock
+//!   the claim holds); an unmarked job is merely walked and decided again by the next claim.
+//! * A late settle of a reclaimed job of a group that holds the job's row while a claim holds
+//!   the job's lock does not wait for the group's lock, which that claim may hold while it
+//!   waits for the row to take the job: it acts once it gets the job's or the group's lock,
+//!   and otherwise answers `lost` (`engine::settle`).
+//! * A reclaimed job of a group is not made running again by its old holder's heartbeat (which
+//!   answers `lost`): the reclaim freed its slot, which a claim may have filled since.
 //! * An enqueue marks a job only behind jobs of its own batch ([`waits_in_batch`]), which
 //!   nobody else can settle before it commits.
 //! * A change of `group_concurrency` clears every mark of the queue ([`release_all`]).

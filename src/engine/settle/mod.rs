@@ -23,7 +23,7 @@ use crate::engine::tenants::TenantScope;
 use crate::engine::transitions::{self, Settled};
 use crate::pg::clock::server_now;
 use crate::pg::datum::Jsonb;
-use crate::runtime::locks::{lock_job, try_lock_job};
+use crate::runtime::locks::{self, lock_job, try_lock_job};
 use crate::storage::{param, timestamptz_arg, with_client, Rows, Statement};
 
 static COMPLETE: Statement = Statement {
@@ -61,7 +61,7 @@ static HELD_STATE: Statement = Statement {
         param("leases", UUIDARRAYOID),
         param("tenants", TEXTARRAYOID),
     ],
-    columns: &["id", "state", "lease", "queue"],
+    columns: &["id", "state", "lease", "queue", "group_key", "tenant"],
 };
 
 static FAIL: Statement = Statement {
@@ -128,13 +128,23 @@ static HEARTBEAT: Statement = Statement {
 /// A settle call's handle on a job: its id and the lease the caller presents.
 pub type Held = (i64, pgrx::Uuid);
 
-/// The state and queue of each job among `held` whose current lease is the one presented
-/// (within the caller's tenant scope).
+/// What a settle call that changed nothing learns of a job it presented the current lease of.
+struct HeldJob {
+    /// Its state.
+    state: JobState,
+    /// Its queue.
+    queue: String,
+    /// Its group, if it has one.
+    group: Option<GroupRef>,
+}
+
+/// Each job among `held` whose current lease is the one presented (within the caller's tenant
+/// scope).
 fn held_states(
     client: &SpiClient<'_>,
     held: &[Held],
     scope: &TenantScope,
-) -> HashMap<Held, (JobState, String)> {
+) -> HashMap<Held, HeldJob> {
     let (ids, leases): (Vec<i64>, Vec<pgrx::Uuid>) = held.iter().copied().unzip();
     HELD_STATE
         .run(client, &[ids.into(), leases.into(), scope.param()])
@@ -143,25 +153,68 @@ fn held_states(
             let state = JobState::parse(&row.get::<String>("state")?)?;
             Some((
                 (row.get::<i64>("id")?, row.get::<pgrx::Uuid>("lease")?),
-                (state, row.get::<String>("queue")?),
+                HeldJob {
+                    state,
+                    queue: row.get::<String>("queue")?,
+                    group: GroupRef::of_row(&row),
+                },
             ))
         })
         .collect()
 }
 
 /// Takes the job lock of a job a reclaim put back in the queue, before acting on it, so claims
-/// skip the job meanwhile instead of waiting for us.
+/// skip the job meanwhile instead of waiting for us. Answers whether the call may act on the
+/// job; `false` means a claim is taking it, so the lease is no longer the holder's.
 ///
 /// Unless this transaction holds the job's row lock already: the first settle statement, meeting
 /// the row while the reclaim changed it, waited for the reclaim and then locked the row's new
 /// version when its recheck failed. A claim holding the job lock may then be waiting for that
 /// row lock, and waiting for its job lock would deadlock; no claim can change the row before we
-/// end, so the job is ours to settle without it.
-fn lock_reclaimed(client: &SpiClient<'_>, id: i64, queue: &str) {
-    if !try_lock_job(id) && !holds_row_lock(client, id) {
-        lock_job(id);
+/// end, so an ungrouped job is ours to settle without it. A grouped one is not: settling it
+/// means waiting for its group's lock afterwards, which the claim holds while it waits for our
+/// row (a deadlock the history checker found). See [`claim_or_group_lock`].
+fn lock_reclaimed(client: &SpiClient<'_>, id: i64, job: &HeldJob) -> bool {
+    let may_act = try_lock_job(id)
+        || match (holds_row_lock(client, id), &job.group) {
+            (false, _) => {
+                lock_job(id);
+                true
+            }
+            (true, None) => true,
+            (true, Some(group)) => claim_or_group_lock(id, group),
+        };
+    if may_act {
+        transitions::job_locked(&job.queue);
     }
-    transitions::job_locked(queue);
+    may_act
+}
+
+/// How long a settle holding a reclaimed grouped job's row waits for the job's lock or its
+/// group's before it decides a claim is taking the job: a claim deciding for the group, or one
+/// that let the job go, holds them for well under a millisecond.
+const CLAIM_WAIT: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// For a settle that holds reclaimed grouped job `id`'s row while another transaction holds
+/// its job lock: whether the settle may act. It may once it gets the job lock (whoever held it
+/// let the job go) or the group's lock (no claim is deciding for the group, so the holder is
+/// not a claim taking the job, which holds both until it ends: a `jobs_cancel` waiting for our
+/// row, which settles nothing if we finish the job first). Neither for [`CLAIM_WAIT`]: a
+/// claim holds both and waits for our row to take the job, so the newer claim wins and the
+/// call answers `lost` (Rule 4). Polled, never waited for, since waiting is the deadlock.
+fn claim_or_group_lock(id: i64, group: &GroupRef) -> bool {
+    let until = std::time::Instant::now() + CLAIM_WAIT;
+    loop {
+        if try_lock_job(id) || locks::try_lock_group(group.lock_key()) {
+            return true;
+        }
+        if std::time::Instant::now() >= until {
+            return false;
+        }
+        // SAFETY: a plain sleep of this backend; interrupts are served right after it.
+        unsafe { pg_sys::pg_usleep(1000) };
+        pgrx::check_for_interrupts!();
+    }
 }
 
 /// Whether this transaction (or the subtransaction it is in) holds the lock of job `id`'s row.
@@ -213,8 +266,13 @@ fn run_held(
     }
     let held = held_states(client, &[(id, lease)], scope).remove(&(id, lease));
     match held {
-        Some((JobState::Queued, queue)) => {
-            lock_reclaimed(client, id, &queue);
+        Some(job) if job.state == JobState::Queued => {
+            // A heartbeat does not revive a reclaimed job of a group (heartbeat.sql): no
+            // need for its job lock.
+            let revives = !(job.group.is_some() && std::ptr::eq(statement, &HEARTBEAT));
+            if !revives || !lock_reclaimed(client, id, &job) {
+                return Err(Outcome::Lost);
+            }
             *args.last_mut().expect("the state argument") = JobState::Queued.as_str().into();
             let rows = statement.run(client, &args);
             if !rows.is_empty() {
@@ -222,11 +280,11 @@ fn run_held(
             }
             // A claim took it first: the lease is stale now, unless it was cancelled.
             match held_states(client, &[(id, lease)], scope).remove(&(id, lease)) {
-                Some((JobState::Cancelled, _)) => Err(Outcome::Cancelled),
+                Some(job) if job.state == JobState::Cancelled => Err(Outcome::Cancelled),
                 _ => Err(Outcome::Lost),
             }
         }
-        Some((JobState::Cancelled, _)) => Err(Outcome::Cancelled),
+        Some(job) if job.state == JobState::Cancelled => Err(Outcome::Cancelled),
         _ => Err(Outcome::Lost),
     }
 }
@@ -310,17 +368,18 @@ pub fn complete_batch(pairs: &[Held], scope: &TenantScope) -> Vec<(i64, Outcome)
         let mut states = held_states(client, &missed(&done), scope);
         // Jobs a reclaim put back in the queue under these leases: take their job locks (in id
         // order, against deadlocks) and settle them as queued, as the single form does.
-        let mut reclaimed: Vec<(Held, &str)> = states
+        let mut reclaimed: Vec<(Held, &HeldJob)> = states
             .iter()
-            .filter(|(_, (state, _))| *state == JobState::Queued)
-            .map(|(pair, (_, queue))| (*pair, queue.as_str()))
+            .filter(|(_, job)| job.state == JobState::Queued)
+            .map(|(pair, job)| (*pair, job))
             .collect();
         if !reclaimed.is_empty() {
-            reclaimed.sort_unstable();
-            reclaimed
-                .iter()
-                .for_each(|((id, _), queue)| lock_reclaimed(client, *id, queue));
-            let reclaimed: Vec<Held> = reclaimed.into_iter().map(|(pair, _)| pair).collect();
+            reclaimed.sort_unstable_by_key(|(pair, _)| *pair);
+            let reclaimed: Vec<Held> = reclaimed
+                .into_iter()
+                .filter(|((id, _), job)| lock_reclaimed(client, *id, job))
+                .map(|(pair, _)| pair)
+                .collect();
             done.extend(complete(&reclaimed, JobState::Queued));
             states = held_states(client, &missed(&done), scope);
         }
@@ -331,7 +390,7 @@ pub fn complete_batch(pairs: &[Held], scope: &TenantScope) -> Vec<(i64, Outcome)
                     Outcome::Succeeded
                 } else if states
                     .get(pair)
-                    .is_some_and(|(state, _)| *state == JobState::Cancelled)
+                    .is_some_and(|job| job.state == JobState::Cancelled)
                 {
                     Outcome::Cancelled
                 } else {

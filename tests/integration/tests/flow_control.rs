@@ -561,10 +561,12 @@ fn a_head_waiting_for_its_backoff_blocks_its_group_and_no_other() {
 fn every_path_that_ends_a_run_frees_the_groups_slot() {
     let cluster = Cluster::shared();
     let mut client = cluster.connect();
+    // Leases long enough that no reclaim comes between a claim and its ender on a busy machine
+    // (the suite runs this file's tests at once); the reclaim below asks for a short one.
     let queue = unique_queue(
         &mut client,
         "group-slots",
-        "lease => '1 second', max_attempts => 5",
+        "lease => '1 hour', max_attempts => 5",
     );
     let jobs = enqueue_in_group(&mut client, &queue, 6);
     type Ender = Box<dyn Fn(&mut Client, i64, uuid::Uuid)>;
@@ -605,7 +607,10 @@ fn every_path_that_ends_a_run_frees_the_groups_slot() {
     for (name, end) in &enders {
         let held = claim(&mut client, &queue, 10, "");
         assert_eq!(held.len(), 1, "{name}: one job of the group at a time");
-        assert!(claim(&mut client, &queue, 10, "").is_empty());
+        assert!(
+            claim(&mut client, &queue, 10, "").is_empty(),
+            "{name}: the group's next job ran while its head runs"
+        );
         end(&mut client, held[0].id, held[0].lease);
         if *name == "release to a later time" {
             // A released head keeps its place: the group waits for it.
@@ -614,8 +619,8 @@ fn every_path_that_ends_a_run_frees_the_groups_slot() {
         }
     }
     // Reclaim after a worker died.
-    let held = claim(&mut client, &queue, 10, "");
-    assert_eq!(held.len(), 1);
+    let held = claim(&mut client, &queue, 10, ", lease => '1 second'");
+    assert_eq!(held.len(), 1, "the group's next job after the cancel");
     wait_until(Duration::from_secs(20), "the reclaim", || {
         state(&mut client, held[0].id) == "queued"
     });
@@ -626,6 +631,64 @@ fn every_path_that_ends_a_run_frees_the_groups_slot() {
         "the reclaimed head runs again, and only it"
     );
     assert_eq!(jobs.len(), 6);
+}
+
+/// The history checker's finding at concurrency 2: a reclaimed job's old holder heartbeated
+/// it back to running after a claim had given its slot to another job of the group.
+#[test]
+fn a_heartbeat_never_runs_a_reclaimed_job_over_its_groups_concurrency() {
+    let cluster = Cluster::shared();
+    let mut client = cluster.connect();
+    let queue = unique_queue(&mut client, "group-revive", "group_concurrency => 2");
+    let first = enqueue_with(&mut client, &queue, ", group_key => 'g'");
+    let second = enqueue_with(&mut client, &queue, ", group_key => 'g'");
+    let short = claim(&mut client, &queue, 1, ", lease => '1 second'");
+    let long = claim(&mut client, &queue, 1, ", lease => '1 hour'");
+    assert_eq!((short[0].id, long[0].id), (first, second));
+    // Ahead of the reclaimed job in claim order, so the next claim takes it instead.
+    let urgent = enqueue_with(&mut client, &queue, ", group_key => 'g', priority => -1");
+    wait_until(Duration::from_secs(20), "the reclaim", || {
+        state(&mut client, first) == "queued"
+    });
+    let slot = claim(&mut client, &queue, 10, "");
+    assert_eq!(
+        slot.iter().map(|c| c.id).collect::<Vec<_>>(),
+        [urgent],
+        "the reclaim freed one slot"
+    );
+    let answer: String = scalar(
+        &mut client,
+        "SELECT jobs_heartbeat($1, $2)",
+        &[&first, &short[0].lease],
+    );
+    assert_eq!(answer, "lost", "its slot went to another job");
+    let running = count(
+        &mut client,
+        "SELECT count(*) FROM jobs.job WHERE queue = $1 AND state = 'running'",
+        &[&queue],
+    );
+    assert_eq!(running, 2, "never more than the group's concurrency");
+    assert_eq!(state(&mut client, first), "queued");
+    // Done still wins: the late holder's result is recorded.
+    let done: String = scalar(
+        &mut client,
+        "SELECT jobs_complete($1, $2)",
+        &[&first, &short[0].lease],
+    );
+    assert_eq!(done, "succeeded");
+    // An ungrouped job in the same place is revived, as before.
+    let plain = enqueue_with(&mut client, &queue, "");
+    let held = claim(&mut client, &queue, 10, ", lease => '1 second'");
+    assert_eq!(held.iter().map(|c| c.id).collect::<Vec<_>>(), [plain]);
+    wait_until(Duration::from_secs(20), "the reclaim", || {
+        state(&mut client, plain) == "queued"
+    });
+    let answer: String = scalar(
+        &mut client,
+        "SELECT jobs_heartbeat($1, $2)",
+        &[&plain, &held[0].lease],
+    );
+    assert_eq!(answer, "running");
 }
 
 #[test]
