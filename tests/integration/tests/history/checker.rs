@@ -689,13 +689,15 @@ pub fn check(recorded: &[Op], finals: &[FinalJob], group_concurrency: usize) -> 
 
     // Enqueues: every tag is enqueued by exactly one call, no earlier than its server floor.
     let mut enqueued: HashMap<u64, (Enqueued, i32, Micros)> = HashMap::new();
+    let mut enqueue_answered: HashMap<u64, Micros> = HashMap::new();
     for op in ops {
         let Call::Enqueue { tags, max_attempts } = &op.call else {
             continue;
         };
         for (i, tag) in tags.iter().enumerate() {
             let (status, since) = match &op.result {
-                OpResult::Ok(Reply::Ids { ids, before, .. }) if ids.len() == tags.len() => {
+                OpResult::Ok(Reply::Ids { ids, before, after }) if ids.len() == tags.len() => {
+                    enqueue_answered.insert(*tag, *after);
                     (Enqueued::Acked(ids[i]), *before)
                 }
                 OpResult::Ok(reply) => {
@@ -770,6 +772,11 @@ pub fn check(recorded: &[Op], finals: &[FinalJob], group_concurrency: usize) -> 
             .and_then(|tag| enqueued.get(&tag))
             .map_or(Micros::MIN, |(_, _, since)| *since)
     };
+    // The server time by which each job's enqueue had surely committed (its call's answer).
+    let committed_by: HashMap<i64, Micros> = finals
+        .iter()
+        .filter_map(|job| Some((job.id, *enqueue_answered.get(&job.tag?)?)))
+        .collect();
 
     // Deliveries: each must be a job that was enqueued, under the id it was stored with.
     let mut histories: HashMap<i64, JobHistory> = HashMap::new();
@@ -957,7 +964,7 @@ pub fn check(recorded: &[Op], finals: &[FinalJob], group_concurrency: usize) -> 
             check_job(job, &JobHistory::default(), &ctx, &mut report);
         }
     }
-    check_groups(finals, &runs, group_concurrency, &mut report);
+    check_groups(finals, &runs, &committed_by, group_concurrency, &mut report);
     // Across jobs: the claims with unknown outcomes took at most their `n` jobs each.
     let capacity: i32 = phantoms.iter().map(|p| p.n).sum();
     if report.phantom_attempts > capacity as usize {
@@ -1045,6 +1052,7 @@ struct Runs {
 fn check_groups(
     finals: &[FinalJob],
     runs: &HashMap<i64, Runs>,
+    committed_by: &HashMap<i64, Micros>,
     concurrency: usize,
     report: &mut Report,
 ) {
@@ -1091,23 +1099,31 @@ fn check_groups(
         if concurrency > 1 {
             continue;
         }
-        // Enqueue order: the latest claim start of the jobs before each one, in id order.
-        let mut latest_before: Option<(Micros, i64)> = None;
-        for id in &ids {
-            let claims = &runs_of(id).claims;
-            if let (Some((began, earlier)), Some((_, taken))) =
-                (latest_before, claims.iter().min_by_key(|(_, taken)| *taken))
-            {
-                if *taken < began {
-                    report.groups.push(format!(
-                        "group {group}: job {id} was claimed by server time {taken}, before job {earlier}, earlier in the group, was claimed after {began}"
-                    ));
-                }
-            }
-            if let Some((began, _)) = claims.iter().max_by_key(|(began, _)| *began) {
-                if latest_before.is_none_or(|(latest, _)| *began > latest) {
-                    latest_before = Some((*began, *id));
-                }
+        // Enqueue order: no job is claimed surely before a claim of an earlier one began, when
+        // that earlier job was surely committed before the later one's claim began (a claim
+        // cannot see a job whose transaction has not committed, so one committed after a later
+        // job of its group started runs after it).
+        for (i, id) in ids.iter().enumerate() {
+            let Some((claim_began, taken)) = runs_of(id)
+                .claims
+                .iter()
+                .min_by_key(|(_, taken)| *taken)
+                .copied()
+            else {
+                continue;
+            };
+            let earlier_claimed_later = ids[..i].iter().find_map(|earlier| {
+                let committed = *committed_by.get(earlier)?;
+                let (began, _) = runs_of(earlier)
+                    .claims
+                    .iter()
+                    .max_by_key(|(began, _)| *began)?;
+                (committed < claim_began && taken < *began).then_some((*earlier, *began, committed))
+            });
+            if let Some((earlier, began, committed)) = earlier_claimed_later {
+                report.groups.push(format!(
+                    "group {group}: job {id} was claimed by server time {taken}, before job {earlier}, earlier in the group and enqueued by {committed}, was claimed after {began}"
+                ));
             }
         }
     }
@@ -1646,7 +1662,20 @@ fn check_job(job: &FinalJob, history: &JobHistory, ctx: &Context, report: &mut R
                             && e.attempt == claim.job.attempt
                             && e.at < t
                     });
-                    if !(newer_claim || unknown_claim || own_end || final_reclaim) {
+                    // A reclaim gives a grouped job's slot away: its holder's heartbeat no
+                    // longer makes it run.
+                    let grouped_reclaim = event.call == HolderCall::Heartbeat
+                        && job.group.is_some()
+                        && job
+                            .errors
+                            .iter()
+                            .any(|e| e.is_reclaim() && e.attempt == claim.job.attempt && e.at < t);
+                    if !(newer_claim
+                        || unknown_claim
+                        || own_end
+                        || final_reclaim
+                        || grouped_reclaim)
+                    {
                         answers.push(format!(
                             "job {id}: {what} answered 'lost', but lease {} (claim op {}) was still the job's: no newer claim, no settle under it and no final reclaim came before {t}",
                             claim.job.lease, claim.op.index

@@ -45,6 +45,11 @@ impl Synthetic {
     }
 
     fn enqueue(&mut self, tag: u64, id: i64) {
+        self.enqueue_between(tag, id, 0, 100);
+    }
+
+    /// An enqueue of one job whose call ran between server times `before` and `after`.
+    fn enqueue_between(&mut self, tag: u64, id: i64, before: Micros, after: Micros) {
         self.push(
             9,
             Call::Enqueue {
@@ -53,8 +58,8 @@ impl Synthetic {
             },
             OpResult::Ok(Reply::Ids {
                 ids: vec![id],
-                before: 0,
-                after: 100,
+                before,
+                after,
             }),
         );
     }
@@ -386,6 +391,29 @@ fn the_checker_reports_a_lost_answer_while_the_lease_was_current() {
     let done = h.complete(0, 10, a, "succeeded", 1_300_000);
     let report = h.check(&[succeeded(10, 1, 1, &[], done, a)]);
     assert_reported(&report.answers, "answered 'lost'");
+}
+
+#[test]
+fn the_checker_takes_lost_for_a_grouped_jobs_heartbeat_after_its_reclaim_only() {
+    // A's lease runs out at 2 s and is reclaimed at 2.05 s; nobody claims the job since. A's
+    // heartbeat at 2.1 s hears 'lost' (the reclaim gave the group's slot away), and A's late
+    // complete still wins.
+    let history = |group: Option<&str>| {
+        let mut h = Synthetic::default();
+        h.enqueue(1, 10);
+        let a = h.claim(0, 10, 1, 1, S);
+        h.heartbeat(0, 10, a, "lost", 2_100_000);
+        let done = h.complete(0, 10, a, "succeeded", 2_200_000);
+        let job = FinalJob {
+            group: group.map(str::to_owned),
+            ..succeeded(10, 1, 1, &[(1, "lease expired", 2_050_000)], done, a)
+        };
+        h.check(&[job])
+    };
+    let report = history(Some("g"));
+    assert!(report.answers.is_empty(), "{:?}", report.answers);
+    // Without a group the heartbeat would have revived the job.
+    assert_reported(&history(None).answers, "answered 'lost'");
 }
 
 #[test]
@@ -794,12 +822,17 @@ fn the_checker_reports_an_answer_on_a_terminated_backend() {
 /// Jobs 10, 11 and 12 of group g, each claimed and completed by process `p` at the given
 /// server times (claim, complete), in seconds.
 fn group_history(runs: [(f64, f64); 3]) -> (Synthetic, Vec<FinalJob>) {
+    group_history_enqueued(runs, [0.0001; 3])
+}
+
+/// [`group_history`] with each job's enqueue answered at the given server time, in seconds.
+fn group_history_enqueued(runs: [(f64, f64); 3], answered: [f64; 3]) -> (Synthetic, Vec<FinalJob>) {
     let mut h = Synthetic::default();
     let mut finals = Vec::new();
+    let at = |seconds: f64| (seconds * S as f64) as Micros;
     for (i, (claimed, completed)) in runs.into_iter().enumerate() {
         let id = 10 + i as i64;
-        h.enqueue(i as u64 + 1, id);
-        let at = |seconds: f64| (seconds * S as f64) as Micros;
+        h.enqueue_between(i as u64 + 1, id, 0, at(answered[i]));
         let lease = h.claim(i, id, i as u64 + 1, 1, at(claimed));
         let done = h.complete(i, id, lease, "succeeded", at(completed));
         finals.push(FinalJob {
@@ -845,5 +878,20 @@ fn the_checker_reports_a_group_running_out_of_enqueue_order() {
     assert_reported(
         &h.check_groups(&finals, 1).groups,
         "job 11 was claimed by server time 1000000, before job 10",
+    );
+}
+
+#[test]
+fn the_checker_orders_a_group_by_what_was_committed_when_a_claim_began() {
+    // Job 10's enqueue may have committed only after job 11's claim (it answered at 1.2 s):
+    // that claim could not see it, so job 11 first is no violation.
+    let (h, finals) = group_history_enqueued([(2.0, 2.5), (1.0, 1.5), (3.0, 3.5)], [1.2, 0.1, 0.1]);
+    let report = h.check_groups(&finals, 1);
+    assert!(report.is_clean(), "{:?}", report.groups);
+    // Answered at 0.9 s, before job 11's claim began: it was there to be run first.
+    let (h, finals) = group_history_enqueued([(2.0, 2.5), (1.0, 1.5), (3.0, 3.5)], [0.9, 0.1, 0.1]);
+    assert_reported(
+        &h.check_groups(&finals, 1).groups,
+        "job 11 was claimed by server time 1000000, before job 10, earlier in the group and enqueued by 900000",
     );
 }
