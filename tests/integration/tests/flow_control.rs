@@ -642,9 +642,19 @@ fn a_heartbeat_never_runs_a_reclaimed_job_over_its_groups_concurrency() {
     let queue = unique_queue(&mut client, "group-revive", "group_concurrency => 2");
     let first = enqueue_with(&mut client, &queue, ", group_key => 'g'");
     let second = enqueue_with(&mut client, &queue, ", group_key => 'g'");
-    let short = claim(&mut client, &queue, 1, ", lease => '1 second'");
-    let long = claim(&mut client, &queue, 1, ", lease => '1 hour'");
-    assert_eq!((short[0].id, long[0].id), (first, second));
+    let held = claim(&mut client, &queue, 2, ", lease => '1 hour'");
+    assert_eq!(
+        held.iter().map(|c| c.id).collect::<Vec<_>>(),
+        [first, second]
+    );
+    // The first one's lease runs out in a second (a heartbeat's `extend` counts from now).
+    let short = &held[0..1];
+    let answer: String = scalar(
+        &mut client,
+        "SELECT jobs_heartbeat($1, $2, extend => '1 second')",
+        &[&first, &short[0].lease],
+    );
+    assert_eq!(answer, "running");
     // Ahead of the reclaimed job in claim order, so the next claim takes it instead.
     let urgent = enqueue_with(&mut client, &queue, ", group_key => 'g', priority => -1");
     wait_until(Duration::from_secs(20), "the reclaim", || {
