@@ -30,14 +30,19 @@ fn colour(comparator: &str) -> RGBColor {
     }
 }
 
-/// Colours of the size lines of one queue's table and indexes.
-const SERIES: [RGBColor; 6] = [
+/// Colours of the size lines of one queue's table and indexes: enough that jobs.job's table
+/// and its seven indexes each get their own (with six, two pairs of lines shared a colour).
+const SERIES: [RGBColor; 10] = [
     RGBColor(0, 0, 0),
     RGBColor(31, 119, 180),
     RGBColor(255, 127, 14),
     RGBColor(44, 160, 44),
     RGBColor(214, 39, 40),
     RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+    RGBColor(227, 119, 194),
+    RGBColor(188, 189, 34),
+    RGBColor(23, 190, 207),
 ];
 
 /// One line of a panel.
@@ -202,7 +207,8 @@ fn soak_sizes(path: &Path, ms: &[&Measurement]) -> Result<()> {
         for (i, name) in names.iter().enumerate() {
             lines.push(Line {
                 label: name.clone(),
-                colour: SERIES[(i + 1) % SERIES.len()],
+                // The first colour is the table's.
+                colour: SERIES[1 + i % (SERIES.len() - 1)],
                 points: m
                     .samples
                     .iter()
