@@ -267,10 +267,7 @@ fn run_held(
     let held = held_states(client, &[(id, lease)], scope).remove(&(id, lease));
     match held {
         Some(job) if job.state == JobState::Queued => {
-            // A heartbeat does not revive a reclaimed job of a group (heartbeat.sql): no
-            // need for its job lock.
-            let revives = !(job.group.is_some() && std::ptr::eq(statement, &HEARTBEAT));
-            if !revives || !lock_reclaimed(client, id, &job) {
+            if !lock_reclaimed(client, id, &job) {
                 return Err(Outcome::Lost);
             }
             *args.last_mut().expect("the state argument") = JobState::Queued.as_str().into();
