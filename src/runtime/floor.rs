@@ -16,7 +16,8 @@
 //! Jobs a claim skipped because another transaction held them are either taken by that
 //! transaction or come back through its rollback. Whatever path the code does not know about
 //! (a restore, a row written behind the functions' back) is caught by the background worker,
-//! which resets a floor that has a due queued job below it ([`owned_floors`]). The floor lives
+//! which resets a floor that has a due queued job below it that no transaction holds
+//! ([`owned_floors`]; a claim in flight holds the jobs it is taking). The floor lives
 //! in shared memory, so a restart simply forgets it.
 //!
 //! Next to the floor each queue has a reach: how far claims in flight have picked. Concurrent

@@ -1,12 +1,15 @@
--- Whether queue $1 has a due queued job before position ($2, $3, $4) in claim order: the
+-- The first due queued jobs of queue $1 before position ($2, $3, $4) in claim order: the
 -- worker's check that no path it does not know about (a restore, a row written behind the
 -- functions' back, a commit whose effects were lost) left a claimable job below the queue's
--- claim floor. One probe of job_claim_idx when the floor is sound.
+-- claim floor. A claim in flight raised the floor past the jobs it is taking, which this
+-- snapshot still sees queued; the worker tells them apart by their job locks. One probe of
+-- job_claim_idx when the floor is sound.
 -- $1 queue, $2 floor priority, $3 floor run_at, $4 floor id, $5 now
-SELECT EXISTS (
-    SELECT FROM jobs.job j
-     WHERE j.queue = $1
-       AND j.state = 'queued' AND NOT j.group_wait
-       AND (j.priority, j.run_at, j.id) < ($2, $3, $4)
-       AND j.run_at <= $5
-) AS below
+SELECT j.id
+  FROM jobs.job j
+ WHERE j.queue = $1
+   AND j.state = 'queued' AND NOT j.group_wait
+   AND (j.priority, j.run_at, j.id) < ($2, $3, $4)
+   AND j.run_at <= $5
+ ORDER BY j.priority, j.run_at, j.id
+ LIMIT 32

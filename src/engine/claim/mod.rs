@@ -32,6 +32,7 @@ use crate::engine::transitions;
 use crate::pg::clock::server_now;
 use crate::pg::datum::ClaimedRow;
 use crate::runtime::floor::{self, Seen};
+use crate::runtime::locks;
 use crate::runtime::shmem::{shared, Slot};
 use crate::runtime::wakeup;
 use crate::storage::{param, timestamptz_arg, with_client, Statement};
@@ -73,6 +74,20 @@ static FLOOR_CHECK: Statement = Statement {
         param("floor priority", INT2OID),
         param("floor run_at", TIMESTAMPTZOID),
         param("floor id", INT8OID),
+        param("now", TIMESTAMPTZOID),
+    ],
+    columns: &["id"],
+};
+
+static FLOOR_RECHECK: Statement = Statement {
+    name: "claim/floor_recheck",
+    sql: include_str!("floor_recheck.sql"),
+    params: &[
+        param("queue", TEXTOID),
+        param("floor priority", INT2OID),
+        param("floor run_at", TIMESTAMPTZOID),
+        param("floor id", INT8OID),
+        param("job id", INT8OID),
         param("now", TIMESTAMPTZOID),
     ],
     columns: &["below"],
@@ -358,20 +373,59 @@ pub fn heal_floors(client: &SpiClient<'_>) -> usize {
     let now = server_now();
     let mut healed = 0;
     for (index, queue, key) in floor::owned_floors(shared) {
-        let args: [DatumWithOid; 5] = [
-            queue.as_str().into(),
-            key.priority.into(),
-            timestamptz_arg(key.run_at),
-            key.id.into(),
-            timestamptz_arg(now),
-        ];
-        let below = FLOOR_CHECK
-            .first::<bool>(client, &args, "below")
-            .unwrap_or(false);
-        if below && floor::heal(shared, index, &queue, key) {
+        if stranded_below(client, &queue, key, now) && floor::heal(shared, index, &queue, key) {
             healed += 1;
             wakeup::wake_queue(&queue);
         }
     }
     healed
+}
+
+/// Whether a due queued job that no transaction holds sits below `floor`.
+///
+/// A claim raises the floor past the jobs it takes before it commits, so until then the
+/// check's snapshot sees those jobs queued below the floor. Each is under its job lock, held
+/// by the claim to its end: a job whose lock another transaction holds is that
+/// transaction's to take or to give back (a rollback resets the floor), so only a job whose
+/// lock the worker gets is asked about again, under the lock and with the latest snapshot.
+/// Without this the worker reset a busy queue's floor whenever its check met a claim in
+/// flight, and the next claim walked the claim index from the queue's head.
+fn stranded_below(
+    client: &SpiClient<'_>,
+    queue: &str,
+    floor: Position,
+    now: pg_sys::TimestampTz,
+) -> bool {
+    let args: [DatumWithOid; 5] = [
+        queue.into(),
+        floor.priority.into(),
+        timestamptz_arg(floor.run_at),
+        floor.id.into(),
+        timestamptz_arg(now),
+    ];
+    let below: Vec<i64> = FLOOR_CHECK
+        .run(client, &args)
+        .iter()
+        .filter_map(|row| row.get("id"))
+        .collect();
+    below.into_iter().any(|id| {
+        if !locks::try_lock_job(id) {
+            return false;
+        }
+        let args: [DatumWithOid; 6] = [
+            queue.into(),
+            floor.priority.into(),
+            timestamptz_arg(floor.run_at),
+            floor.id.into(),
+            id.into(),
+            timestamptz_arg(now),
+        ];
+        let still_below = FLOOR_RECHECK
+            .run_latest(client, &args)
+            .first()
+            .and_then(|row| row.get::<bool>("below"))
+            .unwrap_or(false);
+        locks::unlock_job(id);
+        still_below
+    })
 }

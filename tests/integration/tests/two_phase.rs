@@ -197,16 +197,29 @@ fn jobs_of_a_claim_rolled_back_by_rollback_prepared_are_claimable() {
     );
 }
 
-#[test]
-fn the_worker_resets_a_floor_that_a_job_written_behind_the_functions_back_sits_below() {
-    // A worker that ticks only when told to (a reload wakes it), so the test decides when.
+/// Settings for a worker that ticks only when told to (a reload wakes it), so a test decides
+/// when its checks run.
+fn ticking_on_reload() -> Vec<&'static str> {
     let mut settings: Vec<&str> = TEST_SETTINGS
         .iter()
         .copied()
         .filter(|s| !s.starts_with("pg_jobs.tick"))
         .collect();
     settings.push("pg_jobs.tick = '1h'");
-    let cluster = Cluster::start("floor-heal", &settings);
+    settings
+}
+
+/// The worker's counters: ticks run and floors reset.
+fn worker_counts(client: &mut Client) -> (i64, i64) {
+    let row = client
+        .query_one("SELECT ticks, floors_healed FROM jobs_worker_status()", &[])
+        .unwrap();
+    (row.get(0), row.get(1))
+}
+
+#[test]
+fn the_worker_resets_a_floor_that_a_job_written_behind_the_functions_back_sits_below() {
+    let cluster = Cluster::start("floor-heal", &ticking_on_reload());
     let mut admin = cluster.connect();
     admin.batch_execute("CREATE EXTENSION pg_jobs").unwrap();
     let queue = unique_queue(&mut admin, "behind-the-back", "");
@@ -242,4 +255,49 @@ fn the_worker_resets_a_floor_that_a_job_written_behind_the_functions_back_sits_b
     );
     let claimed = claim(&mut admin, &queue, 1, "");
     assert_eq!(claimed.iter().map(|c| c.id).collect::<Vec<_>>(), [restored]);
+}
+
+/// A claim raises the floor past the jobs it takes before it commits, so the worker's check
+/// still sees them queued below the floor; they are under the claim's job locks, and the
+/// worker leaves the floor alone. (It reset it before, whenever its check met a claim in
+/// flight: a busy queue's next claim then walked the claim index from the queue's head, and a
+/// test of tenants' workers found the floor gone.)
+#[test]
+fn the_worker_leaves_alone_the_floor_a_claim_in_flight_raised() {
+    let cluster = Cluster::start("floor-in-flight", &ticking_on_reload());
+    let mut admin = cluster.connect();
+    admin.batch_execute("CREATE EXTENSION pg_jobs").unwrap();
+    let queue = unique_queue(&mut admin, "in-flight", "");
+    burn(&mut admin, &queue, 3);
+    let ids: Vec<i64> = (0..3)
+        .map(|n| enqueue(&mut admin, &queue, json!({ "n": n })))
+        .collect();
+    let mut holder = cluster.connect();
+    holder.batch_execute("BEGIN").unwrap();
+    let taken = claim(&mut holder, &queue, 2, "");
+    assert_eq!(taken.iter().map(|c| c.id).collect::<Vec<_>>(), ids[..2]);
+    let raised = floor_id(&mut admin, &queue);
+    assert!(
+        raised.is_some_and(|floor| floor > ids[1]),
+        "the open claim raised the floor ({raised:?}) past its jobs {:?} (this test needs that)",
+        &ids[..2]
+    );
+
+    let (ticks_before, healed_before) = worker_counts(&mut admin);
+    admin.batch_execute("SELECT pg_reload_conf()").unwrap();
+    pg_jobs_tests::wait_until(
+        std::time::Duration::from_secs(30),
+        "the worker to run a tick",
+        || worker_counts(&mut admin).0 > ticks_before,
+    );
+    assert_eq!(
+        worker_counts(&mut admin).1,
+        healed_before,
+        "the worker reset the floor of a claim in flight"
+    );
+    assert_eq!(floor_id(&mut admin, &queue), raised);
+
+    holder.batch_execute("COMMIT").unwrap();
+    let next = claim(&mut admin, &queue, 1, "");
+    assert_eq!(next.iter().map(|c| c.id).collect::<Vec<_>>(), [ids[2]]);
 }
