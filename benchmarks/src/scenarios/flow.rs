@@ -11,7 +11,7 @@
 //! - Rate limit: a queue limited to 1,000 jobs/s (burst 10) with more jobs queued than the
 //!   window can take, 8 workers in `jobs_claim(n => 10, wait => '60 seconds')`, each claim's
 //!   jobs completed at once. The admitted rate over the steady window must be within 3% of the limit. Then the
-//!   limit drops to one token every 100 s while the same workers keep waiting with jobs
+//!   limit drops to one token every 10,000 s while the same workers keep waiting with jobs
 //!   queued: pg_stat_statements (track = 'all' for the workers' role, so statements run inside
 //!   a waiting claim count too) must record no statement from them, i.e. waiters don't poll.
 //!
@@ -65,9 +65,12 @@ pub const LIMITED: &str = "pg_jobs";
 pub const LIMIT: f64 = 1000.0;
 /// Its burst: small, so the burst at the start weighs nothing next to the steady rate.
 const BURST: f64 = 10.0;
-/// The limit of the quiet phase: one token every 100 s, so no token falls in its window once
-/// the bucket is empty.
-const QUIET_LIMIT: f64 = 0.01;
+/// The limit of the quiet phase: one token every 10,000 s. The bucket keeps the fraction of a
+/// token it held when the limit was lowered, and that token comes due (1 - fraction) / limit
+/// later: at one token every 100 s it fell into the 30-second window in one run of two (a
+/// statement or three and one job admitted, from the bucket, not from polling); now the odds
+/// are about 1 in 200.
+const QUIET_LIMIT: f64 = 0.0001;
 /// The waiting claim's wait: longer than the quiet phase, so every statement in its window
 /// would come from polling inside a wait, not from a wait that ran out.
 const WAIT: &str = "60 seconds";
