@@ -389,7 +389,9 @@ pub fn heal_floors(client: &SpiClient<'_>) -> usize {
 /// transaction's to take or to give back (a rollback resets the floor), so only a job whose
 /// lock the worker gets is asked about again, under the lock and with the latest snapshot.
 /// Without this the worker reset a busy queue's floor whenever its check met a claim in
-/// flight, and the next claim walked the claim index from the queue's head.
+/// flight, and the next claim walked the claim index from the queue's head. The check looks
+/// at the first 32 such jobs: a stranded job behind more held ones than that is found at a
+/// later tick, once their claims ended.
 fn stranded_below(
     client: &SpiClient<'_>,
     queue: &str,
