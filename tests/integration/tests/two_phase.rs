@@ -5,8 +5,9 @@
 //! are the ways the committing backend's callbacks do not see.
 //!
 //! The two-phase tests run on a cluster without the background worker, so only the prepared
-//! transaction's own bookkeeping can make the job claimable; the last test shows the worker's
-//! floor check catching a change no code path announced.
+//! transaction's own bookkeeping can make the job claimable; the last tests show the worker's
+//! floor check catching a change no code path announced, leaving alone what claims in flight
+//! hold, and claims moving the floor when they cannot raise it.
 
 use std::sync::OnceLock;
 use std::thread;
@@ -300,4 +301,49 @@ fn the_worker_leaves_alone_the_floor_a_claim_in_flight_raised() {
     holder.batch_execute("COMMIT").unwrap();
     let next = claim(&mut admin, &queue, 1, "");
     assert_eq!(next.iter().map(|c| c.id).collect::<Vec<_>>(), [ids[2]]);
+}
+
+/// A claim that starts past the queue's reach (the jobs claims in flight picked) cannot raise
+/// the floor past what lies between the floor and the reach; it advances the floor to the
+/// first due queued job instead. Before, the floor stayed behind until the worker forgot the
+/// reach at its next tick, and the first claims after each tick walked the index entries of
+/// every job claimed since (3,678 jobs behind in a benchmark). The worker here ticks only when
+/// told to, so no tick moves anything.
+#[test]
+fn a_claim_past_the_reach_advances_the_floor() {
+    let cluster = Cluster::start("floor-past-reach", &ticking_on_reload());
+    let mut admin = cluster.connect();
+    admin.batch_execute("CREATE EXTENSION pg_jobs").unwrap();
+    let queue = unique_queue(&mut admin, "past-reach", "");
+    burn(&mut admin, &queue, 3);
+    let burnt_floor = floor_id(&mut admin, &queue).expect("the burn raised the floor");
+    let ids: Vec<i64> = (0..6)
+        .map(|n| enqueue(&mut admin, &queue, json!({ "n": n })))
+        .collect();
+
+    // A cancel holds the first job's lock, so a claim passes over it: it may not raise the
+    // floor past that job, and it extends the reach to the job it took.
+    let mut canceller = cluster.connect();
+    canceller.batch_execute("BEGIN").unwrap();
+    let _: String = scalar(&mut canceller, "SELECT jobs_cancel($1)", &[&ids[0]]);
+    let mut first = cluster.connect();
+    let taken = claim(&mut first, &queue, 1, "");
+    assert_eq!(taken.iter().map(|c| c.id).collect::<Vec<_>>(), [ids[1]]);
+    canceller.batch_execute("COMMIT").unwrap();
+    assert_eq!(
+        floor_id(&mut admin, &queue),
+        Some(burnt_floor),
+        "the claim that passed over a held job kept the floor below it (this test needs that)"
+    );
+
+    // The next claim starts past the reach.
+    let mut next = cluster.connect();
+    let taken = claim(&mut next, &queue, 1, "");
+    assert_eq!(taken.iter().map(|c| c.id).collect::<Vec<_>>(), [ids[2]]);
+    assert_eq!(
+        floor_id(&mut admin, &queue),
+        Some(ids[3]),
+        "a claim past the reach leaves the floor behind the first queued job ({})",
+        ids[3]
+    );
 }
