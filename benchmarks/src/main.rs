@@ -150,14 +150,9 @@ fn measure() -> Result<()> {
                 repeat + 1,
                 ctx.cfg.repeats
             );
-            results.extend(
-                roles::run(&ctx, &mut admin, repeat)
-                    .into_iter()
-                    .map(|mut m| {
-                        m.repeat = repeat;
-                        m
-                    }),
-            );
+            // r numbers its measurements itself: each repetition measures every variant in
+            // two pairs.
+            results.extend(roles::run(&ctx, &mut admin, repeat));
         }
         save(&ctx.cfg, &machine, &waiting, started, &results)?;
     }

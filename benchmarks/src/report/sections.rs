@@ -441,15 +441,17 @@ type NoiseRow = (
 
 /// The spread of the repeated scenarios' figures, per queue.
 pub fn noise(out: &mut String, raw: &Run) {
-    let n = raw.repetitions(&["a", "b", "c", "r"]);
-    if n < 2 {
+    let n = raw.repetitions(&["a", "b", "c"]);
+    let r_runs = raw.repetitions(&["r"]);
+    if n.max(r_runs) < 2 {
         return;
     }
     out.push_str("## Run-to-run noise\n\n");
     let _ = writeln!(
         out,
-        "a, b, c and r ran {n} times in this run, the queues in alternating order (forward, then \
-         backward), so no queue always runs first or last. Each row: the figure of each run, and \
+        "a, b and c ran {n} times in this run, the queues in alternating order (forward, then \
+         backward), so no queue always runs first or last; r measured each side {r_runs} times, \
+         in blocks of two pairs (A B B A) per repetition. Each row: the figure of each run, and \
          half their spread relative to their mean. The report's figures are the means.\n"
     );
     let columns = ["scenario", "comparator", "figure", "runs", "noise"];

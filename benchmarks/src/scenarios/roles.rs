@@ -1,13 +1,16 @@
 //! r. Roles and tenants cost (issue 10): what the `SECURITY DEFINER` functions' role checks and
 //! the tenant scope cost a producer and a worker. a's enqueue (1 per transaction, 1,000 per
 //! call) and b's burn-down (1 per claim, 100 per claim; at 100 five times b's jobs, so that
-//! each side runs for seconds, not moments), each run twice back to back: once as
+//! each side runs for seconds, not moments), each side as
 //! the extension's owner (a superuser session, no tenant set: every role check passes at once
-//! and no tenant filter applies), once as the role granted `jobs_worker` with
+//! and no tenant filter applies) and as the role granted `jobs_worker` with
 //! `SET pg_jobs.tenant` at session start (the role is granted the tenant; the jobs carry it).
-//! Which of the two runs first alternates from variant to variant and from repetition to
-//! repetition, so that drift on a shared machine falls on both alike. The report judges each
-//! pair's ratio (jobs_worker + tenant ÷ owner) against 0.95.
+//! Each repetition runs each variant as a block of four, A B B A: two pairs, the second in the
+//! first's reverse order, so that drift on a shared machine (which moved one side's figure by
+//! 15–20% from one measurement to the next) falls on both sides alike within the block, and
+//! each side is measured twice as often as a plain pair. Which login is A alternates from
+//! variant to variant and from repetition to repetition. The report judges the ratio of the
+//! sides' mean rates (jobs_worker + tenant ÷ owner) against 0.95.
 
 use anyhow::{ensure, Result};
 use postgres::Client;
@@ -56,7 +59,12 @@ pub const VARIANTS: [(&str, Work); 4] = [
     ),
 ];
 
+/// Pairs each repetition measures of each variant: A B, then B A.
+pub const PAIRS_PER_REPETITION: u32 = 2;
+
 /// Runs every variant for both logins, in the order `repeat` gives (see the module's doc).
+/// Each measurement is numbered as a repetition of its own (`repeat` ×
+/// [`PAIRS_PER_REPETITION`] + its pair), so that the report's noise shows every pair.
 pub fn run(ctx: &Ctx, admin: &mut Client, repeat: u32) -> Vec<Measurement> {
     let owner = PgJobs::logged_in(OWNER, "10 seconds", Login::Owner);
     let worker = PgJobs::logged_in(WORKER, "10 seconds", Login::WorkerForTenant(TENANT));
@@ -72,18 +80,29 @@ pub fn run(ctx: &Ctx, admin: &mut Client, repeat: u32) -> Vec<Measurement> {
     }
     let mut out = Vec::new();
     for (i, &(variant, work)) in VARIANTS.iter().enumerate() {
-        let order: [&PgJobs; 2] = if owner_first(repeat, i) {
-            [&owner, &worker]
-        } else {
-            [&worker, &owner]
-        };
-        for c in order {
-            out.push(attempt("r", variant, c.name(), || {
+        for (number, as_owner) in block(repeat, i) {
+            let c = if as_owner { &owner } else { &worker };
+            let mut m = attempt("r", variant, c.name(), || {
                 measure(ctx, admin, c, variant, work)
-            }));
+            });
+            m.repeat = number;
+            out.push(m);
         }
     }
     out
+}
+
+/// The measurements of variant `variant` in repetition `repeat`, in the order they run: each
+/// one's number and whether it runs as the owner. A B, then B A.
+fn block(repeat: u32, variant: usize) -> Vec<(u32, bool)> {
+    let a = owner_first(repeat, variant);
+    (0..PAIRS_PER_REPETITION)
+        .flat_map(|pair| {
+            let number = repeat * PAIRS_PER_REPETITION + pair;
+            let first = if pair % 2 == 0 { a } else { !a };
+            [(number, first), (number, !first)]
+        })
+        .collect()
 }
 
 /// Whether the owner runs before the worker in variant `variant` of repetition `repeat`: every
@@ -193,7 +212,7 @@ fn prepare_logins(ctx: &Ctx, admin: &mut Client, owner: &PgJobs, worker: &PgJobs
 
 #[cfg(test)]
 mod tests {
-    use super::{owner_first, VARIANTS};
+    use super::{block, owner_first, PAIRS_PER_REPETITION, VARIANTS};
 
     #[test]
     fn the_order_alternates_between_variants_and_repetitions() {
@@ -207,5 +226,28 @@ mod tests {
         }
         let firsts = (0..VARIANTS.len()).filter(|&v| owner_first(0, v)).count();
         assert_eq!(firsts * 2, VARIANTS.len());
+    }
+
+    #[test]
+    fn each_block_runs_a_b_b_a_with_numbers_of_its_own() {
+        let mut numbers = Vec::new();
+        for repeat in 0..3 {
+            for variant in 0..VARIANTS.len() {
+                let b = block(repeat, variant);
+                let sides: Vec<bool> = b.iter().map(|&(_, owner)| owner).collect();
+                let a = owner_first(repeat, variant);
+                assert_eq!(sides, [a, !a, !a, a]);
+                // Each pair holds both logins under one number, the number of no other pair.
+                for pair in b.chunks(2) {
+                    assert_eq!(pair[0].0, pair[1].0);
+                    assert_ne!(pair[0].1, pair[1].1);
+                    if variant == 0 {
+                        numbers.push(pair[0].0);
+                    }
+                }
+            }
+        }
+        let expected: Vec<u32> = (0..3 * PAIRS_PER_REPETITION).collect();
+        assert_eq!(numbers, expected);
     }
 }
