@@ -370,11 +370,13 @@ pub fn roles_cost(out: &mut String, run: &Run) {
 ",
     );
     out.push_str(
-        "a's enqueue and b's burn-down, each twice back to back: as the extension's owner (a \
+        "a's enqueue and b's burn-down, each side as the extension's owner (a \
          superuser, no tenant set: the functions' role checks pass at once and no tenant filter \
          applies) and as a login role granted `jobs_worker` that sets `pg_jobs.tenant` at session \
          start (the role is granted the tenant, every job carries it, every claim is limited to \
-         it). Which runs first alternates between variants and between repetitions. \
+         it). Each repetition runs each variant as A B B A (two pairs, the second reversed), so \
+         that the machine's drift falls on both sides alike; which login is A alternates between \
+         variants and between repetitions. Figures are the means of each side's runs. \
          Ratio: jobs_worker + tenant ÷ owner (> 1 means the worker was faster); for CPU, owner ÷ \
          jobs_worker + tenant (> 1 means the worker used less).\n\n",
     );
