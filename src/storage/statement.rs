@@ -7,7 +7,7 @@
 //! statement and the code reading it cannot drift apart. Statements run under a search path
 //! pinned to `pg_catalog` (plans are analysed and re-validated under the same path), so no
 //! object a user creates (a table, function or operator in their own schema) can capture a name
-//! they use, and with sequential scans and JIT off (see [`StatementSettings`]).
+//! they use, and with sequential and bitmap scans and JIT off (see [`StatementSettings`]).
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -362,7 +362,7 @@ pub fn with_client<R>(body: impl FnOnce(&SpiClient<'_>) -> R) -> R {
 }
 
 /// The settings the extension's statements run (and are planned) under, until dropped: the
-/// search path pinned to `pg_catalog`, sequential scans off, and no JIT.
+/// search path pinned to `pg_catalog`, sequential and bitmap scans off, and no JIT.
 ///
 /// Why no sequential scans: a kept plan is made once and then reused until something
 /// invalidates it, and it is often made when `jobs.job` is nearly empty (a new install, a
@@ -371,11 +371,20 @@ pub fn with_client<R>(body: impl FnOnce(&SpiClient<'_>) -> R) -> R {
 /// grows (a complete reading 60 pages after 3,000 jobs). Every statement here reaches its rows
 /// through an index, so planning as if the table were big is right at every size.
 ///
+/// Why no bitmap scans: a bitmap scan reads every row its index conditions match before the
+/// first one comes out, in page order, so a statement that wants the first rows in index order
+/// (a claim's next due jobs) must then sort them all. With the statistics of a backlog (every
+/// row queued, one queue, one priority) on a table of about a thousand jobs, the planner costs
+/// that below the ordered index scan that stops at the first job, and the claim's kept plan
+/// read every queued job to take one (84 buffers a claim of one, against 8; the benchmark's
+/// backlog of 1,000 ran at half the hand-rolled queue's rate). The statements here look rows
+/// up by key or walk an index in order; none needs a bitmap to combine indexes.
+///
 /// Why no JIT: where no index serves (the worker's look at the few rows of `jobs.queue`), the
 /// sequential scan that remains carries the planner's penalty for disabled paths, which is far
 /// above `jit_above_cost`: each call would spend tens of milliseconds compiling.
 ///
-/// Why the two planner settings are written to their variables rather than set through the
+/// Why the three planner settings are written to their variables rather than set through the
 /// settings machinery (a nest level, `set_config_option`, and a walk over every setting to undo
 /// it): they only steer planning, nothing in between reads them through that machinery, and
 /// going through it was the largest part of what a call costs beside its statements. Drop
@@ -383,6 +392,8 @@ pub fn with_client<R>(body: impl FnOnce(&SpiClient<'_>) -> R) -> R {
 struct StatementSettings {
     /// The caller's `enable_seqscan`.
     seqscan: bool,
+    /// The caller's `enable_bitmapscan`.
+    bitmapscan: bool,
     /// The caller's `jit`.
     jit: bool,
     /// How the search path was pinned, to undo it.
@@ -391,16 +402,18 @@ struct StatementSettings {
 
 impl StatementSettings {
     fn push() -> Self {
-        // SAFETY: both are plain bool settings without hooks, read only by the planner and
+        // SAFETY: all three are plain bool settings without hooks, read only by the planner and
         // executor of this backend; drop restores them. The pin is undone by drop (or by
         // transaction abort on an ERROR).
         unsafe {
             let settings = StatementSettings {
                 seqscan: pg_sys::enable_seqscan,
+                bitmapscan: pg_sys::enable_bitmapscan,
                 jit: pg_sys::jit_enabled,
                 search_path: version::pin_search_path(),
             };
             pg_sys::enable_seqscan = false;
+            pg_sys::enable_bitmapscan = false;
             pg_sys::jit_enabled = false;
             settings
         }
@@ -412,6 +425,7 @@ impl Drop for StatementSettings {
         // SAFETY: restores what push found; the settings machinery never saw the change.
         unsafe {
             pg_sys::enable_seqscan = self.seqscan;
+            pg_sys::enable_bitmapscan = self.bitmapscan;
             pg_sys::jit_enabled = self.jit;
         }
         // While an ERROR unwinds, leave the pin to (sub)transaction abort, which pops it.

@@ -136,6 +136,72 @@ fn plans_made_on_an_empty_table_stay_index_plans_as_it_grows() {
         .expect("drop the database");
 }
 
+/// The most shared buffers a claim of one job may touch, nested statements included, when the
+/// queue holds [`BACKLOG`] queued jobs (about 30 walking the claim index in order; the plan that
+/// read every queued job touched over 100).
+const MOST_CLAIM_BUFFERS: i64 = 60;
+/// The backlog whose statistics made the bad plan: big enough that reading it all costs many
+/// pages, small enough that the planner costed a bitmap scan and a sort below the index walk.
+const BACKLOG: i32 = 1_000;
+
+#[test]
+fn claims_walk_the_claim_index_in_order_with_a_backlogs_statistics() {
+    // The benchmark found it (d's backlog of 1,000 at half the hand-rolled queue's rate when
+    // it ran after b): once the table is analysed while it holds a backlog, its statistics say
+    // every row is queued, of one queue and one priority, and on a table of a thousand jobs the
+    // generic plan of the claim's candidates read them all with a bitmap scan and sorted them
+    // to return the first, on every claim. Nothing of the claim may scan jobs.job that way.
+    let cluster = Cluster::shared();
+    let (mut admin, database) = database_of_its_own(cluster, "kept_claim_plans");
+    let mut setup = cluster.connect_to(&database);
+    setup
+        .batch_execute(&format!(
+            "CREATE EXTENSION pg_jobs;
+             ALTER TABLE jobs.job SET (autovacuum_enabled = off);
+             SELECT jobs_create_queue('backlog');
+             SELECT count(*) FROM jobs_enqueue_batch('backlog', ARRAY(
+                 SELECT jsonb_build_object('n', g) FROM generate_series(1, {BACKLOG}) AS g));
+             ANALYZE jobs.job;"
+        ))
+        .expect("set up the database");
+
+    // A new session plans the claim's statements under those statistics (its first claim,
+    // whose planning reads the catalogs) and keeps the plans for the next.
+    let mut session = ExplainingSession::open_in(cluster, &database, "");
+    claim_and_complete(&mut session, "backlog");
+    let plans = claim_and_complete(&mut session, "backlog");
+    let text = |plan: &Value| plan["Query Text"].as_str().unwrap_or("").to_owned();
+    let bitmap_scans: Vec<String> = plans
+        .iter()
+        .filter(|plan| {
+            plan_nodes(&plan["Plan"])
+                .iter()
+                .any(|n| n["Node Type"] == "Bitmap Heap Scan" && n["Relation Name"] == "job")
+        })
+        .map(text)
+        .collect();
+    assert!(
+        bitmap_scans.is_empty(),
+        "statements read every matching job of jobs.job with a bitmap scan: {bitmap_scans:#?}"
+    );
+    let call = "jobs_claim(";
+    let plan = plans
+        .iter()
+        .find(|plan| text(plan).contains(call) && text(plan).starts_with("SELECT"))
+        .unwrap_or_else(|| panic!("auto_explain logged no `{call}` call"));
+    let buffers = plan_buffers(&plan["Plan"]);
+    assert!(
+        buffers <= MOST_CLAIM_BUFFERS,
+        "a claim of one job touched {buffers} shared buffers with {BACKLOG} jobs queued"
+    );
+
+    drop(session);
+    drop(setup);
+    admin
+        .batch_execute(&format!("DROP DATABASE {database} WITH (FORCE)"))
+        .expect("drop the database");
+}
+
 #[test]
 fn idempotency_statements_reach_records_by_their_key_alone() {
     // The benchmark found it: in some sessions, plans made right after a TRUNCATE and ANALYZE
