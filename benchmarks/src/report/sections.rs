@@ -441,6 +441,33 @@ type NoiseRow = (
     fn(&Measurement) -> Option<f64>,
 );
 
+/// What the noise section's table covers: how often the repeated scenarios of this run ran,
+/// naming only those that did.
+fn noise_intro(raw: &Run, n: u32, r_runs: u32) -> String {
+    let ran = |scenario: &str| raw.measurements.iter().any(|m| m.scenario == scenario);
+    let repeated: Vec<&str> = ["a", "b", "c"].into_iter().filter(|s| ran(s)).collect();
+    let mut parts = Vec::new();
+    if let Some((last, first)) = repeated.split_last() {
+        let names = if first.is_empty() {
+            last.to_string()
+        } else {
+            format!("{} and {last}", first.join(", "))
+        };
+        parts.push(format!(
+            "{names} ran {n} times in this run, the queues in alternating order (forward, then \
+             backward), so no queue always runs first or last"
+        ));
+    }
+    if ran("r") {
+        parts.push(format!(
+            "r measured each side {r_runs} times, in blocks of two pairs (A B B A) per repetition"
+        ));
+    }
+    parts.join("; ")
+        + ". Each row: the figure of each run, and half their spread relative to their mean. \
+             The report's figures are the means."
+}
+
 /// The spread of the repeated scenarios' figures, per queue.
 pub fn noise(out: &mut String, raw: &Run) {
     let n = raw.repetitions(&["a", "b", "c"]);
@@ -449,13 +476,7 @@ pub fn noise(out: &mut String, raw: &Run) {
         return;
     }
     out.push_str("## Run-to-run noise\n\n");
-    let _ = writeln!(
-        out,
-        "a, b and c ran {n} times in this run, the queues in alternating order (forward, then \
-         backward), so no queue always runs first or last; r measured each side {r_runs} times, \
-         in blocks of two pairs (A B B A) per repetition. Each row: the figure of each run, and \
-         half their spread relative to their mean. The report's figures are the means.\n"
-    );
+    let _ = writeln!(out, "{}\n", noise_intro(raw, n, r_runs));
     let columns = ["scenario", "comparator", "figure", "runs", "noise"];
     table_header(out, &columns);
     let mut metric_rows: Vec<NoiseRow> = Vec::new();
@@ -511,4 +532,36 @@ pub fn noise(out: &mut String, raw: &Run) {
         }
     }
     out.push('\n');
+}
+
+#[cfg(test)]
+mod tests {
+    use super::noise_intro;
+    use crate::report::Run;
+    use crate::scenarios::Measurement;
+
+    fn run_of(scenarios: &[&str]) -> Run {
+        Run {
+            measurements: scenarios
+                .iter()
+                .map(|s| Measurement::new(s, "1 per claim", "pg_jobs"))
+                .collect(),
+            ..Run::default()
+        }
+    }
+
+    #[test]
+    fn the_noise_intro_names_only_the_scenarios_that_ran() {
+        let b_only = noise_intro(&run_of(&["b", "d"]), 2, 1);
+        assert!(b_only.starts_with("b ran 2 times in this run"), "{b_only}");
+        assert!(!b_only.contains("r measured"), "{b_only}");
+        let all = noise_intro(&run_of(&["a", "b", "c", "r"]), 2, 4);
+        assert!(all.starts_with("a, b and c ran 2 times"), "{all}");
+        assert!(all.contains("; r measured each side 4 times"), "{all}");
+        let r_only = noise_intro(&run_of(&["r"]), 1, 6);
+        assert!(
+            r_only.starts_with("r measured each side 6 times"),
+            "{r_only}"
+        );
+    }
 }
