@@ -81,14 +81,17 @@ ALTER TABLE jobs.job
 -- from now on.
 ALTER TABLE jobs.job SET (fillfactor = 25);
 
--- The claim index leaves out the jobs that wait for their group (none yet).
+-- The claim index leaves out the jobs that wait for their group (none yet). It and the kinds
+-- and group indexes do without deduplication: their keys end with the id (see schema.sql).
 DROP INDEX jobs.job_claim_idx;
 CREATE INDEX job_claim_idx ON jobs.job (queue, priority, run_at, id)
+    WITH (deduplicate_items = off)
     WHERE state OPERATOR(pg_catalog.=) 'queued' AND NOT group_wait;
 
 -- Claims of some kinds read this one instead: the due jobs of each kind in claim order, so
 -- a claim of kind x never walks the jobs of other kinds queued ahead of x's.
 CREATE INDEX job_kind_claim_idx ON jobs.job (queue, kind, priority, run_at, id)
+    WITH (deduplicate_items = off)
     WHERE state OPERATOR(pg_catalog.=) 'queued' AND NOT group_wait;
 -- Unique jobs: at most one job holds a unique key in a queue (per tenant; '' stands for no
 -- tenant, which no tenant can be called). Only jobs that hold a key are in it. The key comes
@@ -100,6 +103,7 @@ CREATE UNIQUE INDEX job_unique_idx ON jobs.job (unique_key, queue, (COALESCE(ten
 -- Groups: the unfinished jobs of each group in enqueue order, so a claim finds a group's head
 -- and its running jobs in one probe. Only grouped jobs are in it.
 CREATE INDEX job_group_idx ON jobs.job (queue, group_key, id)
+    WITH (deduplicate_items = off)
     WHERE group_key IS NOT NULL
       AND (state OPERATOR(pg_catalog.=) 'queued' OR state OPERATOR(pg_catalog.=) 'running');
 -- Groups: their running jobs, counted against group_concurrency (at most that many per group).

@@ -120,12 +120,18 @@ COMMENT ON TABLE jobs.job IS 'pg_jobs jobs, one row per job for its whole life, 
 
 -- The claim reads only this index: due, queued jobs of one queue in claim order. Finished and
 -- running jobs are not in it, so a table full of history does not slow claims down.
+-- Its keys end with the job's id, so no two live entries are equal and deduplication never saves
+-- a byte: without it a full leaf page splits at once instead of first comparing every entry
+-- on it with its neighbour (for this index and the kinds index, 7% of the instructions of a
+-- batch enqueue of 1,000 jobs). The same holds for the kinds and group indexes.
 CREATE INDEX job_claim_idx ON jobs.job (queue, priority, run_at, id)
+    WITH (deduplicate_items = off)
     WHERE state OPERATOR(pg_catalog.=) 'queued' AND NOT group_wait;
 -- Claims of some kinds read this one instead: the due jobs of each kind in claim order, so
 -- a claim of kind x never walks the jobs of other kinds queued ahead of x's (issue 18: 30 ms a
 -- claim behind 200,000 of them). Costs one more index entry per enqueue.
 CREATE INDEX job_kind_claim_idx ON jobs.job (queue, kind, priority, run_at, id)
+    WITH (deduplicate_items = off)
     WHERE state OPERATOR(pg_catalog.=) 'queued' AND NOT group_wait;
 -- Unique jobs: at most one job holds a unique key in a queue (per tenant; '' stands for no
 -- tenant, which no tenant can be called). Only jobs that hold a key are in it. The key comes
@@ -137,6 +143,7 @@ CREATE UNIQUE INDEX job_unique_idx ON jobs.job (unique_key, queue, (COALESCE(ten
 -- Groups: the unfinished jobs of each group in enqueue order, so a claim finds a group's head
 -- and its running jobs in one probe. Only grouped jobs are in it.
 CREATE INDEX job_group_idx ON jobs.job (queue, group_key, id)
+    WITH (deduplicate_items = off)
     WHERE group_key IS NOT NULL
       AND (state OPERATOR(pg_catalog.=) 'queued' OR state OPERATOR(pg_catalog.=) 'running');
 -- Groups: their running jobs, counted against group_concurrency (at most that many per group).
