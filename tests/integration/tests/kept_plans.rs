@@ -65,6 +65,41 @@ fn database_of_its_own(cluster: &Cluster, prefix: &str) -> (postgres::Client, St
     (admin, database)
 }
 
+/// The query text of a logged plan.
+fn text(plan: &Value) -> String {
+    plan["Query Text"].as_str().unwrap_or("").to_owned()
+}
+
+/// The statements among `plans` that read `jobs.job` with a node of `node_type`.
+fn statements_reading_jobs_with(plans: &[Value], node_type: &str) -> Vec<String> {
+    plans
+        .iter()
+        .filter(|plan| {
+            plan_nodes(&plan["Plan"])
+                .iter()
+                .any(|n| n["Node Type"] == node_type && n["Relation Name"] == "job")
+        })
+        .map(text)
+        .collect()
+}
+
+/// The shared buffers the top-level `SELECT` that calls `call` touched, its nested statements
+/// included.
+fn buffers_of_call(plans: &[Value], call: &str) -> i64 {
+    let plan = plans
+        .iter()
+        .find(|plan| text(plan).contains(call) && text(plan).starts_with("SELECT"))
+        .unwrap_or_else(|| panic!("auto_explain logged no `{call}` call"));
+    plan_buffers(&plan["Plan"])
+}
+
+/// Drops the database a test made for itself.
+fn drop_database(admin: &mut postgres::Client, database: &str) {
+    admin
+        .batch_execute(&format!("DROP DATABASE {database} WITH (FORCE)"))
+        .expect("drop the database");
+}
+
 #[test]
 fn plans_made_on_an_empty_table_stay_index_plans_as_it_grows() {
     let cluster = Cluster::shared();
@@ -104,36 +139,20 @@ fn plans_made_on_an_empty_table_stay_index_plans_as_it_grows() {
     );
 
     let plans = claim_and_complete(&mut session, "kept");
-    let text = |plan: &Value| plan["Query Text"].as_str().unwrap_or("").to_owned();
-    let seq_scans: Vec<String> = plans
-        .iter()
-        .filter(|plan| {
-            plan_nodes(&plan["Plan"])
-                .iter()
-                .any(|n| n["Node Type"] == "Seq Scan" && n["Relation Name"] == "job")
-        })
-        .map(text)
-        .collect();
+    let seq_scans = statements_reading_jobs_with(&plans, "Seq Scan");
     assert!(
         seq_scans.is_empty(),
         "statements planned on an empty table scan all {pages} pages of jobs.job: {seq_scans:#?}"
     );
-    let call = "jobs_complete(";
-    let plan = plans
-        .iter()
-        .find(|plan| text(plan).contains(call) && text(plan).starts_with("SELECT"))
-        .unwrap_or_else(|| panic!("auto_explain logged no `{call}` call"));
-    let buffers = plan_buffers(&plan["Plan"]);
+    let buffers = buffers_of_call(&plans, "jobs_complete(");
     assert!(
         buffers <= MOST_BUFFERS,
-        "`{call}` touched {buffers} shared buffers on a table of {pages} pages"
+        "a complete touched {buffers} shared buffers on a table of {pages} pages"
     );
 
     drop(session);
     drop(setup);
-    admin
-        .batch_execute(&format!("DROP DATABASE {database} WITH (FORCE)"))
-        .expect("drop the database");
+    drop_database(&mut admin, &database);
 }
 
 /// The most shared buffers a claim of one job may touch, nested statements included, when the
@@ -170,26 +189,12 @@ fn claims_walk_the_claim_index_in_order_with_a_backlogs_statistics() {
     let mut session = ExplainingSession::open_in(cluster, &database, "");
     claim_and_complete(&mut session, "backlog");
     let plans = claim_and_complete(&mut session, "backlog");
-    let text = |plan: &Value| plan["Query Text"].as_str().unwrap_or("").to_owned();
-    let bitmap_scans: Vec<String> = plans
-        .iter()
-        .filter(|plan| {
-            plan_nodes(&plan["Plan"])
-                .iter()
-                .any(|n| n["Node Type"] == "Bitmap Heap Scan" && n["Relation Name"] == "job")
-        })
-        .map(text)
-        .collect();
+    let bitmap_scans = statements_reading_jobs_with(&plans, "Bitmap Heap Scan");
     assert!(
         bitmap_scans.is_empty(),
         "statements read every matching job of jobs.job with a bitmap scan: {bitmap_scans:#?}"
     );
-    let call = "jobs_claim(";
-    let plan = plans
-        .iter()
-        .find(|plan| text(plan).contains(call) && text(plan).starts_with("SELECT"))
-        .unwrap_or_else(|| panic!("auto_explain logged no `{call}` call"));
-    let buffers = plan_buffers(&plan["Plan"]);
+    let buffers = buffers_of_call(&plans, "jobs_claim(");
     assert!(
         buffers <= MOST_CLAIM_BUFFERS,
         "a claim of one job touched {buffers} shared buffers with {BACKLOG} jobs queued"
@@ -197,9 +202,7 @@ fn claims_walk_the_claim_index_in_order_with_a_backlogs_statistics() {
 
     drop(session);
     drop(setup);
-    admin
-        .batch_execute(&format!("DROP DATABASE {database} WITH (FORCE)"))
-        .expect("drop the database");
+    drop_database(&mut admin, &database);
 }
 
 #[test]
@@ -278,7 +281,5 @@ fn idempotency_statements_reach_records_by_their_key_alone() {
 
     drop(session);
     drop(setup);
-    admin
-        .batch_execute(&format!("DROP DATABASE {database} WITH (FORCE)"))
-        .expect("drop the database");
+    drop_database(&mut admin, &database);
 }
