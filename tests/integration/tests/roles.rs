@@ -870,3 +870,97 @@ fn a_tenants_reach_moves_only_its_own_claims() {
     assert_eq!(claim(&mut acme, 10), acme_ids[7..10]);
     assert_eq!(claim(&mut globex, 10), globex_ids[3..10]);
 }
+
+#[test]
+fn dead_letter_copies_keep_their_tenant() {
+    let cluster = cluster();
+    let mut admin = cluster.connect();
+    admin
+        .batch_execute(
+            "SELECT jobs_create_queue('tenant-dead');
+             SELECT jobs_create_queue('tenant-source', max_attempts => 1,
+                                      dead_letter => 'tenant-dead');",
+        )
+        .unwrap();
+    let mut acme = cluster.connect_as("acme_worker");
+    acme.batch_execute("SET pg_jobs.tenant = 'acme'").unwrap();
+    let (id, lease) = job_of(&mut acme, "tenant-source");
+    let outcome: String = one(
+        &mut acme,
+        "SELECT jobs_fail($1, $2, 'boom')::text",
+        &[&id, &lease],
+    );
+    assert_eq!(outcome, "failed", "the job's only attempt failed");
+
+    let copy_of = "SELECT tenant FROM jobs.job
+                    WHERE queue = 'tenant-dead' AND (origin ->> 'id')::bigint = $1";
+    let tenants: Vec<Option<String>> = admin
+        .query(copy_of, &[&id])
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    assert_eq!(
+        tenants,
+        [Some("acme".to_owned())],
+        "one dead-letter copy, carrying the failed job's tenant"
+    );
+    // The copy is acme's: its worker sees it, globex's does not.
+    let seen_by = |role: &str, tenant: &str| -> usize {
+        let mut session = cluster.connect_as(role);
+        session
+            .batch_execute(&format!("SET pg_jobs.tenant = '{tenant}'"))
+            .unwrap();
+        session.query(copy_of, &[&id]).unwrap().len()
+    };
+    assert_eq!(seen_by("acme_worker", "acme"), 1);
+    assert_eq!(seen_by("globex_worker", "globex"), 0);
+}
+
+#[test]
+fn dropping_the_extension_in_one_database_leaves_the_roles_to_the_others() {
+    let cluster = cluster();
+    let mut admin = cluster.connect();
+    let database = format!("roles_second_{}", std::process::id());
+    admin
+        .batch_execute(&format!("DROP DATABASE IF EXISTS {database}"))
+        .unwrap();
+    admin
+        .batch_execute(&format!("CREATE DATABASE {database}"))
+        .unwrap();
+    let mut second = cluster.connect_to(&database);
+    // The roles exist already (the first database made them): this CREATE EXTENSION uses them.
+    second
+        .batch_execute("CREATE EXTENSION pg_jobs; SELECT jobs_create_queue('second');")
+        .unwrap();
+    second.batch_execute("DROP EXTENSION pg_jobs").unwrap();
+
+    let roles: i64 = one(
+        &mut admin,
+        "SELECT count(*) FROM pg_roles
+          WHERE rolname IN ('jobs_client', 'jobs_worker', 'jobs_admin')",
+        &[],
+    );
+    assert_eq!(
+        roles, 3,
+        "DROP EXTENSION in one database dropped cluster roles"
+    );
+    // The first database still serves its workers through those roles.
+    admin
+        .batch_execute("SELECT jobs_create_queue('after-drop')")
+        .unwrap();
+    let mut worker = cluster.connect_as("app_worker");
+    let (id, lease) = job_of(&mut worker, "after-drop");
+    let outcome: String = one(
+        &mut worker,
+        "SELECT jobs_complete($1, $2)::text",
+        &[&id, &lease],
+    );
+    assert_eq!(outcome, "succeeded");
+    // And the extension can be created again beside them.
+    second.batch_execute("CREATE EXTENSION pg_jobs").unwrap();
+    drop(second);
+    admin
+        .batch_execute(&format!("DROP DATABASE {database} WITH (FORCE)"))
+        .unwrap();
+}
