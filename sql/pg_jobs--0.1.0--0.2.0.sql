@@ -82,15 +82,17 @@ ALTER TABLE jobs.job
 ALTER TABLE jobs.job SET (fillfactor = 25);
 
 -- The claim index leaves out the jobs that wait for their group (none yet). It and the kinds
--- and group indexes do without deduplication: their keys end with the id (see schema.sql).
+-- and group indexes do without deduplication: their keys end with the id, and both claim
+-- indexes lead with hashes of the queue (and kind), not the names (see schema.sql).
 DROP INDEX jobs.job_claim_idx;
-CREATE INDEX job_claim_idx ON jobs.job (queue, priority, run_at, id)
+CREATE INDEX job_claim_idx ON jobs.job ((pg_catalog.hashtext(queue)), priority, run_at, id)
     WITH (deduplicate_items = off)
     WHERE state OPERATOR(pg_catalog.=) 'queued' AND NOT group_wait;
 
 -- Claims of some kinds read this one instead: the due jobs of each kind in claim order, so
 -- a claim of kind x never walks the jobs of other kinds queued ahead of x's.
-CREATE INDEX job_kind_claim_idx ON jobs.job (queue, kind, priority, run_at, id)
+CREATE INDEX job_kind_claim_idx
+    ON jobs.job ((pg_catalog.hashtext(queue)), (pg_catalog.hashtext(kind)), priority, run_at, id)
     WITH (deduplicate_items = off)
     WHERE state OPERATOR(pg_catalog.=) 'queued' AND NOT group_wait;
 -- Unique jobs: at most one job holds a unique key in a queue (per tenant; '' stands for no

@@ -103,6 +103,70 @@ mod tests {
         assert_eq!(order, "3,2,1,4", "the delayed job stays invisible");
     }
 
+    /// Two names of the form `prefix || n` that `hashtext` maps to the same value, found on
+    /// this server (the claim indexes lead with that hash, not the name).
+    fn names_hashing_alike(prefix: &str) -> (String, String) {
+        let pair: String = one(&format!(
+            "SELECT min(name) || ',' || max(name)
+               FROM (SELECT '{prefix}' || i AS name FROM generate_series(1, 400000) i) n
+              GROUP BY pg_catalog.hashtext(name)
+             HAVING count(*) > 1
+              ORDER BY 1
+              LIMIT 1"
+        ));
+        let (a, b) = pair.split_once(',').expect("two names");
+        (a.to_owned(), b.to_owned())
+    }
+
+    // The claim indexes are keyed by hashes of the queue and kind: queues (and kinds) whose
+    // names collide share index ranges, and the claim must still take only its own jobs, in
+    // claim order.
+    #[pg_test]
+    fn queues_and_kinds_whose_names_hash_alike_keep_their_own_jobs() {
+        let (a, b) = names_hashing_alike("queue-");
+        let (kind_a, kind_b) = names_hashing_alike("kind-");
+        Spi::run(&format!(
+            "SELECT jobs_create_queue('{a}');
+             SELECT jobs_create_queue('{b}');
+             SELECT jobs_enqueue(q, jsonb_build_object('q', q, 'n', n), kind => k, priority => p)
+               FROM (VALUES ('{b}', 1, '{kind_a}', 0), ('{a}', 2, '{kind_b}', 1),
+                            ('{b}', 3, '{kind_b}', -1), ('{a}', 4, '{kind_a}', 0),
+                            ('{a}', 5, '{kind_b}', -1), ('{b}', 6, '{kind_a}', -2),
+                            ('{a}', 7, '{kind_a}', 2)) AS j(q, n, k, p);"
+        ))
+        .unwrap();
+        let claimed = |call: &str| -> String {
+            one(&format!(
+                "SELECT string_agg((payload->>'q') || ':' || (payload->>'n'), ',')
+                   FROM (SELECT payload FROM {call}) c"
+            ))
+        };
+        assert_eq!(
+            claimed(&format!(
+                "jobs_claim('{a}', n => 10, kinds => ARRAY['{kind_a}'])"
+            )),
+            format!("{a}:4,{a}:7"),
+            "a claim of one kind takes neither the other queue's jobs nor the other kind's"
+        );
+        assert_eq!(
+            claimed(&format!("jobs_claim('{a}', n => 10)")),
+            format!("{a}:5,{a}:2"),
+            "the rest of the queue, in claim order, and none of the other queue's"
+        );
+        let nothing: Option<i64> = Spi::get_one(&format!("SELECT count(*) FROM jobs_claim('{a}')"))
+            .expect("the claim runs");
+        assert_eq!(
+            nothing,
+            Some(0),
+            "the other queue's jobs are not this one's"
+        );
+        assert_eq!(
+            claimed(&format!("jobs_claim('{b}', n => 10)")),
+            format!("{b}:6,{b}:3,{b}:1"),
+            "the other queue keeps all of its jobs"
+        );
+    }
+
     #[pg_test]
     fn claim_skips_priorities_with_only_delayed_jobs() {
         // Thousands of delayed jobs at the best priority must not hide a due one behind them.

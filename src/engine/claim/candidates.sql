@@ -11,7 +11,7 @@ WITH RECURSIVE priorities (priority) AS (
     -- loose index scan, one probe of job_claim_idx per priority, however many jobs each holds.
     (SELECT j.priority
        FROM jobs.job j
-      WHERE j.queue = $1
+      WHERE pg_catalog.hashtext(j.queue) = pg_catalog.hashtext($1) AND j.queue = $1
         AND j.state = 'queued' AND NOT j.group_wait
         AND j.priority >= coalesce($5::integer + 1, -32768)
       ORDER BY j.priority
@@ -19,7 +19,8 @@ WITH RECURSIVE priorities (priority) AS (
     UNION ALL
     SELECT (SELECT j.priority
               FROM jobs.job j
-             WHERE j.queue = $1 AND j.state = 'queued' AND NOT j.group_wait AND j.priority > p.priority
+             WHERE pg_catalog.hashtext(j.queue) = pg_catalog.hashtext($1) AND j.queue = $1
+               AND j.state = 'queued' AND NOT j.group_wait AND j.priority > p.priority
              ORDER BY j.priority
              LIMIT 1)
       FROM priorities p
@@ -35,7 +36,7 @@ SELECT due.id, due.priority, due.run_at, due.group_key, due.tenant
  CROSS JOIN LATERAL (
         SELECT j.id, j.priority, j.run_at, j.group_key, j.tenant
           FROM jobs.job j
-         WHERE j.queue = $1
+         WHERE pg_catalog.hashtext(j.queue) = pg_catalog.hashtext($1) AND j.queue = $1
            AND j.state = 'queued' AND NOT j.group_wait
            AND j.priority = p.priority
            AND (j.run_at, j.id) >= (p.from_run_at, p.from_id)

@@ -13,8 +13,8 @@ WITH RECURSIVE kind_priorities (kind, priority) AS (
     SELECT k.kind,
            (SELECT j.priority
               FROM jobs.job j
-             WHERE j.queue = $1
-               AND j.kind = k.kind
+             WHERE pg_catalog.hashtext(j.queue) = pg_catalog.hashtext($1) AND j.queue = $1
+               AND pg_catalog.hashtext(j.kind) = pg_catalog.hashtext(k.kind) AND j.kind = k.kind
                AND j.state = 'queued' AND NOT j.group_wait
                AND j.priority >= coalesce($5::integer, -32768)
              ORDER BY j.priority
@@ -25,8 +25,8 @@ WITH RECURSIVE kind_priorities (kind, priority) AS (
     SELECT kp.kind,
            (SELECT j.priority
               FROM jobs.job j
-             WHERE j.queue = $1
-               AND j.kind = kp.kind
+             WHERE pg_catalog.hashtext(j.queue) = pg_catalog.hashtext($1) AND j.queue = $1
+               AND pg_catalog.hashtext(j.kind) = pg_catalog.hashtext(kp.kind) AND j.kind = kp.kind
                AND j.state = 'queued' AND NOT j.group_wait
                AND j.priority > kp.priority
              ORDER BY j.priority
@@ -39,8 +39,8 @@ SELECT due.id, due.priority, due.run_at, due.group_key, due.tenant
  CROSS JOIN LATERAL (
         SELECT j.id, j.priority, j.run_at, j.group_key, j.tenant
           FROM jobs.job j
-         WHERE j.queue = $1
-           AND j.kind = kp.kind
+         WHERE pg_catalog.hashtext(j.queue) = pg_catalog.hashtext($1) AND j.queue = $1
+           AND pg_catalog.hashtext(j.kind) = pg_catalog.hashtext(kp.kind) AND j.kind = kp.kind
            AND j.state = 'queued' AND NOT j.group_wait
            AND j.priority = kp.priority
            -- In the start priority, from the start position; in later ones, from their first.

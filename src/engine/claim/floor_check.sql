@@ -7,7 +7,7 @@
 -- $1 queue, $2 floor priority, $3 floor run_at, $4 floor id, $5 now
 SELECT j.id
   FROM jobs.job j
- WHERE j.queue = $1
+ WHERE pg_catalog.hashtext(j.queue) = pg_catalog.hashtext($1) AND j.queue = $1
    AND j.state = 'queued' AND NOT j.group_wait
    AND (j.priority, j.run_at, j.id) < ($2, $3, $4)
    AND j.run_at <= $5

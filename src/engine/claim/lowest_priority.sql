@@ -4,6 +4,7 @@
 -- $1 queue
 SELECT j.priority
   FROM jobs.job j
- WHERE j.queue = $1 AND j.state = 'queued' AND NOT j.group_wait
+ WHERE pg_catalog.hashtext(j.queue) = pg_catalog.hashtext($1) AND j.queue = $1
+   AND j.state = 'queued' AND NOT j.group_wait
  ORDER BY j.priority
  LIMIT 1

@@ -7,13 +7,15 @@ WITH RECURSIVE priorities (priority) AS (
     -- job_claim_idx per priority, however many jobs each holds.
     (SELECT j.priority
        FROM jobs.job j
-      WHERE j.queue = $1 AND j.state = 'queued' AND NOT j.group_wait
+      WHERE pg_catalog.hashtext(j.queue) = pg_catalog.hashtext($1) AND j.queue = $1
+        AND j.state = 'queued' AND NOT j.group_wait
       ORDER BY j.priority
       LIMIT 1)
     UNION ALL
     SELECT (SELECT j.priority
               FROM jobs.job j
-             WHERE j.queue = $1 AND j.state = 'queued' AND NOT j.group_wait AND j.priority > p.priority
+             WHERE pg_catalog.hashtext(j.queue) = pg_catalog.hashtext($1) AND j.queue = $1
+               AND j.state = 'queued' AND NOT j.group_wait AND j.priority > p.priority
              ORDER BY j.priority
              LIMIT 1)
       FROM priorities p
@@ -25,7 +27,8 @@ SELECT q.paused AS paused,
          CROSS JOIN LATERAL (
                 SELECT j.run_at
                   FROM jobs.job j
-                 WHERE j.queue = $1 AND j.state = 'queued' AND NOT j.group_wait AND j.priority = p.priority
+                 WHERE pg_catalog.hashtext(j.queue) = pg_catalog.hashtext($1) AND j.queue = $1
+                   AND j.state = 'queued' AND NOT j.group_wait AND j.priority = p.priority
                  ORDER BY j.run_at
                  LIMIT 1
                ) AS first
