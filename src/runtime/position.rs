@@ -21,4 +21,14 @@ impl Position {
             ..self
         }
     }
+
+    /// The last position of `priority` in claim order: every job of that priority lies before
+    /// it (a job's run_at is finite), every job of a later priority after it.
+    pub fn end_of_priority(priority: i16) -> Position {
+        Position {
+            priority,
+            run_at: i64::MAX,
+            id: i64::MAX,
+        }
+    }
 }

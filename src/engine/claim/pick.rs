@@ -38,6 +38,15 @@ static CANDIDATES: Statement = Statement {
     columns: CANDIDATE_COLUMNS,
 };
 
+/// Candidates of every kind within the start's priority: what [`CANDIDATES`] gives first, for
+/// less to set up.
+static CANDIDATES_IN_PRIORITY: Statement = Statement {
+    name: "claim/candidates_in_priority",
+    sql: include_str!("candidates_in_priority.sql"),
+    params: CANDIDATE_PARAMS,
+    columns: CANDIDATE_COLUMNS,
+};
+
 /// Candidates of some kinds, through the index by kind: same answers, without walking the
 /// jobs of other kinds.
 static CANDIDATES_OF_KINDS: Statement = Statement {
@@ -192,6 +201,8 @@ impl Picking<'_> {
         let mut limit = (wanted + 16) as i32;
         let mut picked = Vec::with_capacity(wanted);
         let mut first_skipped = None;
+        // From a start, its priority first: a claim nearly always finds enough there.
+        let mut in_start_priority = start.is_some() && !self.filter.has_kinds();
         loop {
             let args: [DatumWithOid; 8] = [
                 self.queue.into(),
@@ -207,6 +218,8 @@ impl Picking<'_> {
             ];
             let statement = if self.filter.has_kinds() {
                 &CANDIDATES_OF_KINDS
+            } else if in_start_priority {
+                &CANDIDATES_IN_PRIORITY
             } else {
                 &CANDIDATES
             };
@@ -237,6 +250,11 @@ impl Picking<'_> {
                 Some(last) if candidates.len() == limit as usize => {
                     start = Some(last.successor());
                     limit = limit.saturating_mul(2).min(10_000);
+                }
+                // The start's priority has no more due jobs: on to the later priorities.
+                _ if in_start_priority => {
+                    in_start_priority = false;
+                    start = start.map(|from| Position::end_of_priority(from.priority));
                 }
                 _ => return (picked, first_skipped),
             }
