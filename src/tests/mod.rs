@@ -167,6 +167,26 @@ mod tests {
         );
     }
 
+    // jobs.job has no CHECK on attempts (a check is parsed again by every statement that
+    // writes the table): the claim itself never runs a job past its attempts (Rule 3), even
+    // one a direct write left queued with none left.
+    #[pg_test]
+    fn a_queued_job_without_attempts_left_is_never_claimed() {
+        Spi::run(
+            "SELECT jobs_create_queue('spent', max_attempts => 2);
+             SELECT jobs_enqueue('spent', '{\"n\": 1}');
+             SELECT jobs_enqueue('spent', '{\"n\": 2}');
+             UPDATE jobs.job SET attempt = 2 WHERE queue = 'spent' AND payload->>'n' = '1';",
+        )
+        .unwrap();
+        let claimed: String =
+            one("SELECT string_agg(payload->>'n', ',') FROM jobs_claim('spent', n => 10)");
+        assert_eq!(claimed, "2", "only the job with attempts left runs");
+        let spent: i32 = one("SELECT attempt FROM jobs.job
+              WHERE queue = 'spent' AND payload->>'n' = '1' AND state = 'queued'");
+        assert_eq!(spent, 2, "the other stays queued, its attempts untouched");
+    }
+
     #[pg_test]
     fn claim_skips_priorities_with_only_delayed_jobs() {
         // Thousands of delayed jobs at the best priority must not hide a due one behind them.

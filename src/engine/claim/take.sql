@@ -20,6 +20,8 @@ WITH claimed AS (
      WHERE j.id = p.id
        AND j.state = 'queued'
        AND j.run_at <= $5
+       -- Rule 3: never past its attempts (what no path leaves queued; jobs.job has no CHECK).
+       AND j.attempt < j.max_attempts
  RETURNING j.id, j.queue, j.kind, j.payload, j.headers, j.attempt, j.max_attempts, j.lease,
            j.lease_until, j.priority, j.tenant, j.group_key, j.created_at, j.run_at
 )

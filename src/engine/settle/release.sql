@@ -4,7 +4,7 @@
 -- (running, or queued after a reclaim)
 UPDATE jobs.job j
    SET state          = 'queued',
-       attempt        = attempt - 1,
+       attempt        = greatest(attempt - 1, 0),
        run_at         = $5 + $4,
        lease          = NULL,
        lease_until    = NULL,
