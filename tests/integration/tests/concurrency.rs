@@ -12,6 +12,9 @@
 //!   sometimes sleep past them, `jobs_reclaim()` in a loop and random cancels. No job succeeds
 //!   twice or under two leases, a success only ever comes from the job's latest lease, and every
 //!   job ends in one terminal state that agrees with what its callers were told.
+//! * [`a_claim_reads_on_past_more_held_jobs_than_it_reads_at_first`]: a claim that meets a run
+//!   of jobs another open transaction holds, longer than the few extra candidates it reads at
+//!   first, reads on past them and still returns the next jobs in claim order.
 //! * [`the_lock_sampler_and_lock_timeout_catch_a_blocked_session`]: a positive control showing
 //!   that the two wait detectors above do fire when a session of the test blocks on a row lock.
 
@@ -1083,4 +1086,77 @@ fn the_lock_sampler_and_lock_timeout_catch_a_blocked_session() {
         .expect_err("the row is locked");
     assert!(is_lock_timeout(&error), "{}", describe(&error));
     holder.batch_execute("ROLLBACK").unwrap();
+}
+
+#[test]
+fn a_claim_reads_on_past_more_held_jobs_than_it_reads_at_first() {
+    const HELD: i32 = 10;
+    let cluster = Cluster::shared();
+    let mut setup = cluster.connect();
+    let queue = unique_queue(&mut setup, "held-run", "lease => '1 hour'");
+    let ids: Vec<i64> = setup
+        .query(
+            "SELECT id FROM jobs_enqueue_batch($1, ARRAY(
+                 SELECT jsonb_build_object('n', g) FROM generate_series(1, 20) AS g))",
+            &[&queue],
+        )
+        .expect("enqueue the jobs")
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+
+    // An open transaction holds the first ten jobs.
+    let mut holder = cluster.connect();
+    let mut held = holder
+        .transaction()
+        .expect("begin the holder's transaction");
+    let held_ids: Vec<i64> = held
+        .query("SELECT id FROM jobs_claim($1, n => $2)", &[&queue, &HELD])
+        .expect("the holder claims")
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    assert_eq!(
+        held_ids,
+        ids[..HELD as usize],
+        "the holder took the first ten"
+    );
+
+    // A job due earlier than all of them brings the claim's start back before the held run.
+    let early: i64 = scalar(
+        &mut setup,
+        "SELECT jobs_enqueue($1, '{}', run_at => now() - interval '1 hour')",
+        &[&queue],
+    );
+
+    let mut claimer = cluster.connect();
+    claimer
+        .batch_execute(&format!(
+            "SET lock_timeout = '{}ms'",
+            LOCK_TIMEOUT.as_millis()
+        ))
+        .expect("set lock_timeout");
+    let claimed: Vec<i64> = claimer
+        .query("SELECT id FROM jobs_claim($1, n => 3)", &[&queue])
+        .expect("a claim passes over the held jobs without waiting")
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    assert_eq!(
+        claimed,
+        vec![early, ids[HELD as usize], ids[HELD as usize + 1]],
+        "the early job, then the first two jobs after the held ones (held: {held_ids:?})"
+    );
+
+    held.rollback().expect("the holder rolls back");
+    let queued: i64 = scalar(
+        &mut setup,
+        "SELECT count(*) FROM jobs.job WHERE queue = $1 AND state = 'queued'",
+        &[&queue],
+    );
+    assert_eq!(
+        queued,
+        21 - 3,
+        "the held jobs are queued again, the three claimed are not"
+    );
 }
