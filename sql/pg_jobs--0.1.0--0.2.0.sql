@@ -107,14 +107,30 @@ CREATE INDEX job_kind_claim_idx
 CREATE UNIQUE INDEX job_unique_idx ON jobs.job (unique_key, queue, (COALESCE(tenant, '')))
     WHERE unique_hold;
 -- Groups: the unfinished jobs of each group in enqueue order, so a claim finds a group's head
--- and its running jobs in one probe. Only grouped jobs are in it.
-CREATE INDEX job_group_idx ON jobs.job (queue, group_key, id)
+-- in one probe. Only grouped jobs are in it. Keyed by one hash of the queue's name and the
+-- group key, not by the two texts: a probe reads every entry of its group on the leaf page it
+-- lands on (the head probe of a group walks all the group's unfinished jobs there), and with
+-- text keys each entry cost two string comparisons and an uncached walk to the id (a claim of
+-- 100 jobs from 100 groups and its jobs_complete_batch spent 15% of its instructions checking
+-- those keys; 39.7 M instructions with text keys, 29.0 M with the hash, callgrind). The
+-- statements compare the hash and then the names: two groups whose keys hash alike only read
+-- each other's entries.
+CREATE INDEX job_group_idx
+    ON jobs.job ((pg_catalog.hashtextextended(group_key, pg_catalog.hashtext(queue))), id)
     WITH (deduplicate_items = off)
     WHERE group_key IS NOT NULL
       AND (state OPERATOR(pg_catalog.=) 'queued' OR state OPERATOR(pg_catalog.=) 'running');
--- Groups: their running jobs, counted against group_concurrency (at most that many per group).
-CREATE INDEX job_group_running_idx ON jobs.job (queue, group_key)
+-- Groups: their running jobs, counted against group_concurrency (at most that many per group);
+-- keyed like job_group_idx.
+CREATE INDEX job_group_running_idx
+    ON jobs.job ((pg_catalog.hashtextextended(group_key, pg_catalog.hashtext(queue))))
     WHERE group_key IS NOT NULL AND state OPERATOR(pg_catalog.=) 'running';
+
+-- Reclaim's index leaves out what the reclaim never looks for, so a group's count of running
+-- jobs reads job_group_running_idx and never this one (see schema.sql).
+DROP INDEX jobs.job_lease_idx;
+CREATE INDEX job_lease_idx ON jobs.job (lease_until)
+    WHERE state OPERATOR(pg_catalog.=) 'running' AND lease_until IS NOT NULL;
 
 -- ---------------------------------------------------------------------------------------------
 -- New in 0.2.0, as sql/schema.sql creates them.

@@ -4,46 +4,61 @@
 -- nothing of it runs; with more, its first waiting jobs in enqueue order, as many as it has
 -- free slots. Runs under the groups' locks and the latest snapshot: the claims that marked jobs
 -- of these groups held those locks until they committed, so every mark is seen. A few probes
--- of job_group_idx and job_group_running_idx per group, however many jobs it holds.
+-- of job_group_idx and job_group_running_idx per group, however many jobs it holds (each
+-- compares the hash they are keyed by, then the names).
 -- A job whose row another transaction holds is skipped, never waited for: that transaction
 -- (a late settle of a reclaimed job, a cancel) may itself be waiting for these groups' locks,
 -- and every path that changes a queued job of a group moves the group on after it, under the
 -- locks and the latest snapshot, so the skipped job is looked at again once it commits.
 -- $1 queues, $2 group keys, $3 tenants
 WITH groups AS (
-    SELECT g.queue, g.group_key, g.tenant, q.group_concurrency AS concurrency,
-           (SELECT count(*)
-              FROM jobs.job r
-             WHERE r.queue = g.queue AND r.group_key = g.group_key AND r.state = 'running'
-               AND r.tenant IS NOT DISTINCT FROM g.tenant) AS running
-      FROM (SELECT DISTINCT u.queue, u.group_key, u.tenant
+    SELECT g.queue, g.group_key, g.tenant, g.hash, q.group_concurrency AS concurrency
+      FROM (SELECT DISTINCT u.queue, u.group_key, u.tenant,
+                   pg_catalog.hashtextextended(u.group_key, pg_catalog.hashtext(u.queue)) AS hash
               FROM unnest($1::text[], $2::text[], $3::text[]) AS u(queue, group_key, tenant)
            ) AS g
       JOIN jobs.queue q ON q.name = g.queue
 ), may_run AS (
+    -- Concurrency 1: the head, if it is marked (an unmarked head is claimable already) and
+    -- nothing of the group runs (counted only then: a settle of a group's only running job
+    -- usually finds its next job unmarked, and one probe less).
     SELECT head.id
       FROM groups g
      CROSS JOIN LATERAL (
             SELECT h.id, h.group_wait
               FROM jobs.job h
-             WHERE h.queue = g.queue AND h.group_key = g.group_key
+             WHERE pg_catalog.hashtextextended(h.group_key, pg_catalog.hashtext(h.queue)) = g.hash
+               AND h.queue = g.queue AND h.group_key = g.group_key
                AND (h.state = 'queued' OR h.state = 'running')
                AND h.tenant IS NOT DISTINCT FROM g.tenant
              ORDER BY h.id
              LIMIT 1
            ) AS head
-     WHERE g.concurrency = 1 AND g.running = 0 AND head.group_wait
+     WHERE g.concurrency = 1 AND head.group_wait
+       AND NOT EXISTS (
+            SELECT FROM jobs.job r
+             WHERE pg_catalog.hashtextextended(r.group_key, pg_catalog.hashtext(r.queue)) = g.hash
+               AND r.queue = g.queue AND r.group_key = g.group_key AND r.state = 'running'
+               AND r.tenant IS NOT DISTINCT FROM g.tenant)
     UNION ALL
+    -- More: the first waiting jobs, one per free slot.
     SELECT next.id
       FROM groups g
      CROSS JOIN LATERAL (
             SELECT h.id
               FROM jobs.job h
-             WHERE h.queue = g.queue AND h.group_key = g.group_key
+             WHERE pg_catalog.hashtextextended(h.group_key, pg_catalog.hashtext(h.queue)) = g.hash
+               AND h.queue = g.queue AND h.group_key = g.group_key
                AND h.state = 'queued' AND h.group_wait
                AND h.tenant IS NOT DISTINCT FROM g.tenant
              ORDER BY h.id
-             LIMIT greatest(g.concurrency - g.running, 0)
+             LIMIT greatest(g.concurrency - (
+                    SELECT count(*)
+                      FROM jobs.job r
+                     WHERE pg_catalog.hashtextextended(r.group_key, pg_catalog.hashtext(r.queue)) = g.hash
+                       AND r.queue = g.queue AND r.group_key = g.group_key
+                       AND r.state = 'running'
+                       AND r.tenant IS NOT DISTINCT FROM g.tenant), 0)
            ) AS next
      WHERE g.concurrency > 1
 ), free AS (

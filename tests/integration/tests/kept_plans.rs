@@ -283,3 +283,79 @@ fn idempotency_statements_reach_records_by_their_key_alone() {
     drop(setup);
     drop_database(&mut admin, &database);
 }
+
+/// Jobs of another queue held running while a grouped claim counts its group's running jobs.
+const RUNNING_ELSEWHERE: i32 = 2_000;
+
+/// The statements among `plans` that read index `index`.
+fn statements_reading_index(plans: &[Value], index: &str) -> Vec<String> {
+    plans
+        .iter()
+        .filter(|plan| {
+            plan_nodes(&plan["Plan"])
+                .iter()
+                .any(|n| n["Index Name"] == index)
+        })
+        .map(text)
+        .collect()
+}
+
+#[test]
+fn a_groups_count_of_running_jobs_reads_only_that_groups_running_jobs() {
+    // Found by profiling grouped claims: with the group indexes keyed by a hash, the planner
+    // rated a group's count of running jobs as cheap through job_lease_idx (every running job
+    // of every queue, no group in its key) as through job_group_running_idx whenever the
+    // statistics saw nothing running, as on a new install or after a burn-down. A session that
+    // planned then read every running job of every queue for each group it decided, on every
+    // claim and settle. Here the plans are made with nothing running, then 2,000 jobs of another
+    // queue run while the session claims and completes grouped jobs.
+    let cluster = Cluster::shared();
+    let (mut admin, database) = database_of_its_own(cluster, "kept_group_plans");
+    let mut setup = cluster.connect_to(&database);
+    setup
+        .batch_execute(&format!(
+            "CREATE EXTENSION pg_jobs;
+             ALTER TABLE jobs.job SET (autovacuum_enabled = off);
+             SELECT jobs_create_queue('grouped', group_concurrency => 1);
+             SELECT jobs_create_queue('busy');
+             SELECT count(*) FROM jobs_enqueue_batch('grouped', ARRAY(
+                 SELECT jsonb_build_object('n', g) FROM generate_series(1, 100) AS g),
+                 group_keys => ARRAY(SELECT 'g' || (g % 10) FROM generate_series(1, 100) AS g));
+             SELECT count(*) FROM jobs_enqueue_batch('busy', ARRAY(
+                 SELECT jsonb_build_object('n', g) FROM generate_series(1, {RUNNING_ELSEWHERE}) AS g));
+             ANALYZE jobs.job;"
+        ))
+        .expect("set up the database");
+
+    let mut session = ExplainingSession::open_in(cluster, &database, "");
+    claim_and_complete(&mut session, "grouped");
+    let running: i64 = setup
+        .query_one(
+            "SELECT (SELECT sum((SELECT count(*) FROM jobs_claim('busy', n => 1000, lease => '1 hour')))
+               FROM generate_series(1, $1 / 1000))::bigint",
+            &[&RUNNING_ELSEWHERE],
+        )
+        .expect("run the other queue's jobs")
+        .get::<_, Option<i64>>(0)
+        .unwrap_or(0);
+    assert_eq!(running, i64::from(RUNNING_ELSEWHERE));
+
+    let plans = claim_and_complete(&mut session, "grouped");
+    let through_leases = statements_reading_index(&plans, "job_lease_idx");
+    assert!(
+        through_leases.is_empty(),
+        "a grouped claim or complete read every running job through job_lease_idx: {through_leases:#?}"
+    );
+    for call in ["jobs_claim(", "jobs_complete("] {
+        let buffers = buffers_of_call(&plans, call);
+        assert!(
+            buffers <= MOST_CLAIM_BUFFERS,
+            "`{call}` of a grouped job touched {buffers} shared buffers with \
+             {RUNNING_ELSEWHERE} jobs of another queue running"
+        );
+    }
+
+    drop(session);
+    drop(setup);
+    drop_database(&mut admin, &database);
+}
