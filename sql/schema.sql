@@ -152,30 +152,28 @@ CREATE INDEX job_kind_claim_idx
 -- unique jobs than with the queue first).
 CREATE UNIQUE INDEX job_unique_idx ON jobs.job (unique_key, queue, (COALESCE(tenant, '')))
     WHERE unique_hold;
--- Groups: the unfinished jobs of each group in enqueue order, so a claim finds a group's head
--- in one probe. Only grouped jobs are in it. Keyed by one hash of the queue's name and the
--- group key, not by the two texts: a probe reads every entry of its group on the leaf page it
--- lands on (the head probe of a group walks all the group's unfinished jobs there), and with
--- text keys each entry cost two string comparisons and an uncached walk to the id (a claim of
--- 100 jobs from 100 groups and its jobs_complete_batch spent 15% of its instructions checking
--- those keys; 39.7 M instructions with text keys, 29.0 M with the hash, callgrind). The
--- statements compare the hash and then the names: two groups whose keys hash alike only read
--- each other's entries.
+-- Groups: the unfinished jobs of each group, its running jobs first, then its queued ones in
+-- enqueue order. One probe answers what a claim or settle asks of a group: whether anything of
+-- it runs or comes before a job (a range that ends at the job), how many of it run, its head
+-- (the first entry), its first waiting jobs. Only grouped jobs are in it.
+-- Keyed by one hash of the queue's name and the group key, not by the two texts: a probe reads
+-- every entry of its range on the leaf page it lands on, and with text keys each entry cost
+-- two string comparisons and an uncached walk to the id (a claim of 100 jobs from 100 groups
+-- and its jobs_complete_batch spent 15% of its instructions checking those keys; 39.7 M
+-- instructions with text keys, 29.0 M with the hash, callgrind). The statements compare the
+-- hash and then the names: two groups whose keys hash alike only read each other's entries.
+-- Running jobs used to have an index of their own, and every claimed job an entry in both.
 CREATE INDEX job_group_idx
-    ON jobs.job ((pg_catalog.hashtextextended(group_key, pg_catalog.hashtext(queue))), id)
+    ON jobs.job ((pg_catalog.hashtextextended(group_key, pg_catalog.hashtext(queue))),
+                 (state OPERATOR(pg_catalog.=) 'queued'), id)
     WITH (deduplicate_items = off)
     WHERE group_key IS NOT NULL
       AND (state OPERATOR(pg_catalog.=) 'queued' OR state OPERATOR(pg_catalog.=) 'running');
--- Groups: their running jobs, counted against group_concurrency (at most that many per group);
--- keyed like job_group_idx.
-CREATE INDEX job_group_running_idx
-    ON jobs.job ((pg_catalog.hashtextextended(group_key, pg_catalog.hashtext(queue))))
-    WHERE group_key IS NOT NULL AND state OPERATOR(pg_catalog.=) 'running';
 -- Reclaim finds expired leases here (its statement compares lease_until, so it implies the
 -- second condition; a running job always has one). The condition keeps the index out of
 -- statements that only say "running": a group's count of running jobs could otherwise read
 -- every running job of every queue through it, which the planner rates as cheap as
--- job_group_running_idx whenever its statistics saw few jobs running.
+-- job_group_idx whenever its statistics saw few jobs running.
 CREATE INDEX job_lease_idx ON jobs.job (lease_until)
     WHERE state OPERATOR(pg_catalog.=) 'running' AND lease_until IS NOT NULL;
 -- No index serves the retention purge: an index on finished jobs would cost every completion

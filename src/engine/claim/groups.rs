@@ -2,30 +2,31 @@
 //!
 //! A claim decides under each group's lock, taken without waiting: a group another claim is
 //! deciding is skipped, never waited for, and two claims never both fill a group's last slot.
-//! The group's state (its running jobs and its head) is read after the lock, under the latest
-//! snapshot, so a slot freed by a commit is seen. A job it may not take is let go (its job
-//! lock released); one behind its group's head (concurrency 1) or in a full group is marked
-//! waiting, so the claim indexes leave it out until the group moves on.
-//! The others (a group another claim is deciding) count as skipped for the claim floor.
+//! What it needs to know is read after the lock, under the latest snapshot, so a slot freed by
+//! a commit is seen: with `group_concurrency` 1, whether a job of the group runs or an
+//! unfinished one comes before the candidate; with more, how many of the group run. A job it
+//! may not take is let go (its job lock released) and marked waiting, so the claim indexes
+//! leave it out until the group moves on. The others (a group another claim is deciding) count
+//! as skipped for the claim floor.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use pgrx::spi::SpiClient;
 
 use super::pick::{earliest, Candidate};
-use crate::engine::groups::{self, GroupState};
+use crate::engine::groups;
 use crate::engine::model::Position;
 use crate::runtime::locks;
 
 /// A group: its key and tenant.
 type Group = (String, Option<String>);
 
-/// What a claim knows of one group it decides for.
-struct Deciding {
-    /// Its state as read under the lock.
-    state: GroupState,
-    /// Jobs of it this claim is taking now.
-    admitted: i64,
+/// What a claim knows of the groups it decides for, read under their locks.
+enum Known {
+    /// Concurrency 1: the candidates that must wait.
+    Blocked(HashSet<i64>),
+    /// More: for each group, its jobs running now and the jobs of it this claim is taking.
+    Slots(HashMap<Group, (i64, i64)>),
 }
 
 /// What [`admit`] made of a claim's candidates.
@@ -54,20 +55,18 @@ pub fn admit(
             marked: Vec::new(),
         };
     }
-    // The groups in the order their jobs were picked; each one's lock, or none.
-    let mut picked_groups: Vec<Group> = Vec::new();
-    for group in candidates.iter().filter_map(|c| c.group.clone()) {
-        if !picked_groups.contains(&group) {
-            picked_groups.push(group);
-        }
-    }
-    let locked: Vec<Group> = picked_groups
-        .into_iter()
+    // The groups of the picked jobs, each one's lock taken or not; one lock per group.
+    let mut tried: HashSet<&Group> = HashSet::new();
+    let locked: HashSet<Group> = candidates
+        .iter()
+        .filter_map(|c| c.group.as_ref())
+        .filter(|group| tried.insert(group))
         .filter(|(key, tenant)| {
             locks::try_lock_group(locks::group_key_hash(queue, tenant.as_deref(), key))
         })
+        .cloned()
         .collect();
-    let mut states = read_states(client, queue, &locked);
+    let mut known = read_known(client, queue, concurrency, candidates, &locked);
 
     let mut kept = Vec::with_capacity(candidates.len());
     let mut first_dropped = None;
@@ -76,10 +75,8 @@ pub fn admit(
         let decision = match &candidate.group {
             None => Decision::Take,
             // Another claim is deciding for this group: skip it.
-            Some(group) => match states.get_mut(group) {
-                None => Decision::Skip,
-                Some(deciding) => deciding.decide(concurrency, candidate.position.id),
-            },
+            Some(group) if !locked.contains(group) => Decision::Skip,
+            Some(group) => known.decide(concurrency, group, candidate.position.id),
         };
         match decision {
             Decision::Take => kept.push(candidate.clone()),
@@ -105,47 +102,67 @@ pub fn admit(
 enum Decision {
     /// Take it.
     Take,
-    /// Let it go: it may run without its group moving on (its group's head while a later job
-    /// of it runs), or another claim is deciding for its group.
+    /// Let it go: another claim is deciding for its group.
     Skip,
     /// Let it go and mark it waiting: its group must move on first.
     Wait,
 }
 
-impl Deciding {
-    /// Whether job `id` of this group may run now, with `concurrency` jobs of the group at once.
-    fn decide(&mut self, concurrency: i32, id: i64) -> Decision {
-        let room = i64::from(concurrency) - self.state.running - self.admitted;
-        let decision = if concurrency > 1 {
-            if room > 0 {
-                Decision::Take
-            } else {
-                Decision::Wait
+impl Known {
+    /// Whether job `id` of `group` (locked) may run now, with `concurrency` jobs of the group
+    /// at once.
+    fn decide(&mut self, concurrency: i32, group: &Group, id: i64) -> Decision {
+        match self {
+            // Two candidates of one group are never both free: the later one finds the
+            // earlier one unfinished, unless it finished (then the take passes it over).
+            Known::Blocked(blocked) if blocked.contains(&id) => Decision::Wait,
+            Known::Blocked(_) => Decision::Take,
+            Known::Slots(slots) => {
+                let (running, admitted) = slots.entry(group.clone()).or_insert((0, 0));
+                if i64::from(concurrency) - *running - *admitted > 0 {
+                    *admitted += 1;
+                    Decision::Take
+                } else {
+                    Decision::Wait
+                }
             }
-        } else if self.state.head != Some(id) {
-            // An earlier job of the group is unfinished: it runs first.
-            Decision::Wait
-        } else if room > 0 {
-            Decision::Take
-        } else {
-            Decision::Skip
-        };
-        if matches!(decision, Decision::Take) {
-            self.admitted += 1;
         }
-        decision
     }
 }
 
-/// The state of each locked group, read now.
-fn read_states(client: &SpiClient<'_>, queue: &str, groups: &[Group]) -> HashMap<Group, Deciding> {
-    if groups.is_empty() {
-        return HashMap::new();
+/// What the claim needs to know of the `locked` groups of its `candidates`, read now.
+fn read_known(
+    client: &SpiClient<'_>,
+    queue: &str,
+    concurrency: i32,
+    candidates: &[Candidate],
+    locked: &HashSet<Group>,
+) -> Known {
+    if concurrency > 1 {
+        if locked.is_empty() {
+            return Known::Slots(HashMap::new());
+        }
+        let keys: Vec<String> = locked.iter().map(|(key, _)| key.clone()).collect();
+        let tenants: Vec<Option<String>> = locked.iter().map(|(_, t)| t.clone()).collect();
+        let slots = groups::running_jobs(client, queue, keys, tenants)
+            .into_iter()
+            .map(|(group, running)| (group, (running, 0)))
+            .collect();
+        return Known::Slots(slots);
     }
-    let keys: Vec<String> = groups.iter().map(|(key, _)| key.clone()).collect();
-    let tenants: Vec<Option<String>> = groups.iter().map(|(_, tenant)| tenant.clone()).collect();
-    groups::read_states(client, queue, keys, tenants)
-        .into_iter()
-        .map(|(group, state)| (group, Deciding { state, admitted: 0 }))
-        .collect()
+    let deciding: Vec<(i64, &Group)> = candidates
+        .iter()
+        .filter_map(|c| Some((c.position.id, c.group.as_ref()?)))
+        .filter(|(_, group)| locked.contains(group))
+        .collect();
+    if deciding.is_empty() {
+        return Known::Blocked(HashSet::new());
+    }
+    let ids = deciding.iter().map(|(id, _)| *id).collect();
+    let keys = deciding.iter().map(|(_, (key, _))| key.clone()).collect();
+    let tenants = deciding
+        .iter()
+        .map(|(_, (_, tenant))| tenant.clone())
+        .collect();
+    Known::Blocked(groups::blocked_jobs(client, queue, ids, keys, tenants))
 }

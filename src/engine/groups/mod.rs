@@ -3,11 +3,12 @@
 //!
 //! A group runs at most `group_concurrency` jobs at once, and with 1 only its head (its first
 //! unfinished job, so in enqueue order). The claim decides under the group's lock
-//! (`engine::claim`), and a job it finds behind its group's head (concurrency 1) or in a full
-//! group (more) it marks waiting (`group_wait`): the claim indexes leave it out, so no claim
-//! walks it again until its group moves on. Without the mark, claims of many jobs from a queue
-//! with many busy groups walked every later job of every busy group, claim after claim. An
-//! enqueue marks the jobs of a batch that wait for the batch's own jobs of their group.
+//! (`engine::claim`), and a job it finds behind an unfinished job of its group or while a job
+//! of it runs (concurrency 1), or in a full group (more), it marks waiting (`group_wait`): the
+//! claim indexes leave it out, so no claim walks it again until its group moves on. Without
+//! the mark, claims of many jobs from a queue with many busy groups walked every later job of
+//! every busy group, claim after claim. An enqueue marks the jobs of a batch that wait for the
+//! batch's own jobs of their group.
 //!
 //! Why no job waits forever:
 //! * A claim marks a job only while it holds the group's lock (taken without waiting), after
@@ -43,7 +44,7 @@
 //! * A job whose mark is cleared becomes claimable, and is reported as such
 //!   (`engine::transitions`): the claim floor comes down to it, waiting claims wake.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use pgrx::datum::DatumWithOid;
 use pgrx::pg_sys::{INT8ARRAYOID, TEXTARRAYOID, TEXTOID};
@@ -54,15 +55,27 @@ use crate::engine::transitions;
 use crate::runtime::locks;
 use crate::storage::{param, Row, Rows, Statement};
 
-static STATE: Statement = Statement {
-    name: "groups/state",
-    sql: include_str!("state.sql"),
+static BLOCKED: Statement = Statement {
+    name: "groups/blocked",
+    sql: include_str!("blocked.sql"),
+    params: &[
+        param("queue", TEXTOID),
+        param("ids", INT8ARRAYOID),
+        param("group keys", TEXTARRAYOID),
+        param("tenants", TEXTARRAYOID),
+    ],
+    columns: &["id", "blocked"],
+};
+
+static RUNNING: Statement = Statement {
+    name: "groups/running",
+    sql: include_str!("running.sql"),
     params: &[
         param("queue", TEXTOID),
         param("group keys", TEXTARRAYOID),
         param("tenants", TEXTARRAYOID),
     ],
-    columns: &["group_key", "tenant", "running", "head"],
+    columns: &["group_key", "tenant", "running"],
 };
 
 static MARK: Statement = Statement {
@@ -118,33 +131,41 @@ impl GroupRef {
     }
 }
 
-/// What a claim knows of one group of its queue.
-pub struct GroupState {
-    /// Its jobs running now.
-    pub running: i64,
-    /// Its first unfinished job, if any.
-    pub head: Option<i64>,
+/// Which of the jobs `ids` of `queue` (in groups of concurrency 1; `keys` and `tenants` name
+/// each one's group, pairwise) must wait: a job of its group runs, or an unfinished one comes
+/// before it. Under the latest snapshot (the caller holds the groups' locks).
+pub fn blocked_jobs(
+    client: &SpiClient<'_>,
+    queue: &str,
+    ids: Vec<i64>,
+    keys: Vec<String>,
+    tenants: Vec<Option<String>>,
+) -> HashSet<i64> {
+    let args: [DatumWithOid; 4] = [queue.into(), ids.into(), keys.into(), tenants.into()];
+    BLOCKED
+        .run_latest(client, &args)
+        .iter()
+        .filter(|row| row.get("blocked").unwrap_or(true))
+        .map(|row| row.expect("id"))
+        .collect()
 }
 
-/// The running jobs and head of each of the groups (`keys` and `tenants`, pairwise) of `queue`,
-/// under the latest snapshot (the caller holds the groups' locks); one row per group.
-pub fn read_states(
+/// How many jobs of each of the groups (`keys` and `tenants`, pairwise) of `queue` run now,
+/// under the latest snapshot (the caller holds the groups' locks); one entry per group.
+pub fn running_jobs(
     client: &SpiClient<'_>,
     queue: &str,
     keys: Vec<String>,
     tenants: Vec<Option<String>>,
-) -> Vec<((String, Option<String>), GroupState)> {
+) -> Vec<((String, Option<String>), i64)> {
     let args: [DatumWithOid; 3] = [queue.into(), keys.into(), tenants.into()];
-    STATE
+    RUNNING
         .run_latest(client, &args)
         .iter()
         .map(|row| {
             (
                 (row.expect("group_key"), row.get("tenant")),
-                GroupState {
-                    running: row.get("running").unwrap_or(0),
-                    head: row.get("head"),
-                },
+                row.get("running").unwrap_or(0),
             )
         })
         .collect()
@@ -162,21 +183,27 @@ pub fn mark_waiting(client: &SpiClient<'_>, ids: Vec<i64>) {
 /// Jobs of `groups` finished or went back to the queue in this transaction: takes the groups'
 /// locks (waiting for a claim deciding for one of them to end) and makes claimable again the
 /// waiting jobs that may run now.
-pub fn move_on(client: &SpiClient<'_>, mut groups: Vec<GroupRef>) {
+pub fn move_on(client: &SpiClient<'_>, groups: Vec<GroupRef>) {
     if groups.is_empty() {
         return;
     }
     // One lock order for every caller, against deadlocks between settles of several groups.
-    groups.sort_unstable_by_key(|group| (group.lock_key(), group.clone()));
-    groups.dedup();
-    for group in &groups {
-        locks::lock_group(group.lock_key());
+    // Each key is computed once: a sort that hashed and cloned both groups on every
+    // comparison cost a settle of 100 groups 680,000 instructions.
+    let mut keyed: Vec<(u64, GroupRef)> = groups.into_iter().map(|g| (g.lock_key(), g)).collect();
+    keyed.sort_unstable();
+    keyed.dedup();
+    let mut queues: Vec<String> = Vec::with_capacity(keyed.len());
+    let mut keys: Vec<String> = Vec::with_capacity(keyed.len());
+    let mut tenants: Vec<Option<String>> = Vec::with_capacity(keyed.len());
+    for (lock_key, group) in keyed {
+        locks::lock_group(lock_key);
         // A waiting claim should look: the group has room once this transaction commits.
         transitions::group_freed(&group.queue);
+        queues.push(group.queue);
+        keys.push(group.key);
+        tenants.push(group.tenant);
     }
-    let queues: Vec<String> = groups.iter().map(|g| g.queue.clone()).collect();
-    let keys: Vec<String> = groups.iter().map(|g| g.key.clone()).collect();
-    let tenants: Vec<Option<String>> = groups.iter().map(|g| g.tenant.clone()).collect();
     let args: [DatumWithOid; 3] = [queues.into(), keys.into(), tenants.into()];
     let cleared: Rows = MOVE_ON.run_latest(client, &args);
     transitions::queued_rows(&cleared);

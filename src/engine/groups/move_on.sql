@@ -3,9 +3,9 @@
 -- $3 tenants, pairwise): with group_concurrency 1, its head (its first unfinished job) when
 -- nothing of it runs; with more, its first waiting jobs in enqueue order, as many as it has
 -- free slots. Runs under the groups' locks and the latest snapshot: the claims that marked jobs
--- of these groups held those locks until they committed, so every mark is seen. A few probes
--- of job_group_idx and job_group_running_idx per group, however many jobs it holds (each
--- compares the hash they are keyed by, then the names).
+-- of these groups held those locks until they committed, so every mark is seen. One or two
+-- probes of job_group_idx per group, however many jobs it holds (each compares the hash the
+-- index is keyed by, then the names).
 -- A job whose row another transaction holds is skipped, never waited for: that transaction
 -- (a late settle of a reclaimed job, a cancel) may itself be waiting for these groups' locks,
 -- and every path that changes a queued job of a group moves the group on after it, under the
@@ -19,27 +19,22 @@ WITH groups AS (
            ) AS g
       JOIN jobs.queue q ON q.name = g.queue
 ), may_run AS (
-    -- Concurrency 1: the head, if it is marked (an unmarked head is claimable already) and
-    -- nothing of the group runs (counted only then: a settle of a group's only running job
-    -- usually finds its next job unmarked, and one probe less).
+    -- Concurrency 1: the group's first entry in job_group_idx, its running jobs first: when it
+    -- is queued, nothing of the group runs and it is the head; it may run if it is marked (an
+    -- unmarked head is claimable already).
     SELECT head.id
       FROM groups g
      CROSS JOIN LATERAL (
-            SELECT h.id, h.group_wait
+            SELECT h.id, h.state, h.group_wait
               FROM jobs.job h
              WHERE pg_catalog.hashtextextended(h.group_key, pg_catalog.hashtext(h.queue)) = g.hash
                AND h.queue = g.queue AND h.group_key = g.group_key
                AND (h.state = 'queued' OR h.state = 'running')
                AND h.tenant IS NOT DISTINCT FROM g.tenant
-             ORDER BY h.id
+             ORDER BY h.state = 'queued', h.id
              LIMIT 1
            ) AS head
-     WHERE g.concurrency = 1 AND head.group_wait
-       AND NOT EXISTS (
-            SELECT FROM jobs.job r
-             WHERE pg_catalog.hashtextextended(r.group_key, pg_catalog.hashtext(r.queue)) = g.hash
-               AND r.queue = g.queue AND r.group_key = g.group_key AND r.state = 'running'
-               AND r.tenant IS NOT DISTINCT FROM g.tenant)
+     WHERE g.concurrency = 1 AND head.state = 'queued' AND head.group_wait
     UNION ALL
     -- More: the first waiting jobs, one per free slot.
     SELECT next.id
@@ -56,8 +51,8 @@ WITH groups AS (
                     SELECT count(*)
                       FROM jobs.job r
                      WHERE pg_catalog.hashtextextended(r.group_key, pg_catalog.hashtext(r.queue)) = g.hash
+                       AND (r.state = 'queued') < true AND r.state = 'running'
                        AND r.queue = g.queue AND r.group_key = g.group_key
-                       AND r.state = 'running'
                        AND r.tenant IS NOT DISTINCT FROM g.tenant), 0)
            ) AS next
      WHERE g.concurrency > 1

@@ -304,7 +304,7 @@ fn statements_reading_index(plans: &[Value], index: &str) -> Vec<String> {
 fn a_groups_count_of_running_jobs_reads_only_that_groups_running_jobs() {
     // Found by profiling grouped claims: with the group indexes keyed by a hash, the planner
     // rated a group's count of running jobs as cheap through job_lease_idx (every running job
-    // of every queue, no group in its key) as through job_group_running_idx whenever the
+    // of every queue, no group in its key) as through the group index whenever the
     // statistics saw nothing running, as on a new install or after a burn-down. A session that
     // planned then read every running job of every queue for each group it decided, on every
     // claim and settle. Here the plans are made with nothing running, then 2,000 jobs of another
