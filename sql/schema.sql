@@ -169,6 +169,17 @@ CREATE INDEX job_group_idx
     WITH (deduplicate_items = off)
     WHERE group_key IS NOT NULL
       AND (state OPERATOR(pg_catalog.=) 'queued' OR state OPERATOR(pg_catalog.=) 'running');
+-- Groups: their waiting jobs (marked by a claim or an enqueue), in enqueue order. A settle
+-- that moves a group on asks this small index whether anything waits for the group, which is
+-- seldom, and so seldom reads the group itself (a settle of 100 jobs of 100 groups with
+-- nothing waiting: 4 M instructions when it read each group's head, callgrind). Only
+-- statements that name a group may read it (group_key IS NOT NULL): the settle's statement
+-- once read every waiting job of every queue through it, to find the few it clears, when its
+-- plan was made while nothing waited.
+CREATE INDEX job_group_wait_idx
+    ON jobs.job ((pg_catalog.hashtextextended(group_key, pg_catalog.hashtext(queue))), id)
+    WITH (deduplicate_items = off)
+    WHERE group_key IS NOT NULL AND group_wait AND state OPERATOR(pg_catalog.=) 'queued';
 -- Reclaim finds expired leases here (its statement compares lease_until, so it implies the
 -- second condition; a running job always has one). The condition keeps the index out of
 -- statements that only say "running": a group's count of running jobs could otherwise read

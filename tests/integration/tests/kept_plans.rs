@@ -284,8 +284,9 @@ fn idempotency_statements_reach_records_by_their_key_alone() {
     drop_database(&mut admin, &database);
 }
 
-/// Jobs of another queue held running while a grouped claim counts its group's running jobs.
-const RUNNING_ELSEWHERE: i32 = 2_000;
+/// Jobs of other queues running, and waiting for their group, while grouped claims and settles
+/// read their own groups.
+const ELSEWHERE: i32 = 2_000;
 
 /// The statements among `plans` that read index `index`.
 fn statements_reading_index(plans: &[Value], index: &str) -> Vec<String> {
@@ -301,58 +302,86 @@ fn statements_reading_index(plans: &[Value], index: &str) -> Vec<String> {
 }
 
 #[test]
-fn a_groups_count_of_running_jobs_reads_only_that_groups_running_jobs() {
-    // Found by profiling grouped claims: with the group indexes keyed by a hash, the planner
-    // rated a group's count of running jobs as cheap through job_lease_idx (every running job
-    // of every queue, no group in its key) as through the group index whenever the
-    // statistics saw nothing running, as on a new install or after a burn-down. A session that
-    // planned then read every running job of every queue for each group it decided, on every
-    // claim and settle. Here the plans are made with nothing running, then 2,000 jobs of another
-    // queue run while the session claims and completes grouped jobs.
+fn grouped_claims_and_settles_read_only_their_own_groups_jobs() {
+    // Found by profiling grouped claims: with the group indexes keyed by a hash, plans made
+    // while nothing ran or waited, as on a new install or after a burn-down, read every
+    // running job of every queue through job_lease_idx to count a group's running jobs, and
+    // every waiting job of every queue through job_group_wait_idx to find the few a settle
+    // frees; the planner rated both as cheap as a group's own entries while those indexes were
+    // empty. Here a session plans its claims and completes of two grouped queues (concurrency
+    // 1 and 2) with nothing running or waiting; then 2,000 jobs of another queue run and 2,000
+    // of a third wait for their group, and the session claims and completes again.
     let cluster = Cluster::shared();
     let (mut admin, database) = database_of_its_own(cluster, "kept_group_plans");
     let mut setup = cluster.connect_to(&database);
-    setup
-        .batch_execute(&format!(
-            "CREATE EXTENSION pg_jobs;
-             ALTER TABLE jobs.job SET (autovacuum_enabled = off);
-             SELECT jobs_create_queue('grouped', group_concurrency => 1);
-             SELECT jobs_create_queue('busy');
-             SELECT count(*) FROM jobs_enqueue_batch('grouped', ARRAY(
-                 SELECT jsonb_build_object('n', g) FROM generate_series(1, 100) AS g),
-                 group_keys => ARRAY(SELECT 'g' || (g % 10) FROM generate_series(1, 100) AS g));
-             SELECT count(*) FROM jobs_enqueue_batch('busy', ARRAY(
-                 SELECT jsonb_build_object('n', g) FROM generate_series(1, {RUNNING_ELSEWHERE}) AS g));
-             ANALYZE jobs.job;"
-        ))
-        .expect("set up the database");
+    let mut script = String::from(
+        "CREATE EXTENSION pg_jobs;
+         ALTER TABLE jobs.job SET (autovacuum_enabled = off);
+         SELECT jobs_create_queue('busy');
+         SELECT jobs_create_queue('crowd', group_concurrency => 1);",
+    );
+    for (queue, concurrency) in [("grouped1", 1), ("grouped2", 2)] {
+        script.push_str(&format!(
+            "SELECT jobs_create_queue('{queue}', group_concurrency => {concurrency});
+             SELECT count(jobs_enqueue(
+                 '{queue}', jsonb_build_object('n', g), group_key => 'g' || (g % 10)))
+               FROM generate_series(1, 100) AS g;"
+        ));
+    }
+    script.push_str(&format!(
+        "SELECT count(*) FROM jobs_enqueue_batch('busy', ARRAY(
+             SELECT jsonb_build_object('n', g) FROM generate_series(1, {ELSEWHERE}) AS g));
+         ANALYZE jobs.job;"
+    ));
+    setup.batch_execute(&script).expect("set up the database");
 
     let mut session = ExplainingSession::open_in(cluster, &database, "");
-    claim_and_complete(&mut session, "grouped");
+    for queue in ["grouped1", "grouped2"] {
+        claim_and_complete(&mut session, queue);
+    }
     let running: i64 = setup
         .query_one(
             "SELECT (SELECT sum((SELECT count(*) FROM jobs_claim('busy', n => 1000, lease => '1 hour')))
                FROM generate_series(1, $1 / 1000))::bigint",
-            &[&RUNNING_ELSEWHERE],
+            &[&ELSEWHERE],
         )
         .expect("run the other queue's jobs")
         .get::<_, Option<i64>>(0)
         .unwrap_or(0);
-    assert_eq!(running, i64::from(RUNNING_ELSEWHERE));
+    assert_eq!(running, i64::from(ELSEWHERE));
+    // One group, one batch: every job but the first waits for the one before it.
+    let waiting: i64 = setup
+        .query_one(
+            "SELECT count(*) FROM jobs_enqueue_batch('crowd', ARRAY(
+                 SELECT jsonb_build_object('n', g) FROM generate_series(1, $1) AS g),
+                 group_key => 'one')",
+            &[&ELSEWHERE],
+        )
+        .expect("enqueue the waiting jobs")
+        .get(0);
+    assert_eq!(waiting, i64::from(ELSEWHERE));
+    let marked: i64 = setup
+        .query_one("SELECT count(*) FROM jobs.job WHERE group_wait", &[])
+        .expect("count the waiting jobs")
+        .get(0);
+    assert_eq!(marked, i64::from(ELSEWHERE) - 1);
 
-    let plans = claim_and_complete(&mut session, "grouped");
-    let through_leases = statements_reading_index(&plans, "job_lease_idx");
-    assert!(
-        through_leases.is_empty(),
-        "a grouped claim or complete read every running job through job_lease_idx: {through_leases:#?}"
-    );
-    for call in ["jobs_claim(", "jobs_complete("] {
-        let buffers = buffers_of_call(&plans, call);
+    for queue in ["grouped1", "grouped2"] {
+        let plans = claim_and_complete(&mut session, queue);
+        let through_leases = statements_reading_index(&plans, "job_lease_idx");
         assert!(
-            buffers <= MOST_CLAIM_BUFFERS,
-            "`{call}` of a grouped job touched {buffers} shared buffers with \
-             {RUNNING_ELSEWHERE} jobs of another queue running"
+            through_leases.is_empty(),
+            "a claim or complete of {queue} read every running job through job_lease_idx: \
+             {through_leases:#?}"
         );
+        for call in ["jobs_claim(", "jobs_complete("] {
+            let buffers = buffers_of_call(&plans, call);
+            assert!(
+                buffers <= MOST_CLAIM_BUFFERS,
+                "`{call}` of a job of {queue} touched {buffers} shared buffers with \
+                 {ELSEWHERE} jobs of other queues running and {marked} waiting"
+            );
+        }
     }
 
     drop(session);
