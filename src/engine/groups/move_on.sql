@@ -45,7 +45,7 @@ WITH groups AS (
                AND h.queue = w.queue AND h.group_key = w.group_key
                AND (h.state = 'queued' OR h.state = 'running')
                AND h.tenant IS NOT DISTINCT FROM w.tenant
-             ORDER BY h.state = 'queued', h.id
+             ORDER BY CASE WHEN h.state = 'running' THEN 0 ELSE h.id END
              LIMIT 1
            ) AS head
      WHERE w.concurrency = 1 AND head.id = w.first_waiting
@@ -65,7 +65,8 @@ WITH groups AS (
                     SELECT count(*)
                       FROM jobs.job r
                      WHERE pg_catalog.hashtextextended(r.group_key, pg_catalog.hashtext(r.queue)) = w.hash
-                       AND (r.state = 'queued') < true AND r.state = 'running'
+                       AND CASE WHEN r.state = 'running' THEN 0 ELSE r.id END = 0
+                       AND r.state = 'running'
                        AND r.queue = w.queue AND r.group_key = w.group_key
                        AND r.tenant IS NOT DISTINCT FROM w.tenant), 0)
            ) AS next
