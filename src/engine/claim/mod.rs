@@ -36,7 +36,7 @@ use crate::runtime::locks;
 use crate::runtime::shmem::{shared, Slot};
 use crate::runtime::wakeup;
 use crate::storage::{param, timestamptz_arg, with_client, Statement};
-use pick::{earliest, Picking};
+use pick::{earliest, Picking, Resume};
 
 static TAKE: Statement = Statement {
     name: "claim/take",
@@ -171,6 +171,7 @@ fn attempt(
             now,
             slot,
             seen: seen.as_ref(),
+            resume: Resume::default(),
         };
         let mut claimed_rows: Vec<(Position, ClaimedRow)> = Vec::new();
         let mut first_skipped: Option<Position> = None;
