@@ -98,17 +98,6 @@ pub fn try_lock_group(key: u64) -> bool {
     acquire(GROUP_LOCK, key, pg_sys::ExclusiveLock, false)
 }
 
-/// Lets go of a group's lock taken by [`try_lock_group`] in this transaction, before it ends:
-/// for a claim that neither took nor marked a job of the group, so a settle of the group need
-/// not wait for it. A lock this transaction took more than once stays held until the others
-/// are let go too, or until it ends.
-pub fn unlock_group(key: u64) {
-    let locktag = tag(GROUP_LOCK, key);
-    // SAFETY: releases one hold of a transaction-level advisory lock this backend holds
-    // (LockRelease answers false, harmlessly, for one it does not hold).
-    unsafe { pg_sys::LockRelease(&locktag, pg_sys::ExclusiveLock as pg_sys::LOCKMODE, false) };
-}
-
 /// Takes a group's lock, waiting for the claim that holds it (`jobs_retry` of a grouped job,
 /// which may change the group's head).
 pub fn lock_group(key: u64) {

@@ -3,12 +3,11 @@
 //! A claim decides under each group's lock, taken without waiting: a group another claim is
 //! deciding is skipped, never waited for, and two claims never both fill a group's last slot.
 //! What it needs to know is read after the lock, under the latest snapshot, so a slot freed by
-//! a commit is seen: with `group_concurrency` 1, whether a job of the group is queued before
-//! the candidate or runs; with more, how many of the group run. A job it may not take is let go
-//! (its job lock released); one behind its group's head (concurrency 1) or in a full group
-//! (more) is marked waiting, so the claim indexes leave it out until the group moves on. The
-//! others (a head whose group runs a job, a group another claim is deciding) count as skipped
-//! for the claim floor.
+//! a commit is seen: with `group_concurrency` 1, whether a job of the group runs or an
+//! unfinished one comes before the candidate; with more, how many of the group run. A job it
+//! may not take is let go (its job lock released) and marked waiting, so the claim indexes
+//! leave it out until the group moves on. The others (a group another claim is deciding) count
+//! as skipped for the claim floor.
 
 use std::collections::{HashMap, HashSet};
 
@@ -24,9 +23,8 @@ type Group = (String, Option<String>);
 
 /// What a claim knows of the groups it decides for, read under their locks.
 enum Known {
-    /// Concurrency 1: what stands before the candidates that may not run now (see
-    /// [`groups::blockers`]).
-    Blocked(HashMap<i64, i64>),
+    /// Concurrency 1: the candidates that must wait.
+    Blocked(HashSet<i64>),
     /// More: for each group, its jobs running now and the jobs of it this claim is taking.
     Slots(HashMap<Group, (i64, i64)>),
 }
@@ -73,8 +71,6 @@ pub fn admit(
     let mut kept = Vec::with_capacity(candidates.len());
     let mut first_dropped = None;
     let mut marked = Vec::new();
-    // The locked groups this claim takes or marks a job of: it keeps their locks.
-    let mut changed: HashSet<&Group> = HashSet::new();
     for candidate in candidates {
         let decision = match &candidate.group {
             None => Decision::Take,
@@ -82,9 +78,6 @@ pub fn admit(
             Some(group) if !locked.contains(group) => Decision::Skip,
             Some(group) => known.decide(concurrency, group, candidate.position.id),
         };
-        if matches!(decision, Decision::Take | Decision::Wait) {
-            changed.extend(candidate.group.as_ref());
-        }
         match decision {
             Decision::Take => kept.push(candidate.clone()),
             Decision::Skip => {
@@ -98,13 +91,6 @@ pub fn admit(
         }
     }
     groups::mark_waiting(client, marked.clone());
-    // A group it only skipped (its head, while a job of it runs) it leaves as it found it: the
-    // settle of that running job need not wait for this claim to end. Kept until the end, the
-    // locks of skipped groups made settles wait for claims most of the time they ran (eight
-    // sessions claiming 100 jobs each over 1,000 groups).
-    for (key, tenant) in locked.iter().filter(|group| !changed.contains(group)) {
-        locks::unlock_group(locks::group_key_hash(queue, tenant.as_deref(), key));
-    }
     Admitted {
         kept,
         first_dropped,
@@ -116,8 +102,7 @@ pub fn admit(
 enum Decision {
     /// Take it.
     Take,
-    /// Let it go: it may run without its group moving on (its group's head while a job of it
-    /// runs), or another claim is deciding for its group.
+    /// Let it go: another claim is deciding for its group.
     Skip,
     /// Let it go and mark it waiting: its group must move on first.
     Wait,
@@ -129,13 +114,9 @@ impl Known {
     fn decide(&mut self, concurrency: i32, group: &Group, id: i64) -> Decision {
         match self {
             // Two candidates of one group are never both free: the later one finds the
-            // earlier one queued, unless it finished (then the take passes it over).
-            Known::Blocked(blockers) => match blockers.get(&id) {
-                None => Decision::Take,
-                // The head, while a job of its group runs: it runs next.
-                Some(0) => Decision::Skip,
-                Some(_) => Decision::Wait,
-            },
+            // earlier one unfinished, unless it finished (then the take passes it over).
+            Known::Blocked(blocked) if blocked.contains(&id) => Decision::Wait,
+            Known::Blocked(_) => Decision::Take,
             Known::Slots(slots) => {
                 let (running, admitted) = slots.entry(group.clone()).or_insert((0, 0));
                 if i64::from(concurrency) - *running - *admitted > 0 {
@@ -175,7 +156,7 @@ fn read_known(
         .filter(|(_, group)| locked.contains(group))
         .collect();
     if deciding.is_empty() {
-        return Known::Blocked(HashMap::new());
+        return Known::Blocked(HashSet::new());
     }
     let ids = deciding.iter().map(|(id, _)| *id).collect();
     let keys = deciding.iter().map(|(_, (key, _))| key.clone()).collect();
@@ -183,5 +164,5 @@ fn read_known(
         .iter()
         .map(|(_, (_, tenant))| tenant.clone())
         .collect();
-    Known::Blocked(groups::blockers(client, queue, ids, keys, tenants))
+    Known::Blocked(groups::blocked_jobs(client, queue, ids, keys, tenants))
 }

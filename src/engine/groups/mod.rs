@@ -3,19 +3,16 @@
 //!
 //! A group runs at most `group_concurrency` jobs at once, and with 1 only its head (its first
 //! unfinished job, so in enqueue order). The claim decides under the group's lock
-//! (`engine::claim`), and a job it finds behind its group's head (concurrency 1) or in a full
-//! group (more) it marks waiting (`group_wait`): the claim indexes leave it out, so no claim
-//! walks it again until its group moves on (a head whose group runs a job is only skipped: it
-//! runs next, usually soon, and a mark and its clearing cost two updates). Without
+//! (`engine::claim`), and a job it finds behind an unfinished job of its group or while a job
+//! of it runs (concurrency 1), or in a full group (more), it marks waiting (`group_wait`): the
+//! claim indexes leave it out, so no claim walks it again until its group moves on. Without
 //! the mark, claims of many jobs from a queue with many busy groups walked every later job of
 //! every busy group, claim after claim. An enqueue marks the jobs of a batch that wait for the
 //! batch's own jobs of their group.
 //!
 //! Why no job waits forever:
 //! * A claim marks a job only while it holds the group's lock (taken without waiting), after
-//!   reading the group's state under the latest snapshot; it keeps the lock until it ends (the
-//!   lock of a group it neither takes nor marks a job of it lets go at once: it changed
-//!   nothing a settle must see).
+//!   reading the group's state under the latest snapshot; it keeps the lock until it ends.
 //! * Every path that ends a grouped job's run or finishes one that waits (complete, fail,
 //!   release, cancel, reclaim) then takes the locks of the groups it touched, waiting, and
 //!   clears the marks of the jobs that may run now ([`move_on`]: the head of a group of
@@ -47,7 +44,7 @@
 //! * A job whose mark is cleared becomes claimable, and is reported as such
 //!   (`engine::transitions`): the claim floor comes down to it, waiting claims wake.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use pgrx::datum::DatumWithOid;
 use pgrx::pg_sys::{INT8ARRAYOID, TEXTARRAYOID, TEXTOID};
@@ -67,7 +64,7 @@ static BLOCKED: Statement = Statement {
         param("group keys", TEXTARRAYOID),
         param("tenants", TEXTARRAYOID),
     ],
-    columns: &["id", "blocker"],
+    columns: &["id", "blocked"],
 };
 
 static RUNNING: Statement = Statement {
@@ -134,22 +131,22 @@ impl GroupRef {
     }
 }
 
-/// What stands before each of the jobs `ids` of `queue` (in groups of concurrency 1; `keys`
-/// and `tenants` name each one's group, pairwise), for those something does: 0 when a job of
-/// its group runs and none is queued before it, else the id of the last job of its group
-/// queued before it. Under the latest snapshot (the caller holds the groups' locks).
-pub fn blockers(
+/// Which of the jobs `ids` of `queue` (in groups of concurrency 1; `keys` and `tenants` name
+/// each one's group, pairwise) must wait: a job of its group runs, or an unfinished one comes
+/// before it. Under the latest snapshot (the caller holds the groups' locks).
+pub fn blocked_jobs(
     client: &SpiClient<'_>,
     queue: &str,
     ids: Vec<i64>,
     keys: Vec<String>,
     tenants: Vec<Option<String>>,
-) -> HashMap<i64, i64> {
+) -> HashSet<i64> {
     let args: [DatumWithOid; 4] = [queue.into(), ids.into(), keys.into(), tenants.into()];
     BLOCKED
         .run_latest(client, &args)
         .iter()
-        .filter_map(|row| Some((row.expect("id"), row.get("blocker")?)))
+        .filter(|row| row.get("blocked").unwrap_or(true))
+        .map(|row| row.expect("id"))
         .collect()
 }
 

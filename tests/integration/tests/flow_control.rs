@@ -810,11 +810,12 @@ fn a_job_behind_its_group_waits_out_of_the_claim_index_until_its_group_moves_on(
     assert!(waiting(&mut client, &queue).is_empty());
     assert_eq!(claim_id(&mut client, &queue), Some(jobs[2]));
 
-    // jobs_retry of the failed job makes it the group's head again, behind the running job
-    // (a head is skipped while a later job of its group runs, not marked).
+    // jobs_retry of the failed job makes it the group's head again while a later job of the
+    // group runs: a claim marks it waiting (the group is full), and the running job's end
+    // moves the group on.
     let _: String = scalar(&mut client, "SELECT jobs_retry($1)", &[&jobs[1]]);
     assert!(claim(&mut client, &queue, 10, "").is_empty());
-    assert!(waiting(&mut client, &queue).is_empty());
+    assert_eq!(waiting(&mut client, &queue), [jobs[1]]);
     let _: String = scalar(&mut client, "SELECT jobs_cancel($1)", &[&jobs[2]]);
     assert_eq!(
         claim_id(&mut client, &queue),
@@ -932,18 +933,16 @@ fn wait_for_a_lock(client: &mut Client, pid: i32, what: &str) {
 /// made after the settle looked, and the job would wait for ever.
 #[test]
 fn a_settle_racing_a_claim_that_marks_its_groups_next_job_clears_the_mark() {
-    // At concurrency 2 with both slots running, a claim marks the group's next job; a settle
-    // of a running job whose snapshot predates the mark waits for the claim's group lock, then
-    // sees the mark and clears it.
     let cluster = Cluster::shared();
     for isolation in ["READ COMMITTED", "REPEATABLE READ"] {
         let mut client = cluster.connect();
-        let queue = unique_queue(&mut client, "group-race", "group_concurrency => 2");
-        let jobs = enqueue_in_group(&mut client, &queue, 3);
-        let held = claim(&mut client, &queue, 2, "");
-        assert_eq!(held.iter().map(|c| c.id).collect::<Vec<_>>(), jobs[..2]);
+        let queue = unique_queue(&mut client, "group-race", "");
+        let head = enqueue_with(&mut client, &queue, ", group_key => 'g'");
+        let next = enqueue_with(&mut client, &queue, ", group_key => 'g'");
+        let held = claim(&mut client, &queue, 1, "");
+        assert_eq!(held[0].id, head);
 
-        // The settling session's snapshot is taken before the claim marks the third job.
+        // The settling session's snapshot is taken before the claim marks `next`.
         let mut settler = cluster.connect();
         settler
             .batch_execute(&format!("BEGIN ISOLATION LEVEL {isolation}; SELECT 1"))
@@ -951,7 +950,7 @@ fn a_settle_racing_a_claim_that_marks_its_groups_next_job_clears_the_mark() {
         let mut claimer = cluster.connect();
         claimer.batch_execute("BEGIN").unwrap();
         assert!(claim(&mut claimer, &queue, 10, "").is_empty());
-        assert_eq!(waiting(&mut claimer, &queue), [jobs[2]], "{isolation}");
+        assert_eq!(waiting(&mut claimer, &queue), [next], "{isolation}");
         let settler_pid: i32 = scalar(&mut settler, "SELECT pg_backend_pid()", &[]);
         let (id, lease) = (held[0].id, held[0].lease);
         let settling = thread::spawn(move || {
@@ -971,75 +970,8 @@ fn a_settle_racing_a_claim_that_marks_its_groups_next_job_clears_the_mark() {
             waiting(&mut client, &queue).is_empty(),
             "{isolation}: the mark stayed"
         );
-        assert_eq!(claim_id(&mut client, &queue), Some(jobs[2]), "{isolation}");
+        assert_eq!(claim_id(&mut client, &queue), Some(next), "{isolation}");
     }
-}
-
-#[test]
-fn a_claim_skips_a_head_whose_group_runs_a_job_and_lets_the_groups_lock_go() {
-    // At concurrency 1 the job after a running one is its group's head: a claim skips it (no
-    // mark: it runs next, usually soon), marks the jobs behind it, and lets go of the group's
-    // lock if it marked nothing there, so the running job's settle does not wait for the claim
-    // to end (with the lock kept, settles waited for claims most of the time they ran).
-    let cluster = Cluster::shared();
-    let mut client = cluster.connect();
-    let queue = unique_queue(&mut client, "group-skip", "");
-    let mut jobs = enqueue_in_group(&mut client, &queue, 2);
-    let held = claim(&mut client, &queue, 1, "");
-    assert_eq!(held[0].id, jobs[0]);
-
-    let mut claimer = cluster.connect();
-    claimer.batch_execute("BEGIN").unwrap();
-    assert!(claim(&mut claimer, &queue, 10, "").is_empty());
-    assert!(
-        waiting(&mut claimer, &queue).is_empty(),
-        "the head was marked"
-    );
-    let mut settler = cluster.connect();
-    settler.batch_execute("SET lock_timeout = '2s'").unwrap();
-    let answer: String = scalar(
-        &mut settler,
-        "SELECT jobs_complete($1, $2)",
-        &[&held[0].id, &held[0].lease],
-    );
-    assert_eq!(
-        answer, "succeeded",
-        "the settle waited for the claim's group lock"
-    );
-    claimer.batch_execute("COMMIT").unwrap();
-
-    // With a job behind the head, a claim skips the head, marks that job and keeps the lock:
-    // the running job's settle waits for it, and leaves the mark (the head runs first).
-    let next = claim(&mut client, &queue, 1, "");
-    assert_eq!(next.iter().map(|c| c.id).collect::<Vec<_>>(), [jobs[1]]);
-    jobs.extend(enqueue_in_group(&mut client, &queue, 2));
-    claimer.batch_execute("BEGIN").unwrap();
-    assert!(claim(&mut claimer, &queue, 10, "").is_empty());
-    assert_eq!(waiting(&mut claimer, &queue), [jobs[3]]);
-    let error = settler
-        .query_one(
-            "SELECT jobs_complete($1, $2)",
-            &[&next[0].id, &next[0].lease],
-        )
-        .expect_err("the settle must wait for the claim that marked");
-    assert_eq!(
-        error.code(),
-        Some(&postgres::error::SqlState::LOCK_NOT_AVAILABLE),
-        "{error}"
-    );
-    claimer.batch_execute("COMMIT").unwrap();
-    let answer: String = scalar(
-        &mut settler,
-        "SELECT jobs_complete($1, $2)",
-        &[&next[0].id, &next[0].lease],
-    );
-    assert_eq!(answer, "succeeded");
-    assert_eq!(waiting(&mut client, &queue), [jobs[3]]);
-    let head = claim(&mut client, &queue, 10, "");
-    assert_eq!(head.iter().map(|c| c.id).collect::<Vec<_>>(), [jobs[2]]);
-    assert_eq!(complete(&mut client, &head[0]), "succeeded");
-    assert!(waiting(&mut client, &queue).is_empty(), "the mark stayed");
-    assert_eq!(claim_id(&mut client, &queue), Some(jobs[3]));
 }
 
 /// A settle that frees its group's slots while another transaction holds the row of a job
