@@ -118,7 +118,10 @@ impl Known {
             Known::Blocked(blocked) if blocked.contains(&id) => Decision::Wait,
             Known::Blocked(_) => Decision::Take,
             Known::Slots(slots) => {
-                let (running, admitted) = slots.entry(group.clone()).or_insert((0, 0));
+                // Every locked group has its row (the statement answers one per group given).
+                let Some((running, admitted)) = slots.get_mut(group) else {
+                    return Decision::Skip;
+                };
                 if i64::from(concurrency) - *running - *admitted > 0 {
                     *admitted += 1;
                     Decision::Take

@@ -70,17 +70,20 @@ fn text(plan: &Value) -> String {
     plan["Query Text"].as_str().unwrap_or("").to_owned()
 }
 
-/// The statements among `plans` that read `jobs.job` with a node of `node_type`.
-fn statements_reading_jobs_with(plans: &[Value], node_type: &str) -> Vec<String> {
+/// The statements among `plans` with a plan node for which `node` holds.
+fn statements_with_a_node(plans: &[Value], node: impl Fn(&Value) -> bool) -> Vec<String> {
     plans
         .iter()
-        .filter(|plan| {
-            plan_nodes(&plan["Plan"])
-                .iter()
-                .any(|n| n["Node Type"] == node_type && n["Relation Name"] == "job")
-        })
+        .filter(|plan| plan_nodes(&plan["Plan"]).into_iter().any(&node))
         .map(text)
         .collect()
+}
+
+/// The statements among `plans` that read `jobs.job` with a node of `node_type`.
+fn statements_reading_jobs_with(plans: &[Value], node_type: &str) -> Vec<String> {
+    statements_with_a_node(plans, |n| {
+        n["Node Type"] == node_type && n["Relation Name"] == "job"
+    })
 }
 
 /// The shared buffers the top-level `SELECT` that calls `call` touched, its nested statements
@@ -290,15 +293,7 @@ const ELSEWHERE: i32 = 2_000;
 
 /// The statements among `plans` that read index `index`.
 fn statements_reading_index(plans: &[Value], index: &str) -> Vec<String> {
-    plans
-        .iter()
-        .filter(|plan| {
-            plan_nodes(&plan["Plan"])
-                .iter()
-                .any(|n| n["Index Name"] == index)
-        })
-        .map(text)
-        .collect()
+    statements_with_a_node(plans, |n| n["Index Name"] == index)
 }
 
 #[test]
