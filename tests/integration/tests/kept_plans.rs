@@ -17,8 +17,11 @@
 //! analysed since, may reach the job it locked by walking the queue's queued jobs instead of
 //! through the primary key; that plan is made again as soon as the table is analysed, which
 //! autovacuum does after 50 changed rows and on every 10% of growth.
+//!
+//! Beside them, what grouped claims and settles read, counted from the same logged plans:
+//! only their own groups' jobs, and a claim that picks again goes on where it stopped.
 
-use pg_jobs_tests::{plan_buffers, plan_nodes, Cluster, ExplainingSession};
+use pg_jobs_tests::{plan_buffers, plan_nodes, unique_queue, Client, Cluster, ExplainingSession};
 use serde_json::Value;
 use uuid::Uuid;
 
@@ -382,4 +385,93 @@ fn grouped_claims_and_settles_read_only_their_own_groups_jobs() {
     drop(session);
     drop(setup);
     drop_database(&mut admin, &database);
+}
+
+/// Rows the candidate statements of one claim returned, nested statements of `plans` (logged
+/// by auto_explain with ANALYZE) summed.
+fn candidate_rows(plans: &[serde_json::Value]) -> i64 {
+    plans
+        .iter()
+        .filter(|plan| {
+            plan["Query Text"]
+                .as_str()
+                .is_some_and(|text| text.starts_with("-- Due jobs of queue"))
+        })
+        .map(|plan| plan["Plan"]["Actual Rows"].as_i64().unwrap_or(0))
+        .sum()
+}
+
+#[test]
+fn a_claim_that_picks_again_goes_on_where_it_stopped() {
+    // Found with pg_stat_statements: a claim whose groups let its picks go picked again from
+    // its start each time, reading every job it had let go (and every job the claims in flight
+    // hold) once more per round: 16,000 candidate rows a claim of 100 among eight sessions
+    // over 1,000 groups. Here another transaction holds the locks of 40 groups (it took their
+    // first jobs), the next 40 jobs of the queue are in those groups, then come 10 jobs of free
+    // groups: a claim of 10 lets go of the 40 in rounds of 10 and takes the 10. Going on where
+    // it stopped it reads each row about once (about 65 rows: 13 a round); starting again it
+    // reads the let-go ones again every round (over 150).
+    const BUSY: usize = 40;
+    const FREE: usize = 10;
+    let cluster = Cluster::shared();
+    let mut setup = cluster.connect();
+    let queue = unique_queue(&mut setup, "resume", "lease => '1 hour'");
+    let enqueue = |setup: &mut Client, groups: Vec<String>| -> Vec<i64> {
+        setup
+            .query(
+                "SELECT id FROM jobs_enqueue_batch($1, ARRAY(
+                     SELECT jsonb_build_object('n', g) FROM generate_series(1, cardinality($2::text[])) AS g),
+                     group_keys => $2::text[])",
+                &[&queue, &groups],
+            )
+            .expect("enqueue the jobs")
+            .iter()
+            .map(|row| row.get(0))
+            .collect()
+    };
+    let busy_groups: Vec<String> = (0..BUSY).map(|g| format!("busy-{g}")).collect();
+    let heads = enqueue(&mut setup, busy_groups.clone());
+    let behind = enqueue(&mut setup, busy_groups);
+    let free = enqueue(&mut setup, (0..FREE).map(|g| format!("free-{g}")).collect());
+
+    let mut holder = cluster.connect();
+    let mut held = holder
+        .transaction()
+        .expect("begin the holder's transaction");
+    let held_ids: Vec<i64> = held
+        .query(
+            "SELECT id FROM jobs_claim($1, n => $2)",
+            &[&queue, &(BUSY as i32)],
+        )
+        .expect("the holder claims")
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    assert_eq!(
+        held_ids, heads,
+        "the holder took the busy groups' first jobs"
+    );
+
+    let mut session = ExplainingSession::open(cluster, "");
+    session.take_plans();
+    let claimed: Vec<i64> = session
+        .client
+        .query(
+            "SELECT id FROM jobs_claim($1, n => $2)",
+            &[&queue, &(FREE as i32)],
+        )
+        .expect("claim")
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    assert_eq!(
+        claimed, free,
+        "the jobs of the free groups (behind: {behind:?})"
+    );
+    let rows = candidate_rows(&session.take_plans());
+    assert!(
+        rows <= 100,
+        "the claim read {rows} candidate rows to let go of {BUSY} jobs and take {FREE}"
+    );
+    held.rollback().expect("end the holder's transaction");
 }
