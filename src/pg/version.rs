@@ -363,16 +363,47 @@ pub unsafe fn insert_index_entries(
     slot: *mut pg_sys::TupleTableSlot,
     estate: *mut pg_sys::EState,
 ) -> *mut pg_sys::List {
+    // SAFETY: as the caller promises.
+    unsafe { exec_insert_index_tuples(result, slot, estate, std::ptr::null_mut()) }
+}
+
+/// [`insert_index_entries`] for a tuple inserted speculatively, as `INSERT ... ON CONFLICT`
+/// inserts: a unique index that holds an equal key (committed, or being inserted by another
+/// transaction) raises nothing and takes the entry; the answer is whether one did (the caller
+/// then kills the tuple: `table_tuple_complete_speculative`).
+///
+/// # Safety
+/// As [`insert_index_entries`]; the tuple in `slot` was inserted speculatively.
+pub unsafe fn insert_index_entries_speculatively(
+    result: *mut pg_sys::ResultRelInfo,
+    slot: *mut pg_sys::TupleTableSlot,
+    estate: *mut pg_sys::EState,
+) -> bool {
+    let mut conflict = false;
+    // SAFETY: as the caller promises; `conflict` outlives the call.
+    unsafe {
+        let recheck = exec_insert_index_tuples(result, slot, estate, &mut conflict);
+        pg_sys::list_free(recheck);
+    }
+    conflict
+}
+
+/// `ExecInsertIndexTuples` for every index (no arbiter list); with `conflict` non-null, unique
+/// indexes only note a possible duplicate there (`noDupErr`).
+///
+/// # Safety
+/// As [`insert_index_entries`]; `conflict` is null or points to a live `bool`.
+unsafe fn exec_insert_index_tuples(
+    result: *mut pg_sys::ResultRelInfo,
+    slot: *mut pg_sys::TupleTableSlot,
+    estate: *mut pg_sys::EState,
+    conflict: *mut bool,
+) -> *mut pg_sys::List {
+    let no_dup_err = !conflict.is_null();
     #[cfg(feature = "pg13")]
     {
         (*estate).es_result_relation_info = result;
-        pg_sys::ExecInsertIndexTuples(
-            slot,
-            estate,
-            false,
-            std::ptr::null_mut(),
-            std::ptr::null_mut(),
-        )
+        pg_sys::ExecInsertIndexTuples(slot, estate, no_dup_err, conflict, std::ptr::null_mut())
     }
     #[cfg(any(feature = "pg14", feature = "pg15"))]
     {
@@ -381,8 +412,8 @@ pub unsafe fn insert_index_entries(
             slot,
             estate,
             false,
-            false,
-            std::ptr::null_mut(),
+            no_dup_err,
+            conflict,
             std::ptr::null_mut(),
         )
     }
@@ -393,8 +424,8 @@ pub unsafe fn insert_index_entries(
             slot,
             estate,
             false,
-            false,
-            std::ptr::null_mut(),
+            no_dup_err,
+            conflict,
             std::ptr::null_mut(),
             false,
         )

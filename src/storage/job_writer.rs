@@ -8,10 +8,12 @@
 //! row is read under a fresh snapshot (so a drop that committed while the caller waited for the
 //! queue lock is seen), every column default is evaluated (the id from its identity sequence),
 //! check constraints and NOT NULL are enforced, and partial indexes get only the rows their
-//! predicate admits. A job with a unique key is checked by the unique index as it is inserted
-//! (a holder another transaction is inserting is waited for, a committed one raises 23505, as
-//! a plain INSERT would); the caller, which wants `ON CONFLICT` behaviour instead, runs the
-//! writer in a subtransaction and takes the SQL path when that happens. Where the executor
+//! predicate admits. A job with a unique key is checked by the unique index as it is inserted.
+//! A single one goes in speculatively, as `INSERT ... ON CONFLICT` inserts a row: a held key
+//! (or one another transaction is inserting) is noted, the row killed again, and the writer
+//! answers [`Inserted::KeyHeld`]. In a batch a held key raises 23505 (a holder being inserted
+//! is waited for), as a plain INSERT would; the caller, which wants `ON CONFLICT` behaviour,
+//! runs the batch in a subtransaction. Either way it then takes the SQL path. Where the executor
 //! would do more than that (the table has triggers, or
 //! row-level security applies to the function's owner), [`JobWriter::insert`] answers `None`
 //! and the caller runs its SQL statement instead.
@@ -129,6 +131,10 @@ pub enum Inserted {
     Ids(Vec<i64>),
     /// The queue does not exist (nothing was inserted).
     UnknownQueue,
+    /// A single job's unique key is held by another job, or may be (another transaction is
+    /// inserting one): its row was inserted speculatively and is dead now, and the caller
+    /// resolves the duplicate with its `ON CONFLICT` statements.
+    KeyHeld,
 }
 
 /// An index of `jobs.job`, as the session keeps it.
@@ -595,7 +601,25 @@ unsafe fn insert_with(kept: &Kept, jobs: &NewJobs<'_>) -> Option<Inserted> {
 
         let command = pg_sys::GetCurrentCommandId(true);
         let table_am = (*rel).rd_tableam;
-        if let [slot] = slots[..] {
+        // A single job with a unique key goes in as `INSERT ... ON CONFLICT` puts a row in:
+        // speculatively, so that a held key is noted, not raised, and the row killed again.
+        // Batches go in at once and a held key raises (the caller's subtransaction catches
+        // it); for one job that subtransaction cost more than the unique check itself.
+        let speculative = jobs.unique_keys.iter().any(Option::is_some) && slots.len() == 1;
+        let mut speculation = None;
+        if let ([slot], true) = (&slots[..], speculative) {
+            let xid = pg_sys::GetCurrentTransactionId();
+            let token = pg_sys::SpeculativeInsertionLockAcquire(xid);
+            pg_sys::table_tuple_insert_speculative(
+                rel,
+                *slot,
+                command,
+                0,
+                std::ptr::null_mut(),
+                token,
+            );
+            speculation = Some((xid, token));
+        } else if let [slot] = slots[..] {
             ((*table_am).tuple_insert.expect("a table access method"))(
                 rel,
                 slot,
@@ -631,10 +655,21 @@ unsafe fn insert_with(kept: &Kept, jobs: &NewJobs<'_>) -> Option<Inserted> {
         (*result).ri_NumIndices = count as i32;
         (*result).ri_IndexRelationDescs = descs;
         (*result).ri_IndexRelationInfo = infos;
+        let mut key_held = false;
         for slot in &slots {
-            let recheck = version::insert_index_entries(result, *slot, estate);
-            pg_sys::list_free(recheck);
+            if speculation.is_some() {
+                key_held = version::insert_index_entries_speculatively(result, *slot, estate);
+            } else {
+                let recheck = version::insert_index_entries(result, *slot, estate);
+                pg_sys::list_free(recheck);
+            }
             pg_sys::MemoryContextReset((*econtext).ecxt_per_tuple_memory);
+        }
+        if let Some((xid, token)) = speculation {
+            // Confirms the row, or kills it when its key is held; then lets go of the token
+            // that transactions which met the row meanwhile wait on.
+            pg_sys::table_tuple_complete_speculative(rel, slots[0], token, !key_held);
+            pg_sys::SpeculativeInsertionLockRelease(xid);
         }
         for i in 0..count {
             pg_sys::index_close(*descs.add(i), pg_sys::NoLock as i32);
@@ -643,7 +678,11 @@ unsafe fn insert_with(kept: &Kept, jobs: &NewJobs<'_>) -> Option<Inserted> {
         pg_sys::MemoryContextSwitchTo(previous);
         pg_sys::FreeExecutorState(estate);
         pg_sys::table_close(rel, pg_sys::NoLock as i32);
-        Some(Inserted::Ids(ids))
+        Some(if key_held {
+            Inserted::KeyHeld
+        } else {
+            Inserted::Ids(ids)
+        })
     }
 }
 

@@ -12,9 +12,10 @@
 //! conflicts with itself.
 //!
 //! Jobs whose keys nobody holds (the common case) go through the direct writer like plain
-//! jobs, in a subtransaction: the unique index checks each key as it is inserted, and when a
-//! key turns out to be held the subtransaction is rolled back and the call takes the
-//! `ON CONFLICT` statements above. A session whose keys keep turning out held skips the first
+//! jobs: the unique index checks each key as it is inserted, and when a key turns out to be
+//! held the call takes the `ON CONFLICT` statements above. A single job goes in speculatively
+//! (the row is killed again when its key is held); a batch goes in inside a subtransaction,
+//! rolled back when a key raises. A session whose keys keep turning out held skips the first
 //! try for a while ([`UniqueFastPath`]), so deduplicating producers do not pay twice.
 
 use std::cell::Cell;
@@ -355,7 +356,10 @@ fn write_direct(
     options: &JobOptions,
 ) -> Option<Vec<i64>> {
     if unique_keys.iter().all(Option::is_none) {
-        return write_jobs(queue, payloads, group_keys, &[], options);
+        return match write_jobs(queue, payloads, group_keys, &[], options)? {
+            Written::Ids(ids) => Some(ids),
+            Written::KeyHeld => None,
+        };
     }
     let mut seen = HashSet::with_capacity(unique_keys.len());
     if !unique_keys.iter().flatten().all(|key| seen.insert(*key)) {
@@ -369,9 +373,24 @@ fn write_direct(
     }) {
         return None;
     }
-    let written = unless_it_raises(UNIQUE_VIOLATION, || {
-        write_jobs(queue, payloads, group_keys, unique_keys, options)
-    });
+    // None: a key is held. A single job tells so without raising (the writer inserts it
+    // speculatively); a batch raises, caught by a subtransaction, whose cost one job would feel.
+    let written = if payloads.len() == 1 {
+        match write_jobs(queue, payloads, group_keys, unique_keys, options) {
+            Some(Written::KeyHeld) => None,
+            Some(Written::Ids(ids)) => Some(Some(ids)),
+            None => Some(None),
+        }
+    } else {
+        unless_it_raises(UNIQUE_VIOLATION, || {
+            write_jobs(queue, payloads, group_keys, unique_keys, options)
+        })
+        .map(|written| match written {
+            Some(Written::Ids(ids)) => Some(ids),
+            // A batch's held key raises in the writer.
+            Some(Written::KeyHeld) | None => None,
+        })
+    };
     UNIQUE_FAST_PATH.with(|state| {
         let mut fast = state.get();
         match written {
@@ -384,14 +403,23 @@ fn write_direct(
     written.flatten()
 }
 
-/// [`write_direct`]'s insert, unique keys checked by the index as the rows go in.
+/// What [`write_jobs`] did.
+enum Written {
+    /// Inserted the jobs: their ids, in payload order.
+    Ids(Vec<i64>),
+    /// Inserted nothing: a single job's unique key is held, or may be (`Inserted::KeyHeld`).
+    KeyHeld,
+}
+
+/// [`write_direct`]'s insert, unique keys checked by the index as the rows go in; `None` when
+/// the writer cannot stand in for the insert statement here.
 fn write_jobs(
     queue: &str,
     payloads: &[pg_sys::Datum],
     group_keys: &[Option<&str>],
     unique_keys: &[Option<&str>],
     options: &JobOptions,
-) -> Option<Vec<i64>> {
+) -> Option<Written> {
     let unique_for = options
         .unique
         .as_ref()
@@ -420,7 +448,8 @@ fn write_jobs(
     // SAFETY: inside the enqueue's transaction, holding the queue lock; the datums are the
     // call's arguments.
     match unsafe { JobWriter::insert(&jobs) }? {
-        Inserted::Ids(ids) => Some(ids),
+        Inserted::Ids(ids) => Some(Written::Ids(ids)),
+        Inserted::KeyHeld => Some(Written::KeyHeld),
         Inserted::UnknownQueue => unknown_queue(queue),
     }
 }

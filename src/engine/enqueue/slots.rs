@@ -183,6 +183,8 @@ fn write_direct(queue: &str, jobs: &[SlotJob<'_>]) -> Option<Vec<Position>> {
         // The schedule's foreign key keeps its queue, and dropping the queue refuses while a
         // schedule names it.
         Inserted::UnknownQueue => unknown_queue(queue),
+        // Slots' jobs carry no unique keys; were one held, the statement would resolve it.
+        Inserted::KeyHeld => None,
     }
 }
 

@@ -356,6 +356,8 @@ fn thirty_two_concurrent_enqueues_of_one_key_make_one_job() {
 /// tries again. Inside one transaction, so every insert's xmin can be compared with its id.
 #[test]
 fn keys_nobody_holds_take_the_direct_writer_and_held_ones_the_statements() {
+    // The statements find a key's holder through the unique index; the direct writer only
+    // inserts into it. So this transaction's scans of that index tell the two apart.
     let mut client = Cluster::shared().connect();
     let queue = unique_queue(&mut client, "unique-direct", "");
     let mut tx = client.transaction().unwrap();
@@ -363,7 +365,17 @@ fn keys_nobody_holds_take_the_direct_writer_and_held_ones_the_statements() {
         .query_one("SELECT txid_current() % 4294967296", &[])
         .unwrap()
         .get(0);
-    let mut enqueue = |key: &str| -> (i64, i64) {
+    // (id, the row's xmin, whether the call scanned the unique index)
+    let mut enqueue = |key: &str| -> (i64, i64, bool) {
+        let scans = |tx: &mut postgres::Transaction<'_>| -> i64 {
+            tx.query_one(
+                "SELECT pg_stat_get_xact_numscans('jobs.job_unique_idx'::regclass)",
+                &[],
+            )
+            .unwrap()
+            .get(0)
+        };
+        let before = scans(&mut tx);
         let id: i64 = tx
             .query_one(
                 "SELECT jobs_enqueue($1, '{}', unique_key => $2)",
@@ -371,6 +383,7 @@ fn keys_nobody_holds_take_the_direct_writer_and_held_ones_the_statements() {
             )
             .unwrap()
             .get(0);
+        let scanned = scans(&mut tx) > before;
         let xmin: i64 = tx
             .query_one(
                 "SELECT xmin::text::bigint FROM jobs.job WHERE id = $1",
@@ -378,27 +391,30 @@ fn keys_nobody_holds_take_the_direct_writer_and_held_ones_the_statements() {
             )
             .unwrap()
             .get(0);
-        (id, xmin)
+        (id, xmin, scanned)
     };
-    let (first, first_xmin) = enqueue("a");
-    assert_ne!(first_xmin, own, "a free key did not take the direct writer");
-    let (duplicate, _) = enqueue("a");
+    let (first, first_xmin, scanned) = enqueue("a");
+    assert!(!scanned, "a free key did not take the direct writer");
+    assert_eq!(
+        first_xmin, own,
+        "a single unique job went in through a subtransaction"
+    );
+    let (duplicate, _, scanned) = enqueue("a");
     assert_eq!(
         duplicate, first,
         "the duplicate was not answered with its holder"
     );
-    let (after_conflict, after_conflict_xmin) = enqueue("b");
+    assert!(scanned, "the held key was not resolved by the statements");
+    let (after_conflict, _, scanned) = enqueue("b");
     assert_ne!(after_conflict, first);
-    assert_eq!(
-        after_conflict_xmin, own,
+    assert!(
+        scanned,
         "the call after a held key did not skip the direct try"
     );
-    let (again, again_xmin) = enqueue("c");
+    let (again, again_xmin, scanned) = enqueue("c");
     assert!(again > after_conflict);
-    assert_ne!(
-        again_xmin, own,
-        "the session did not try the direct writer again"
-    );
+    assert!(!scanned, "the session did not try the direct writer again");
+    assert_eq!(again_xmin, own);
     let batch: Vec<(i64, bool)> = tx
         .query(
             "SELECT id, inserted FROM jobs_enqueue_batch($1, ARRAY['{}', '{}']::jsonb[],
@@ -421,6 +437,44 @@ fn keys_nobody_holds_take_the_direct_writer_and_held_ones_the_statements() {
         (row.get(0), row.get(1))
     };
     assert_eq!((held, holds), (5, 5), "every job holds its key");
+    tx.commit().unwrap();
+}
+
+#[test]
+fn a_transaction_of_many_unique_enqueues_opens_no_subtransaction() {
+    // Past 64 subtransactions in one transaction every snapshot taken in the whole server
+    // overflows and reads pg_subtrans: an application that enqueues a unique job per row it
+    // changes must not open one per job. Each enqueue here also meets a held key (the keys
+    // repeat), which the statements resolve without one either.
+    let mut client = Cluster::shared().connect();
+    let queue = unique_queue(&mut client, "unique-no-subxact", "");
+    let mut tx = client.transaction().unwrap();
+    let own: i64 = tx
+        .query_one("SELECT txid_current() % 4294967296", &[])
+        .unwrap()
+        .get(0);
+    for n in 0..200 {
+        tx.query_one(
+            "SELECT jobs_enqueue($1, '{}', unique_key => $2)",
+            &[&queue, &format!("key-{}", n % 100)],
+        )
+        .unwrap();
+    }
+    let (jobs, in_own_xid): (i64, i64) = {
+        let row = tx
+            .query_one(
+                "SELECT count(*), count(*) FILTER (WHERE xmin::text::bigint = $2)
+                   FROM jobs.job WHERE queue = $1",
+                &[&queue, &own],
+            )
+            .unwrap();
+        (row.get(0), row.get(1))
+    };
+    assert_eq!(jobs, 100, "one job per key");
+    assert_eq!(
+        in_own_xid, 100,
+        "jobs inserted by subtransactions of the caller's transaction"
+    );
     tx.commit().unwrap();
 }
 
