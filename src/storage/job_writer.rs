@@ -140,7 +140,10 @@ pub enum Inserted {
 /// An index of `jobs.job`, as the session keeps it.
 struct KeptIndex {
     oid: Oid,
-    /// BuildIndexInfo's description, with the predicate and expressions compiled.
+    /// Its predicate, compiled (null: it has none).
+    predicate: *mut pg_sys::ExprState,
+    /// BuildIndexInfo's description, with the expressions compiled and without the predicate,
+    /// which the writer checks before it opens the index (see [`insert_with`]).
     info: *mut pg_sys::IndexInfo,
 }
 
@@ -431,10 +434,11 @@ unsafe fn build_for_table(
             if !(*info).ii_ExclusionOps.is_null() || !(*info).ii_ReadyForInserts {
                 return None;
             }
+            let mut predicate = std::ptr::null_mut();
             if !(*info).ii_Predicate.is_null() {
                 let planned = pg_sys::expression_planner((*info).ii_Predicate.cast());
-                (*info).ii_PredicateState =
-                    pg_sys::ExecInitQual(planned.cast(), std::ptr::null_mut());
+                predicate = pg_sys::ExecInitQual(planned.cast(), std::ptr::null_mut());
+                (*info).ii_Predicate = std::ptr::null_mut();
             }
             if !(*info).ii_Expressions.is_null() {
                 let mut states: *mut pg_sys::List = std::ptr::null_mut();
@@ -445,7 +449,11 @@ unsafe fn build_for_table(
                 }
                 (*info).ii_ExpressionsState = states;
             }
-            indexes.push(KeptIndex { oid, info });
+            indexes.push(KeptIndex {
+                oid,
+                predicate,
+                info,
+            });
         }
         let row_type = pg_sys::CreateTupleDescCopy((*rel).rd_att);
         Some(Kept {
@@ -514,6 +522,19 @@ unsafe fn evaluate(
         ((*state).evalfunc.expect("a compiled expression"))(state, econtext, &mut is_null)
     };
     (value, is_null)
+}
+
+/// Whether the compiled predicate `qual` holds for the row in `econtext`'s scan tuple.
+///
+/// # Safety
+/// `qual` comes from `ExecInitQual`; `econtext` is live, its scan tuple set. The predicates of
+/// `jobs.job`'s indexes compare columns with constants and raise nothing.
+unsafe fn admits(qual: *mut pg_sys::ExprState, econtext: *mut pg_sys::ExprContext) -> bool {
+    // Called straight, not through ExecQual's guarded wrapper: that cost a batch of 1,000
+    // jobs 1.6% more instructions than the executor's own check.
+    // SAFETY: as the caller promises.
+    let (value, is_null) = unsafe { evaluate(qual, econtext) };
+    !is_null && value.value() != 0
 }
 
 /// The insert itself.
@@ -638,7 +659,11 @@ unsafe fn insert_with(kept: &Kept, jobs: &NewJobs<'_>) -> Option<Inserted> {
             );
         }
 
-        // The indexes, opened for this transaction, with the descriptions the session keeps.
+        // Each row goes into the indexes whose predicates admit it, as the executor does; the
+        // writer checks the predicates itself, so an index no row goes into is not opened (a
+        // plain job goes into three of the seven: an open and its lock cost about 1,200
+        // instructions, a tenth of a single enqueue's four needless ones). The descriptions
+        // the session keeps have no predicates, so ExecInsertIndexTuples does not check again.
         let result = pg_sys::palloc0(std::mem::size_of::<pg_sys::ResultRelInfo>())
             .cast::<pg_sys::ResultRelInfo>();
         (*result).type_ = pg_sys::NodeTag::T_ResultRelInfo;
@@ -648,15 +673,25 @@ unsafe fn insert_with(kept: &Kept, jobs: &NewJobs<'_>) -> Option<Inserted> {
             .cast::<pg_sys::Relation>();
         let infos = pg_sys::palloc(count.max(1) * std::mem::size_of::<*mut pg_sys::IndexInfo>())
             .cast::<*mut pg_sys::IndexInfo>();
-        for (i, index) in kept.indexes.iter().enumerate() {
-            *descs.add(i) = pg_sys::index_open(index.oid, pg_sys::RowExclusiveLock as i32);
-            *infos.add(i) = index.info;
-        }
-        (*result).ri_NumIndices = count as i32;
         (*result).ri_IndexRelationDescs = descs;
         (*result).ri_IndexRelationInfo = infos;
+        let mut opened: Vec<pg_sys::Relation> = vec![std::ptr::null_mut(); count];
         let mut key_held = false;
         for slot in &slots {
+            (*econtext).ecxt_scantuple = *slot;
+            let mut admitting = 0;
+            for (i, index) in kept.indexes.iter().enumerate() {
+                if !index.predicate.is_null() && !admits(index.predicate, econtext) {
+                    continue;
+                }
+                if opened[i].is_null() {
+                    opened[i] = pg_sys::index_open(index.oid, pg_sys::RowExclusiveLock as i32);
+                }
+                *descs.add(admitting) = opened[i];
+                *infos.add(admitting) = index.info;
+                admitting += 1;
+            }
+            (*result).ri_NumIndices = admitting as i32;
             if speculation.is_some() {
                 key_held = version::insert_index_entries_speculatively(result, *slot, estate);
             } else {
@@ -671,8 +706,8 @@ unsafe fn insert_with(kept: &Kept, jobs: &NewJobs<'_>) -> Option<Inserted> {
             pg_sys::table_tuple_complete_speculative(rel, slots[0], token, !key_held);
             pg_sys::SpeculativeInsertionLockRelease(xid);
         }
-        for i in 0..count {
-            pg_sys::index_close(*descs.add(i), pg_sys::NoLock as i32);
+        for index in opened.into_iter().filter(|index| !index.is_null()) {
+            pg_sys::index_close(index, pg_sys::NoLock as i32);
         }
 
         pg_sys::MemoryContextSwitchTo(previous);

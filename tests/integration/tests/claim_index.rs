@@ -15,6 +15,9 @@
 //! Both for a claim that finds due jobs and for one that finds none (which also asks when the
 //! next job comes due), and both with the custom plans of a session's first calls and the
 //! generic plan a long-lived worker session ends up with (`plan_cache_mode`).
+//!
+//! Last, that the enqueue writer puts every job into each index whose predicate admits it
+//! (amcheck), since claims read nothing but those entries.
 
 use pg_jobs_tests::{plan_buffers, plan_nodes, unique_queue, Client, Cluster};
 use serde_json::Value;
@@ -272,4 +275,67 @@ fn jobs_of_other_kinds_do_not_slow_claims_of_some_kinds() {
         );
     }
     println!("claim-of-kinds buffers:\n  {}", report.join("\n  "));
+}
+
+/// Every index of `jobs.job` holds an entry for each row its predicate admits (amcheck's `bt_index_check` with `heapallindexed`): the enqueue writer checks the
+/// predicates itself and opens only the indexes some row goes into, so a predicate it read
+/// wrongly would leave claims, groups or unique keys blind to a job.
+#[test]
+fn the_enqueue_writer_puts_each_job_into_exactly_the_indexes_that_admit_it() {
+    let cluster = Cluster::shared();
+    let mut client = cluster.connect();
+    client
+        .batch_execute("CREATE EXTENSION IF NOT EXISTS amcheck")
+        .expect("amcheck, which the server builds the suite runs this test on ship");
+    let queue = unique_queue(&mut client, "writer-indexes", "group_concurrency => 1");
+    client
+        .execute(
+            "SELECT jobs_enqueue($1, '{}'),
+                    jobs_enqueue($1, '{}', kind => 'other', priority => 3),
+                    jobs_enqueue($1, '{}', run_at => now() + interval '1 hour'),
+                    jobs_enqueue($1, '{}', unique_key => 'one'),
+                    jobs_enqueue($1, '{}', unique_key => 'one'),
+                    jobs_enqueue($1, '{}', group_key => 'g'),
+                    jobs_enqueue($1, '{}', group_key => 'g', unique_key => 'two')",
+            &[&queue],
+        )
+        .expect("single enqueues");
+    client
+        .execute(
+            "SELECT count(*) FROM jobs_enqueue_batch($1, ARRAY['{}', '{}', '{}', '{}']::jsonb[],
+                 group_keys => ARRAY['h', 'h', NULL, 'i'],
+                 unique_keys => ARRAY['three', NULL, 'four', NULL])",
+            &[&queue],
+        )
+        .expect("a batch, its second job waiting behind its first");
+    let waiting: i64 = client
+        .query_one(
+            "SELECT count(*) FROM jobs.job WHERE queue = $1 AND group_wait",
+            &[&queue],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        waiting, 1,
+        "the batch marked the job behind its own job of h"
+    );
+    let indexes: Vec<String> = client
+        .query(
+            "SELECT indexrelid::regclass::text FROM pg_catalog.pg_index
+              WHERE indrelid = 'jobs.job'::regclass ORDER BY 1",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    assert!(indexes.len() >= 7, "{indexes:?}");
+    for index in &indexes {
+        client
+            .execute(
+                "SELECT bt_index_check($1::text::regclass, heapallindexed => true)",
+                &[index],
+            )
+            .unwrap_or_else(|e| panic!("{index}: {e:?}"));
+    }
 }
