@@ -212,6 +212,12 @@ pub fn queue_settings_changed() {
     QUEUES_CHANGED.with(|c| c.set(true));
 }
 
+/// Whether this transaction changed queue settings (its changes reach the other sessions'
+/// caches only when it commits, so its own reads must not go through them).
+pub fn queue_settings_changed_here() -> bool {
+    QUEUES_CHANGED.with(|c| c.get())
+}
+
 /// Tells every session that queue settings may have changed.
 fn bump_queue_settings() {
     if let Some(shared) = shared() {

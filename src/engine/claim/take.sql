@@ -3,24 +3,18 @@
 -- them; one that another claim took and committed before this statement's snapshot is simply
 -- not matched, never locked. Each row comes back with its claim position (for the order of
 -- the result and the claim floor).
--- $1 ids, $2 leases (one per id), $3 worker, $4 lease length (NULL: the queue's), $5 now,
--- $6 queue
--- The lease length is read once (MATERIALIZED): joined as a subquery, the planner may put the
--- queue's index scan inside the loop over the ids, one probe per job (6,000 instructions a job
--- when a filter made it think few jobs match).
-WITH settings AS MATERIALIZED (
-    SELECT coalesce($4, q.lease) AS lease FROM jobs.queue q WHERE q.name = $6
-), claimed AS (
+-- $1 ids, $2 leases (one per id), $3 worker, $4 lease length, $5 now
+WITH claimed AS (
     UPDATE jobs.job j
        SET state          = 'running',
            attempt        = j.attempt + 1,
            lease          = p.lease,
-           lease_duration = s.lease,
-           lease_until    = $5 + s.lease,
+           lease_duration = $4,
+           lease_until    = $5 + $4,
            worker         = $3,
            started_at     = $5,
            heartbeat_at   = NULL
-      FROM unnest($1::bigint[], $2::uuid[]) AS p(id, lease), settings s
+      FROM unnest($1::bigint[], $2::uuid[]) AS p(id, lease)
      WHERE j.id = p.id
        AND j.state = 'queued'
        AND j.run_at <= $5

@@ -1,4 +1,4 @@
--- The flow-control settings of queue $1 a claim needs: its rate limit and burst, and how many
--- jobs of one group may run at once.
+-- The settings of queue $1 a claim needs: its rate limit and burst, how many jobs of one group
+-- may run at once, and the lease length of claims that name none.
 -- $1 queue
-SELECT rate_limit, rate_burst, group_concurrency FROM jobs.queue WHERE name = $1
+SELECT rate_limit, rate_burst, group_concurrency, lease FROM jobs.queue WHERE name = $1

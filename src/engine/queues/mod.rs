@@ -257,32 +257,39 @@ pub fn drop(queue: &str, force: bool) {
     });
 }
 
-/// Flow-control settings of a queue, as claims apply them.
+/// The settings of a queue its claims apply.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct FlowSettings {
     /// The rate limit, if any.
     pub rate: Option<Limit>,
     /// Running jobs allowed at once per group.
     pub group_concurrency: i32,
+    /// The lease length of claims that name none.
+    pub lease: Interval,
 }
 
 static FLOW: Statement = Statement {
     name: "queues/flow",
     sql: include_str!("flow.sql"),
     params: &[param("queue", TEXTOID)],
-    columns: &["rate_limit", "rate_burst", "group_concurrency"],
+    columns: &["rate_limit", "rate_burst", "group_concurrency", "lease"],
 };
 
 thread_local! {
-    /// Flow settings read in this session, valid while the shared generation stays the same.
-    static FLOW_CACHE: RefCell<(u64, HashMap<String, Option<FlowSettings>>)> =
+    /// Settings of existing queues read in this session, valid while the shared generation
+    /// stays the same.
+    static FLOW_CACHE: RefCell<(u64, HashMap<String, FlowSettings>)> =
         RefCell::new((u64::MAX, HashMap::new()));
 }
 
-/// The flow-control settings of `queue` (`None` when it does not exist), cached per session
-/// until a commit changes any queue's settings.
+/// The settings of `queue` its claims apply (`None` when it does not exist), cached per
+/// session until a commit changes any queue's settings. A transaction that changed a queue
+/// reads them afresh (its change reaches the caches only when it commits), and a queue not
+/// found is not cached (one created since is found at once).
 pub fn flow_settings(queue: &str) -> Option<FlowSettings> {
-    let generation = shared().map(|s| s.queue_settings().load(Ordering::Acquire));
+    let generation = shared()
+        .filter(|_| !effects::queue_settings_changed_here())
+        .map(|s| s.queue_settings().load(Ordering::Acquire));
     if let Some(generation) = generation {
         let cached = FLOW_CACHE.with(|cache| {
             let cache = cache.borrow();
@@ -290,8 +297,8 @@ pub fn flow_settings(queue: &str) -> Option<FlowSettings> {
                 .then(|| cache.1.get(queue).copied())
                 .flatten()
         });
-        if let Some(settings) = cached {
-            return settings;
+        if cached.is_some() {
+            return cached;
         }
     }
     let settings = with_client(|client| {
@@ -304,16 +311,17 @@ pub fn flow_settings(queue: &str) -> Option<FlowSettings> {
                     burst: row.get::<f64>("rate_burst").unwrap_or(rate).max(1.0),
                 }),
                 group_concurrency: row.expect("group_concurrency"),
+                lease: row.expect("lease"),
             }
         })
     });
-    if let Some(generation) = generation {
+    if let (Some(generation), Some(found)) = (generation, settings) {
         FLOW_CACHE.with(|cache| {
             let mut cache = cache.borrow_mut();
             if cache.0 != generation {
                 *cache = (generation, HashMap::new());
             }
-            cache.1.insert(queue.to_owned(), settings);
+            cache.1.insert(queue.to_owned(), found);
         });
     }
     settings

@@ -1613,6 +1613,62 @@ fn claim_timed(client: &mut Client, queue: &str, extra: &str) -> (Claimed, i64, 
     (job, row.get(3), row.get(4), before, after)
 }
 
+/// A claim that names no lease takes its queue's as last changed: by a commit of another
+/// session (the settings a session keeps go then), and by its own transaction before that
+/// commits, but not by one that rolled back.
+#[test]
+fn a_claim_takes_its_queues_lease_as_last_changed() {
+    let cluster = Cluster::shared();
+    let mut client = cluster.connect();
+    let mut other = cluster.connect();
+    let queue = unique_queue(&mut client, "lease-changed", "lease => '45 seconds'");
+    for n in 0..4 {
+        enqueue(&mut client, &queue, json!({ "n": n }));
+    }
+    // The lease length (seconds) the claim of the next job gave it, read by `tx`.
+    fn claim_lease(tx: &mut impl postgres::GenericClient, queue: &str) -> i64 {
+        let id: i64 = tx
+            .query_one("SELECT id FROM jobs_claim($1)", &[&queue])
+            .expect("claim")
+            .get(0);
+        tx.query_one(
+            "SELECT extract(epoch FROM lease_duration)::int8 FROM jobs.job WHERE id = $1",
+            &[&id],
+        )
+        .unwrap()
+        .get(0)
+    }
+    assert_eq!(claim_lease(&mut client, &queue), 45);
+    other
+        .execute(
+            "SELECT jobs_create_queue($1, lease => '2 minutes')",
+            &[&queue],
+        )
+        .unwrap();
+    assert_eq!(
+        claim_lease(&mut client, &queue),
+        120,
+        "another session's committed change"
+    );
+    let mut tx = client.transaction().unwrap();
+    tx.execute(
+        "SELECT jobs_create_queue($1, lease => '3 minutes')",
+        &[&queue],
+    )
+    .unwrap();
+    assert_eq!(
+        claim_lease(&mut tx, &queue),
+        180,
+        "the change of the claim's own transaction"
+    );
+    tx.rollback().unwrap();
+    assert_eq!(
+        claim_lease(&mut client, &queue),
+        120,
+        "a change rolled back"
+    );
+}
+
 /// Lease length: a claim holds the job for exactly the lease it asked for (or the queue's)
 /// from the moment of the claim on the server's clock: `lease_until = started_at + lease`,
 /// `started_at` lies between readings of the server's clock taken around the claim, and the
