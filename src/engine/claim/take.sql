@@ -4,26 +4,21 @@
 -- not matched, never locked. Each row comes back with its claim position (for the order of
 -- the result and the claim floor).
 -- $1 ids, $2 leases (one per id), $3 worker, $4 lease length, $5 now
-WITH claimed AS (
-    UPDATE jobs.job j
-       SET state          = 'running',
-           attempt        = j.attempt + 1,
-           lease          = p.lease,
-           lease_duration = $4,
-           lease_until    = $5 + $4,
-           worker         = $3,
-           started_at     = $5,
-           heartbeat_at   = NULL
-      FROM unnest($1::bigint[], $2::uuid[]) AS p(id, lease)
-     WHERE j.id = p.id
-       AND j.state = 'queued'
-       AND j.run_at <= $5
-       -- Rule 3: never past its attempts (what no path leaves queued; jobs.job has no CHECK).
-       AND j.attempt < j.max_attempts
- RETURNING j.id, j.queue, j.kind, j.payload, j.headers, j.attempt, j.max_attempts, j.lease,
-           j.lease_until, j.priority, j.tenant, j.group_key, j.created_at, j.run_at
-)
-SELECT ROW(c.id, c.queue, c.kind, c.payload, c.headers, c.attempt, c.max_attempts, c.lease,
-           c.lease_until, c.priority, c.tenant, c.group_key, c.created_at, c.run_at)::jobs.claimed AS claimed,
-       c.priority, c.run_at, c.id
-  FROM claimed c
+UPDATE jobs.job j
+   SET state          = 'running',
+       attempt        = j.attempt + 1,
+       lease          = p.lease,
+       lease_duration = $4,
+       lease_until    = $5 + $4,
+       worker         = $3,
+       started_at     = $5,
+       heartbeat_at   = NULL
+  FROM unnest($1::bigint[], $2::uuid[]) AS p(id, lease)
+ WHERE j.id = p.id
+   AND j.state = 'queued'
+   AND j.run_at <= $5
+   -- Rule 3: never past its attempts (what no path leaves queued; jobs.job has no CHECK).
+   AND j.attempt < j.max_attempts
+RETURNING ROW(j.id, j.queue, j.kind, j.payload, j.headers, j.attempt, j.max_attempts, j.lease,
+              j.lease_until, j.priority, j.tenant, j.group_key, j.created_at, j.run_at)::jobs.claimed AS claimed,
+          j.priority, j.run_at, j.id
