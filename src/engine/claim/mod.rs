@@ -52,8 +52,8 @@ static TAKE: Statement = Statement {
 };
 
 /// The lease length of a claim's jobs: the request's, or its queue's (from the settings the
-/// session keeps: reading it in the take statement cost a claim of one job a tenth of its
-/// instructions, the statement's set-up for the subquery and its index scan on every call).
+/// session keeps: reading it in the take statement cost a claim and complete of one job 5% of
+/// its instructions, the set-up of the subquery and its index scan on every call).
 fn lease_length(request: &ClaimRequest<'_>, flow: Option<queues::FlowSettings>) -> Interval {
     match (request.lease, flow) {
         (Some(lease), _) => lease,
