@@ -499,7 +499,12 @@ pub struct Claimed {
 }
 
 /// Claims up to `n` jobs of `queue` with the given extra SQL arguments (", lease => ...").
-pub fn claim(client: &mut Client, queue: &str, n: i32, extra: &str) -> Vec<Claimed> {
+pub fn claim(
+    client: &mut impl postgres::GenericClient,
+    queue: &str,
+    n: i32,
+    extra: &str,
+) -> Vec<Claimed> {
     client
         .query(
             &format!("SELECT id, lease, attempt FROM jobs_claim($1, n => $2{extra})"),

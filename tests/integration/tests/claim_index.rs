@@ -277,9 +277,10 @@ fn jobs_of_other_kinds_do_not_slow_claims_of_some_kinds() {
     println!("claim-of-kinds buffers:\n  {}", report.join("\n  "));
 }
 
-/// Every index of `jobs.job` holds an entry for each row its predicate admits (amcheck's `bt_index_check` with `heapallindexed`): the enqueue writer checks the
-/// predicates itself and opens only the indexes some row goes into, so a predicate it read
-/// wrongly would leave claims, groups or unique keys blind to a job.
+/// Every index of `jobs.job` holds an entry for each row its predicate admits (amcheck's
+/// `bt_index_check` with `heapallindexed`): the enqueue writer checks the predicates itself and
+/// opens only the indexes some row goes into, so a predicate it read wrongly would leave
+/// claims, groups or unique keys blind to a job.
 #[test]
 fn the_enqueue_writer_puts_each_job_into_exactly_the_indexes_that_admit_it() {
     let cluster = Cluster::shared();

@@ -354,6 +354,13 @@ fn thirty_two_concurrent_enqueues_of_one_key_make_one_job() {
 /// that back and takes the `ON CONFLICT` statements (the duplicate is answered with its
 /// holder, as always); after that the session skips the direct try for its next call, then
 /// tries again. Inside one transaction, so every insert's xmin can be compared with its id.
+/// The transaction id of `tx` as a row's xmin shows it (the low 32 bits).
+fn own_xid(tx: &mut postgres::Transaction<'_>) -> i64 {
+    tx.query_one("SELECT txid_current() % 4294967296", &[])
+        .unwrap()
+        .get(0)
+}
+
 #[test]
 fn keys_nobody_holds_take_the_direct_writer_and_held_ones_the_statements() {
     // The statements find a key's holder through the unique index; the direct writer only
@@ -361,10 +368,7 @@ fn keys_nobody_holds_take_the_direct_writer_and_held_ones_the_statements() {
     let mut client = Cluster::shared().connect();
     let queue = unique_queue(&mut client, "unique-direct", "");
     let mut tx = client.transaction().unwrap();
-    let own: i64 = tx
-        .query_one("SELECT txid_current() % 4294967296", &[])
-        .unwrap()
-        .get(0);
+    let own = own_xid(&mut tx);
     // (id, the row's xmin, whether the call scanned the unique index)
     let mut enqueue = |key: &str| -> (i64, i64, bool) {
         let scans = |tx: &mut postgres::Transaction<'_>| -> i64 {
@@ -449,10 +453,7 @@ fn a_transaction_of_many_unique_enqueues_opens_no_subtransaction() {
     let mut client = Cluster::shared().connect();
     let queue = unique_queue(&mut client, "unique-no-subxact", "");
     let mut tx = client.transaction().unwrap();
-    let own: i64 = tx
-        .query_one("SELECT txid_current() % 4294967296", &[])
-        .unwrap()
-        .get(0);
+    let own = own_xid(&mut tx);
     for n in 0..200 {
         tx.query_one(
             "SELECT jobs_enqueue($1, '{}', unique_key => $2)",

@@ -21,7 +21,9 @@
 //! Beside them, what grouped claims and settles read, counted from the same logged plans:
 //! only their own groups' jobs, and a claim that picks again goes on where it stopped.
 
-use pg_jobs_tests::{plan_buffers, plan_nodes, unique_queue, Client, Cluster, ExplainingSession};
+use pg_jobs_tests::{
+    claim, plan_buffers, plan_nodes, unique_queue, Client, Cluster, ExplainingSession,
+};
 use serde_json::Value;
 use uuid::Uuid;
 
@@ -438,14 +440,9 @@ fn a_claim_that_picks_again_goes_on_where_it_stopped() {
     let mut held = holder
         .transaction()
         .expect("begin the holder's transaction");
-    let held_ids: Vec<i64> = held
-        .query(
-            "SELECT id FROM jobs_claim($1, n => $2)",
-            &[&queue, &(BUSY as i32)],
-        )
-        .expect("the holder claims")
+    let held_ids: Vec<i64> = claim(&mut held, &queue, BUSY as i32, "")
         .iter()
-        .map(|row| row.get(0))
+        .map(|job| job.id)
         .collect();
     assert_eq!(
         held_ids, heads,
@@ -454,15 +451,9 @@ fn a_claim_that_picks_again_goes_on_where_it_stopped() {
 
     let mut session = ExplainingSession::open(cluster, "");
     session.take_plans();
-    let claimed: Vec<i64> = session
-        .client
-        .query(
-            "SELECT id FROM jobs_claim($1, n => $2)",
-            &[&queue, &(FREE as i32)],
-        )
-        .expect("claim")
+    let claimed: Vec<i64> = claim(&mut session.client, &queue, FREE as i32, "")
         .iter()
-        .map(|row| row.get(0))
+        .map(|job| job.id)
         .collect();
     assert_eq!(
         claimed, free,
