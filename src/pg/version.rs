@@ -150,16 +150,26 @@ pub enum TwoPhaseStatement {
     RollbackPrepared,
 }
 
-static mut TWO_PHASE_CALLBACK: Option<fn(TwoPhaseStatement, &str)> = None;
+/// What [`follow_two_phase_statements`] calls, before and after a two-phase statement.
+#[derive(Clone, Copy)]
+pub struct TwoPhaseCallbacks {
+    /// Called before the statement runs (it may still fail).
+    pub before: fn(TwoPhaseStatement, &str),
+    /// Called once it succeeded.
+    pub after: fn(TwoPhaseStatement, &str),
+}
+
+static mut TWO_PHASE_CALLBACKS: Option<TwoPhaseCallbacks> = None;
 static mut PREVIOUS_UTILITY: pg_sys::ProcessUtility_hook_type = None;
 
-/// Calls `callback` after each successful `PREPARE TRANSACTION`, `COMMIT PREPARED` and
-/// `ROLLBACK PREPARED` in this process, with the transaction's gid.
+/// Calls `callbacks` around each `PREPARE TRANSACTION`, `COMMIT PREPARED` and
+/// `ROLLBACK PREPARED` in this process, with the transaction's gid: `before` as the statement
+/// starts, `after` when it succeeded.
 ///
 /// # Safety
 /// Once per process, from `_PG_init`.
-pub unsafe fn follow_two_phase_statements(callback: fn(TwoPhaseStatement, &str)) {
-    TWO_PHASE_CALLBACK = Some(callback);
+pub unsafe fn follow_two_phase_statements(callbacks: TwoPhaseCallbacks) {
+    TWO_PHASE_CALLBACKS = Some(callbacks);
     PREVIOUS_UTILITY = pg_sys::ProcessUtility_hook;
     pg_sys::ProcessUtility_hook = Some(process_utility);
 }
@@ -200,9 +210,13 @@ unsafe fn two_phase(statement: *mut pg_sys::PlannedStmt) -> Option<(TwoPhaseStat
 /// Called by PostgreSQL with the arguments of a utility statement.
 unsafe fn run_utility(statement: *mut pg_sys::PlannedStmt, run: impl FnOnce()) {
     let two_phase = two_phase(statement);
+    let callbacks = TWO_PHASE_CALLBACKS;
+    if let (Some((kind, gid)), Some(callbacks)) = (&two_phase, callbacks) {
+        (callbacks.before)(*kind, gid);
+    }
     run();
-    if let (Some((kind, gid)), Some(callback)) = (two_phase, TWO_PHASE_CALLBACK) {
-        callback(kind, &gid);
+    if let (Some((kind, gid)), Some(callbacks)) = (two_phase, callbacks) {
+        (callbacks.after)(kind, &gid);
     }
 }
 

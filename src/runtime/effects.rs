@@ -244,7 +244,10 @@ pub fn register_callbacks() {
         pg_sys::RegisterXactCallback(Some(on_xact_event), std::ptr::null_mut());
         pg_sys::RegisterSubXactCallback(Some(on_subxact_event), std::ptr::null_mut());
         pg_sys::RegisterResourceReleaseCallback(Some(on_resource_release), std::ptr::null_mut());
-        version::follow_two_phase_statements(on_two_phase_statement);
+        version::follow_two_phase_statements(version::TwoPhaseCallbacks {
+            before: before_two_phase_statement,
+            after: on_two_phase_statement,
+        });
     }
 }
 
@@ -269,7 +272,19 @@ unsafe extern "C-unwind" fn on_xact_event(
                 }
             }
         }
-        pg_sys::XactEvent::XACT_EVENT_ABORT | pg_sys::XactEvent::XACT_EVENT_COMMIT => {
+        // Visible to everyone now, and still holding its locks: sessions learn of its changes
+        // to queues and grants before anyone waiting for those locks goes on (an enqueue that
+        // waited for a drop's queue lock must not use the dropped queue's kept row).
+        pg_sys::XactEvent::XACT_EVENT_COMMIT => {
+            PREPARING.with(|g| g.borrow_mut().take());
+            if GRANTS_CHANGED.with(|c| c.replace(false)) {
+                bump_tenant_grants();
+            }
+            if QUEUES_CHANGED.with(|c| c.replace(false)) {
+                bump_queue_settings();
+            }
+        }
+        pg_sys::XactEvent::XACT_EVENT_ABORT => {
             PREPARING.with(|g| g.borrow_mut().take());
         }
         _ => {}
@@ -326,12 +341,9 @@ unsafe extern "C-unwind" fn on_resource_release(
             totals::add(key, *counts);
         }
     }
-    if GRANTS_CHANGED.with(|c| c.replace(false)) && commit {
-        bump_tenant_grants();
-    }
-    if QUEUES_CHANGED.with(|c| c.replace(false)) && commit {
-        bump_queue_settings();
-    }
+    // A commit bumped them at its commit event; a rollback changed nothing.
+    GRANTS_CHANGED.with(|c| c.set(false));
+    QUEUES_CHANGED.with(|c| c.set(false));
     let Some(shared) = shared() else { return };
     for effects in pending {
         effects.apply(shared.slot(effects.slot), commit);
@@ -355,6 +367,18 @@ fn subtransaction_aborted() {
             floor::reset(shared.slot(effects.slot), &effects.queue);
         }
     });
+}
+
+/// Before `COMMIT PREPARED` or `ROLLBACK PREPARED`: the prepared transaction may have changed
+/// queues or grants (which is not recorded), and it lets go of its locks before the statement
+/// ends, so every session drops what it cached now, and again when it ended
+/// ([`on_two_phase_statement`]: a session may have cached a row in between, from a snapshot
+/// taken before the commit).
+fn before_two_phase_statement(statement: TwoPhaseStatement, _gid: &str) {
+    if statement != TwoPhaseStatement::Prepare {
+        bump_tenant_grants();
+        bump_queue_settings();
+    }
 }
 
 /// Follows the two-phase statements of this session: remembers the gid of a PREPARE for the

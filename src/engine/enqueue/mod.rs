@@ -444,6 +444,7 @@ fn write_jobs(
             .map_or(PerJob::All(false), PerJob::Each),
         unique_keys,
         unique_for,
+        queue_row: queues::queue_row_use(),
     };
     // SAFETY: inside the enqueue's transaction, holding the queue lock; the datums are the
     // call's arguments.

@@ -15,7 +15,7 @@ use pgrx::spi::SpiClient;
 use pgrx::IntoDatum;
 
 use crate::engine::model::Position;
-use crate::engine::queues::unknown_queue;
+use crate::engine::queues::{self, unknown_queue};
 use crate::engine::transitions;
 use crate::pg::datum::Jsonb;
 use crate::runtime::locks;
@@ -166,6 +166,7 @@ fn write_direct(queue: &str, jobs: &[SlotJob<'_>]) -> Option<Vec<Position>> {
         // Nor unique keys.
         unique_keys: &[],
         unique_for: None,
+        queue_row: queues::queue_row_use(),
     };
     // SAFETY: inside the run's transaction, holding the queue's lock; the datums live as long
     // as the run.

@@ -19,6 +19,7 @@ use crate::runtime::effects;
 use crate::runtime::locks;
 use crate::runtime::rate::{self, Limit};
 use crate::runtime::shmem::shared;
+use crate::storage::job_writer::QueueRowUse;
 use crate::storage::{param, with_client, Statement};
 
 /// The queue `CREATE EXTENSION` makes, which the contract says always exists.
@@ -282,15 +283,56 @@ thread_local! {
         RefCell::new((u64::MAX, HashMap::new()));
 }
 
+/// The generation of queue settings under which this transaction may use what the session
+/// keeps of queues (their flow settings, the enqueue's queue rows), and whether it may keep
+/// what it reads now; `None`: read afresh, keep nothing.
+///
+/// Every commit that changes a queue bumps the shared generation while it still holds its
+/// locks (`runtime::effects`), after it became visible: a session that reads a generation and
+/// then reads a queue under a newer snapshot (READ COMMITTED takes one per statement) sees
+/// every change the generation counts, so what it keeps under it is current; an enqueue that
+/// waited for a drop's lock reads the bumped generation. A transaction that changed a queue
+/// itself neither uses nor keeps (its change bumps nothing until it commits, and a rollback
+/// bumps nothing), and a snapshot older than the generation (REPEATABLE READ) keeps nothing.
+/// Call it after the queue lock is taken and before the reads it covers.
+pub fn kept_settings() -> Option<KeptSettings> {
+    if effects::queue_settings_changed_here() {
+        return None;
+    }
+    let generation = shared()?.queue_settings().load(Ordering::Acquire);
+    // SAFETY: reads a backend global.
+    let read_committed = unsafe { pg_sys::XactIsoLevel } < pg_sys::XACT_REPEATABLE_READ as i32;
+    Some(KeptSettings {
+        generation,
+        keep: read_committed,
+    })
+}
+
+/// What [`kept_settings`] allows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KeptSettings {
+    /// The shared generation of queue settings, read now.
+    pub generation: u64,
+    /// Whether what is read now may be kept under it.
+    pub keep: bool,
+}
+
+/// How the job writer may use the queue rows the session keeps, as [`kept_settings`] allows
+/// now: called after the queue lock is taken, before the insert.
+pub fn queue_row_use() -> QueueRowUse {
+    kept_settings().map_or(QueueRowUse::Read, |kept| QueueRowUse::Kept {
+        generation: kept.generation,
+        keep: kept.keep,
+    })
+}
+
 /// The settings of `queue` its claims apply (`None` when it does not exist), cached per
-/// session until a commit changes any queue's settings. A transaction that changed a queue
-/// reads them afresh (its change reaches the caches only when it commits), and a queue not
-/// found is not cached (one created since is found at once).
+/// session until a commit changes any queue's settings ([`kept_settings`] says when the cache
+/// is used and filled), and a queue not found is not cached (one created since is found at
+/// once).
 pub fn flow_settings(queue: &str) -> Option<FlowSettings> {
-    let generation = shared()
-        .filter(|_| !effects::queue_settings_changed_here())
-        .map(|s| s.queue_settings().load(Ordering::Acquire));
-    if let Some(generation) = generation {
+    let kept = kept_settings();
+    if let Some(KeptSettings { generation, .. }) = kept {
         let cached = FLOW_CACHE.with(|cache| {
             let cache = cache.borrow();
             (cache.0 == generation)
@@ -315,7 +357,14 @@ pub fn flow_settings(queue: &str) -> Option<FlowSettings> {
             }
         })
     });
-    if let (Some(generation), Some(found)) = (generation, settings) {
+    if let (
+        Some(KeptSettings {
+            generation,
+            keep: true,
+        }),
+        Some(found),
+    ) = (kept, settings)
+    {
         FLOW_CACHE.with(|cache| {
             let mut cache = cache.borrow_mut();
             if cache.0 != generation {

@@ -487,6 +487,17 @@ pub fn wait_until(timeout: Duration, what: &str, mut condition: impl FnMut() -> 
     }
 }
 
+/// Waits until the backend `pid` waits for a lock; `what` names it in the timeout's message.
+pub fn wait_for_a_lock(client: &mut Client, pid: i32, what: &str) {
+    wait_until(Duration::from_secs(10), what, || {
+        scalar::<bool>(
+            client,
+            "SELECT coalesce(wait_event_type = 'Lock', false) FROM pg_stat_activity WHERE pid = $1",
+            &[&pid],
+        )
+    });
+}
+
 /// A job claimed over SQL: its id and lease.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Claimed {

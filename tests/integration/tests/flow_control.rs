@@ -6,7 +6,9 @@ use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use pg_jobs_tests::{claim, scalar, state, unique_queue, wait_until, Client, Cluster};
+use pg_jobs_tests::{
+    claim, scalar, state, unique_queue, wait_for_a_lock, wait_until, Client, Cluster,
+};
 use postgres::types::ToSql;
 use serde_json::json;
 
@@ -969,17 +971,6 @@ fn a_larger_group_frees_one_waiting_job_per_free_slot_and_a_new_concurrency_free
         jobs[3..].to_vec(),
         "five running: the two before and these three"
     );
-}
-
-/// Waits until the backend `pid` waits for a lock; `what` names it in the timeout's message.
-fn wait_for_a_lock(client: &mut Client, pid: i32, what: &str) {
-    wait_until(Duration::from_secs(10), what, || {
-        scalar::<bool>(
-            client,
-            "SELECT coalesce(wait_event_type = 'Lock', false) FROM pg_stat_activity WHERE pid = $1",
-            &[&pid],
-        )
-    });
 }
 
 /// A claim that marks a job keeps its group's lock until it ends, and a settle of the group

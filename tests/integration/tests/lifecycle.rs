@@ -1669,6 +1669,78 @@ fn a_claim_takes_its_queues_lease_as_last_changed() {
     );
 }
 
+/// An enqueue takes its queue's `max_attempts` as last changed, though the session keeps the
+/// queue rows it read (an enqueue does not read `jobs.queue` while no queue changed): another
+/// session's committed change is seen by the next enqueue, the enqueuing transaction's own
+/// change is seen at once and a rolled-back one never. A REPEATABLE READ transaction reads
+/// the row as its snapshot has it, and keeps nothing: what its old snapshot saw must not pass
+/// for the current row afterwards.
+#[test]
+fn an_enqueue_takes_its_queues_max_attempts_as_last_changed() {
+    let cluster = Cluster::shared();
+    let mut client = cluster.connect();
+    let mut other = cluster.connect();
+    let queue = unique_queue(&mut client, "attempts-changed", "max_attempts => 3");
+    // The max_attempts of a job enqueued now by `tx`.
+    fn enqueued_attempts(tx: &mut impl postgres::GenericClient, queue: &str) -> i32 {
+        let id: i64 = tx
+            .query_one("SELECT jobs_enqueue($1, '{}')", &[&queue])
+            .expect("enqueue")
+            .get(0);
+        tx.query_one("SELECT max_attempts FROM jobs.job WHERE id = $1", &[&id])
+            .unwrap()
+            .get(0)
+    }
+    // Sets the queue's max_attempts through `tx`.
+    fn set(tx: &mut impl postgres::GenericClient, queue: &str, attempts: i32) {
+        tx.execute(
+            "SELECT jobs_create_queue($1, max_attempts => $2)",
+            &[&queue, &attempts],
+        )
+        .unwrap();
+    }
+    assert_eq!(enqueued_attempts(&mut client, &queue), 3);
+    assert_eq!(enqueued_attempts(&mut client, &queue), 3, "kept");
+    set(&mut other, &queue, 7);
+    assert_eq!(
+        enqueued_attempts(&mut client, &queue),
+        7,
+        "another session's committed change"
+    );
+    let mut tx = client.transaction().unwrap();
+    set(&mut tx, &queue, 9);
+    assert_eq!(
+        enqueued_attempts(&mut tx, &queue),
+        9,
+        "the change of the enqueue's own transaction"
+    );
+    tx.rollback().unwrap();
+    assert_eq!(
+        enqueued_attempts(&mut client, &queue),
+        7,
+        "a change rolled back"
+    );
+
+    let mut tx = client
+        .build_transaction()
+        .isolation_level(postgres::IsolationLevel::RepeatableRead)
+        .start()
+        .unwrap();
+    tx.execute("SELECT 1", &[]).unwrap();
+    set(&mut other, &queue, 4);
+    assert_eq!(
+        enqueued_attempts(&mut tx, &queue),
+        7,
+        "REPEATABLE READ reads the row its snapshot sees"
+    );
+    tx.commit().unwrap();
+    assert_eq!(
+        enqueued_attempts(&mut client, &queue),
+        4,
+        "what the older snapshot read was not kept"
+    );
+}
+
 /// Lease length: a claim holds the job for exactly the lease it asked for (or the queue's)
 /// from the moment of the claim on the server's clock: `lease_until = started_at + lease`,
 /// `started_at` lies between readings of the server's clock taken around the claim, and the

@@ -2,7 +2,9 @@
 //! (`PREPARE TRANSACTION` then `COMMIT PREPARED` / `ROLLBACK PREPARED`, maybe from another
 //! session) and rows written behind the functions' back. Claims start at their queue's claim
 //! floor (README "How it works"), so every way a job becomes queued must reach the floor; these
-//! are the ways the committing backend's callbacks do not see.
+//! are the ways the committing backend's callbacks do not see. Sessions also keep the rows of
+//! the queues they enqueue into, so a queue dropped by a prepared transaction (or a plain one)
+//! must reach them before anyone waiting for its lock goes on.
 //!
 //! The two-phase tests run on a cluster without the background worker, so only the prepared
 //! transaction's own bookkeeping can make the job claimable; the last tests show the worker's
@@ -12,7 +14,10 @@
 use std::sync::OnceLock;
 use std::thread;
 
-use pg_jobs_tests::{claim, enqueue, scalar, unique_queue, Client, Cluster, TEST_SETTINGS};
+use pg_jobs_tests::{
+    claim, enqueue, scalar, unique_queue, wait_for_a_lock, Client, Cluster, TEST_SETTINGS,
+};
+use postgres::error::SqlState;
 use serde_json::json;
 
 /// A cluster with prepared transactions enabled and no background worker.
@@ -196,6 +201,103 @@ fn jobs_of_a_claim_rolled_back_by_rollback_prepared_are_claimable() {
         [(first, 1)],
         "the job of the rolled-back prepared claim must be claimable again, attempt unspent"
     );
+}
+
+/// Rounds of each way to commit in the dropped-queue test.
+const ROUNDS: usize = 15;
+
+/// How a test's transaction commits.
+#[derive(Clone, Copy, Debug)]
+enum Commit {
+    /// `COMMIT`.
+    Plain,
+    /// `PREPARE TRANSACTION`, then `COMMIT PREPARED` from another session.
+    Prepared,
+}
+
+/// A queue dropped while an enqueue waits for its lock is gone for that enqueue, though the
+/// enqueuing session keeps the rows of the queues it enqueued into (it reads `jobs.queue` only
+/// when queue settings changed): the drop's commit, plain or prepared, tells every session
+/// before its queue lock goes. Then the queue is created again under the same name with other
+/// settings, and the session's next enqueue takes them. The race it guards against is short
+/// (a commit that told the sessions only after its locks went let the waiting enqueue put a job
+/// into the dropped queue in about one round of thirty), so it runs many rounds.
+#[test]
+fn an_enqueue_that_waited_for_a_drop_finds_no_queue_though_its_session_kept_the_row() {
+    let cluster = cluster_without_worker();
+    let mut admin = cluster.connect();
+    let mut watcher = cluster.connect();
+    let mut producer = cluster.connect();
+    let producer_pid: i32 = scalar(&mut producer, "SELECT pg_backend_pid()", &[]);
+    let queue = unique_queue(&mut admin, "drop-while-kept", "max_attempts => 2");
+    let attempts_of = |client: &mut Client, id: i64| -> i32 {
+        scalar(
+            client,
+            "SELECT max_attempts FROM jobs.job WHERE id = $1",
+            &[&id],
+        )
+    };
+    for (round, commit) in [Commit::Plain, Commit::Prepared]
+        .repeat(ROUNDS)
+        .into_iter()
+        .enumerate()
+    {
+        let expected = 2 + round as i32;
+        let kept = enqueue(&mut producer, &queue, json!({ "round": round }));
+        assert_eq!(attempts_of(&mut producer, kept), expected, "round {round}");
+
+        let mut dropper = cluster.connect();
+        dropper.batch_execute("BEGIN").unwrap();
+        dropper
+            .execute("SELECT jobs_drop_queue($1, force => true)", &[&queue])
+            .unwrap();
+        let waiting = {
+            let queue = queue.clone();
+            thread::spawn(move || {
+                let result = producer.query_one("SELECT jobs_enqueue($1, '{}')", &[&queue]);
+                (producer, result.map(|row| row.get::<_, i64>(0)))
+            })
+        };
+        wait_for_a_lock(
+            &mut watcher,
+            producer_pid,
+            "the enqueue to wait for the drop",
+        );
+        match commit {
+            Commit::Plain => dropper.batch_execute("COMMIT").unwrap(),
+            Commit::Prepared => {
+                let gid = format!("drop-{queue}-{round}");
+                dropper
+                    .batch_execute(&format!("PREPARE TRANSACTION '{gid}'"))
+                    .unwrap();
+                watcher
+                    .batch_execute(&format!("COMMIT PREPARED '{gid}'"))
+                    .unwrap();
+            }
+        }
+        let (returned, result) = waiting.join().unwrap();
+        producer = returned;
+        let error = result.expect_err(&format!(
+            "round {round} ({commit:?}): the enqueue that waited must find no queue"
+        ));
+        assert_eq!(error.code(), Some(&SqlState::UNDEFINED_OBJECT), "{error:?}");
+        let left: i64 = scalar(
+            &mut watcher,
+            "SELECT count(*) FROM jobs.job WHERE queue = $1",
+            &[&queue],
+        );
+        assert_eq!(
+            left, 0,
+            "round {round} ({commit:?}): no job in a dropped queue"
+        );
+
+        admin
+            .execute(
+                "SELECT jobs_create_queue($1, max_attempts => $2)",
+                &[&queue, &(expected + 1)],
+            )
+            .unwrap();
+    }
 }
 
 /// Settings for a worker that ticks only when told to (a reload wakes it), so a test decides
