@@ -3,7 +3,8 @@
 -- candidates ended): no job before it in claim order is claimable, so the scan of its priority
 -- starts there, past the dead index entries of jobs already claimed, and lower priorities are
 -- not looked at. It locks nothing; the claim takes each candidate's job lock itself and
--- updates the ones it got next. Nothing for a paused or unknown queue.
+-- updates the ones it got next. It does not look at the queue row: the claim asks it only of
+-- a queue its session knows to exist and not to be paused (`queues::flow_settings`).
 -- $1 queue, $2 limit, $3 kinds (NULL: any), $4 now, $5 start priority, $6 start run_at,
 -- $7 start id, $8 tenants (the caller's scope: NULL for every job)
 WITH RECURSIVE priorities (priority) AS (
@@ -46,5 +47,4 @@ SELECT due.id, due.priority, due.run_at, due.group_key, due.tenant
          ORDER BY j.run_at, j.id
          LIMIT $2
        ) AS due
- WHERE EXISTS (SELECT FROM jobs.queue q WHERE q.name = $1 AND NOT q.paused)
  LIMIT $2

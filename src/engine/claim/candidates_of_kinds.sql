@@ -2,8 +2,8 @@
 -- Rule 2), at most $2, from position ($5, $6, $7) on when given, as candidates.sql gives them
 -- for every kind. Read through job_kind_claim_idx, so the jobs of other kinds ahead in claim
 -- order are never walked, however many there are: one probe per (kind, priority) finds that
--- pair's first due job, and the pairs' runs merge in claim order. It locks nothing. Nothing
--- for a paused or unknown queue.
+-- pair's first due job, and the pairs' runs merge in claim order. It locks nothing, and does
+-- not look at the queue row (see candidates.sql).
 -- $1 queue, $2 limit, $3 kinds (not NULL), $4 now, $5 start priority, $6 start run_at,
 -- $7 start id, $8 tenants (the caller's scope: NULL for every job)
 WITH RECURSIVE kind_priorities (kind, priority) AS (
@@ -52,6 +52,5 @@ SELECT due.id, due.priority, due.run_at, due.group_key, due.tenant
          LIMIT $2
        ) AS due
  WHERE kp.priority IS NOT NULL
-   AND EXISTS (SELECT FROM jobs.queue q WHERE q.name = $1 AND NOT q.paused)
  ORDER BY due.priority, due.run_at, due.id
  LIMIT $2

@@ -162,6 +162,12 @@ fn attempt(
     let flow = queues::flow_settings(queue);
     let concurrency = flow.map_or(1, |f| f.group_concurrency);
     with_client(|client| {
+        // A paused queue hands out nothing, and one not found is reported by the probe. The
+        // candidate statements do not read the queue row for it: the session keeps the
+        // setting (that read was 4% of a claim and complete of one job).
+        if flow.is_none_or(|f| f.paused) {
+            return (Vec::new(), Some(probe(client, queue)));
+        }
         let budget = rate::Budget::open(
             client,
             queue,

@@ -59,7 +59,7 @@ static CANDIDATES_OF_KINDS: Statement = Statement {
 
 /// The position of the first due queued job of `queue` in claim order from `start` on, of any
 /// kind and tenant (the candidates statement unfiltered, for one job); `None` when there is
-/// none (or the queue is paused).
+/// none.
 pub fn first_due(
     client: &SpiClient<'_>,
     queue: &str,

@@ -267,13 +267,21 @@ pub struct FlowSettings {
     pub group_concurrency: i32,
     /// The lease length of claims that name none.
     pub lease: Interval,
+    /// Whether the queue is paused (its claims get nothing).
+    pub paused: bool,
 }
 
 static FLOW: Statement = Statement {
     name: "queues/flow",
     sql: include_str!("flow.sql"),
     params: &[param("queue", TEXTOID)],
-    columns: &["rate_limit", "rate_burst", "group_concurrency", "lease"],
+    columns: &[
+        "rate_limit",
+        "rate_burst",
+        "group_concurrency",
+        "lease",
+        "paused",
+    ],
 };
 
 thread_local! {
@@ -354,6 +362,7 @@ pub fn flow_settings(queue: &str) -> Option<FlowSettings> {
                 }),
                 group_concurrency: row.expect("group_concurrency"),
                 lease: row.expect("lease"),
+                paused: row.expect("paused"),
             }
         })
     });
@@ -383,7 +392,9 @@ fn settings_changed(queue: &str) {
     rate::forget(queue);
 }
 
-/// Pauses or resumes `queue`; a resume wakes the claims waiting on it.
+/// Pauses or resumes `queue`; a resume wakes the claims waiting on it. Claims read whether a
+/// queue is paused from the settings their sessions keep ([`flow_settings`]), which the commit
+/// of this change drops everywhere.
 pub fn set_paused(queue: &str, paused: bool) {
     let found = with_client(|client| {
         SET_PAUSED.first::<bool>(client, &[queue.into(), paused.into()], "found")
@@ -391,6 +402,7 @@ pub fn set_paused(queue: &str, paused: bool) {
     if found.is_none() {
         unknown_queue(queue);
     }
+    effects::queue_settings_changed();
     if !paused {
         transitions::queue_resumed(queue);
     }

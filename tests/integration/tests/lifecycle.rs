@@ -1669,6 +1669,53 @@ fn a_claim_takes_its_queues_lease_as_last_changed() {
     );
 }
 
+/// A claim sees its queue paused or resumed as last changed, though its session keeps the
+/// queue's settings (claims do not read the queue row while no queue changed): another
+/// session's committed pause and resume, its own transaction's resume, not a rolled-back one.
+#[test]
+fn a_claim_sees_its_queue_paused_and_resumed_as_last_changed() {
+    let cluster = Cluster::shared();
+    let mut client = cluster.connect();
+    let mut other = cluster.connect();
+    let queue = unique_queue(&mut client, "paused-changed", "");
+    for n in 0..4 {
+        enqueue(&mut client, &queue, json!({ "n": n }));
+    }
+    // How many jobs a claim of one by `tx` gets now.
+    fn claimed(tx: &mut impl postgres::GenericClient, queue: &str) -> usize {
+        tx.query("SELECT id FROM jobs_claim($1)", &[&queue])
+            .expect("claim")
+            .len()
+    }
+    assert_eq!(claimed(&mut client, &queue), 1);
+    other
+        .execute("SELECT jobs_pause($1::text)", &[&queue])
+        .unwrap();
+    assert_eq!(claimed(&mut client, &queue), 0, "another session paused it");
+    let mut tx = client.transaction().unwrap();
+    tx.execute("SELECT jobs_resume($1::text)", &[&queue])
+        .unwrap();
+    assert_eq!(
+        claimed(&mut tx, &queue),
+        1,
+        "its own transaction resumed it"
+    );
+    tx.rollback().unwrap();
+    assert_eq!(
+        claimed(&mut client, &queue),
+        0,
+        "the resume was rolled back"
+    );
+    other
+        .execute("SELECT jobs_resume($1::text)", &[&queue])
+        .unwrap();
+    assert_eq!(
+        claimed(&mut client, &queue),
+        1,
+        "another session resumed it"
+    );
+}
+
 /// An enqueue takes its queue's `max_attempts` as last changed, though the session keeps the
 /// queue rows it read (an enqueue does not read `jobs.queue` while no queue changed): another
 /// session's committed change is seen by the next enqueue, the enqueuing transaction's own
