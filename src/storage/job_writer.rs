@@ -315,7 +315,11 @@ unsafe fn attributes<'a>(rel: pg_sys::Relation) -> PgTupleDesc<'a> {
 }
 
 /// Column `name` of `rel` if it has type `type_oid`: its attribute number and collation.
-unsafe fn attribute(rel: pg_sys::Relation, name: &CStr, type_oid: Oid) -> Option<(i16, Oid)> {
+pub(super) unsafe fn attribute(
+    rel: pg_sys::Relation,
+    name: &CStr,
+    type_oid: Oid,
+) -> Option<(i16, Oid)> {
     // SAFETY: an open relation, as attributes requires.
     let desc = unsafe { attributes(rel) };
     desc.iter()

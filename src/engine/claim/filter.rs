@@ -54,6 +54,16 @@ impl ClaimFilter {
         self.kinds.clone().into()
     }
 
+    /// Whose jobs it takes: `None` every job's, `Some([])` only jobs without a tenant, else
+    /// only these tenants'.
+    pub fn tenants(&self) -> Option<&[String]> {
+        match &self.scope {
+            TenantScope::All => None,
+            TenantScope::Untenanted => Some(&[]),
+            TenantScope::Tenants(tenants) => Some(tenants),
+        }
+    }
+
     /// The `tenants` argument of the candidates statement (NULL for every job).
     pub fn tenants_arg(&self) -> DatumWithOid<'static> {
         self.scope.param()

@@ -14,7 +14,8 @@ use crate::engine::transitions;
 use crate::runtime::floor::{self, Seen};
 use crate::runtime::locks;
 use crate::runtime::shmem::Slot;
-use crate::storage::{param, timestamptz_arg, Param, Statement};
+use crate::storage::claim_reader::{self, DueJob, DueQuery};
+use crate::storage::{param, timestamptz_arg, Param, Rows, Statement};
 
 /// The parameters both candidate statements take.
 const CANDIDATE_PARAMS: &[Param] = &[
@@ -81,6 +82,22 @@ pub fn first_due(
     let rows = CANDIDATES.run(client, &args);
     let first = rows.iter().next().map(|row| Position::from_row(&row));
     first
+}
+
+/// The rows of a candidate statement, as the claim reader gives them.
+fn due_jobs(rows: &Rows) -> Vec<DueJob> {
+    rows.iter()
+        .map(|row| {
+            let position = Position::from_row(&row);
+            DueJob {
+                priority: position.priority,
+                run_at: position.run_at,
+                id: position.id,
+                group_key: row.get("group_key"),
+                tenant: row.get("tenant"),
+            }
+        })
+        .collect()
 }
 
 /// The earlier of two positions, either of which may be unknown.
@@ -265,38 +282,58 @@ impl Picking<'_> {
         // From a start, its priority first: a claim nearly always finds enough there.
         let mut in_start_priority = start.is_some() && !self.filter.has_kinds();
         loop {
-            let args: [DatumWithOid; 8] = [
-                self.queue.into(),
-                limit.into(),
-                self.filter.kinds_arg(),
-                timestamptz_arg(self.now),
-                start.map(|k| k.priority).into(),
-                start.map_or(DatumWithOid::null_oid(TIMESTAMPTZOID), |k| {
-                    timestamptz_arg(k.run_at)
-                }),
-                start.map(|k| k.id).into(),
-                self.filter.tenants_arg(),
-            ];
-            let statement = if self.filter.has_kinds() {
-                &CANDIDATES_OF_KINDS
-            } else if in_start_priority {
-                &CANDIDATES_IN_PRIORITY
-            } else {
-                &CANDIDATES
-            };
-            let candidates = statement.run(client, &args);
+            let direct = start.filter(|_| in_start_priority).and_then(|from| {
+                let query = DueQuery {
+                    queue: self.queue,
+                    priority: from.priority,
+                    from_run_at: from.run_at,
+                    from_id: from.id,
+                    now: self.now,
+                    limit: limit as usize,
+                    tenants: self.filter.tenants(),
+                };
+                // SAFETY: inside the claim's transaction.
+                unsafe { claim_reader::due_in_priority(&query) }
+            });
+            let candidates = direct.unwrap_or_else(|| {
+                let args: [DatumWithOid; 8] = [
+                    self.queue.into(),
+                    limit.into(),
+                    self.filter.kinds_arg(),
+                    timestamptz_arg(self.now),
+                    start.map(|k| k.priority).into(),
+                    start.map_or(DatumWithOid::null_oid(TIMESTAMPTZOID), |k| {
+                        timestamptz_arg(k.run_at)
+                    }),
+                    start.map(|k| k.id).into(),
+                    self.filter.tenants_arg(),
+                ];
+                let statement = if self.filter.has_kinds() {
+                    &CANDIDATES_OF_KINDS
+                } else if in_start_priority {
+                    &CANDIDATES_IN_PRIORITY
+                } else {
+                    &CANDIDATES
+                };
+                due_jobs(&statement.run(client, &args))
+            });
             let mut last = None;
-            for row in candidates.iter() {
-                let key = Position::from_row(&row);
+            for job in candidates.iter() {
+                let key = Position {
+                    priority: job.priority,
+                    run_at: job.run_at,
+                    id: job.id,
+                };
                 last = Some(key);
                 examined_to = Some(key);
                 if already.contains(&key.id) {
                     continue;
                 }
                 if locks::try_lock_job(key.id) {
-                    let group = row
-                        .get::<String>("group_key")
-                        .map(|group| (group, row.get::<String>("tenant")));
+                    let group = job
+                        .group_key
+                        .clone()
+                        .map(|group| (group, job.tenant.clone()));
                     picked.push(Candidate {
                         position: key,
                         group,

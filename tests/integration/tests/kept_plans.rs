@@ -466,3 +466,94 @@ fn a_claim_that_picks_again_goes_on_where_it_stopped() {
     );
     held.rollback().expect("end the holder's transaction");
 }
+
+/// The first line of the statement a claim ran for its candidates within its start's
+/// priority, before it read them from the claim index itself.
+const CANDIDATES_IN_PRIORITY: &str = "-- Due jobs of queue $1 in claim order within one priority";
+
+/// A claim of every kind that starts at its queue's floor reads its candidates from the claim
+/// index itself (`storage::claim_reader`) and gets what the candidates statement gets: its own
+/// queue's due jobs in claim order, though another queue whose name hashes alike shares the
+/// index's range with jobs in between, a delayed job lies among them and a later priority
+/// follows. After the first claim (which finds the floor) no claim runs the statement, and the
+/// other queue keeps every job.
+#[test]
+fn a_claim_from_its_floor_reads_the_claim_index_itself_in_claim_order() {
+    let cluster = Cluster::shared();
+    let mut admin = cluster.connect();
+    let prefix = format!("collide-{}-", std::process::id());
+    let pair: String = admin
+        .query_one(
+            "SELECT min(name) || ',' || max(name)
+               FROM (SELECT $1 || i AS name FROM generate_series(1, 400000) i) n
+              GROUP BY pg_catalog.hashtext(name)
+             HAVING count(*) > 1
+              ORDER BY 1
+              LIMIT 1",
+            &[&prefix],
+        )
+        .expect("two names that hash alike")
+        .get(0);
+    let (mine, other) = pair.split_once(',').expect("two names");
+    for queue in [mine, other] {
+        admin
+            .execute("SELECT jobs_create_queue($1)", &[&queue])
+            .unwrap();
+    }
+    // Job n goes to `mine` when even, to `other` when odd; job 4 is delayed, 10 and 12 come
+    // in priority 1.
+    for n in 0..14 {
+        let queue = if n % 2 == 0 { mine } else { other };
+        let run_at = if n == 4 {
+            "now() + interval '1 hour'"
+        } else {
+            "now()"
+        };
+        let priority = if n >= 10 { 1 } else { 0 };
+        admin
+            .execute(
+                &format!(
+                    "SELECT jobs_enqueue($1, jsonb_build_object('n', $2::int), \
+                     run_at => {run_at}, priority => $3::int)"
+                ),
+                &[&queue, &n, &priority],
+            )
+            .unwrap();
+    }
+
+    let mut session = ExplainingSession::open(cluster, "");
+    let mut order = Vec::new();
+    let mut statements_after_the_first = Vec::new();
+    loop {
+        session.take_plans();
+        let rows = session
+            .client
+            .query("SELECT payload->>'n' FROM jobs_claim($1)", &[&mine])
+            .expect("claim");
+        let plans = session.take_plans();
+        if !order.is_empty() {
+            statements_after_the_first.extend(plans.iter().map(text));
+        }
+        let Some(row) = rows.first() else { break };
+        order.push(row.get::<_, String>(0));
+    }
+    assert_eq!(
+        order,
+        ["0", "2", "6", "8", "10", "12"],
+        "its own due jobs in claim order, nothing of the other queue, not the delayed job"
+    );
+    assert!(
+        !statements_after_the_first
+            .iter()
+            .any(|s| s.starts_with(CANDIDATES_IN_PRIORITY)),
+        "a claim from the floor ran the candidates statement instead of reading the index"
+    );
+    let others_queued: i64 = admin
+        .query_one(
+            "SELECT count(*) FROM jobs.job WHERE queue = $1 AND state = 'queued'",
+            &[&other],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(others_queued, 7, "the other queue keeps all of its jobs");
+}

@@ -1,0 +1,409 @@
+//! Reading a queue's due jobs of one priority in claim order without the executor: the claim
+//! index (`job_claim_idx`, keyed by the hash of the queue's name, then priority, run_at and
+//! id) is scanned from a position on, and each row version the statement's snapshot sees is
+//! checked and read while its buffer is pinned. No SPI, no kept plan to check, no executor to
+//! start and end: for a claim of one job the candidate statement's set-up (the index scan node,
+//! its quals, the tenant scope's ORs) was most of what reading its three rows cost.
+//!
+//! It answers what the statement `engine/claim/candidates_in_priority.sql` answers, no less:
+//! the jobs of the queue (its name compared, not only its hash) that are queued and not
+//! waiting for their group (checked on the row, not left to the index's predicate), in the
+//! priority, from the position on, due by `now`, within the tenant scope, at most `limit`, in
+//! claim order. Where a statement would do more (row-level security applies to the function's
+//! owner) or the table and index are not as expected (an upgrade in progress, say),
+//! [`due_in_priority`] reads nothing and answers `None`, and the caller runs the statement.
+
+use std::ffi::CStr;
+
+use pgrx::pg_sys::{self, Datum, Oid};
+
+use super::job_writer::attribute;
+use crate::pg::version;
+
+/// A due job the scan found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DueJob {
+    /// Its priority.
+    pub priority: i16,
+    /// Its run_at (microseconds since the PostgreSQL epoch).
+    pub run_at: i64,
+    /// Its id.
+    pub id: i64,
+    /// Its group key, if any.
+    pub group_key: Option<String>,
+    /// Its tenant, if any.
+    pub tenant: Option<String>,
+}
+
+/// What to read.
+pub struct DueQuery<'a> {
+    /// The queue.
+    pub queue: &'a str,
+    /// The priority to read in.
+    pub priority: i16,
+    /// The position in that priority to start at: (run_at, id) from this one on.
+    pub from_run_at: i64,
+    /// See `from_run_at`.
+    pub from_id: i64,
+    /// Only jobs due by then (run_at at most this).
+    pub now: i64,
+    /// Most jobs to return.
+    pub limit: usize,
+    /// Whose jobs: `None` every job's, `Some([])` only jobs without a tenant, else only these
+    /// tenants' jobs.
+    pub tenants: Option<&'a [String]>,
+}
+
+/// Where the columns the scan reads are (attribute numbers, 1-based).
+struct Columns {
+    queue: i16,
+    queue_collation: Oid,
+    priority: i16,
+    run_at: i16,
+    id: i16,
+    state: i16,
+    queued: Oid,
+    group_wait: i16,
+    group_key: i16,
+    tenant: i16,
+}
+
+/// The due jobs `query` asks for, as the candidate statement of the caller's transaction would
+/// find them now; `None` when this path cannot stand in for the statement.
+///
+/// # Safety
+/// Inside a transaction.
+pub unsafe fn due_in_priority(query: &DueQuery<'_>) -> Option<Vec<DueJob>> {
+    // SAFETY: catalog lookups, and relations opened here and closed before returning (their
+    // locks kept until the transaction ends, as a statement's are); the snapshot is registered
+    // for the scan and unregistered after it. On an ERROR, transaction abort releases them.
+    unsafe {
+        let namespace = pg_sys::get_namespace_oid(c"jobs".as_ptr(), true);
+        if namespace == pg_sys::InvalidOid {
+            return None;
+        }
+        let job = pg_sys::get_relname_relid(c"job".as_ptr(), namespace);
+        let index = pg_sys::get_relname_relid(c"job_claim_idx".as_ptr(), namespace);
+        if job == pg_sys::InvalidOid || index == pg_sys::InvalidOid {
+            return None;
+        }
+        if pg_sys::check_enable_rls(job, pg_sys::InvalidOid, true)
+            == pg_sys::CheckEnableRlsResult::RLS_ENABLED as i32
+        {
+            return None;
+        }
+        let heap = pg_sys::table_open(job, pg_sys::AccessShareLock as i32);
+        let index = pg_sys::index_open(index, pg_sys::AccessShareLock as i32);
+        let answer = columns(heap)
+            .filter(|columns| claim_index_fits(heap, index, columns))
+            .and_then(|columns| scan(heap, index, &columns, query));
+        pg_sys::index_close(index, pg_sys::NoLock as i32);
+        pg_sys::table_close(heap, pg_sys::NoLock as i32);
+        answer
+    }
+}
+
+/// Where the open `jobs.job` keeps what the scan reads, if it is as expected.
+unsafe fn columns(heap: pg_sys::Relation) -> Option<Columns> {
+    // SAFETY: an open relation; catalog lookups.
+    unsafe {
+        let (queue, queue_collation) = attribute(heap, c"queue", pg_sys::TEXTOID)?;
+        let desc = pgrx::PgTupleDesc::from_pg_unchecked((*heap).rd_att);
+        let state = desc
+            .iter()
+            .find(|a| !a.attisdropped && CStr::from_ptr(a.attname.data.as_ptr()) == c"state")?;
+        let queued = pg_sys::GetSysCacheOid(
+            pg_sys::SysCacheIdentifier::ENUMTYPOIDNAME as i32,
+            pg_sys::Anum_pg_enum_oid as pg_sys::AttrNumber,
+            Datum::from(state.atttypid),
+            Datum::from(c"queued".as_ptr()),
+            Datum::from(0),
+            Datum::from(0),
+        );
+        if queued == pg_sys::InvalidOid {
+            return None;
+        }
+        Some(Columns {
+            queue,
+            queue_collation,
+            priority: attribute(heap, c"priority", pg_sys::INT2OID)?.0,
+            run_at: attribute(heap, c"run_at", pg_sys::TIMESTAMPTZOID)?.0,
+            id: attribute(heap, c"id", pg_sys::INT8OID)?.0,
+            state: state.attnum,
+            queued,
+            group_wait: attribute(heap, c"group_wait", pg_sys::BOOLOID)?.0,
+            group_key: attribute(heap, c"group_key", pg_sys::TEXTOID)?.0,
+            tenant: attribute(heap, c"tenant", pg_sys::TEXTOID)?.0,
+        })
+    }
+}
+
+/// Whether the open `index` is the claim index the scan expects: a btree on
+/// `(hashtext(queue), priority, run_at, id)`.
+unsafe fn claim_index_fits(
+    heap: pg_sys::Relation,
+    index: pg_sys::Relation,
+    columns: &Columns,
+) -> bool {
+    // SAFETY: an open index of the open table; its relcache entry and expressions are read.
+    unsafe {
+        let form = (*index).rd_index;
+        if (*(*index).rd_rel).relam != pg_sys::BTREE_AM_OID
+            || (*form).indrelid != (*heap).rd_id
+            || (*form).indnkeyatts != 4
+        {
+            return false;
+        }
+        let keys = (*form).indkey.values.as_slice(4);
+        if keys != [0, columns.priority, columns.run_at, columns.id] {
+            return false;
+        }
+        let expressions = pg_sys::RelationGetIndexExpressions(index);
+        if expressions.is_null() || (*expressions).length != 1 {
+            return false;
+        }
+        let expression = (*(*expressions).elements).ptr_value.cast::<pg_sys::Node>();
+        if (*expression).type_ != pg_sys::NodeTag::T_FuncExpr {
+            return false;
+        }
+        let call = expression.cast::<pg_sys::FuncExpr>();
+        if (*call).funcid != pg_sys::Oid::from(pg_sys::F_HASHTEXT)
+            || (*call).args.is_null()
+            || (*(*call).args).length != 1
+        {
+            return false;
+        }
+        let argument = (*(*(*call).args).elements).ptr_value.cast::<pg_sys::Node>();
+        (*argument).type_ == pg_sys::NodeTag::T_Var
+            && (*argument.cast::<pg_sys::Var>()).varattno == columns.queue
+    }
+}
+
+/// The btree support function that compares two keys (nbtree.h's `BTORDER_PROC`), which
+/// members of a row comparison call.
+const BTORDER_PROC: i16 = 1;
+
+/// How a scan key compares an index column with its value.
+#[derive(Clone, Copy)]
+enum Compare {
+    /// A condition of the scan (`sk_func` is the operator's function).
+    Condition,
+    /// A member of a row comparison (`sk_func` is the btree's comparison support function).
+    RowMember {
+        /// Whether it is the row's last member.
+        last: bool,
+    },
+}
+
+/// A scan key on column `column` (1-based) of the open btree `index`, of type `type_oid`,
+/// comparing it with `value` by the operator of `strategy` in the column's operator family, as
+/// the executor builds one for an index condition; `None` when the family has no such
+/// operator.
+unsafe fn key(
+    index: pg_sys::Relation,
+    column: i16,
+    type_oid: Oid,
+    strategy: u32,
+    compare: Compare,
+    value: Datum,
+) -> Option<pg_sys::ScanKeyData> {
+    // SAFETY: an open index's relcache entry; catalog lookups; fills a blank entry.
+    unsafe {
+        let family = *(*index).rd_opfamily.add(column as usize - 1);
+        let operator = pg_sys::get_opfamily_member(family, type_oid, type_oid, strategy as i16);
+        if operator == pg_sys::InvalidOid {
+            return None;
+        }
+        let (flags, function) = match compare {
+            Compare::Condition => (0, pg_sys::get_opcode(operator)),
+            Compare::RowMember { last } => (
+                pg_sys::SK_ROW_MEMBER | if last { pg_sys::SK_ROW_END } else { 0 },
+                pg_sys::get_opfamily_proc(family, type_oid, type_oid, BTORDER_PROC),
+            ),
+        };
+        if function == pg_sys::InvalidOid {
+            return None;
+        }
+        let mut entry = std::mem::zeroed::<pg_sys::ScanKeyData>();
+        pg_sys::ScanKeyEntryInitialize(
+            &mut entry,
+            flags as i32,
+            column,
+            strategy as pg_sys::StrategyNumber,
+            type_oid,
+            pg_sys::InvalidOid,
+            function,
+            value,
+        );
+        Some(entry)
+    }
+}
+
+/// The text of a non-NULL text datum.
+unsafe fn text_of(datum: Datum) -> String {
+    // SAFETY: a text datum, detoasted if it needs it.
+    unsafe {
+        let text = pg_sys::pg_detoast_datum_packed(datum.cast_mut_ptr());
+        let len = pgrx::varlena::varsize_any_exhdr(text);
+        let data = pgrx::varlena::vardata_any(text).cast::<u8>();
+        String::from_utf8_lossy(std::slice::from_raw_parts(data, len)).into_owned()
+    }
+}
+
+/// Column `attnum` of the stored row in `slot`: its value, `None` for NULL.
+unsafe fn value(slot: *mut pg_sys::TupleTableSlot, attnum: i16) -> Option<Datum> {
+    let at = attnum as usize - 1;
+    // SAFETY: the slot's attributes up to `attnum` were fetched.
+    unsafe { (!*(*slot).tts_isnull.add(at)).then(|| *(*slot).tts_values.add(at)) }
+}
+
+/// The scan itself.
+unsafe fn scan(
+    heap: pg_sys::Relation,
+    index: pg_sys::Relation,
+    columns: &Columns,
+    query: &DueQuery<'_>,
+) -> Option<Vec<DueJob>> {
+    // SAFETY: open relations; the scan keys and their values live until the scan ends; the
+    // slot and the scan are released before returning.
+    unsafe {
+        let queue_text =
+            pg_sys::cstring_to_text_with_len(query.queue.as_ptr().cast(), query.queue.len() as i32);
+        // The index's own function, so the key is the one the index holds.
+        let hash = pg_sys::OidFunctionCall1Coll(
+            pg_sys::Oid::from(pg_sys::F_HASHTEXT),
+            columns.queue_collation,
+            Datum::from(queue_text),
+        );
+        // `(run_at, id) >= (from_run_at, from_id)` as one row comparison, as the executor
+        // builds it for the statement: the scan then starts at the position itself, not at the
+        // first job of its run_at (a batch's jobs share one, and the claimed ones before the
+        // position leave dead entries that a held snapshot keeps).
+        let ge = pg_sys::BTGreaterEqualStrategyNumber;
+        let (Some(from_run_at), Some(from_id)) = (
+            key(
+                index,
+                3,
+                pg_sys::TIMESTAMPTZOID,
+                ge,
+                Compare::RowMember { last: false },
+                Datum::from(query.from_run_at),
+            ),
+            key(
+                index,
+                4,
+                pg_sys::INT8OID,
+                ge,
+                Compare::RowMember { last: true },
+                Datum::from(query.from_id),
+            ),
+        ) else {
+            return None;
+        };
+        let mut from = [from_run_at, from_id];
+        let mut row_header = std::mem::zeroed::<pg_sys::ScanKeyData>();
+        row_header.sk_flags = pg_sys::SK_ROW_HEADER as i32;
+        row_header.sk_attno = 3;
+        row_header.sk_strategy = ge as pg_sys::StrategyNumber;
+        row_header.sk_argument = Datum::from(from.as_mut_ptr());
+        let eq = pg_sys::BTEqualStrategyNumber;
+        // No key bounds run_at by `now`: the scan stops at the first job not due yet instead
+        // (claim order within a priority is run_at order), and a btree of PostgreSQL before 17
+        // checks every key on every entry of each leaf page it reads (a claim of one job reads a
+        // page): one key fewer there costs less than the entries read past the due ones.
+        let (Some(queue_key), Some(priority_key)) = (
+            key(index, 1, pg_sys::INT4OID, eq, Compare::Condition, hash),
+            key(
+                index,
+                2,
+                pg_sys::INT2OID,
+                eq,
+                Compare::Condition,
+                Datum::from(query.priority),
+            ),
+        ) else {
+            return None;
+        };
+        let mut keys = [queue_key, priority_key, row_header];
+        // As a statement of a volatile function does: what this transaction did so far is
+        // visible, and under READ COMMITTED the snapshot is taken now.
+        pg_sys::CommandCounterIncrement();
+        let snapshot = pg_sys::RegisterSnapshot(pg_sys::GetTransactionSnapshot());
+        let scan = version::index_begin_scan(heap, index, snapshot, keys.len() as i32);
+        pg_sys::index_rescan(
+            scan,
+            keys.as_mut_ptr(),
+            keys.len() as i32,
+            std::ptr::null_mut(),
+            0,
+        );
+        let slot = pg_sys::table_slot_create(heap, std::ptr::null_mut());
+        let last_column = [
+            columns.queue,
+            columns.priority,
+            columns.run_at,
+            columns.id,
+            columns.state,
+            columns.group_wait,
+            columns.group_key,
+            columns.tenant,
+        ]
+        .into_iter()
+        .max()
+        .unwrap_or(1);
+        let queue_bytes = query.queue.as_bytes();
+        let mut due = Vec::with_capacity(query.limit.min(1024));
+
+        while due.len() < query.limit
+            && pg_sys::index_getnext_slot(scan, pg_sys::ScanDirection::ForwardScanDirection, slot)
+        {
+            if i32::from((*slot).tts_nvalid) < i32::from(last_column) {
+                pg_sys::slot_getsomeattrs_int(slot, i32::from(last_column));
+            }
+            let (Some(queue), Some(state), Some(group_wait), Some(run_at), Some(id)) = (
+                value(slot, columns.queue),
+                value(slot, columns.state),
+                value(slot, columns.group_wait),
+                value(slot, columns.run_at),
+                value(slot, columns.id),
+            ) else {
+                continue;
+            };
+            let run_at = run_at.value() as i64;
+            if run_at > query.now {
+                break;
+            }
+            let id = id.value() as i64;
+            let queue = pg_sys::pg_detoast_datum_packed(queue.cast_mut_ptr());
+            let same_queue = std::slice::from_raw_parts(
+                pgrx::varlena::vardata_any(queue).cast::<u8>(),
+                pgrx::varlena::varsize_any_exhdr(queue),
+            ) == queue_bytes;
+            let tenant = value(slot, columns.tenant).map(|t| text_of(t));
+            let in_scope = match query.tenants {
+                None => true,
+                Some([]) => tenant.is_none(),
+                Some(tenants) => tenant.as_ref().is_some_and(|t| tenants.contains(t)),
+            };
+            if !same_queue
+                || Oid::from(state.value() as u32) != columns.queued
+                || group_wait.value() != 0
+                || (run_at == query.from_run_at && id < query.from_id)
+                || !in_scope
+            {
+                continue;
+            }
+            due.push(DueJob {
+                priority: query.priority,
+                run_at,
+                id,
+                group_key: value(slot, columns.group_key).map(|g| text_of(g)),
+                tenant,
+            });
+        }
+        pg_sys::ExecDropSingleTupleTableSlot(slot);
+        pg_sys::index_endscan(scan);
+        pg_sys::UnregisterSnapshot(snapshot);
+        Some(due)
+    }
+}
