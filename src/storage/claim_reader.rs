@@ -239,15 +239,10 @@ unsafe fn key(
     }
 }
 
-/// The text of a non-NULL text datum.
-unsafe fn text_of(datum: Datum) -> String {
-    // SAFETY: a text datum, detoasted if it needs it.
-    unsafe {
-        let text = pg_sys::pg_detoast_datum_packed(datum.cast_mut_ptr());
-        let len = pgrx::varlena::varsize_any_exhdr(text);
-        let data = pgrx::varlena::vardata_any(text).cast::<u8>();
-        String::from_utf8_lossy(std::slice::from_raw_parts(data, len)).into_owned()
-    }
+/// The text of a non-NULL text datum, converted as a statement's result row is.
+unsafe fn text_of(datum: Datum) -> Option<String> {
+    // SAFETY: a text datum of the row the caller holds.
+    unsafe { <String as pgrx::FromDatum>::from_datum(datum, false) }
 }
 
 /// Column `attnum` of the stored row in `slot`: its value, `None` for NULL.
@@ -379,7 +374,7 @@ unsafe fn scan(
                 pgrx::varlena::vardata_any(queue).cast::<u8>(),
                 pgrx::varlena::varsize_any_exhdr(queue),
             ) == queue_bytes;
-            let tenant = value(slot, columns.tenant).map(|t| text_of(t));
+            let tenant = value(slot, columns.tenant).and_then(|t| text_of(t));
             let in_scope = match query.tenants {
                 None => true,
                 Some([]) => tenant.is_none(),
@@ -397,7 +392,7 @@ unsafe fn scan(
                 priority: query.priority,
                 run_at,
                 id,
-                group_key: value(slot, columns.group_key).map(|g| text_of(g)),
+                group_key: value(slot, columns.group_key).and_then(|g| text_of(g)),
                 tenant,
             });
         }
