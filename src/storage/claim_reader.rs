@@ -2,8 +2,9 @@
 //! index (`job_claim_idx`, keyed by the hash of the queue's name, then priority, run_at and
 //! id) is scanned from a position on, and each row version the statement's snapshot sees is
 //! checked and read while its buffer is pinned. No SPI, no kept plan to check, no executor to
-//! start and end: for a claim of one job the candidate statement's set-up (the index scan node,
-//! its quals, the tenant scope's ORs) was most of what reading its three rows cost.
+//! start and end: around the index scan itself, the candidate statement (its scan node and
+//! quals set up, the tenant scope's ORs evaluated, its rows copied through SPI) cost a claim
+//! and complete of one job 47,000 instructions, 8% of it (callgrind).
 //!
 //! It answers what the statement `engine/claim/candidates_in_priority.sql` answers, no less:
 //! the jobs of the queue (its name compared, not only its hash) that are queued and not
