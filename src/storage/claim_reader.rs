@@ -18,8 +18,8 @@ use std::ffi::CStr;
 
 use pgrx::pg_sys::{self, Datum, Oid};
 
+use super::direct::{jobs_relation, StatementScan};
 use super::job_writer::attribute;
-use crate::pg::version;
 
 /// A due job the scan found.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -79,15 +79,8 @@ pub unsafe fn due_in_priority(query: &DueQuery<'_>) -> Option<Vec<DueJob>> {
     // locks kept until the transaction ends, as a statement's are); the snapshot is registered
     // for the scan and unregistered after it. On an ERROR, transaction abort releases them.
     unsafe {
-        let namespace = pg_sys::get_namespace_oid(c"jobs".as_ptr(), true);
-        if namespace == pg_sys::InvalidOid {
-            return None;
-        }
-        let job = pg_sys::get_relname_relid(c"job".as_ptr(), namespace);
-        let index = pg_sys::get_relname_relid(c"job_claim_idx".as_ptr(), namespace);
-        if job == pg_sys::InvalidOid || index == pg_sys::InvalidOid {
-            return None;
-        }
+        let job = jobs_relation(c"job")?;
+        let index = jobs_relation(c"job_claim_idx")?;
         if pg_sys::check_enable_rls(job, pg_sys::InvalidOid, true)
             == pg_sys::CheckEnableRlsResult::RLS_ENABLED as i32
         {
@@ -321,18 +314,8 @@ unsafe fn scan(
             return None;
         };
         let mut keys = [queue_key, priority_key, row_header];
-        // As a statement of a volatile function does: what this transaction did so far is
-        // visible, and under READ COMMITTED the snapshot is taken now.
-        pg_sys::CommandCounterIncrement();
-        let snapshot = pg_sys::RegisterSnapshot(pg_sys::GetTransactionSnapshot());
-        let scan = version::index_begin_scan(heap, index, snapshot, keys.len() as i32);
-        pg_sys::index_rescan(
-            scan,
-            keys.as_mut_ptr(),
-            keys.len() as i32,
-            std::ptr::null_mut(),
-            0,
-        );
+        let statement_scan = StatementScan::begin(heap, index, &mut keys);
+        let scan = statement_scan.scan;
         let slot = pg_sys::table_slot_create(heap, std::ptr::null_mut());
         let last_column = [
             columns.queue,
@@ -398,8 +381,7 @@ unsafe fn scan(
             });
         }
         pg_sys::ExecDropSingleTupleTableSlot(slot);
-        pg_sys::index_endscan(scan);
-        pg_sys::UnregisterSnapshot(snapshot);
+        statement_scan.end();
         Some(due)
     }
 }

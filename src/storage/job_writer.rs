@@ -25,12 +25,12 @@
 //! on next use.
 
 use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
 use std::ffi::CStr;
 
 use pgrx::pg_sys::{self, Datum, Oid};
 use pgrx::{IntoDatum, PgTupleDesc};
 
+use super::direct::{jobs_relation, Generational};
 use crate::pg::version;
 
 /// The columns of `jobs.job` an enqueue sets; the others take their defaults.
@@ -207,8 +207,7 @@ thread_local! {
     /// queue settings is the one they were read under. Dropped with what is kept, so an
     /// invalidation of `jobs.queue` (a TRUNCATE, the extension dropped and created again)
     /// drops them too.
-    static QUEUE_ROWS: RefCell<(u64, HashMap<String, i32>)> =
-        RefCell::new((u64::MAX, HashMap::new()));
+    static QUEUE_ROWS: RefCell<Generational<i32>> = RefCell::new(Generational::new());
 }
 
 /// Called by PostgreSQL when a relcache entry is invalidated (`relid` 0: all of them).
@@ -301,7 +300,7 @@ pub(super) unsafe fn compile_check(
 
 /// Drops what the session keeps.
 fn forget() {
-    QUEUE_ROWS.with(|rows| rows.borrow_mut().1.clear());
+    QUEUE_ROWS.with(|rows| rows.borrow_mut().clear());
     if let Some(kept) = KEPT.with(|kept| kept.borrow_mut().take()) {
         // SAFETY: everything kept lives in this context, which nothing else references.
         unsafe { pg_sys::MemoryContextDelete(kept.context) };
@@ -341,15 +340,8 @@ unsafe fn build() -> Option<Kept> {
     // SAFETY: catalog lookups and relcache reads inside a transaction; every allocation is in
     // the new context, switched to for the duration.
     unsafe {
-        let namespace = pg_sys::get_namespace_oid(c"jobs".as_ptr(), true);
-        if namespace == pg_sys::InvalidOid {
-            return None;
-        }
-        let job = pg_sys::get_relname_relid(c"job".as_ptr(), namespace);
-        let queue = pg_sys::get_relname_relid(c"queue".as_ptr(), namespace);
-        if job == pg_sys::InvalidOid || queue == pg_sys::InvalidOid {
-            return None;
-        }
+        let job = jobs_relation(c"job")?;
+        let queue = jobs_relation(c"queue")?;
         let context = pg_sys::AllocSetContextCreateInternal(
             pg_sys::CacheMemoryContext,
             c"pg_jobs job writer".as_ptr(),
@@ -552,25 +544,14 @@ unsafe fn queue_attempts(kept: &Kept, queue: &str, how: QueueRowUse) -> Option<i
         // SAFETY: as the caller's.
         return unsafe { queue_max_attempts(kept, queue) };
     };
-    let held = QUEUE_ROWS.with(|rows| {
-        let rows = rows.borrow();
-        (rows.0 == generation)
-            .then(|| rows.1.get(queue).copied())
-            .flatten()
-    });
+    let held = QUEUE_ROWS.with(|rows| rows.borrow().get(generation, queue));
     if held.is_some() {
         return held;
     }
     // SAFETY: as the caller's.
     let found = unsafe { queue_max_attempts(kept, queue) };
     if let (Some(attempts), true) = (found, keep) {
-        QUEUE_ROWS.with(|rows| {
-            let mut rows = rows.borrow_mut();
-            if rows.0 != generation {
-                *rows = (generation, HashMap::new());
-            }
-            rows.1.insert(queue.to_owned(), attempts);
-        });
+        QUEUE_ROWS.with(|rows| rows.borrow_mut().insert(generation, queue, attempts));
     }
     found
 }

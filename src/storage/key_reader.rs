@@ -13,7 +13,7 @@ use std::ffi::CStr;
 
 use pgrx::pg_sys::{self, Datum, Oid};
 
-use crate::pg::version;
+use super::direct::{jobs_relation, StatementScan};
 
 /// The columns of one row version, by name, while [`read`] holds its buffer.
 pub struct RowView {
@@ -64,14 +64,7 @@ pub unsafe fn read<R>(
     // locks kept until the transaction ends, as a statement's are); the snapshot is registered
     // for the scan and unregistered after it. On an ERROR, transaction abort releases them.
     unsafe {
-        let namespace = pg_sys::get_namespace_oid(c"jobs".as_ptr(), true);
-        if namespace == pg_sys::InvalidOid {
-            return None;
-        }
-        let oid = pg_sys::get_relname_relid(table.as_ptr(), namespace);
-        if oid == pg_sys::InvalidOid {
-            return None;
-        }
+        let oid = jobs_relation(table)?;
         let heap = pg_sys::table_open(oid, pg_sys::AccessShareLock as i32);
         let index = primary_key(heap, columns);
         let answer = index.map(|index| {
@@ -169,18 +162,8 @@ unsafe fn scan<R>(
             );
             keys.push(entry);
         }
-        // As a statement of a volatile function does: what this transaction did so far is
-        // visible, and under READ COMMITTED the snapshot is taken now.
-        pg_sys::CommandCounterIncrement();
-        let snapshot = pg_sys::RegisterSnapshot(pg_sys::GetTransactionSnapshot());
-        let scan = version::index_begin_scan(heap, index, snapshot, keys.len() as i32);
-        pg_sys::index_rescan(
-            scan,
-            keys.as_mut_ptr(),
-            keys.len() as i32,
-            std::ptr::null_mut(),
-            0,
-        );
+        let statement_scan = StatementScan::begin(heap, index, &mut keys);
+        let scan = statement_scan.scan;
         let slot = pg_sys::table_slot_create(heap, std::ptr::null_mut());
         let found =
             pg_sys::index_getnext_slot(scan, pg_sys::ScanDirection::ForwardScanDirection, slot);
@@ -191,8 +174,7 @@ unsafe fn scan<R>(
             read(None)
         };
         pg_sys::ExecDropSingleTupleTableSlot(slot);
-        pg_sys::index_endscan(scan);
-        pg_sys::UnregisterSnapshot(snapshot);
+        statement_scan.end();
         answer
     }
 }

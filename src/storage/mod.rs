@@ -3,6 +3,7 @@
 //! session and kept, and run under settings that no user object can change.
 
 pub mod claim_reader;
+pub mod direct;
 pub mod job_writer;
 pub mod key_reader;
 pub mod progress_writer;

@@ -16,6 +16,7 @@ use std::ffi::CStr;
 
 use pgrx::pg_sys::{self, Datum, Oid};
 
+use super::direct::jobs_relation;
 use crate::pg::version;
 
 /// The new progress of one schedule whose row the caller holds locked.
@@ -64,14 +65,9 @@ pub unsafe fn write(progress: &[Progress]) -> bool {
     // SAFETY: catalog lookups and a relation opened and closed here (its lock kept until the
     // transaction ends), as this function requires.
     unsafe {
-        let namespace = pg_sys::get_namespace_oid(c"jobs".as_ptr(), true);
-        if namespace == pg_sys::InvalidOid {
+        let Some(oid) = jobs_relation(c"schedule") else {
             return false;
-        }
-        let oid = pg_sys::get_relname_relid(c"schedule".as_ptr(), namespace);
-        if oid == pg_sys::InvalidOid {
-            return false;
-        }
+        };
         let rel = pg_sys::table_open(oid, pg_sys::RowExclusiveLock as i32);
         let columns = columns(rel).filter(|_| plain(rel, oid));
         if let Some(columns) = &columns {

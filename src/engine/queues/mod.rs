@@ -12,13 +12,13 @@ use crate::pg::errors::{
     quote, raise, raise_with_hint, BAD_ARGUMENT, QUEUE_IN_USE, UNKNOWN_QUEUE, WRONG_STATE,
 };
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 
 use crate::runtime::effects;
 use crate::runtime::locks;
 use crate::runtime::rate::{self, Limit};
 use crate::runtime::shmem::shared;
+use crate::storage::direct::Generational;
 use crate::storage::job_writer::QueueRowUse;
 use crate::storage::{param, with_client, Statement};
 
@@ -287,8 +287,7 @@ static FLOW: Statement = Statement {
 thread_local! {
     /// Settings of existing queues read in this session, valid while the shared generation
     /// stays the same.
-    static FLOW_CACHE: RefCell<(u64, HashMap<String, FlowSettings>)> =
-        RefCell::new((u64::MAX, HashMap::new()));
+    static FLOW_CACHE: RefCell<Generational<FlowSettings>> = RefCell::new(Generational::new());
 }
 
 /// The generation of queue settings under which this transaction may use what the session
@@ -341,12 +340,7 @@ pub fn queue_row_use() -> QueueRowUse {
 pub fn flow_settings(queue: &str) -> Option<FlowSettings> {
     let kept = kept_settings();
     if let Some(KeptSettings { generation, .. }) = kept {
-        let cached = FLOW_CACHE.with(|cache| {
-            let cache = cache.borrow();
-            (cache.0 == generation)
-                .then(|| cache.1.get(queue).copied())
-                .flatten()
-        });
+        let cached = FLOW_CACHE.with(|cache| cache.borrow().get(generation, queue));
         if cached.is_some() {
             return cached;
         }
@@ -374,13 +368,7 @@ pub fn flow_settings(queue: &str) -> Option<FlowSettings> {
         Some(found),
     ) = (kept, settings)
     {
-        FLOW_CACHE.with(|cache| {
-            let mut cache = cache.borrow_mut();
-            if cache.0 != generation {
-                *cache = (generation, HashMap::new());
-            }
-            cache.1.insert(queue.to_owned(), found);
-        });
+        FLOW_CACHE.with(|cache| cache.borrow_mut().insert(generation, queue, found));
     }
     settings
 }
