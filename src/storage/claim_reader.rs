@@ -18,7 +18,7 @@ use std::ffi::CStr;
 
 use pgrx::pg_sys::{self, Datum, Oid};
 
-use super::direct::{jobs_relation, StatementScan};
+use super::direct::{enum_value, jobs_relation, key, text_of, value, Compare, StatementScan};
 use super::job_writer::attribute;
 
 /// A due job the scan found.
@@ -106,17 +106,7 @@ unsafe fn columns(heap: pg_sys::Relation) -> Option<Columns> {
         let state = desc
             .iter()
             .find(|a| !a.attisdropped && CStr::from_ptr(a.attname.data.as_ptr()) == c"state")?;
-        let queued = pg_sys::GetSysCacheOid(
-            pg_sys::SysCacheIdentifier::ENUMTYPOIDNAME as i32,
-            pg_sys::Anum_pg_enum_oid as pg_sys::AttrNumber,
-            Datum::from(state.atttypid),
-            Datum::from(c"queued".as_ptr()),
-            Datum::from(0),
-            Datum::from(0),
-        );
-        if queued == pg_sys::InvalidOid {
-            return None;
-        }
+        let queued = enum_value(state.atttypid, c"queued")?;
         Some(Columns {
             queue,
             queue_collation,
@@ -171,79 +161,6 @@ unsafe fn claim_index_fits(
         (*argument).type_ == pg_sys::NodeTag::T_Var
             && (*argument.cast::<pg_sys::Var>()).varattno == columns.queue
     }
-}
-
-/// The btree support function that compares two keys (nbtree.h's `BTORDER_PROC`), which
-/// members of a row comparison call.
-const BTORDER_PROC: i16 = 1;
-
-/// How a scan key compares an index column with its value.
-#[derive(Clone, Copy)]
-enum Compare {
-    /// A condition of the scan (`sk_func` is the operator's function).
-    Condition,
-    /// A member of a row comparison (`sk_func` is the btree's comparison support function).
-    RowMember {
-        /// Whether it is the row's last member.
-        last: bool,
-    },
-}
-
-/// A scan key on column `column` (1-based) of the open btree `index`, of type `type_oid`,
-/// comparing it with `value` by the operator of `strategy` in the column's operator family, as
-/// the executor builds one for an index condition; `None` when the family has no such
-/// operator.
-unsafe fn key(
-    index: pg_sys::Relation,
-    column: i16,
-    type_oid: Oid,
-    strategy: u32,
-    compare: Compare,
-    value: Datum,
-) -> Option<pg_sys::ScanKeyData> {
-    // SAFETY: an open index's relcache entry; catalog lookups; fills a blank entry.
-    unsafe {
-        let family = *(*index).rd_opfamily.add(column as usize - 1);
-        let operator = pg_sys::get_opfamily_member(family, type_oid, type_oid, strategy as i16);
-        if operator == pg_sys::InvalidOid {
-            return None;
-        }
-        let (flags, function) = match compare {
-            Compare::Condition => (0, pg_sys::get_opcode(operator)),
-            Compare::RowMember { last } => (
-                pg_sys::SK_ROW_MEMBER | if last { pg_sys::SK_ROW_END } else { 0 },
-                pg_sys::get_opfamily_proc(family, type_oid, type_oid, BTORDER_PROC),
-            ),
-        };
-        if function == pg_sys::InvalidOid {
-            return None;
-        }
-        let mut entry = std::mem::zeroed::<pg_sys::ScanKeyData>();
-        pg_sys::ScanKeyEntryInitialize(
-            &mut entry,
-            flags as i32,
-            column,
-            strategy as pg_sys::StrategyNumber,
-            type_oid,
-            pg_sys::InvalidOid,
-            function,
-            value,
-        );
-        Some(entry)
-    }
-}
-
-/// The text of a non-NULL text datum, converted as a statement's result row is.
-unsafe fn text_of(datum: Datum) -> Option<String> {
-    // SAFETY: a text datum of the row the caller holds.
-    unsafe { <String as pgrx::FromDatum>::from_datum(datum, false) }
-}
-
-/// Column `attnum` of the stored row in `slot`: its value, `None` for NULL.
-unsafe fn value(slot: *mut pg_sys::TupleTableSlot, attnum: i16) -> Option<Datum> {
-    let at = attnum as usize - 1;
-    // SAFETY: the slot's attributes up to `attnum` were fetched.
-    unsafe { (!*(*slot).tts_isnull.add(at)).then(|| *(*slot).tts_values.add(at)) }
 }
 
 /// The scan itself.

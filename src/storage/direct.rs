@@ -2,10 +2,11 @@
 //! finding the extension's relations, scanning an index as a statement would, and keeping
 //! what a session read under the generation of the settings it came from.
 
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::ffi::CStr;
 
-use pgrx::pg_sys::{self, Oid};
+use pgrx::pg_sys::{self, Datum, Oid};
 
 use crate::pg::version;
 
@@ -44,10 +45,38 @@ impl StatementScan {
         index: pg_sys::Relation,
         keys: &mut [pg_sys::ScanKeyData],
     ) -> StatementScan {
-        // SAFETY: as the caller promises; the snapshot is registered for the scan.
+        // SAFETY: as the caller promises.
+        unsafe { Self::begin_under(heap, index, keys, false) }
+    }
+
+    /// Begins a scan as [`StatementScan::begin`] does, under the latest snapshot whatever the
+    /// isolation level (as the statements a claim or settle runs under its groups' locks).
+    ///
+    /// # Safety
+    /// As for [`StatementScan::begin`].
+    pub unsafe fn begin_latest(
+        heap: pg_sys::Relation,
+        index: pg_sys::Relation,
+        keys: &mut [pg_sys::ScanKeyData],
+    ) -> StatementScan {
+        // SAFETY: as the caller promises.
+        unsafe { Self::begin_under(heap, index, keys, true) }
+    }
+
+    unsafe fn begin_under(
+        heap: pg_sys::Relation,
+        index: pg_sys::Relation,
+        keys: &mut [pg_sys::ScanKeyData],
+        latest: bool,
+    ) -> StatementScan {
+        // SAFETY: as the caller promises; the snapshot is registered (copied) for the scan.
         unsafe {
             pg_sys::CommandCounterIncrement();
-            let snapshot = pg_sys::RegisterSnapshot(pg_sys::GetTransactionSnapshot());
+            let snapshot = pg_sys::RegisterSnapshot(if latest {
+                pg_sys::GetLatestSnapshot()
+            } else {
+                pg_sys::GetTransactionSnapshot()
+            });
             let scan = version::index_begin_scan(heap, index, snapshot, keys.len() as i32);
             pg_sys::index_rescan(
                 scan,
@@ -57,6 +86,23 @@ impl StatementScan {
                 0,
             );
             StatementScan { scan, snapshot }
+        }
+    }
+
+    /// Starts the scan again with `keys` (as many as it began with), under the same snapshot.
+    ///
+    /// # Safety
+    /// As for [`StatementScan::begin`].
+    pub unsafe fn rescan(&self, keys: &mut [pg_sys::ScanKeyData]) {
+        // SAFETY: the scan `begin` made, and keys the caller keeps alive.
+        unsafe {
+            pg_sys::index_rescan(
+                self.scan,
+                keys.as_mut_ptr(),
+                keys.len() as i32,
+                std::ptr::null_mut(),
+                0,
+            )
         }
     }
 
@@ -71,6 +117,30 @@ impl StatementScan {
             pg_sys::UnregisterSnapshot(self.snapshot);
         }
     }
+}
+
+thread_local! {
+    /// Relcache invalidations this process has taken in since it first asked.
+    static RELCACHE_INVALIDATIONS: Cell<u64> = const { Cell::new(0) };
+    static COUNTING_INVALIDATIONS: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Called by PostgreSQL when a relcache entry is invalidated (`relid` 0: all of them).
+#[pgrx::pg_guard]
+unsafe extern "C-unwind" fn count_invalidation(_arg: Datum, _relid: Oid) {
+    RELCACHE_INVALIDATIONS.with(|count| count.set(count.get().wrapping_add(1)));
+}
+
+/// How many relcache invalidations this process has taken in (of any relation): what a session
+/// keeps of a relation's layout (attribute numbers, an index's shape) is current while this
+/// stays the same. Read it after opening the relations, which takes in pending invalidations.
+pub fn relcache_invalidations() -> u64 {
+    if !COUNTING_INVALIDATIONS.with(Cell::get) {
+        // SAFETY: a plain function registered once per process.
+        unsafe { version::register_relcache_callback(count_invalidation) };
+        COUNTING_INVALIDATIONS.with(|counting| counting.set(true));
+    }
+    RELCACHE_INVALIDATIONS.with(Cell::get)
 }
 
 /// Values a session read, by name, valid while a shared generation stays the one they were read
@@ -115,4 +185,128 @@ impl<V: Copy> Default for Generational<V> {
     fn default() -> Self {
         Generational::new()
     }
+}
+
+/// The oid of value `label` of the enum type `type_oid`, if it has one.
+///
+/// # Safety
+/// Inside a transaction (a syscache lookup).
+pub unsafe fn enum_value(type_oid: Oid, label: &CStr) -> Option<Oid> {
+    // SAFETY: a syscache lookup, as the caller allows.
+    let oid = unsafe {
+        pg_sys::GetSysCacheOid(
+            pg_sys::SysCacheIdentifier::ENUMTYPOIDNAME as i32,
+            pg_sys::Anum_pg_enum_oid as pg_sys::AttrNumber,
+            Datum::from(type_oid),
+            Datum::from(label.as_ptr()),
+            Datum::from(0),
+            Datum::from(0),
+        )
+    };
+    (oid != pg_sys::InvalidOid).then_some(oid)
+}
+
+/// The btree support function that compares two keys (nbtree.h's `BTORDER_PROC`), which
+/// members of a row comparison call.
+const BTORDER_PROC: i16 = 1;
+
+/// How a scan key compares an index column with its value.
+#[derive(Clone, Copy)]
+pub enum Compare {
+    /// A condition of the scan (`sk_func` is the operator's function).
+    Condition,
+    /// A member of a row comparison (`sk_func` is the btree's comparison support function).
+    RowMember {
+        /// Whether it is the row's last member.
+        last: bool,
+    },
+}
+
+/// A scan key on column `column` (1-based) of the open btree `index`, of type `type_oid`,
+/// comparing it with `value` by the operator of `strategy` in the column's operator family, as
+/// the executor builds one for an index condition; `None` when the family has no such
+/// operator.
+///
+/// # Safety
+/// `index` is open; inside a transaction (catalog lookups).
+pub unsafe fn key(
+    index: pg_sys::Relation,
+    column: i16,
+    type_oid: Oid,
+    strategy: u32,
+    compare: Compare,
+    value: Datum,
+) -> Option<pg_sys::ScanKeyData> {
+    // SAFETY: an open index's relcache entry; catalog lookups; fills a blank entry.
+    unsafe {
+        let family = *(*index).rd_opfamily.add(column as usize - 1);
+        let operator = pg_sys::get_opfamily_member(family, type_oid, type_oid, strategy as i16);
+        if operator == pg_sys::InvalidOid {
+            return None;
+        }
+        let (flags, function) = match compare {
+            Compare::Condition => (0, pg_sys::get_opcode(operator)),
+            Compare::RowMember { last } => (
+                pg_sys::SK_ROW_MEMBER | if last { pg_sys::SK_ROW_END } else { 0 },
+                pg_sys::get_opfamily_proc(family, type_oid, type_oid, BTORDER_PROC),
+            ),
+        };
+        if function == pg_sys::InvalidOid {
+            return None;
+        }
+        let mut entry = std::mem::zeroed::<pg_sys::ScanKeyData>();
+        pg_sys::ScanKeyEntryInitialize(
+            &mut entry,
+            flags as i32,
+            column,
+            strategy as pg_sys::StrategyNumber,
+            type_oid,
+            pg_sys::InvalidOid,
+            function,
+            value,
+        );
+        Some(entry)
+    }
+}
+
+/// The text of a non-NULL text datum, converted as a statement's result row is.
+///
+/// # Safety
+/// `datum` is a text value the caller's row holds.
+pub unsafe fn text_of(datum: Datum) -> Option<String> {
+    // SAFETY: a text datum of the row the caller holds.
+    unsafe { <String as pgrx::FromDatum>::from_datum(datum, false) }
+}
+
+/// Whether the text datum `datum` (NULL: `None`) is `text`, compared byte for byte (as the
+/// statements' `=` compares texts of a deterministic collation), without copying it.
+///
+/// # Safety
+/// `datum`, if any, is a text value the caller's row holds.
+pub unsafe fn text_is(datum: Option<Datum>, text: Option<&str>) -> bool {
+    match (datum, text) {
+        (None, None) => true,
+        (Some(datum), Some(text)) => {
+            // SAFETY: a text value the caller holds; a detoasted copy lives in the current
+            // memory context.
+            unsafe {
+                let value = pg_sys::pg_detoast_datum_packed(datum.cast_mut_ptr());
+                std::slice::from_raw_parts(
+                    pgrx::varlena::vardata_any(value).cast::<u8>(),
+                    pgrx::varlena::varsize_any_exhdr(value),
+                ) == text.as_bytes()
+            }
+        }
+        _ => false,
+    }
+}
+
+/// Column `attnum` of the stored row in `slot`: its value, `None` for NULL.
+///
+/// # Safety
+/// The slot's attributes up to `attnum` were fetched.
+pub unsafe fn value(slot: *mut pg_sys::TupleTableSlot, attnum: i16) -> Option<Datum> {
+    let at = attnum as usize - 1;
+    // SAFETY: the slot's attributes up to `attnum` were fetched.
+    unsafe { (!*(*slot).tts_isnull.add(at)).then(|| *(*slot).tts_values.add(at)) }
 }

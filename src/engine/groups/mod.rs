@@ -47,12 +47,14 @@
 use std::collections::{HashMap, HashSet};
 
 use pgrx::datum::DatumWithOid;
-use pgrx::pg_sys::{INT8ARRAYOID, TEXTARRAYOID, TEXTOID};
+use pgrx::pg_sys::{self, INT8ARRAYOID, TEXTARRAYOID, TEXTOID};
 use pgrx::spi::SpiClient;
 
 use crate::engine::model::Position;
 use crate::engine::transitions;
 use crate::runtime::locks;
+use crate::storage::group_reader::{self, GroupName};
+use crate::storage::key_reader;
 use crate::storage::{param, Row, Rows, Statement};
 
 static BLOCKED: Statement = Statement {
@@ -93,6 +95,13 @@ static MOVE_ON: Statement = Statement {
         param("group keys", TEXTARRAYOID),
         param("tenants", TEXTARRAYOID),
     ],
+    columns: &["queue", "priority", "run_at", "id"],
+};
+
+static UNMARK: Statement = Statement {
+    name: "groups/unmark",
+    sql: include_str!("unmark.sql"),
+    params: &[param("ids", INT8ARRAYOID)],
     columns: &["queue", "priority", "run_at", "id"],
 };
 
@@ -141,6 +150,27 @@ pub fn blocked_jobs(
     keys: Vec<String>,
     tenants: Vec<Option<String>>,
 ) -> HashSet<i64> {
+    let names: Vec<GroupName<'_>> = ids
+        .iter()
+        .zip(keys.iter().zip(&tenants))
+        .map(|(id, (key, tenant))| GroupName {
+            queue,
+            key,
+            tenant: tenant.as_deref(),
+            before: Some(*id),
+        })
+        .collect();
+    // A job waits when its group has an unfinished job placed before it (running ones first),
+    // as the statement's probe below its place asks.
+    // SAFETY: inside the claim's transaction.
+    if let Some(heads) = unsafe { group_reader::group_heads(&names) } {
+        return ids
+            .iter()
+            .zip(heads)
+            .filter(|(_, head)| head.is_some())
+            .map(|(id, _)| *id)
+            .collect();
+    }
     let args: [DatumWithOid; 4] = [queue.into(), ids.into(), keys.into(), tenants.into()];
     BLOCKED
         .run_latest(client, &args)
@@ -193,20 +223,83 @@ pub fn move_on(client: &SpiClient<'_>, groups: Vec<GroupRef>) {
     let mut keyed: Vec<(u64, GroupRef)> = groups.into_iter().map(|g| (g.lock_key(), g)).collect();
     keyed.sort_unstable();
     keyed.dedup();
-    let mut queues: Vec<String> = Vec::with_capacity(keyed.len());
-    let mut keys: Vec<String> = Vec::with_capacity(keyed.len());
-    let mut tenants: Vec<Option<String>> = Vec::with_capacity(keyed.len());
-    for (lock_key, group) in keyed {
-        locks::lock_group(lock_key);
+    for (lock_key, group) in &keyed {
+        locks::lock_group(*lock_key);
         // A waiting claim should look: the group has room once this transaction commits.
         transitions::group_freed(&group.queue);
-        queues.push(group.queue);
-        keys.push(group.key);
-        tenants.push(group.tenant);
     }
-    let args: [DatumWithOid; 3] = [queues.into(), keys.into(), tenants.into()];
-    let cleared: Rows = MOVE_ON.run_latest(client, &args);
+    let groups: Vec<GroupRef> = keyed.into_iter().map(|(_, group)| group).collect();
+    let cleared: Rows = match waiting_heads(&groups) {
+        Some(heads) if heads.is_empty() => return,
+        Some(heads) => UNMARK.run_latest(client, &[heads.into()]),
+        None => {
+            let mut queues: Vec<String> = Vec::with_capacity(groups.len());
+            let mut keys: Vec<String> = Vec::with_capacity(groups.len());
+            let mut tenants: Vec<Option<String>> = Vec::with_capacity(groups.len());
+            for group in groups {
+                queues.push(group.queue);
+                keys.push(group.key);
+                tenants.push(group.tenant);
+            }
+            let args: [DatumWithOid; 3] = [queues.into(), keys.into(), tenants.into()];
+            MOVE_ON.run_latest(client, &args)
+        }
+    };
     transitions::queued_rows(&cleared);
+}
+
+/// For [`move_on`], when every one of `groups` (locked) is in a queue of `group_concurrency` 1
+/// and the transaction reads committed data (as the statement's latest snapshot does): the
+/// waiting heads of the groups that nothing of runs, which may run now, read without the
+/// executor (`storage::group_reader`). `None`: the statement decides.
+fn waiting_heads(groups: &[GroupRef]) -> Option<Vec<i64>> {
+    // SAFETY: reads a backend global.
+    let read_committed = unsafe { pg_sys::XactIsoLevel } < pg_sys::XACT_REPEATABLE_READ as i32;
+    if !read_committed {
+        return None;
+    }
+    let mut concurrency_one: HashMap<&str, bool> = HashMap::new();
+    for group in groups {
+        if !*concurrency_one
+            .entry(&group.queue)
+            .or_insert_with(|| group_concurrency(&group.queue) == Some(1))
+        {
+            return None;
+        }
+    }
+    let names: Vec<GroupName<'_>> = groups
+        .iter()
+        .map(|group| GroupName {
+            queue: &group.queue,
+            key: &group.key,
+            tenant: group.tenant.as_deref(),
+            before: None,
+        })
+        .collect();
+    // SAFETY: inside the settle's transaction.
+    let heads = unsafe { group_reader::group_heads(&names) }?;
+    Some(
+        heads
+            .into_iter()
+            .flatten()
+            .filter(|head| head.waiting)
+            .map(|head| head.id)
+            .collect(),
+    )
+}
+
+/// `queue`'s `group_concurrency` as a statement of this transaction sees it now, read without
+/// the executor; `None` when the queue is not found or the direct read does not apply.
+fn group_concurrency(queue: &str) -> Option<i32> {
+    // SAFETY: inside a transaction; the value is copied out while the row is held.
+    unsafe {
+        key_reader::read(c"queue", &[c"name"], &[queue], |row| {
+            let (type_oid, value) = row?.column(c"group_concurrency")?;
+            (type_oid == pg_sys::INT4OID).then_some(())?;
+            value.map(|datum| datum.value() as i32)
+        })
+    }
+    .flatten()
 }
 
 /// Which jobs of a batch being enqueued (`group_keys`, one per job) wait for their groups from

@@ -557,3 +557,95 @@ fn a_claim_from_its_floor_reads_the_claim_index_itself_in_claim_order() {
         .get(0);
     assert_eq!(others_queued, 7, "the other queue keeps all of its jobs");
 }
+
+/// The first lines of the statements that read a group's head for claims and settles of
+/// groups of concurrency 1 before they read it from the group index themselves.
+const GROUP_STATEMENTS: [&str; 2] = [
+    "-- For each job ($2 ids, $3 group keys, $4 tenants, pairwise) of queue $1, in a group of",
+    "-- After jobs of groups finished or went back to the queue: clears the mark of the waiting",
+];
+
+/// Claims and settles of a queue of `group_concurrency` 1 read each group's head from the group
+/// index themselves (`storage::group_reader`) and decide as the statements did: a job runs only
+/// as its group's head with nothing of the group running, a job behind a running one is marked
+/// waiting, and the settle of the running one clears the mark. Two tenants' groups of one key
+/// share the index's range (the index keys a group by its queue and key): a running job of
+/// one tenant's group neither holds back nor counts as the head of the other's. No claim or
+/// settle runs the statements.
+#[test]
+fn groups_of_concurrency_one_are_decided_from_their_heads_read_directly() {
+    let cluster = Cluster::shared();
+    let mut admin = cluster.connect();
+    let queue = unique_queue(&mut admin, "heads", "group_concurrency => 1");
+    let enqueue = |admin: &mut Client, n: &str, tenant: &str| -> i64 {
+        admin
+            .query_one(
+                "SELECT jobs_enqueue($1, jsonb_build_object('n', $2::text), group_key => 'g', \
+                 tenant => $3)",
+                &[&queue, &n, &tenant],
+            )
+            .expect("enqueue")
+            .get(0)
+    };
+    let acme_first = enqueue(&mut admin, "acme 1", "acme");
+    let globex_first = enqueue(&mut admin, "globex 1", "globex");
+    let acme_second = enqueue(&mut admin, "acme 2", "acme");
+
+    let mut session = ExplainingSession::open(cluster, "");
+    let first = claim(&mut session.client, &queue, 1, "");
+    assert_eq!(first.iter().map(|c| c.id).collect::<Vec<_>>(), [acme_first]);
+    let second = claim(&mut session.client, &queue, 1, "");
+    assert_eq!(
+        second.iter().map(|c| c.id).collect::<Vec<_>>(),
+        [globex_first],
+        "the other tenant's group of the same key runs beside it"
+    );
+    assert!(
+        claim(&mut session.client, &queue, 1, "").is_empty(),
+        "acme's second job waits while its first runs"
+    );
+    let waiting: bool = admin
+        .query_one(
+            "SELECT group_wait FROM jobs.job WHERE id = $1",
+            &[&acme_second],
+        )
+        .unwrap()
+        .get(0);
+    assert!(waiting, "the claim marked the job behind the running one");
+
+    session
+        .client
+        .execute(
+            "SELECT jobs_complete($1, $2)",
+            &[&first[0].id, &first[0].lease],
+        )
+        .expect("complete acme's first job");
+    let waiting: bool = admin
+        .query_one(
+            "SELECT group_wait FROM jobs.job WHERE id = $1",
+            &[&acme_second],
+        )
+        .unwrap()
+        .get(0);
+    assert!(
+        !waiting,
+        "the settle moved acme's group on though globex's job of the same key still runs"
+    );
+    let third = claim(&mut session.client, &queue, 1, "");
+    assert_eq!(
+        third.iter().map(|c| c.id).collect::<Vec<_>>(),
+        [acme_second]
+    );
+
+    let ran: Vec<String> = session
+        .take_plans()
+        .iter()
+        .map(text)
+        .filter(|statement| GROUP_STATEMENTS.iter().any(|s| statement.starts_with(s)))
+        .map(|statement| statement.lines().next().unwrap_or_default().to_owned())
+        .collect();
+    assert!(
+        ran.is_empty(),
+        "claims and settles ran the group statements instead of reading the heads: {ran:?}"
+    );
+}
