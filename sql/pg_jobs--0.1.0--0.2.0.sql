@@ -584,7 +584,8 @@ CREATE FUNCTION jobs."runtime_state"(
 	"reach_id" bigint,  /* Option < i64 > */
 	"waiters" INT,  /* i32 */
 	"wake_generation" bigint,  /* i64 */
-	"next_due" timestamp with time zone  /* Option < TimestampWithTimeZone > */
+	"next_due" timestamp with time zone,  /* Option < TimestampWithTimeZone > */
+	"freed_heads" bigint[]  /* alloc::vec::Vec<i64> */
 )
 STRICT VOLATILE SECURITY DEFINER PARALLEL RESTRICTED
 SET search_path TO pg_catalog, pg_temp

@@ -452,6 +452,7 @@ mod jobs {
             name!(waiters, i32),
             name!(wake_generation, i64),
             name!(next_due, Option<TimestampWithTimeZone>),
+            name!(freed_heads, Vec<i64>),
         ),
     > {
         access::require_to_read(Role::Client, "read pg_jobs's shared state");
@@ -469,6 +470,7 @@ mod jobs {
             state.waiters as i32,
             state.wake_generation as i64,
             state.next_due.and_then(at),
+            state.freed_heads,
         ))
     }
 

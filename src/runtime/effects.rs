@@ -27,6 +27,7 @@ use pgrx::pg_sys;
 use pgrx::prelude::*;
 
 use super::floor;
+use super::freed_heads;
 use super::position::Position;
 use super::queue_id::{current_database, slot_index};
 use super::shmem::{shared, Slot};
@@ -261,6 +262,7 @@ unsafe extern "C-unwind" fn on_xact_event(
         // back, maybe in another session. Take them now, before its resources are released as
         // if it had committed.
         pg_sys::XactEvent::XACT_EVENT_PREPARE => {
+            freed_heads::transaction_prepared();
             GRANTS_CHANGED.with(|c| c.set(false));
             QUEUES_CHANGED.with(|c| c.set(false));
             let pending = PENDING.with(|p| std::mem::take(&mut *p.borrow_mut()));
@@ -334,6 +336,8 @@ unsafe extern "C-unwind" fn on_resource_release(
         }
         return;
     }
+    // Before the wake-ups: a claim woken for a freed head must find it.
+    freed_heads::transaction_ended(commit);
     let pending = PENDING.with(|p| std::mem::take(&mut *p.borrow_mut()));
     let settled = take_settled();
     if commit {
@@ -361,6 +365,7 @@ unsafe extern "C-unwind" fn on_resource_release(
 /// would wake the claim itself into a loop. The worker's tick wakes them for the jobs that came
 /// back.
 fn subtransaction_aborted() {
+    freed_heads::subtransaction_aborted();
     let Some(shared) = shared() else { return };
     PENDING.with(|pending| {
         for effects in pending.borrow().iter().filter(|e| e.reset_on_abort) {

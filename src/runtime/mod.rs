@@ -1,11 +1,13 @@
 //! What pg_jobs keeps outside its tables, in shared memory and per transaction: claim floors
 //! and reaches, wake-up slots for waiting claims, the effects a transaction has on them when it
 //! commits, rolls back or is prepared, the extension's own heavyweight locks, rate-limit
-//! buckets, the totals of settled jobs, and the background workers' status. It uses `pg`
+//! buckets, the totals of settled jobs, the freed heads of groups, and the background workers'
+//! status. It uses `pg`
 //! only; the engine drives it.
 
 pub mod effects;
 pub mod floor;
+pub mod freed_heads;
 pub mod locks;
 mod position;
 mod queue_id;

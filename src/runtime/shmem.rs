@@ -1,6 +1,6 @@
 //! The extension's shared memory: one wake-up slot per queue hash (with the queue's claim floor),
-//! the background workers' status, the effects of prepared transactions, rate-limit buckets and
-//! the totals of settled jobs. It exists only
+//! the background workers' status, the effects of prepared transactions, rate-limit buckets,
+//! the totals of settled jobs and the freed heads of groups. It exists only
 //! when pg_jobs is in `shared_preload_libraries`; without it, waiting claims fall back to
 //! polling, claims start at the head of their queue, and there is no worker.
 
@@ -11,6 +11,7 @@ use pgrx::pg_sys;
 
 use super::effects::PreparedStash;
 use super::floor::FloorCell;
+use super::freed_heads::FreedHeads;
 use super::rate::RateTable;
 use super::totals::TotalsTable;
 use super::worker_status::WorkerStatus;
@@ -75,6 +76,7 @@ pub struct Shared {
     queue_settings: AtomicU64,
     rate_table: RateTable,
     totals: TotalsTable,
+    freed_heads: FreedHeads,
 }
 
 impl Shared {
@@ -118,13 +120,19 @@ impl Shared {
         &self.totals
     }
 
+    /// The freed heads of groups, offered by settles to the next claims.
+    pub(super) fn freed_heads(&self) -> &FreedHeads {
+        &self.freed_heads
+    }
+
     /// The effects of prepared transactions, applied when they are committed or rolled back.
     pub(super) fn prepared(&self) -> &PreparedStash {
         &self.prepared
     }
 }
 
-// SAFETY: see Slot; WorkerStatus is atomics only; PreparedStash and RateTable are spin-locked;
+// SAFETY: see Slot; WorkerStatus is atomics only; PreparedStash, RateTable and FreedHeads are
+// spin-locked;
 // TotalsTable publishes its keys under its own lock (see its note).
 unsafe impl Sync for Shared {}
 

@@ -19,12 +19,13 @@ use std::ffi::CStr;
 use pgrx::pg_sys::{self, Datum, Oid};
 
 use super::direct::{
-    enum_value, jobs_relation, key, relcache_invalidations, text_is, value, Compare, StatementScan,
+    enum_value, jobs_relation, key, relcache_invalidations, text_is, text_of, value, Compare,
+    StatementScan,
 };
 use super::job_writer::attribute;
 
 /// The first unfinished job of a group: a running one if any runs, else its first queued one.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct GroupHead {
     /// Its id.
     pub id: i64,
@@ -32,6 +33,12 @@ pub struct GroupHead {
     pub running: bool,
     /// Whether it is queued and marked waiting for its group (`group_wait`).
     pub waiting: bool,
+    /// Its priority.
+    pub priority: i16,
+    /// Its run_at, in microseconds since the PostgreSQL epoch.
+    pub run_at: i64,
+    /// Its kind.
+    pub kind: String,
 }
 
 /// A group to read: its queue, key and tenant.
@@ -60,6 +67,9 @@ struct Columns {
     id: i16,
     state: i16,
     group_wait: i16,
+    priority: i16,
+    run_at: i16,
+    kind: i16,
     queued: Oid,
     running: Oid,
 }
@@ -152,6 +162,9 @@ unsafe fn columns(heap: pg_sys::Relation) -> Option<Columns> {
             id: attribute(heap, c"id", pg_sys::INT8OID)?.0,
             state: state.attnum,
             group_wait: attribute(heap, c"group_wait", pg_sys::BOOLOID)?.0,
+            priority: attribute(heap, c"priority", pg_sys::INT2OID)?.0,
+            run_at: attribute(heap, c"run_at", pg_sys::TIMESTAMPTZOID)?.0,
+            kind: attribute(heap, c"kind", pg_sys::TEXTOID)?.0,
             queued: enum_value(state.atttypid, c"queued")?,
             running: enum_value(state.atttypid, c"running")?,
         })
@@ -347,6 +360,9 @@ unsafe fn head(
         columns.id,
         columns.state,
         columns.group_wait,
+        columns.priority,
+        columns.run_at,
+        columns.kind,
     ]
     .into_iter()
     .max()
@@ -373,10 +389,20 @@ unsafe fn head(
                 continue;
             }
             let running = state == columns.running;
+            let (Some(priority), Some(run_at), Some(kind)) = (
+                value(slot, columns.priority),
+                value(slot, columns.run_at),
+                value(slot, columns.kind).and_then(|kind| text_of(kind)),
+            ) else {
+                continue;
+            };
             return Some(GroupHead {
                 id: id.value() as i64,
                 running,
                 waiting: !running && group_wait.value() != 0,
+                priority: priority.value() as i16,
+                run_at: run_at.value() as i64,
+                kind,
             });
         }
         None

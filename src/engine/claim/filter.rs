@@ -44,6 +44,23 @@ impl ClaimFilter {
         }
     }
 
+    /// Whether the claim may take a job of `kind` and `tenant` (as the candidate statements
+    /// filter them).
+    pub fn admits(&self, kind: &str, tenant: Option<&str>) -> bool {
+        let kind_admitted = self
+            .kinds
+            .as_ref()
+            .is_none_or(|kinds| kinds.iter().any(|k| k == kind));
+        kind_admitted
+            && match &self.scope {
+                TenantScope::All => true,
+                TenantScope::Untenanted => tenant.is_none(),
+                TenantScope::Tenants(tenants) => {
+                    tenant.is_some_and(|tenant| tenants.iter().any(|t| t == tenant))
+                }
+            }
+    }
+
     /// Whether the claim takes only jobs of some kinds.
     pub fn has_kinds(&self) -> bool {
         self.kinds.is_some()

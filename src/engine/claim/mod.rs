@@ -1,12 +1,14 @@
 //! The claim pipeline: handing due jobs of one queue to a worker, each under a fresh lease
 //! (Rules 1–4), optionally waiting for work.
 //!
-//! A claim reads its queue's floor, picks due jobs in claim order under their job locks
-//! ([`pick`]), takes the picked jobs that are still queued with one statement, raises the floor
-//! past what it took when its filter allows ([`filter`]), and, with `wait`, sleeps until a
-//! commit makes a job claimable ([`wait`]).
+//! A claim reads its queue's floor, takes the freed heads of groups that settles handed over
+//! ([`freed`]), picks due jobs in claim order under their job locks ([`pick`]) and merges the
+//! two, takes the picked jobs that are still queued with one statement, raises the floor past
+//! what it took from the claim index when its filter allows ([`filter`]), and, with `wait`,
+//! sleeps until a commit makes a job claimable ([`wait`]).
 
 mod filter;
+mod freed;
 mod groups;
 mod pick;
 mod rate;
@@ -26,12 +28,14 @@ use pgrx::spi::SpiClient;
 pub use filter::ClaimFilter;
 pub use wait::wake_due_waiters;
 
+use crate::engine::groups::{sweep_stranded, unmark};
 use crate::engine::model::Position;
 use crate::engine::queues::{self, unknown_queue};
 use crate::engine::transitions;
 use crate::pg::clock::server_now;
 use crate::pg::datum::ClaimedRow;
 use crate::runtime::floor::{self, Seen};
+use crate::runtime::freed_heads;
 use crate::runtime::locks;
 use crate::runtime::shmem::{shared, Slot};
 use crate::runtime::wakeup;
@@ -196,18 +200,35 @@ fn attempt(
         let mut kept_positions: Vec<Position> = Vec::new();
         let mut let_go: HashSet<i64> = HashSet::new();
         let mut examined = 0;
+        // The waiting heads settles handed over (groups of concurrency 1), merged with the
+        // first pick in claim order; they are not in the claim indexes, so the floor and the
+        // reach never move for them.
+        let mut freed = take_freed(client, queue, concurrency, request, now, allowed);
+        let mut freed_taken: HashSet<i64> = HashSet::new();
         // A picked job that another claim took (and committed) after the candidates' snapshot
         // is not taken, nor one its group does not allow now; pick again, with a fresh
         // snapshot, for the ones missing.
         loop {
             let wanted = allowed - claimed_rows.len();
-            let (candidates, skipped) = picking.pick_jobs(client, wanted, &let_go);
+            let (mut candidates, skipped) = picking.pick_jobs(client, wanted, &let_go);
             first_skipped = earliest(first_skipped, skipped);
-            if candidates.is_empty() {
+            let mut freed_kept = Vec::new();
+            if !freed.is_empty() {
+                let merged = freed::merge(std::mem::take(&mut freed), candidates, wanted);
+                candidates = merged.picked;
+                freed_kept = merged.freed;
+                if let Some(let_go_here) = merged.first_let_go {
+                    picking.resume.rewind(let_go_here);
+                    first_skipped = earliest(first_skipped, Some(let_go_here));
+                    first_dropped = earliest(first_dropped, Some(let_go_here));
+                }
+            }
+            if candidates.is_empty() && freed_kept.is_empty() {
                 break;
             }
-            let exhausted = candidates.len() < wanted;
-            examined += candidates.len();
+            let offered = candidates.len() + freed_kept.len();
+            let exhausted = offered < wanted;
+            examined += offered;
             let groups::Admitted {
                 kept,
                 first_dropped: dropped,
@@ -226,8 +247,12 @@ fn attempt(
                         .filter(|id| !kept.iter().any(|k| k.position.id == *id)),
                 );
             }
-            let picked: Vec<i64> = kept.iter().map(|c| c.position.id).collect();
             kept_positions.extend(kept.iter().map(|c| c.position));
+            let picked: Vec<i64> = kept
+                .iter()
+                .chain(&freed_kept)
+                .map(|c| c.position.id)
+                .collect();
             let mut taken_count = 0;
             if !picked.is_empty() {
                 let leases: Vec<pgrx::Uuid> = picked.iter().map(|_| token::lease_token()).collect();
@@ -246,7 +271,10 @@ fn attempt(
                     }
                 }
             }
-            let all_taken = taken_count == candidates.len();
+            if !freed_kept.is_empty() {
+                settle_freed(client, &freed_kept, &claimed_rows, &mut freed_taken);
+            }
+            let all_taken = taken_count == offered;
             if claimed_rows.len() >= allowed
                 || (exhausted && all_taken)
                 || examined >= EXAMINED_PER_JOB * request.n.max(100)
@@ -258,7 +286,12 @@ fn attempt(
         budget.settle(client, queue, claimed_rows.len());
         if let (Some(slot), Some(seen)) = (slot, &seen) {
             if request.filter.takes_every_job() {
-                let taken: Vec<Position> = claimed_rows.iter().map(|(key, _)| *key).collect();
+                // Freed heads lie outside the claim indexes: they tell nothing of the floor.
+                let taken: Vec<Position> = claimed_rows
+                    .iter()
+                    .map(|(key, _)| *key)
+                    .filter(|key| !freed_taken.contains(&key.id))
+                    .collect();
                 match new_floor(client, queue, seen, &taken, first_skipped) {
                     Some(to) => floor::raise(slot, queue, seen, to),
                     // Every job it took lay past the reach: it cannot tell what lies between
@@ -284,6 +317,57 @@ fn attempt(
         }
         (Vec::new(), Some(probe(client, queue)))
     })
+}
+
+/// The freed heads of `queue` an attempt may take first (`engine::claim::freed`), up to
+/// `allowed`. A queue whose groups run more than one job at a time takes none: freed heads left
+/// from when it ran one (its setting changed) have their marks cleared instead, as do those a
+/// claim under REPEATABLE READ meets. The first claim
+/// of a database after shared memory was made clears the marks freed heads lost with it
+/// (`runtime::freed_heads`).
+fn take_freed(
+    client: &SpiClient<'_>,
+    queue: &str,
+    concurrency: i32,
+    request: &ClaimRequest<'_>,
+    now: pg_sys::TimestampTz,
+    allowed: usize,
+) -> Vec<pick::Candidate> {
+    // SAFETY: reads a backend global.
+    let read_committed = unsafe { pg_sys::XactIsoLevel } < pg_sys::XACT_REPEATABLE_READ as i32;
+    // Under REPEATABLE READ the take would fail on a job marked after the snapshot: the marks
+    // are cleared (with the latest snapshot), and claims with newer snapshots find the jobs.
+    if concurrency != 1 || !read_committed {
+        unmark(client, freed_heads::take_all(queue));
+        return Vec::new();
+    }
+    if freed_heads::sweep_needed() {
+        sweep_stranded(client);
+        return Vec::new();
+    }
+    freed::pick(client, queue, &request.filter, now, allowed)
+}
+
+/// After the take: the freed heads `kept` that it took (in `claimed`) are noted in
+/// `freed_taken`; any it did not take (changed since they were checked) have their marks
+/// cleared. Either way their entries are dropped when this transaction commits.
+fn settle_freed(
+    client: &SpiClient<'_>,
+    kept: &[pick::Candidate],
+    claimed: &[(Position, ClaimedRow)],
+    freed_taken: &mut HashSet<i64>,
+) {
+    let claimed_ids: HashSet<i64> = claimed.iter().map(|(key, _)| key.id).collect();
+    let mut not_taken = Vec::new();
+    for candidate in kept {
+        let id = candidate.position.id;
+        if claimed_ids.contains(&id) {
+            freed_taken.insert(id);
+        } else {
+            not_taken.push(id);
+        }
+    }
+    unmark(client, not_taken);
 }
 
 /// What the queue looks like to an attempt that got nothing.

@@ -143,6 +143,18 @@ pub struct Resume {
     from_floor: Cell<Option<Position>>,
 }
 
+impl Resume {
+    /// The claim let go of a job it picked at `position` (a freed head came first): its next
+    /// reads start there again, not past it.
+    pub fn rewind(&self, position: Position) {
+        for cell in [&self.past_reach, &self.from_floor] {
+            if cell.get().is_some_and(|resume| resume > position) {
+                cell.set(Some(position));
+            }
+        }
+    }
+}
+
 impl Picking<'_> {
     /// Picks up to `wanted` due jobs, holding their job locks; returns them and the position of
     /// the first job skipped or left unexamined (the floor may not rise past it).

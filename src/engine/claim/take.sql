@@ -12,7 +12,9 @@ UPDATE jobs.job j
        lease_until    = $5 + $4,
        worker         = $3,
        started_at     = $5,
-       heartbeat_at   = NULL
+       heartbeat_at   = NULL,
+       -- A freed head a settle handed over is still marked waiting: taking it clears the mark.
+       group_wait     = false
   FROM unnest($1::bigint[], $2::uuid[]) AS p(id, lease)
  WHERE j.id = p.id
    AND j.state = 'queued'

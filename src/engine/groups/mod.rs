@@ -20,6 +20,12 @@
 //!   slot), under the latest snapshot. A mark made before it got the lock is committed and seen;
 //!   a claim that locks the group after it sees its change, and so marks nothing it would have
 //!   had to clear.
+//! * At concurrency 1, under READ COMMITTED, with shared memory, it hands such a head to the
+//!   next claims instead (`runtime::freed_heads`, which says why none is lost): the mark stays
+//!   until the claim that takes the job clears it in its take, which saves the row update that
+//!   clearing it cost nearly every grouped job. The claim checks the head under the group's
+//!   lock first (`engine::claim`); a head not due yet, or with a name too long for shared
+//!   memory, has its mark cleared as before.
 //! * A mark is made only while an earlier job of the group is unfinished (concurrency 1) or
 //!   `group_concurrency` of its jobs run; each of them ends or runs through one of those paths,
 //!   and the earliest waiting jobs go first.
@@ -40,7 +46,12 @@
 //!   answers `lost`): the reclaim freed its slot, which a claim may have filled since.
 //! * An enqueue marks a job only behind jobs of its own batch ([`waits_in_batch`]), which
 //!   nobody else can settle before it commits.
-//! * A change of `group_concurrency` clears every mark of the queue ([`release_all`]).
+//! * A change of `group_concurrency` clears every mark of the queue ([`release_all`]); the
+//!   next claim of a queue whose groups run more than one job clears the marks of the freed
+//!   heads left from before, as a claim under REPEATABLE READ does.
+//! * After shared memory was made (a start, a crash restart), the first claim of a database
+//!   clears the marks of every waiting head with nothing before it ([`sweep_stranded`]) before
+//!   any settle there hands a head over.
 //! * A job whose mark is cleared becomes claimable, and is reported as such
 //!   (`engine::transitions`): the claim floor comes down to it, waiting claims wake.
 
@@ -52,8 +63,10 @@ use pgrx::spi::SpiClient;
 
 use crate::engine::model::Position;
 use crate::engine::transitions;
+use crate::pg::clock::server_now;
+use crate::runtime::freed_heads::{self, FreedHead};
 use crate::runtime::locks;
-use crate::storage::group_reader::{self, GroupName};
+use crate::storage::group_reader::{self, GroupHead, GroupName};
 use crate::storage::key_reader;
 use crate::storage::{param, Row, Rows, Statement};
 
@@ -102,6 +115,13 @@ static UNMARK: Statement = Statement {
     name: "groups/unmark",
     sql: include_str!("unmark.sql"),
     params: &[param("ids", INT8ARRAYOID)],
+    columns: &["queue", "priority", "run_at", "id"],
+};
+
+static SWEEP: Statement = Statement {
+    name: "groups/sweep",
+    sql: include_str!("sweep.sql"),
+    params: &[],
     columns: &["queue", "priority", "run_at", "id"],
 };
 
@@ -230,8 +250,20 @@ pub fn move_on(client: &SpiClient<'_>, groups: Vec<GroupRef>) {
     }
     let groups: Vec<GroupRef> = keyed.into_iter().map(|(_, group)| group).collect();
     let cleared: Rows = match waiting_heads(&groups) {
-        Some(heads) if heads.is_empty() => return,
-        Some(heads) => UNMARK.run_latest(client, &[heads.into()]),
+        Some(heads) => {
+            // The heads go to the next claims in shared memory where they can (a claim takes
+            // one and clears its mark in the same update); the others' marks are cleared now.
+            let now = server_now();
+            let unoffered: Vec<i64> = heads
+                .into_iter()
+                .filter(|(group, head)| !offer(group, head, now))
+                .map(|(_, head)| head.id)
+                .collect();
+            if unoffered.is_empty() {
+                return;
+            }
+            UNMARK.run_latest(client, &[unoffered.into()])
+        }
         None => {
             let mut queues: Vec<String> = Vec::with_capacity(groups.len());
             let mut keys: Vec<String> = Vec::with_capacity(groups.len());
@@ -248,11 +280,51 @@ pub fn move_on(client: &SpiClient<'_>, groups: Vec<GroupRef>) {
     transitions::queued_rows(&cleared);
 }
 
+/// Offers the waiting `head` of `group` (locked, of concurrency 1, nothing of it running) to
+/// the next claims of its queue (`runtime::freed_heads`), if it is due at `now`; `false` when
+/// its mark must be cleared instead. A head not due yet is left to the claim indexes, whose
+/// floor and wake-ups know about delayed jobs.
+fn offer(group: &GroupRef, head: &GroupHead, now: pg_sys::TimestampTz) -> bool {
+    head.run_at <= now
+        && freed_heads::offer(&FreedHead {
+            position: Position {
+                priority: head.priority,
+                run_at: head.run_at,
+                id: head.id,
+            },
+            queue: group.queue.clone(),
+            group_key: group.key.clone(),
+            tenant: group.tenant.clone(),
+            kind: head.kind.clone(),
+        })
+}
+
+/// Clears the marks of the waiting jobs `ids`, which become claimable through the claim
+/// indexes. Always safe: a claim decides every job it takes under its group's lock, and marks
+/// again what must still wait.
+pub fn unmark(client: &SpiClient<'_>, ids: Vec<i64>) {
+    if ids.is_empty() {
+        return;
+    }
+    let cleared = UNMARK.run_latest(client, &[ids.into()]);
+    transitions::queued_rows(&cleared);
+}
+
+/// Clears the marks of every waiting job of this database with nothing of its group before it
+/// (nothing running, no earlier unfinished job): what freed heads lost with shared memory
+/// (`runtime::freed_heads`) would have handed to claims. Once this commits, settles may offer
+/// freed heads here.
+pub fn sweep_stranded(client: &SpiClient<'_>) {
+    let cleared = SWEEP.run_latest(client, &[]);
+    transitions::queued_rows(&cleared);
+    freed_heads::swept_here();
+}
+
 /// For [`move_on`], when every one of `groups` (locked) is in a queue of `group_concurrency` 1
 /// and the transaction reads committed data (as the statement's latest snapshot does): the
 /// waiting heads of the groups that nothing of runs, which may run now, read without the
-/// executor (`storage::group_reader`). `None`: the statement decides.
-fn waiting_heads(groups: &[GroupRef]) -> Option<Vec<i64>> {
+/// executor (`storage::group_reader`), each with its group. `None`: the statement decides.
+fn waiting_heads(groups: &[GroupRef]) -> Option<Vec<(&GroupRef, GroupHead)>> {
     // SAFETY: reads a backend global.
     let read_committed = unsafe { pg_sys::XactIsoLevel } < pg_sys::XACT_REPEATABLE_READ as i32;
     if !read_committed {
@@ -279,11 +351,11 @@ fn waiting_heads(groups: &[GroupRef]) -> Option<Vec<i64>> {
     // SAFETY: inside the settle's transaction.
     let heads = unsafe { group_reader::group_heads(&names) }?;
     Some(
-        heads
-            .into_iter()
-            .flatten()
-            .filter(|head| head.waiting)
-            .map(|head| head.id)
+        groups
+            .iter()
+            .zip(heads)
+            .filter_map(|(group, head)| Some((group, head?)))
+            .filter(|(_, head)| head.waiting)
             .collect(),
     )
 }

@@ -13,6 +13,7 @@ use crate::engine::tenants::TenantScope;
 use crate::pg::database::current_database_name;
 use crate::pg::datum::JobRow;
 use crate::runtime::floor;
+use crate::runtime::freed_heads;
 use crate::runtime::shmem::shared;
 use crate::runtime::totals::{self, Counts, Visible};
 use crate::runtime::wakeup;
@@ -294,6 +295,8 @@ pub struct RuntimeState {
     pub wake_generation: u64,
     /// The earliest delayed job the slot knows of.
     pub next_due: Option<i64>,
+    /// The queue's freed heads that claims may take now (job ids, in claim order).
+    pub freed_heads: Vec<i64>,
 }
 
 /// The queue's state in shared memory; `None` without shared memory.
@@ -308,5 +311,6 @@ pub fn runtime_state(queue: &str) -> Option<RuntimeState> {
         waiters: wake.waiters,
         wake_generation: wake.generation,
         next_due: wake.next_due,
+        freed_heads: freed_heads::available(queue),
     })
 }

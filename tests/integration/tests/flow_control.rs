@@ -7,7 +7,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use pg_jobs_tests::{
-    claim, scalar, state, unique_queue, wait_for_a_lock, wait_until, Client, Cluster,
+    claim, scalar, state, unique_queue, wait_for_a_lock, wait_until, Client, Cluster, TEST_SETTINGS,
 };
 use postgres::types::ToSql;
 use serde_json::json;
@@ -817,8 +817,18 @@ fn a_waiting_claim_wakes_when_its_group_frees_a_slot() {
     assert!(started.elapsed() < Duration::from_secs(15));
 }
 
-/// The ids of `queue`'s jobs marked waiting for their groups, in id order.
+/// The ids of `queue`'s jobs that wait for their groups, in id order: marked waiting
+/// (`group_wait`) and not handed to the next claim as a freed head.
 fn waiting(client: &mut Client, queue: &str) -> Vec<i64> {
+    let freed = freed_heads(client, queue);
+    marked(client, queue)
+        .into_iter()
+        .filter(|id| !freed.contains(id))
+        .collect()
+}
+
+/// The ids of `queue`'s jobs marked waiting for their groups (`group_wait`), in id order.
+fn marked(client: &mut Client, queue: &str) -> Vec<i64> {
     client
         .query(
             "SELECT id FROM jobs.job WHERE queue = $1 AND group_wait ORDER BY id",
@@ -828,6 +838,15 @@ fn waiting(client: &mut Client, queue: &str) -> Vec<i64> {
         .iter()
         .map(|r| r.get(0))
         .collect()
+}
+
+/// The ids of `queue`'s freed heads that claims may take now (`jobs.runtime_state`).
+fn freed_heads(client: &mut Client, queue: &str) -> Vec<i64> {
+    scalar(
+        client,
+        "SELECT freed_heads FROM jobs.runtime_state($1)",
+        &[&queue],
+    )
 }
 
 #[test]
@@ -854,8 +873,9 @@ fn a_job_behind_its_group_waits_out_of_the_claim_index_until_its_group_moves_on(
     assert_eq!(
         waiting(&mut client, &queue),
         [jobs[2]],
-        "completing the head cleared the mark of the next job, and only its"
+        "completing the head handed the next job to the next claim, and only it"
     );
+    assert_eq!(freed_heads(&mut client, &queue), [jobs[1]]);
     let next = claim(&mut client, &queue, 10, "");
     assert_eq!(next.iter().map(|c| c.id).collect::<Vec<_>>(), [jobs[1]]);
     let answer: String = scalar(
@@ -1354,4 +1374,226 @@ fn without_shared_memory_the_rate_limit_still_holds() {
         total >= 3 * rate,
         "the slow path let only {total} through in 5 s"
     );
+}
+
+/// A settle hands its group's next job to the next claim as a freed head instead of clearing
+/// the job's mark (a row update of its own): the job stays out of the claim indexes, the claim
+/// takes it from shared memory and clears the mark in the update that takes it.
+#[test]
+fn a_settle_hands_its_groups_next_job_to_the_next_claim_which_clears_the_mark_as_it_takes_it() {
+    let mut client = Cluster::shared().connect();
+    let queue = unique_queue(&mut client, "freed", "");
+    let jobs = enqueue_in_group(&mut client, &queue, 3);
+    let held = claim(&mut client, &queue, 10, "");
+    assert_eq!(held.iter().map(|c| c.id).collect::<Vec<_>>(), [jobs[0]]);
+    assert_eq!(marked(&mut client, &queue), jobs[1..].to_vec());
+    assert!(freed_heads(&mut client, &queue).is_empty());
+
+    // Uncommitted, the offer is not there for others yet.
+    client.batch_execute("BEGIN").unwrap();
+    assert_eq!(complete(&mut client, &held[0]), "succeeded");
+    let mut other = Cluster::shared().connect();
+    assert!(freed_heads(&mut other, &queue).is_empty());
+    assert!(claim(&mut other, &queue, 10, "").is_empty());
+    client.batch_execute("COMMIT").unwrap();
+    assert_eq!(freed_heads(&mut client, &queue), [jobs[1]]);
+    assert_eq!(
+        marked(&mut client, &queue),
+        jobs[1..].to_vec(),
+        "the settle wrote nothing to the next job"
+    );
+
+    let next = claim(&mut other, &queue, 10, "");
+    assert_eq!(next.iter().map(|c| c.id).collect::<Vec<_>>(), [jobs[1]]);
+    assert_eq!(state(&mut client, jobs[1]), "running");
+    assert_eq!(
+        marked(&mut client, &queue),
+        [jobs[2]],
+        "the take cleared the mark"
+    );
+    assert!(freed_heads(&mut client, &queue).is_empty());
+
+    // A settle that rolls back offers nothing.
+    client.batch_execute("BEGIN").unwrap();
+    assert_eq!(complete(&mut client, &next[0]), "succeeded");
+    client.batch_execute("ROLLBACK").unwrap();
+    assert!(freed_heads(&mut client, &queue).is_empty());
+    assert_eq!(state(&mut client, jobs[1]), "running");
+    assert!(claim(&mut other, &queue, 10, "").is_empty());
+    assert_eq!(complete(&mut client, &next[0]), "succeeded");
+    assert_eq!(claim_id(&mut other, &queue), Some(jobs[2]));
+}
+
+/// A claim that took a freed head and rolls back (the whole transaction, or a savepoint around
+/// the claim) gives it back: the job is still marked, and only the freed head hands it out.
+#[test]
+fn a_freed_head_taken_by_a_claim_that_rolls_back_is_offered_again() {
+    let mut client = Cluster::shared().connect();
+    let queue = unique_queue(&mut client, "freed-rollback", "");
+    let jobs = enqueue_in_group(&mut client, &queue, 2);
+    let held = claim(&mut client, &queue, 1, "");
+    assert!(claim(&mut client, &queue, 1, "").is_empty());
+    assert_eq!(complete(&mut client, &held[0]), "succeeded");
+    assert_eq!(freed_heads(&mut client, &queue), [jobs[1]]);
+
+    let mut claimer = Cluster::shared().connect();
+    claimer.batch_execute("BEGIN").unwrap();
+    assert_eq!(claim_id(&mut claimer, &queue), Some(jobs[1]));
+    assert!(freed_heads(&mut client, &queue).is_empty());
+    claimer.batch_execute("ROLLBACK").unwrap();
+    assert_eq!(freed_heads(&mut client, &queue), [jobs[1]]);
+    assert_eq!(marked(&mut client, &queue), [jobs[1]]);
+
+    claimer
+        .batch_execute("BEGIN; SAVEPOINT before_claim")
+        .unwrap();
+    assert_eq!(claim_id(&mut claimer, &queue), Some(jobs[1]));
+    claimer
+        .batch_execute("ROLLBACK TO SAVEPOINT before_claim")
+        .unwrap();
+    assert_eq!(freed_heads(&mut client, &queue), [jobs[1]]);
+    assert_eq!(
+        claim_id(&mut claimer, &queue),
+        Some(jobs[1]),
+        "the same transaction takes it again"
+    );
+    claimer.batch_execute("COMMIT").unwrap();
+    assert_eq!(state(&mut client, jobs[1]), "running");
+    assert!(freed_heads(&mut client, &queue).is_empty());
+}
+
+/// Freed heads are taken in claim order with the jobs of the claim index (Rule 2), and only by
+/// claims that may take them: a claim of other kinds leaves one for a claim of its kind.
+#[test]
+fn freed_heads_keep_claim_order_and_go_only_to_claims_of_their_kind() {
+    let mut client = Cluster::shared().connect();
+    let queue = unique_queue(&mut client, "freed-order", "");
+    let head = enqueue_with(&mut client, &queue, ", group_key => 'g'");
+    let late = enqueue_with(&mut client, &queue, ", group_key => 'g', priority => 9");
+    let middle = enqueue_with(&mut client, &queue, ", priority => 5");
+    let held = claim(&mut client, &queue, 1, "");
+    assert_eq!(held[0].id, head);
+    assert_eq!(claim_id(&mut client, &queue), Some(middle));
+    // Marks the group's next job: it waits behind the running head.
+    assert_eq!(claim_id(&mut client, &queue), None);
+    assert_eq!(marked(&mut client, &queue), [late]);
+    assert_eq!(complete(&mut client, &held[0]), "succeeded");
+    assert_eq!(freed_heads(&mut client, &queue), [late]);
+
+    let ungrouped_first = enqueue_with(&mut client, &queue, ", priority => 4");
+    let ungrouped_last = enqueue_with(&mut client, &queue, ", priority => 10");
+    let got: Vec<i64> = claim(&mut client, &queue, 2, "")
+        .iter()
+        .map(|c| c.id)
+        .collect();
+    assert_eq!(
+        got,
+        [ungrouped_first, late],
+        "priority 4 before the freed head's 9, which comes before 10"
+    );
+    assert_eq!(claim_id(&mut client, &queue), Some(ungrouped_last));
+
+    // Kinds: a freed head of kind 'x' is left by a claim of 'y'.
+    let queue = unique_queue(&mut client, "freed-kinds", "");
+    let first = enqueue_with(&mut client, &queue, ", kind => 'x', group_key => 'g'");
+    let second = enqueue_with(&mut client, &queue, ", kind => 'x', group_key => 'g'");
+    let held = claim(&mut client, &queue, 1, "");
+    assert_eq!(held[0].id, first);
+    assert!(claim(&mut client, &queue, 1, "").is_empty());
+    assert_eq!(complete(&mut client, &held[0]), "succeeded");
+    assert!(claim(&mut client, &queue, 1, ", kinds => ARRAY['y']").is_empty());
+    assert_eq!(freed_heads(&mut client, &queue), [second]);
+    let got = claim(&mut client, &queue, 1, ", kinds => ARRAY['x']");
+    assert_eq!(got.iter().map(|c| c.id).collect::<Vec<_>>(), [second]);
+}
+
+/// A freed head whose queue's groups now run more than one job at a time is not used: the next
+/// claim clears its mark, and the job runs as a job of the larger group.
+#[test]
+fn freed_heads_of_a_queue_whose_group_concurrency_grew_are_cleared() {
+    let mut client = Cluster::shared().connect();
+    let queue = unique_queue(&mut client, "freed-grown", "");
+    let jobs = enqueue_in_group(&mut client, &queue, 3);
+    let held = claim(&mut client, &queue, 1, "");
+    assert!(claim(&mut client, &queue, 1, "").is_empty());
+    assert_eq!(complete(&mut client, &held[0]), "succeeded");
+    assert_eq!(freed_heads(&mut client, &queue), [jobs[1]]);
+    let _: i64 = scalar(
+        &mut client,
+        "SELECT count(*) FROM jobs_create_queue($1, group_concurrency => 2)",
+        &[&queue],
+    );
+    let got: Vec<i64> = claim(&mut client, &queue, 10, "")
+        .iter()
+        .map(|c| c.id)
+        .collect();
+    assert_eq!(got, jobs[1..].to_vec());
+    assert!(freed_heads(&mut client, &queue).is_empty());
+    assert!(marked(&mut client, &queue).is_empty());
+}
+
+/// Shared memory starts empty after a crash: freed heads offered before it are gone while
+/// their jobs are still marked. The first claim of the database clears the marks of every
+/// waiting head with nothing before it, so none of them waits for ever.
+#[test]
+fn freed_heads_lost_in_a_crash_are_found_again_by_the_first_claim() {
+    let cluster = Cluster::start("freed_crash", TEST_SETTINGS);
+    let mut client = cluster.connect();
+    client
+        .batch_execute("CREATE EXTENSION pg_jobs; SELECT jobs_create_queue('q')")
+        .unwrap();
+    // Before any sweep, a settle clears the mark itself; the first claim sweeps.
+    for group in ["a", "b", "c"] {
+        for _ in 0..2 {
+            let _: i64 = scalar(
+                &mut client,
+                "SELECT jobs_enqueue('q', '{}', group_key => $1)",
+                &[&group],
+            );
+        }
+    }
+    let first = claim(&mut client, "q", 3, "");
+    assert_eq!(first.len(), 3);
+    for job in &first {
+        assert_eq!(complete(&mut client, job), "succeeded");
+    }
+    let second = claim(&mut client, "q", 3, "");
+    assert_eq!(second.len(), 3);
+    // Each group's third job: marked behind the running second, then freed by its settle.
+    let third: Vec<i64> = ["a", "b", "c"]
+        .iter()
+        .map(|group| {
+            scalar(
+                &mut client,
+                "SELECT jobs_enqueue('q', '{}', group_key => $1)",
+                &[group],
+            )
+        })
+        .collect();
+    assert!(claim(&mut client, "q", 3, "").is_empty());
+    assert_eq!(marked(&mut client, "q"), third);
+    for job in &second {
+        assert_eq!(complete(&mut client, job), "succeeded");
+    }
+    assert_eq!(freed_heads(&mut client, "q"), third);
+    // The suite's servers commit asynchronously: flush what committed before the power cut.
+    client.batch_execute("CHECKPOINT").unwrap();
+    drop(client);
+
+    cluster.crash();
+    cluster.restart();
+    let mut client = cluster.connect();
+    assert!(freed_heads(&mut client, "q").is_empty());
+    assert_eq!(
+        marked(&mut client, "q"),
+        third,
+        "the marks outlived the crash"
+    );
+    let got: Vec<i64> = claim(&mut client, "q", 10, "")
+        .iter()
+        .map(|c| c.id)
+        .collect();
+    assert_eq!(got, third, "the first claim found the stranded heads");
+    assert!(marked(&mut client, "q").is_empty());
+    cluster.stop();
 }

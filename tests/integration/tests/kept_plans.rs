@@ -568,7 +568,7 @@ const GROUP_STATEMENTS: [&str; 2] = [
 /// Claims and settles of a queue of `group_concurrency` 1 read each group's head from the group
 /// index themselves (`storage::group_reader`) and decide as the statements did: a job runs only
 /// as its group's head with nothing of the group running, a job behind a running one is marked
-/// waiting, and the settle of the running one clears the mark. Two tenants' groups of one key
+/// waiting, and the settle of the running one hands it to the next claim (a freed head). Two tenants' groups of one key
 /// share the index's range (the index keys a group by its queue and key): a running job of
 /// one tenant's group neither holds back nor counts as the head of the other's. No claim or
 /// settle runs the statements.
@@ -620,15 +620,13 @@ fn groups_of_concurrency_one_are_decided_from_their_heads_read_directly() {
             &[&first[0].id, &first[0].lease],
         )
         .expect("complete acme's first job");
-    let waiting: bool = admin
-        .query_one(
-            "SELECT group_wait FROM jobs.job WHERE id = $1",
-            &[&acme_second],
-        )
+    let freed: Vec<i64> = admin
+        .query_one("SELECT freed_heads FROM jobs.runtime_state($1)", &[&queue])
         .unwrap()
         .get(0);
-    assert!(
-        !waiting,
+    assert_eq!(
+        freed,
+        [acme_second],
         "the settle moved acme's group on though globex's job of the same key still runs"
     );
     let third = claim(&mut session.client, &queue, 1, "");

@@ -203,6 +203,84 @@ fn jobs_of_a_claim_rolled_back_by_rollback_prepared_are_claimable() {
     );
 }
 
+/// The ids of the queue's freed heads that claims may take now.
+fn freed_heads(client: &mut Client, queue: &str) -> Vec<i64> {
+    scalar(
+        client,
+        "SELECT freed_heads FROM jobs.runtime_state($1)",
+        &[&queue],
+    )
+}
+
+/// A settle of a grouped job hands its group's next job to the next claim (a freed head in
+/// shared memory, the job still marked waiting): a prepared settle hands it over once it is
+/// committed, and a prepared claim that took it gives it back when it is rolled back.
+#[test]
+fn freed_heads_follow_prepared_settles_and_claims() {
+    let cluster = cluster_without_worker();
+    let mut admin = cluster.connect();
+    let queue = unique_queue(&mut admin, "prepared-freed", "");
+    let ids: Vec<i64> = (0..2)
+        .map(|n| {
+            scalar(
+                &mut admin,
+                "SELECT jobs_enqueue($1, jsonb_build_object('n', $2::int), group_key => 'g')",
+                &[&queue, &n],
+            )
+        })
+        .collect();
+    let head = claim(&mut admin, &queue, 1, "");
+    assert!(
+        claim(&mut admin, &queue, 1, "").is_empty(),
+        "marks the next job"
+    );
+
+    let mut settler = cluster.connect();
+    settler.batch_execute("BEGIN").unwrap();
+    let settled: String = scalar(
+        &mut settler,
+        "SELECT jobs_complete($1, $2)",
+        &[&head[0].id, &head[0].lease],
+    );
+    assert_eq!(settled, "succeeded");
+    settler
+        .batch_execute(&format!("PREPARE TRANSACTION 'ps-{queue}'"))
+        .unwrap();
+    // Prepared, not committed: the group's lock is held, so no claim takes the next job.
+    let mut worker = cluster.connect();
+    assert!(claim(&mut worker, &queue, 1, "").is_empty());
+    cluster
+        .connect()
+        .batch_execute(&format!("COMMIT PREPARED 'ps-{queue}'"))
+        .unwrap();
+    assert_eq!(freed_heads(&mut worker, &queue), [ids[1]]);
+
+    let mut holder = cluster.connect();
+    holder.batch_execute("BEGIN").unwrap();
+    let held = claim(&mut holder, &queue, 1, "");
+    assert_eq!(held[0].id, ids[1]);
+    holder
+        .batch_execute(&format!("PREPARE TRANSACTION 'pf-{queue}'"))
+        .unwrap();
+    assert!(
+        claim(&mut worker, &queue, 1, "").is_empty(),
+        "held by the prepared claim"
+    );
+    cluster
+        .connect()
+        .batch_execute(&format!("ROLLBACK PREPARED 'pf-{queue}'"))
+        .unwrap();
+    let claimed = claim(&mut worker, &queue, 1, "");
+    assert_eq!(
+        claimed
+            .iter()
+            .map(|c| (c.id, c.attempt))
+            .collect::<Vec<_>>(),
+        [(ids[1], 1)],
+        "the freed head the rolled-back prepared claim took is claimable again"
+    );
+}
+
 /// Rounds of each way to commit in the dropped-queue test.
 const ROUNDS: usize = 15;
 
