@@ -270,6 +270,30 @@ impl Table {
         entry.next = free;
         self.free = link;
     }
+
+    /// Calls `visit` on each available entry of `queue` in `database` in the list of `slot`,
+    /// in claim order, while it answers `true`.
+    fn each_available(
+        &mut self,
+        slot: usize,
+        database: u32,
+        queue: &str,
+        mut visit: impl FnMut(u32, &mut Entry) -> bool,
+    ) {
+        let mut at = self.lists[slot];
+        while at != NO_ENTRY {
+            let entry = self.entry(at);
+            let next = entry.next;
+            if entry.usage == Use::Available
+                && entry.database == database
+                && entry.queue.get() == Some(queue)
+                && !visit(at, entry)
+            {
+                return;
+            }
+            at = next;
+        }
+    }
 }
 
 /// Offers `head` to the next claims of its queue once this transaction commits; `false` when it
@@ -336,25 +360,18 @@ pub fn take(queue: &str, wanted: usize, claim: &impl Wanted) -> Vec<FreedHead> {
     // Allocated before the lock: nothing under it may fail.
     let mut taken: Vec<(u32, Entry)> = Vec::with_capacity(wanted);
     heads.with(|table| {
-        let mut at = table.lists[slot];
-        while at != NO_ENTRY && taken.len() < wanted {
-            let entry = table.entry(at);
-            let next = entry.next;
-            if entry.usage == Use::Available
-                && entry.database == database
-                && entry.queue.get() == Some(queue)
-                && claim.wants(
-                    entry.kind.get().unwrap_or_default(),
-                    entry.tenant.get(),
-                    entry.position.run_at,
-                )
-            {
+        table.each_available(slot, database, queue, |link, entry| {
+            if claim.wants(
+                entry.kind.get().unwrap_or_default(),
+                entry.tenant.get(),
+                entry.position.run_at,
+            ) {
                 entry.usage = Use::Taken;
                 entry.holder = pid;
-                taken.push((at, *entry));
+                taken.push((link, *entry));
             }
-            at = next;
-        }
+            taken.len() < wanted
+        });
     });
     MINE.with(|mine| {
         mine.borrow_mut()
@@ -412,20 +429,12 @@ pub fn take_all(queue: &str) -> Vec<i64> {
     let pid = my_pid();
     let mut taken: Vec<(u32, i64)> = Vec::with_capacity(TAKE_ALL_AT_ONCE);
     heads.with(|table| {
-        let mut at = table.lists[slot];
-        while at != NO_ENTRY && taken.len() < TAKE_ALL_AT_ONCE {
-            let entry = table.entry(at);
-            let next = entry.next;
-            if entry.usage == Use::Available
-                && entry.database == database
-                && entry.queue.get() == Some(queue)
-            {
-                entry.usage = Use::Taken;
-                entry.holder = pid;
-                taken.push((at, entry.position.id));
-            }
-            at = next;
-        }
+        table.each_available(slot, database, queue, |link, entry| {
+            entry.usage = Use::Taken;
+            entry.holder = pid;
+            taken.push((link, entry.position.id));
+            taken.len() < TAKE_ALL_AT_ONCE
+        });
     });
     let ids = taken.iter().map(|(_, id)| *id).collect();
     MINE.with(|mine| mine.borrow_mut().extend(taken));
@@ -444,17 +453,10 @@ pub fn available(queue: &str) -> Vec<i64> {
     let database = current_database();
     let mut found: Vec<i64> = Vec::with_capacity(ENTRIES);
     heads.with(|table| {
-        let mut at = table.lists[slot];
-        while at != NO_ENTRY {
-            let entry = table.entry(at);
-            if entry.usage == Use::Available
-                && entry.database == database
-                && entry.queue.get() == Some(queue)
-            {
-                found.push(entry.position.id);
-            }
-            at = entry.next;
-        }
+        table.each_available(slot, database, queue, |_, entry| {
+            found.push(entry.position.id);
+            found.len() < ENTRIES
+        });
     });
     found
 }

@@ -540,6 +540,16 @@ pub fn enqueue(client: &mut Client, queue: &str, payload: serde_json::Value) -> 
 }
 
 /// The job's state.
+/// The ids of `queue`'s freed heads that claims may take now (`jobs.runtime_state`), in claim
+/// order: the waiting group heads settles handed to the next claims.
+pub fn freed_heads(client: &mut Client, queue: &str) -> Vec<i64> {
+    scalar(
+        client,
+        "SELECT freed_heads FROM jobs.runtime_state($1)",
+        &[&queue],
+    )
+}
+
 pub fn state(client: &mut Client, id: i64) -> String {
     client
         .query_one("SELECT state::text FROM jobs.job WHERE id = $1", &[&id])

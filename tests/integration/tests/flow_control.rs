@@ -7,7 +7,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use pg_jobs_tests::{
-    claim, scalar, state, unique_queue, wait_for_a_lock, wait_until, Client, Cluster, TEST_SETTINGS,
+    claim, freed_heads, scalar, state, unique_queue, wait_for_a_lock, wait_until, Client, Cluster,
+    TEST_SETTINGS,
 };
 use postgres::types::ToSql;
 use serde_json::json;
@@ -838,15 +839,6 @@ fn marked(client: &mut Client, queue: &str) -> Vec<i64> {
         .iter()
         .map(|r| r.get(0))
         .collect()
-}
-
-/// The ids of `queue`'s freed heads that claims may take now (`jobs.runtime_state`).
-fn freed_heads(client: &mut Client, queue: &str) -> Vec<i64> {
-    scalar(
-        client,
-        "SELECT freed_heads FROM jobs.runtime_state($1)",
-        &[&queue],
-    )
 }
 
 #[test]

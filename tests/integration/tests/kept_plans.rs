@@ -22,7 +22,7 @@
 //! only their own groups' jobs, and a claim that picks again goes on where it stopped.
 
 use pg_jobs_tests::{
-    claim, plan_buffers, plan_nodes, unique_queue, Client, Cluster, ExplainingSession,
+    claim, freed_heads, plan_buffers, plan_nodes, unique_queue, Client, Cluster, ExplainingSession,
 };
 use serde_json::Value;
 use uuid::Uuid;
@@ -620,12 +620,8 @@ fn groups_of_concurrency_one_are_decided_from_their_heads_read_directly() {
             &[&first[0].id, &first[0].lease],
         )
         .expect("complete acme's first job");
-    let freed: Vec<i64> = admin
-        .query_one("SELECT freed_heads FROM jobs.runtime_state($1)", &[&queue])
-        .unwrap()
-        .get(0);
     assert_eq!(
-        freed,
+        freed_heads(&mut admin, &queue),
         [acme_second],
         "the settle moved acme's group on though globex's job of the same key still runs"
     );

@@ -15,7 +15,8 @@ use std::sync::OnceLock;
 use std::thread;
 
 use pg_jobs_tests::{
-    claim, enqueue, scalar, unique_queue, wait_for_a_lock, Client, Cluster, TEST_SETTINGS,
+    claim, enqueue, freed_heads, scalar, unique_queue, wait_for_a_lock, Client, Cluster,
+    TEST_SETTINGS,
 };
 use postgres::error::SqlState;
 use serde_json::json;
@@ -201,15 +202,6 @@ fn jobs_of_a_claim_rolled_back_by_rollback_prepared_are_claimable() {
         [(first, 1)],
         "the job of the rolled-back prepared claim must be claimable again, attempt unspent"
     );
-}
-
-/// The ids of the queue's freed heads that claims may take now.
-fn freed_heads(client: &mut Client, queue: &str) -> Vec<i64> {
-    scalar(
-        client,
-        "SELECT freed_heads FROM jobs.runtime_state($1)",
-        &[&queue],
-    )
 }
 
 /// A settle of a grouped job hands its group's next job to the next claim (a freed head in
