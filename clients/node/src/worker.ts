@@ -247,6 +247,8 @@ export class Worker extends EventEmitter<WorkerEvents> {
   private flushing = false;
   private claimClient: PoolClient | null = null;
   private claiming = false;
+  /** The CancelRequest stop() is sending for the claim, if one is on its way. */
+  private claimCancel: Promise<void> | null = null;
   private stopping = false;
   private loop: Promise<void> | null = null;
   private slotFreed: (() => void) | null = null;
@@ -315,8 +317,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
   private async shutdown(graceMs: number): Promise<void> {
     this.stopping = true;
     this.slotFreed?.();
-    if (this.claimClient && this.claiming) await cancelStatement(this.claimClient);
-    await this.loop?.catch(() => undefined);
+    await this.interruptClaim();
     const pending = [...this.running.values()].map((r) => r.finished);
     let graceTimer: NodeJS.Timeout | undefined;
     await Promise.race([
@@ -331,6 +332,27 @@ export class Worker extends EventEmitter<WorkerEvents> {
     for (const signal of this.signals) process.off(signal, this.onSignal);
     this.pool.off('error', this.onPoolError);
     this.emit('stopped');
+  }
+
+  /**
+   * Cancels the claim waiting in the server, again every 200 ms until the claim loop has ended:
+   * a CancelRequest that reaches the server before the claim's statement does finds the backend
+   * idle and is dropped, and the claim would then wait out its whole `waitMs`.
+   */
+  private async interruptClaim(): Promise<void> {
+    if (!this.loop) return;
+    let ended = false;
+    const loop = this.loop.catch(() => undefined).then(() => {
+      ended = true;
+    });
+    while (!ended) {
+      if (this.claimClient && this.claiming) {
+        this.claimCancel = cancelStatement(this.claimClient);
+        await this.claimCancel;
+        this.claimCancel = null;
+      }
+      await Promise.race([loop, sleep(200)]);
+    }
   }
 
   private async claimLoop(): Promise<void> {
@@ -380,8 +402,12 @@ export class Worker extends EventEmitter<WorkerEvents> {
       }
       for (const row of rows) this.begin(toJob(row), Number(row.lease_ms));
     }
+    // A CancelRequest still on its way could cancel whatever statement the pool's next user
+    // runs on this connection: wait for it, and then close the connection rather than lend it.
+    const cancelled = this.claimCancel !== null;
+    await this.claimCancel;
     this.claimClient?.off('error', this.onPoolError);
-    this.claimClient?.release();
+    this.claimClient?.release(cancelled);
     this.claimClient = null;
   }
 

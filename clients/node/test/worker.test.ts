@@ -4,6 +4,8 @@ import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { after, describe, it } from 'node:test';
 
+import type pg from 'pg';
+
 import { enqueue, enqueueBatch, JobTimeoutError, PermanentError, type Job } from '../src/index.js';
 import { closePools, eventually, jobRow, newQueue, pool, recordingWorker, sleep, url } from './helpers.js';
 
@@ -389,6 +391,31 @@ describe('shutdown and handlers that never resolve', () => {
     const started = Date.now();
     await worker.stop();
     assert.ok(Date.now() - started < 2_000, `stop took ${Date.now() - started} ms`);
+  });
+
+  it('stop() cancels a claim whose statement reaches the server after the first cancel request', { timeout: 30_000 }, async () => {
+    // The claim's statement is held back for 500 ms, as a starved backend or a slow network
+    // would: stop()'s first CancelRequest finds the backend idle and the server drops it.
+    const queue = await newQueue(db);
+    const slow = pool(url('worker'));
+    let claimSent!: () => void;
+    const claiming = new Promise<void>((resolve) => (claimSent = resolve));
+    const connect = slow.connect.bind(slow) as () => Promise<pg.PoolClient>;
+    (slow as any).connect = async () => {
+      const client = await connect();
+      const query = client.query.bind(client) as (...args: any[]) => Promise<any>;
+      (client as any).query = (...args: any[]) => {
+        if (!String(args[0]).includes('jobs_claim')) return query(...args);
+        claimSent();
+        return sleep(500).then(() => query(...args));
+      };
+      return client;
+    };
+    const { worker } = recordingWorker({ pool: slow, queue, handlers: {}, waitMs: 60_000 });
+    await claiming;
+    const started = Date.now();
+    await worker.stop();
+    assert.ok(Date.now() - started < 5_000, `stop took ${Date.now() - started} ms`);
   });
 });
 

@@ -215,12 +215,7 @@ class AsyncWorker:
     async def _shutdown(self, grace: float) -> None:
         self._stopping = True
         self._slot_freed.set()
-        if self._claim_conn is not None and self._claiming:
-            with contextlib.suppress(Exception):
-                await self._claim_conn.cancel_safe(timeout=5.0)
-        if self._claim_task is not None:
-            with contextlib.suppress(BaseException):
-                await self._claim_task
+        await self._interrupt_claim()
         tasks = [job._task for job in self._running.values() if job._task is not None]
         if tasks:
             await asyncio.wait(tasks, timeout=grace)
@@ -242,6 +237,21 @@ class AsyncWorker:
                 log.exception("the on_event callback raised")
         if event.type == "connection_error":
             log.warning("pg_jobs worker %s: %s failed, retrying: %s", self.name, event.during, event.error)
+
+    async def _interrupt_claim(self) -> None:
+        """Cancels the claim waiting in the server, again every 0.2 s until the claim task has
+        ended: a cancel request that reaches the server before the claim's statement does finds
+        the backend idle and is dropped, and the claim would then wait out its whole ``wait``."""
+        task = self._claim_task
+        if task is None:
+            return
+        while not task.done():
+            if self._claim_conn is not None and self._claiming:
+                with contextlib.suppress(Exception):
+                    await self._claim_conn.cancel_safe(timeout=5.0)
+            await asyncio.wait({task}, timeout=0.2)
+        with contextlib.suppress(BaseException):
+            task.result()
 
     async def _claim_loop(self) -> None:
         backoff = 0.1

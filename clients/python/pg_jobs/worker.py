@@ -262,13 +262,7 @@ class Worker:
             self._stopping.set()
             with self._slots:
                 self._slots.notify_all()
-            conn = self._claim_conn.conn
-            if conn is not None and self._claiming:
-                try:
-                    conn.cancel_safe(timeout=5.0)
-                except Exception:
-                    pass
-            self._threads[0].join()
+            self._interrupt_claim()
             deadline = time.monotonic() + grace
             with self._slots:
                 while self._running and time.monotonic() < deadline:
@@ -286,6 +280,20 @@ class Worker:
             with self._keeper_wake:
                 self._keeper_wake.notify_all()
             self._stopped.set()
+
+    def _interrupt_claim(self) -> None:
+        """Cancels the claim waiting in the server, again every 0.2 s until the claim thread has
+        ended: a cancel request that reaches the server before the claim's statement does finds
+        the backend idle and is dropped, and the claim would then wait out its whole ``wait``."""
+        claimer = self._threads[0]
+        while claimer.is_alive():
+            conn = self._claim_conn.conn
+            if conn is not None and self._claiming:
+                try:
+                    conn.cancel_safe(timeout=5.0)
+                except Exception:
+                    pass
+            claimer.join(0.2)
 
     # -- events --------------------------------------------------------------------------
 

@@ -86,6 +86,31 @@ def test_a_cancel_cancels_the_handlers_task_and_records_nothing(db, dsn, produce
     assert job_row(db, job_id)["state"] == "cancelled"
 
 
+def test_stop_cancels_a_claim_whose_statement_reaches_the_server_after_the_first_cancel(db, dsn):
+    # The claim's statement is held back for 0.5 s, as a starved backend or a slow network
+    # would: stop()'s first cancel request finds the backend idle and the server drops it.
+    queue = new_queue(db)
+
+    async def main():
+        claim_sent = asyncio.Event()
+
+        class SlowClaims(psycopg.AsyncConnection):
+            async def execute(self, query, params=None, **kwargs):
+                if "jobs_claim" in str(query):
+                    claim_sent.set()
+                    await asyncio.sleep(0.5)
+                return await super().execute(query, params, **kwargs)
+
+        worker = pg_jobs.AsyncWorker(dsn, queue, {}, wait=60,
+                                     connect=lambda: SlowClaims.connect(dsn, **pg_jobs.connect_kwargs())).start()
+        await asyncio.wait_for(claim_sent.wait(), 10)
+        started = time.monotonic()
+        await worker.stop()
+        return time.monotonic() - started
+
+    assert run(main()) < 5
+
+
 def test_time_limits_and_shutdown_with_jobs_in_flight(db, dsn, producer):
     queue = new_queue(db, "backoff_base => '1 hour'")
     timed_out = pg_jobs.enqueue(producer, queue, {}, kind="hung_limited")

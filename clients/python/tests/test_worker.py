@@ -6,6 +6,8 @@ from __future__ import annotations
 import threading
 import time
 
+import psycopg
+
 import pg_jobs
 from conftest import eventually, job_row, new_queue, state_is, url
 
@@ -223,6 +225,26 @@ def test_stop_while_the_claim_waits_in_the_server_returns_at_once(db, start_work
     started = time.monotonic()
     worker.stop()
     assert time.monotonic() - started < 2
+
+
+def test_stop_cancels_a_claim_whose_statement_reaches_the_server_after_the_first_cancel(db, dsn, start_worker):
+    # The claim's statement is held back for 0.5 s, as a starved backend or a slow network
+    # would: stop()'s first cancel request finds the backend idle and the server drops it.
+    queue = new_queue(db)
+    claim_sent = threading.Event()
+
+    class SlowClaims(psycopg.Connection):
+        def execute(self, query, params=None, **kwargs):
+            if "jobs_claim" in str(query):
+                claim_sent.set()
+                time.sleep(0.5)
+            return super().execute(query, params, **kwargs)
+
+    worker, _ = start_worker(queue, {}, wait=60, connect=lambda: SlowClaims.connect(dsn, **pg_jobs.connect_kwargs()))
+    assert claim_sent.wait(10)
+    started = time.monotonic()
+    worker.stop()
+    assert time.monotonic() - started < 5
 
 
 def test_enqueue_joins_the_callers_transaction(db):
