@@ -22,6 +22,8 @@ const JOB_LOCK: u16 = 0x504b;
 const DEAD_LETTER_LOCK: u16 = 0x504c;
 /// `locktag_field4` of the group locks.
 const GROUP_LOCK: u16 = 0x504d;
+/// `locktag_field4` of the lock held by the transaction that clears a database's stranded marks.
+const SWEEP_LOCK: u16 = 0x504e;
 
 /// The lock tag of lock `key` of kind `kind` in this database.
 fn tag(kind: u16, key: u64) -> pg_sys::LOCKTAG {
@@ -102,6 +104,13 @@ pub fn try_lock_group(key: u64) -> bool {
 /// which may change the group's head).
 pub fn lock_group(key: u64) {
     acquire(GROUP_LOCK, key, pg_sys::ExclusiveLock, true);
+}
+
+/// Takes this database's sweep lock until the transaction (or the subtransaction it is taken
+/// in) ends, if no other transaction holds it: one transaction at a time clears the stranded
+/// marks of freed heads (`engine::groups::sweep_stranded`).
+pub fn try_lock_sweep() -> bool {
+    acquire(SWEEP_LOCK, 0, pg_sys::ExclusiveLock, false)
 }
 
 /// Takes the lock that serialises changes of queues' dead-letter settings, so that a check for

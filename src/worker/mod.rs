@@ -151,6 +151,15 @@ fn note_version(database: &str, report: &tick::TickReport, outdated: &mut Option
     *outdated = report.outdated.clone();
 }
 
+/// Logs and records a step of a tick that failed and was rolled back alone.
+fn step_failed(status: &WorkerStatus, database: &str, step: &str, message: &str) {
+    pgrx::log!(
+        "pg_jobs worker for database {database}: {step} failed, retrying next tick: {message}"
+    );
+    status.set_last_error(message);
+    status.last_error_at.store(server_now(), Ordering::Release);
+}
+
 /// Records what a tick did, or why it failed.
 fn record(status: &WorkerStatus, database: &str, outcome: Result<tick::TickReport, String>) {
     status.ticks.fetch_add(1, Ordering::AcqRel);
@@ -175,11 +184,21 @@ fn record(status: &WorkerStatus, database: &str, outcome: Result<tick::TickRepor
                 .scheduled
                 .fetch_add(report.scheduled as u64, Ordering::AcqRel);
             if let Some(message) = report.schedule_error {
+                step_failed(status, database, "enqueueing schedules", &message);
+            }
+            if report.stranded_cleared > 0 {
                 pgrx::log!(
-                    "pg_jobs worker for database {database}: enqueueing schedules failed, retrying next tick: {message}"
+                    "pg_jobs worker for database {database}: {} jobs at the head of their groups waited for a hand-over that shared memory lost in a restart; they are claimable again",
+                    report.stranded_cleared
                 );
-                status.set_last_error(&message);
-                status.last_error_at.store(server_now(), Ordering::Release);
+            }
+            if let Some(message) = report.sweep_error {
+                step_failed(
+                    status,
+                    database,
+                    "clearing the marks of stranded group heads",
+                    &message,
+                );
             }
         }
         Err(message) => {

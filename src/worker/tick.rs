@@ -4,12 +4,12 @@ use pgrx::pg_sys;
 use pgrx::PgTryBuilder;
 
 use crate::engine::tenants::TenantScope;
-use crate::engine::{claim, idempotency, purge, reclaim, schedules};
+use crate::engine::{claim, groups, idempotency, purge, reclaim, schedules};
 use crate::pg::clock::server_now;
 use crate::pg::extension::LIBRARY_VERSION;
 use crate::pg::subtransaction::in_subtransaction;
-use crate::runtime::floor;
 use crate::runtime::shmem::shared;
+use crate::runtime::{floor, freed_heads};
 use crate::storage::{with_client, Statement};
 
 /// Reclaim statements per tick, so one tick stays short however far behind it is: with
@@ -49,6 +49,11 @@ pub struct TickReport {
     pub scheduled: usize,
     /// Why the schedules' step failed (rolled back alone; the rest of the tick commits).
     pub schedule_error: Option<String>,
+    /// Waiting jobs whose marks the tick cleared because shared memory lost their freed heads
+    /// (the first tick after a start or a crash restart; `engine::groups::sweep_stranded`).
+    pub stranded_cleared: usize,
+    /// Why clearing them failed (rolled back alone; a later tick or claim tries again).
+    pub sweep_error: Option<String>,
 }
 
 /// Runs one tick in its own transaction; an ERROR rolls the tick back and is returned.
@@ -111,6 +116,8 @@ fn tick(started_at: i64) -> TickReport {
                 idempotency_purged: 0,
                 scheduled: 0,
                 schedule_error: None,
+                stranded_cleared: 0,
+                sweep_error: None,
             };
         }
         TICK_SETTINGS.run(client, &[]);
@@ -138,6 +145,9 @@ fn tick(started_at: i64) -> TickReport {
         let purged = purge::sweep(client);
         let idempotency_purged = idempotency::purge_expired(client);
 
+        // Last of the steps in subtransactions: a later one rolled back would forget the sweep.
+        let (stranded_cleared, sweep_error) = sweep_step(client);
+
         claim::wake_due_waiters(client);
         TickReport {
             serving,
@@ -148,6 +158,8 @@ fn tick(started_at: i64) -> TickReport {
             idempotency_purged,
             scheduled,
             schedule_error,
+            stranded_cleared,
+            sweep_error,
         }
     })
 }
@@ -155,16 +167,27 @@ fn tick(started_at: i64) -> TickReport {
 /// Enqueues the due slots of schedules in a subtransaction of the tick: a failure there is
 /// rolled back alone and reported, so it cannot hold back reclaim and purge.
 fn schedule_step(client: &pgrx::spi::SpiClient<'_>, started_at: i64) -> (usize, Option<String>) {
-    PgTryBuilder::new(|| {
-        let scheduled = in_subtransaction(|| {
-            (
-                schedules::run_for_worker(client, server_now(), started_at),
-                true,
-            )
-        });
-        (scheduled, None)
-    })
-    .catch_others(|error| (0, Some(error_message(error))))
+    step_alone(|| schedules::run_for_worker(client, server_now(), started_at))
+}
+
+/// Once per database after shared memory was made: clears the marks of the waiting jobs whose
+/// freed heads it lost, so that settles may hand heads over again and no claim pays for it (a
+/// waiting claim's empty attempt would roll its sweep back, and sweep again at every wake-up).
+/// Nothing when a claim is sweeping meanwhile.
+fn sweep_step(client: &pgrx::spi::SpiClient<'_>) -> (usize, Option<String>) {
+    if !freed_heads::sweep_needed() {
+        return (0, None);
+    }
+    step_alone(|| groups::sweep_stranded(client).unwrap_or(0))
+}
+
+/// Runs `step` in a subtransaction of the tick, rolled back alone on an ERROR, whose message
+/// is returned beside the default answer.
+fn step_alone<T: Default>(step: impl FnOnce() -> T) -> (T, Option<String>) {
+    PgTryBuilder::new(std::panic::AssertUnwindSafe(|| {
+        (in_subtransaction(|| (step(), true)), None)
+    }))
+    .catch_others(|error| (T::default(), Some(error_message(error))))
     .execute()
 }
 

@@ -342,6 +342,7 @@ fn take_freed(
         return Vec::new();
     }
     if freed_heads::sweep_needed() {
+        // No settle offers freed heads until a sweep committed; the worker's tick sweeps too.
         sweep_stranded(client);
         return Vec::new();
     }

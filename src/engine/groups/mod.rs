@@ -49,9 +49,10 @@
 //! * A change of `group_concurrency` clears every mark of the queue ([`release_all`]); the
 //!   next claim of a queue whose groups run more than one job clears the marks of the freed
 //!   heads left from before, as a claim under REPEATABLE READ does.
-//! * After shared memory was made (a start, a crash restart), the first claim of a database
-//!   clears the marks of every waiting head with nothing before it ([`sweep_stranded`]) before
-//!   any settle there hands a head over.
+//! * After shared memory was made (a start, a crash restart), the background worker's first
+//!   tick in a database, or a claim there before it, clears the marks of every waiting head
+//!   with nothing before it ([`sweep_stranded`], one transaction at a time) before any settle
+//!   there hands a head over.
 //! * A job whose mark is cleared becomes claimable, and is reported as such
 //!   (`engine::transitions`): the claim floor comes down to it, waiting claims wake.
 
@@ -313,11 +314,17 @@ pub fn unmark(client: &SpiClient<'_>, ids: Vec<i64>) {
 /// Clears the marks of every waiting job of this database with nothing of its group before it
 /// (nothing running, no earlier unfinished job): what freed heads lost with shared memory
 /// (`runtime::freed_heads`) would have handed to claims. Once this commits, settles may offer
-/// freed heads here.
-pub fn sweep_stranded(client: &SpiClient<'_>) {
+/// freed heads here. Answers how many it cleared, or `None` when another transaction is
+/// sweeping the database (after a restart, every claim that starts before the first sweep
+/// commits would otherwise read all the waiting jobs too).
+pub fn sweep_stranded(client: &SpiClient<'_>) -> Option<usize> {
+    if !locks::try_lock_sweep() {
+        return None;
+    }
     let cleared = SWEEP.run_latest(client, &[]);
     transitions::queued_rows(&cleared);
     freed_heads::swept_here();
+    Some(cleared.len())
 }
 
 /// For [`move_on`], when every one of `groups` (locked) is in a queue of `group_concurrency` 1

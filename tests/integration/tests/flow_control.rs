@@ -1524,13 +1524,11 @@ fn freed_heads_of_a_queue_whose_group_concurrency_grew_are_cleared() {
     assert!(marked(&mut client, &queue).is_empty());
 }
 
-/// Shared memory starts empty after a crash: freed heads offered before it are gone while
-/// their jobs are still marked. The first claim of the database clears the marks of every
-/// waiting head with nothing before it, so none of them waits for ever.
-#[test]
-fn freed_heads_lost_in_a_crash_are_found_again_by_the_first_claim() {
-    let cluster = Cluster::start("freed_crash", TEST_SETTINGS);
-    let mut client = cluster.connect();
+/// Makes each of three groups of queue `q` in `database` hand its third job over as a freed
+/// head, then crashes and restarts the server: the freed heads are gone, their marks are not.
+/// Returns the three jobs.
+fn strand_freed_heads(cluster: &Cluster, database: &str) -> Vec<i64> {
+    let mut client = cluster.connect_to(database);
     client
         .batch_execute("CREATE EXTENSION pg_jobs; SELECT jobs_create_queue('q')")
         .unwrap();
@@ -1574,8 +1572,25 @@ fn freed_heads_lost_in_a_crash_are_found_again_by_the_first_claim() {
 
     cluster.crash();
     cluster.restart();
-    let mut client = cluster.connect();
+    third
+}
+
+/// Shared memory starts empty after a crash: freed heads offered before it are gone while
+/// their jobs are still marked. In a database the background worker does not serve, the first
+/// claim clears the marks of every waiting head with nothing before it, so none of them waits
+/// for ever.
+#[test]
+fn freed_heads_lost_in_a_crash_are_found_again_by_the_first_claim() {
+    let cluster = Cluster::start("freed_crash", TEST_SETTINGS);
+    cluster
+        .connect()
+        .batch_execute("CREATE DATABASE unserved")
+        .unwrap();
+    let third = strand_freed_heads(&cluster, "unserved");
+    let mut client = cluster.connect_to("unserved");
     assert!(freed_heads(&mut client, "q").is_empty());
+    // Longer than the worker's tick: nothing clears them but a claim here.
+    std::thread::sleep(Duration::from_millis(500));
     assert_eq!(
         marked(&mut client, "q"),
         third,
@@ -1587,5 +1602,80 @@ fn freed_heads_lost_in_a_crash_are_found_again_by_the_first_claim() {
         .collect();
     assert_eq!(got, third, "the first claim found the stranded heads");
     assert!(marked(&mut client, "q").is_empty());
+    cluster.stop();
+}
+
+/// One transaction sweeps at a time: while a claim's transaction that swept is open it holds
+/// the database's sweep lock, and another session's claim goes on without waiting for it (nor
+/// sweeping: it would only pass over the rows the first one holds).
+#[test]
+fn one_transaction_at_a_time_sweeps_and_claims_do_not_wait_for_it() {
+    let cluster = Cluster::start("freed_crash_lock", TEST_SETTINGS);
+    cluster
+        .connect()
+        .batch_execute("CREATE DATABASE unserved")
+        .unwrap();
+    let third = strand_freed_heads(&cluster, "unserved");
+    let mut sweeping = cluster.connect_to("unserved");
+    sweeping.batch_execute("BEGIN").unwrap();
+    let got: Vec<i64> = claim(&mut sweeping, "q", 10, "")
+        .iter()
+        .map(|c| c.id)
+        .collect();
+    assert_eq!(got, third);
+    let sweeper: i32 = scalar(&mut sweeping, "SELECT pg_backend_pid()", &[]);
+    let mut other = cluster.connect_to("unserved");
+    let holders = |client: &mut Client| -> Vec<i32> {
+        client
+            .query(
+                "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 20558 AND granted",
+                &[],
+            )
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect()
+    };
+    assert_eq!(holders(&mut other), [sweeper]);
+    other.batch_execute("SET statement_timeout = '5s'").unwrap();
+    let _: i64 = scalar(
+        &mut other,
+        "SELECT jobs_enqueue('q', '{}', group_key => 'd')",
+        &[],
+    );
+    assert_eq!(claim(&mut other, "q", 10, "").len(), 1, "the claim went on");
+    sweeping.batch_execute("COMMIT").unwrap();
+    assert!(holders(&mut other).is_empty());
+    cluster.stop();
+}
+
+/// In a database the background worker serves, its first tick after the crash clears the
+/// stranded marks before any claim comes, and records the sweep: settles hand heads over again.
+#[test]
+fn freed_heads_lost_in_a_crash_are_found_again_by_the_worker() {
+    let cluster = Cluster::start("freed_crash_worker", TEST_SETTINGS);
+    let third = strand_freed_heads(&cluster, "postgres");
+    let mut client = cluster.connect();
+    wait_until(
+        Duration::from_secs(10),
+        "the worker to clear the stranded marks",
+        || marked(&mut client, "q").is_empty(),
+    );
+    assert!(cluster.log().contains(
+        "3 jobs at the head of their groups waited for a hand-over that shared memory lost"
+    ));
+    let claimed = claim(&mut client, "q", 10, "");
+    assert_eq!(claimed.iter().map(|c| c.id).collect::<Vec<_>>(), third);
+    // A fourth job of group a, marked by a claim behind the running third: the settle of the
+    // third hands it over, as it may only once the sweep is recorded.
+    let fourth: i64 = scalar(
+        &mut client,
+        "SELECT jobs_enqueue('q', '{}', group_key => 'a')",
+        &[],
+    );
+    assert!(claim(&mut client, "q", 1, "").is_empty());
+    assert_eq!(marked(&mut client, "q"), [fourth]);
+    assert_eq!(complete(&mut client, &claimed[0]), "succeeded");
+    assert_eq!(freed_heads(&mut client, "q"), [fourth]);
     cluster.stop();
 }
