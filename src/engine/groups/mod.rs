@@ -123,7 +123,7 @@ static SWEEP: Statement = Statement {
     name: "groups/sweep",
     sql: include_str!("sweep.sql"),
     params: &[],
-    columns: &["queue", "priority", "run_at", "id"],
+    columns: &["queue", "priority", "run_at", "id", "passed_over"],
 };
 
 static RELEASE_ALL: Statement = Statement {
@@ -314,17 +314,29 @@ pub fn unmark(client: &SpiClient<'_>, ids: Vec<i64>) {
 /// Clears the marks of every waiting job of this database with nothing of its group before it
 /// (nothing running, no earlier unfinished job): what freed heads lost with shared memory
 /// (`runtime::freed_heads`) would have handed to claims. Once this commits, settles may offer
-/// freed heads here. Answers how many it cleared, or `None` when another transaction is
-/// sweeping the database (after a restart, every claim that starts before the first sweep
-/// commits would otherwise read all the waiting jobs too).
+/// freed heads here, unless it passed over heads whose rows other transactions held: then the
+/// next claim or tick sweeps again. Answers how many it cleared, or `None` when another
+/// transaction is sweeping the database (after a restart, every claim that starts before the
+/// first sweep commits would otherwise read all the waiting jobs too).
 pub fn sweep_stranded(client: &SpiClient<'_>) -> Option<usize> {
     if !locks::try_lock_sweep() {
         return None;
     }
-    let cleared = SWEEP.run_latest(client, &[]);
-    transitions::queued_rows(&cleared);
-    freed_heads::swept_here();
-    Some(cleared.len())
+    let rows = SWEEP.run_latest(client, &[]);
+    let mut cleared = 0;
+    let mut passed_over = 0;
+    for row in rows.iter() {
+        passed_over = row.expect::<i64>("passed_over");
+        // The row that only counts (nothing cleared) names no job.
+        if row.get::<i64>("id").is_some() {
+            transitions::queued_row(&row);
+            cleared += 1;
+        }
+    }
+    if passed_over == 0 {
+        freed_heads::swept_here();
+    }
+    Some(cleared)
 }
 
 /// For [`move_on`], when every one of `groups` (locked) is in a queue of `group_concurrency` 1

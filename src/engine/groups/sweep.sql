@@ -4,9 +4,10 @@
 -- database after shared memory was made, before any settle there offers a freed head, so no
 -- head offered before a restart waits for ever. Probes job_group_idx below each waiting job's
 -- place (comparing the hash the index is keyed by, then the names); a job whose row another
--- transaction holds is skipped, never waited for, as in move_on.sql: every such transaction
--- moves the group on after it.
-WITH heads AS (
+-- transaction holds is skipped, never waited for, as in move_on.sql, and counted: one that
+-- does not move the group on when it ends (a unique replace of the job, say) leaves it marked,
+-- so the caller does not record the sweep, and the next claim or tick sweeps again.
+WITH heads AS MATERIALIZED (
     SELECT w.id
       FROM jobs.job w
      WHERE w.group_key IS NOT NULL AND w.group_wait AND w.state = 'queued'
@@ -18,10 +19,22 @@ WITH heads AS (
                AND (h.state = 'queued' OR h.state = 'running')
                AND h.queue = w.queue AND h.group_key = w.group_key
                AND h.tenant IS NOT DISTINCT FROM w.tenant)
-       FOR UPDATE OF w SKIP LOCKED
+), locked AS (
+    SELECT j.id
+      FROM jobs.job j
+      JOIN heads ON heads.id = j.id
+     WHERE j.group_wait AND j.state = 'queued'
+       FOR UPDATE OF j SKIP LOCKED
+), cleared AS (
+    UPDATE jobs.job j
+       SET group_wait = false
+      FROM locked
+     WHERE j.id = locked.id
+    RETURNING j.queue, j.priority, j.run_at, j.id
 )
-UPDATE jobs.job j
-   SET group_wait = false
-  FROM heads
- WHERE j.id = heads.id
-RETURNING j.queue, j.priority, j.run_at, j.id
+-- One row at least: the heads it passed over (their rows held, or changed meanwhile), which
+-- make the caller sweep again later, beside the cleared jobs (none: NULLs).
+SELECT c.queue, c.priority, c.run_at, c.id, s.passed_over
+  FROM (SELECT (SELECT pg_catalog.count(*) FROM heads)
+               OPERATOR(pg_catalog.-) (SELECT pg_catalog.count(*) FROM locked) AS passed_over) s
+  LEFT JOIN cleared c ON true

@@ -1605,6 +1605,49 @@ fn freed_heads_lost_in_a_crash_are_found_again_by_the_first_claim() {
     cluster.stop();
 }
 
+/// A stranded head whose row another transaction holds while the sweep runs is passed over,
+/// and the sweep is then not recorded: once the row is free, the next claim sweeps again and
+/// finds it (recorded, the head would have stayed marked for good).
+#[test]
+fn a_stranded_head_the_sweep_passed_over_is_found_by_the_next_sweep() {
+    let cluster = Cluster::start("freed_crash_held", TEST_SETTINGS);
+    cluster
+        .connect()
+        .batch_execute("CREATE DATABASE unserved")
+        .unwrap();
+    let third = strand_freed_heads(&cluster, "unserved");
+    let mut holder = cluster.connect_to("unserved");
+    holder.batch_execute("BEGIN").unwrap();
+    holder
+        .query(
+            "SELECT FROM jobs.job WHERE id = $1 FOR UPDATE",
+            &[&third[0]],
+        )
+        .unwrap();
+    let mut client = cluster.connect_to("unserved");
+    let got: Vec<i64> = claim(&mut client, "q", 10, "")
+        .iter()
+        .map(|c| c.id)
+        .collect();
+    assert_eq!(got, third[1..]);
+    assert_eq!(marked(&mut client, "q"), [third[0]]);
+    holder.batch_execute("ROLLBACK").unwrap();
+    // The claim that sweeps reads the claim index from the floor it found (the first claim
+    // raised it past the marked job), so the job comes to the claim after it, as one that a
+    // claim's unmark brings back does.
+    claim(&mut client, "q", 10, "");
+    assert!(
+        marked(&mut client, "q").is_empty(),
+        "the next claim swept again"
+    );
+    let got: Vec<i64> = claim(&mut client, "q", 10, "")
+        .iter()
+        .map(|c| c.id)
+        .collect();
+    assert_eq!(got, [third[0]]);
+    cluster.stop();
+}
+
 /// One transaction sweeps at a time: while a claim's transaction that swept is open it holds
 /// the database's sweep lock, and another session's claim goes on without waiting for it (nor
 /// sweeping: it would only pass over the rows the first one holds).
