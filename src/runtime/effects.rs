@@ -141,6 +141,18 @@ pub fn jobs_queued(queue: &str, count: u32, first: Position) {
     });
 }
 
+/// The lowest position of a job of `queue` this transaction made queued: it lowers the queue's
+/// floor only when the transaction commits, but the transaction's own claims see the job now.
+pub fn pending_lowest(queue: &str) -> Option<Position> {
+    PENDING.with(|pending| {
+        pending
+            .borrow()
+            .iter()
+            .find(|e| e.queue == queue)
+            .and_then(|e| e.lowest)
+    })
+}
+
 /// Notes that `count` queued jobs of `queue` become claimable without moving in claim order
 /// when this transaction commits (a group's slot was freed, so its next job may run).
 pub fn jobs_unblocked(queue: &str, count: u32) {

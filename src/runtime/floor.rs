@@ -115,6 +115,22 @@ pub struct Seen {
     pub reach: Option<Position>,
 }
 
+impl Seen {
+    /// What a claim of a transaction that itself made a job queued at `lowest` may start from:
+    /// the floor as read, unless that job lies below it (the commit lowers the floor only for
+    /// the claims after it); then from the job, and with no reach (it may lie below that too).
+    pub fn lowered_to(self, lowest: Option<Position>) -> Seen {
+        match (self.key, lowest) {
+            (Some(key), Some(lowest)) if lowest < key => Seen {
+                generation: self.generation,
+                key: Some(lowest),
+                reach: None,
+            },
+            _ => self,
+        }
+    }
+}
+
 /// Reads the queue's floor, and the reach of `scope` (none without a scope); `None` without
 /// shared memory.
 pub fn read(slot: Option<&Slot>, queue: &str, scope: Option<ReachScope<'_>>) -> Option<Seen> {

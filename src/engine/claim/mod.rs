@@ -34,6 +34,7 @@ use crate::engine::queues::{self, unknown_queue};
 use crate::engine::transitions;
 use crate::pg::clock::server_now;
 use crate::pg::datum::ClaimedRow;
+use crate::runtime::effects;
 use crate::runtime::floor::{self, Seen};
 use crate::runtime::freed_heads;
 use crate::runtime::locks;
@@ -185,7 +186,13 @@ fn attempt(
             let probe = budget.throttled(client, queue, request, now);
             return (Vec::new(), Some(probe));
         }
-        let seen = floor::read(slot, queue, request.filter.reach_scope());
+        // The waiting heads settles handed over (groups of concurrency 1), merged with the
+        // first pick in claim order; they are not in the claim indexes, so the floor and the
+        // reach never move for them. Taken before the floor is read: a sweep or unmark here
+        // makes jobs queued that this claim's pick must find.
+        let mut freed = take_freed(client, queue, concurrency, request, now, allowed);
+        let seen = floor::read(slot, queue, request.filter.reach_scope())
+            .map(|seen| seen.lowered_to(effects::pending_lowest(queue)));
         let picking = Picking {
             queue,
             filter: &request.filter,
@@ -200,10 +207,6 @@ fn attempt(
         let mut kept_positions: Vec<Position> = Vec::new();
         let mut let_go: HashSet<i64> = HashSet::new();
         let mut examined = 0;
-        // The waiting heads settles handed over (groups of concurrency 1), merged with the
-        // first pick in claim order; they are not in the claim indexes, so the floor and the
-        // reach never move for them.
-        let mut freed = take_freed(client, queue, concurrency, request, now, allowed);
         let mut freed_taken: HashSet<i64> = HashSet::new();
         // A picked job that another claim took (and committed) after the candidates' snapshot
         // is not taken, nor one its group does not allow now; pick again, with a fresh

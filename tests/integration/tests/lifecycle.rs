@@ -1024,6 +1024,35 @@ fn jobs_of_a_rolled_back_claim_come_before_later_ones() {
     assert_eq!(ids_of(claim(&mut client, &queue, 10, "")), ids[12..20]);
 }
 
+/// A claim sees the jobs its own transaction made queued in claim order, also those below the
+/// queue's floor (which their commit would lower only for the claims after it): Rule 2 within
+/// one transaction.
+#[test]
+fn a_claim_takes_first_a_job_its_own_transaction_queued_before_the_floor() {
+    let mut client = Cluster::shared().connect();
+    let queue = unique_queue(&mut client, "own-floor", "");
+    let ids: Vec<i64> = (1..=4)
+        .map(|n| enqueue(&mut client, &queue, json!({ "n": n })))
+        .collect();
+    let ids_of = |claimed: Vec<Claimed>| -> Vec<i64> { claimed.iter().map(|c| c.id).collect() };
+    // A committed claim puts a floor on the queue, past its job.
+    assert_eq!(ids_of(claim(&mut client, &queue, 2, "")), ids[0..2]);
+    client.batch_execute("BEGIN").unwrap();
+    let urgent = enqueue_with(
+        &mut client,
+        &queue,
+        json!({"urgent": true}),
+        ", priority => -1",
+    );
+    assert_eq!(
+        ids_of(claim(&mut client, &queue, 1, "")),
+        [urgent],
+        "the claim passed over its own transaction's job"
+    );
+    client.batch_execute("ROLLBACK").unwrap();
+    assert_eq!(ids_of(claim(&mut client, &queue, 5, "")), ids[2..4]);
+}
+
 /// The dead-letter copies of job `id` in queue `dead_letter`, as full rows.
 fn dead_letter_copies(client: &mut Client, dead_letter: &str, id: i64) -> Vec<Value> {
     client
