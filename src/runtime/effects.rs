@@ -30,6 +30,7 @@ use super::floor;
 use super::freed_heads;
 use super::position::Position;
 use super::queue_id::{current_database, slot_index};
+use super::queued_changes;
 use super::shmem::{shared, Slot};
 use super::spin::SpinLocked;
 use super::totals::{self, Counts};
@@ -274,6 +275,7 @@ unsafe extern "C-unwind" fn on_xact_event(
         // back, maybe in another session. Take them now, before its resources are released as
         // if it had committed.
         pg_sys::XactEvent::XACT_EVENT_PREPARE => {
+            queued_changes::transaction_ended();
             freed_heads::transaction_prepared();
             GRANTS_CHANGED.with(|c| c.set(false));
             QUEUES_CHANGED.with(|c| c.set(false));
@@ -290,6 +292,7 @@ unsafe extern "C-unwind" fn on_xact_event(
         // to queues and grants before anyone waiting for those locks goes on (an enqueue that
         // waited for a drop's queue lock must not use the dropped queue's kept row).
         pg_sys::XactEvent::XACT_EVENT_COMMIT => {
+            queued_changes::transaction_ended();
             PREPARING.with(|g| g.borrow_mut().take());
             if GRANTS_CHANGED.with(|c| c.replace(false)) {
                 bump_tenant_grants();
@@ -299,8 +302,19 @@ unsafe extern "C-unwind" fn on_xact_event(
             }
         }
         pg_sys::XactEvent::XACT_EVENT_ABORT => {
+            queued_changes::transaction_ended();
             PREPARING.with(|g| g.borrow_mut().take());
         }
+        // Not visible yet: claims that find the count begun read the groups they take heads of.
+        pg_sys::XactEvent::XACT_EVENT_PRE_COMMIT => PENDING.with(|pending| {
+            let pending = pending.borrow();
+            queued_changes::commit_begins(
+                pending
+                    .iter()
+                    .filter(|e| e.lowest.is_some())
+                    .map(|e| e.queue.as_str()),
+            );
+        }),
         _ => {}
     }
 }
@@ -393,6 +407,7 @@ fn subtransaction_aborted() {
 /// taken before the commit).
 fn before_two_phase_statement(statement: TwoPhaseStatement, _gid: &str) {
     if statement != TwoPhaseStatement::Prepare {
+        queued_changes::two_phase_begins();
         bump_tenant_grants();
         bump_queue_settings();
     }
@@ -406,6 +421,8 @@ fn on_two_phase_statement(statement: TwoPhaseStatement, gid: &str) {
             PREPARING.with(|g| *g.borrow_mut() = Some(gid.to_owned()));
         }
         TwoPhaseStatement::CommitPrepared | TwoPhaseStatement::RollbackPrepared => {
+            // Visible to everyone now.
+            queued_changes::two_phase_ended();
             // A prepared transaction may have changed tenant grants; which ones is not
             // recorded, and dropping the sessions' caches is cheap.
             bump_tenant_grants();

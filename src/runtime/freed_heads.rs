@@ -6,7 +6,9 @@
 //! of four indexes) for nearly every grouped job, which its claim then updated again; a claim
 //! that takes a freed head clears the mark in the update that takes it. A freed head is only a
 //! hint: the claim that takes one checks, under the group's lock and the latest snapshot, that
-//! the job is still its group's waiting head (`engine::claim`), and one that is not is dropped,
+//! the job is still its group's waiting head (`engine::claim`; unless no commit that queued jobs
+//! of the queue can have become visible since the settle read the group: the entry's stamp,
+//! `runtime::queued_changes`), and one that is not is dropped,
 //! which is safe for the reason a mark is (whatever comes before the job in its group moves the
 //! group on when it ends). What must never happen is that a valid one is lost while its job
 //! stays marked, so:
@@ -27,6 +29,7 @@ use pgrx::pg_sys;
 
 use super::position::Position;
 use super::queue_id::{current_database, slot_index};
+use super::queued_changes::Stamp;
 use super::shmem::{shared, SLOTS};
 use super::spin::SpinLocked;
 
@@ -105,6 +108,7 @@ struct Entry {
     group_key: ShortText,
     tenant: ShortText,
     kind: ShortText,
+    stamp: Stamp,
 }
 
 /// The table of freed heads: entries linked into one list per wake-up slot, in claim order
@@ -173,6 +177,9 @@ pub struct FreedHead {
     pub tenant: Option<String>,
     /// Its kind.
     pub kind: String,
+    /// What the settle read of the queue's counts of queueing commits before it read the group
+    /// (`runtime::queued_changes`).
+    pub stamp: Stamp,
 }
 
 /// What a claim asks of the freed heads it takes: the kind, tenant and run_at of each.
@@ -330,6 +337,7 @@ pub fn offer(head: &FreedHead) -> bool {
             group_key,
             tenant,
             kind,
+            stamp: head.stamp,
         };
         table.link_in_order(slot, link);
         Some(link)
@@ -385,6 +393,7 @@ pub fn take(queue: &str, wanted: usize, claim: &impl Wanted) -> Vec<FreedHead> {
             group_key: entry.group_key.get().unwrap_or_default().to_owned(),
             tenant: entry.tenant.get().map(str::to_owned),
             kind: entry.kind.get().unwrap_or_default().to_owned(),
+            stamp: entry.stamp,
         })
         .collect()
 }

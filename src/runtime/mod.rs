@@ -1,7 +1,8 @@
 //! What pg_jobs keeps outside its tables, in shared memory and per transaction: claim floors
 //! and reaches, wake-up slots for waiting claims, the effects a transaction has on them when it
 //! commits, rolls back or is prepared, the extension's own heavyweight locks, rate-limit
-//! buckets, the totals of settled jobs, the freed heads of groups, and the background workers'
+//! buckets, the totals of settled jobs, the freed heads of groups and the counts of commits that
+//! queue jobs (which tell a claim a freed head still holds), and the background workers'
 //! status. It uses `pg`
 //! only; the engine drives it.
 
@@ -11,6 +12,7 @@ pub mod freed_heads;
 pub mod locks;
 mod position;
 mod queue_id;
+pub mod queued_changes;
 pub mod rate;
 pub mod shmem;
 mod spin;

@@ -12,6 +12,7 @@ use pgrx::pg_sys;
 use super::effects::PreparedStash;
 use super::floor::FloorCell;
 use super::freed_heads::FreedHeads;
+use super::queued_changes::QueuedChanges;
 use super::rate::RateTable;
 use super::totals::TotalsTable;
 use super::worker_status::WorkerStatus;
@@ -77,6 +78,7 @@ pub struct Shared {
     rate_table: RateTable,
     totals: TotalsTable,
     freed_heads: FreedHeads,
+    queued_changes: QueuedChanges,
 }
 
 impl Shared {
@@ -125,13 +127,19 @@ impl Shared {
         &self.freed_heads
     }
 
+    /// The counts of commits that make jobs queued (`runtime::queued_changes`).
+    pub(super) fn queued_changes(&self) -> &QueuedChanges {
+        &self.queued_changes
+    }
+
     /// The effects of prepared transactions, applied when they are committed or rolled back.
     pub(super) fn prepared(&self) -> &PreparedStash {
         &self.prepared
     }
 }
 
-// SAFETY: see Slot; WorkerStatus is atomics only; PreparedStash, RateTable and FreedHeads are
+// SAFETY: see Slot; WorkerStatus and QueuedChanges are atomics only; PreparedStash, RateTable
+// and FreedHeads are
 // spin-locked;
 // TotalsTable publishes its keys under its own lock (see its note).
 unsafe impl Sync for Shared {}

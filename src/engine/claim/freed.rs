@@ -4,7 +4,9 @@
 //!
 //! Each one is checked under its job's lock and its group's (both taken without waiting, as a
 //! claim takes them for the jobs it picks), by reading the group's head under the latest
-//! snapshot: one that is no longer its group's waiting head is dropped (what comes before it
+//! snapshot, unless no commit that queued jobs of its queue can have become visible since its
+//! settle read the group (`runtime::queued_changes`; a burn-down queues none): one that is no
+//! longer its group's waiting head is dropped (what comes before it
 //! moves the group on when it ends), one whose job or group is busy is given back for a later
 //! claim, and one that changed since it was offered (a unique `replace` moved it) has its mark
 //! cleared, so the claim indexes serve it.
@@ -20,6 +22,7 @@ use crate::engine::groups;
 use crate::engine::model::Position;
 use crate::runtime::freed_heads::{self, Wanted};
 use crate::runtime::locks;
+use crate::runtime::queued_changes;
 use crate::storage::group_reader::{self, GroupName};
 
 /// What a claim wants of freed heads: due now, of its kinds and tenants.
@@ -100,8 +103,21 @@ fn check(
         }
         locked.push(head);
     }
+    // Heads whose queue saw no commit that queued jobs since their settle read their groups are
+    // still their groups' waiting heads (`runtime::queued_changes`): as offered, no read.
+    let mut candidates = Vec::with_capacity(locked.len());
+    locked.retain(|head| {
+        if !queued_changes::unchanged_since(queue, head.stamp) {
+            return true;
+        }
+        candidates.push(Candidate {
+            position: head.position,
+            group: Some((head.group_key.clone(), head.tenant.clone())),
+        });
+        false
+    });
     if locked.is_empty() {
-        return Vec::new();
+        return candidates;
     }
     let names: Vec<GroupName<'_>> = locked
         .iter()
@@ -122,9 +138,8 @@ fn check(
             locks::unlock_job(id);
         }
         groups::unmark(client, ids);
-        return Vec::new();
+        return candidates;
     };
-    let mut candidates = Vec::with_capacity(locked.len());
     let mut changed = Vec::new();
     for (head, found) in locked.into_iter().zip(found) {
         let id = head.position.id;

@@ -67,6 +67,7 @@ use crate::engine::transitions;
 use crate::pg::clock::server_now;
 use crate::runtime::freed_heads::{self, FreedHead};
 use crate::runtime::locks;
+use crate::runtime::queued_changes::{self, Stamp};
 use crate::storage::group_reader::{self, GroupHead, GroupName};
 use crate::storage::key_reader;
 use crate::storage::{param, Row, Rows, Statement};
@@ -250,6 +251,19 @@ pub fn move_on(client: &SpiClient<'_>, groups: Vec<GroupRef>) {
         transitions::group_freed(&group.queue);
     }
     let groups: Vec<GroupRef> = keyed.into_iter().map(|(_, group)| group).collect();
+    // Read before the groups are, for the claims that take the heads (`runtime::queued_changes`).
+    let mut stamps: Vec<(&str, Stamp)> = Vec::with_capacity(1);
+    for group in &groups {
+        if !stamps.iter().any(|(queue, _)| *queue == group.queue) {
+            stamps.push((&group.queue, queued_changes::stamp(&group.queue)));
+        }
+    }
+    let stamp_of = |queue: &str| {
+        stamps
+            .iter()
+            .find(|(stamped, _)| *stamped == queue)
+            .map_or_else(Stamp::default, |(_, stamp)| *stamp)
+    };
     let cleared: Rows = match waiting_heads(&groups) {
         Some(heads) => {
             // The heads go to the next claims in shared memory where they can (a claim takes
@@ -257,7 +271,7 @@ pub fn move_on(client: &SpiClient<'_>, groups: Vec<GroupRef>) {
             let now = server_now();
             let unoffered: Vec<i64> = heads
                 .into_iter()
-                .filter(|(group, head)| !offer(group, head, now))
+                .filter(|(group, head)| !offer(group, head, now, stamp_of(&group.queue)))
                 .map(|(_, head)| head.id)
                 .collect();
             if unoffered.is_empty() {
@@ -284,8 +298,8 @@ pub fn move_on(client: &SpiClient<'_>, groups: Vec<GroupRef>) {
 /// Offers the waiting `head` of `group` (locked, of concurrency 1, nothing of it running) to
 /// the next claims of its queue (`runtime::freed_heads`), if it is due at `now`; `false` when
 /// its mark must be cleared instead. A head not due yet is left to the claim indexes, whose
-/// floor and wake-ups know about delayed jobs.
-fn offer(group: &GroupRef, head: &GroupHead, now: pg_sys::TimestampTz) -> bool {
+/// floor and wake-ups know about delayed jobs. `stamp`: read before the group was.
+fn offer(group: &GroupRef, head: &GroupHead, now: pg_sys::TimestampTz, stamp: Stamp) -> bool {
     head.run_at <= now
         && freed_heads::offer(&FreedHead {
             position: Position {
@@ -297,6 +311,7 @@ fn offer(group: &GroupRef, head: &GroupHead, now: pg_sys::TimestampTz) -> bool {
             group_key: group.key.clone(),
             tenant: group.tenant.clone(),
             kind: head.kind.clone(),
+            stamp,
         })
 }
 

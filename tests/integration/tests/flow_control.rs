@@ -1499,6 +1499,67 @@ fn freed_heads_keep_claim_order_and_go_only_to_claims_of_their_kind() {
     assert_eq!(got.iter().map(|c| c.id).collect::<Vec<_>>(), [second]);
 }
 
+/// The ids of what a claim of up to 10 jobs of `queue` got.
+fn claimed_ids(client: &mut Client, queue: &str) -> Vec<i64> {
+    claim(client, queue, 10, "").iter().map(|c| c.id).collect()
+}
+
+/// A freed head is taken without reading its group again only while no commit queued jobs of
+/// its queue since its settle read the group. Ids are drawn before commit: a job of the group
+/// with a lower id whose enqueue commits after the settle comes first, and the head waits.
+#[test]
+fn a_freed_head_behind_a_job_of_its_group_committed_after_its_settle_is_not_taken() {
+    let cluster = Cluster::shared();
+    let mut client = cluster.connect();
+    let mut producer = cluster.connect();
+    let queue = unique_queue(&mut client, "freed-late", "");
+    enqueue_with(&mut client, &queue, ", group_key => 'g'");
+    let running = claim(&mut client, &queue, 1, "");
+    producer.batch_execute("BEGIN").unwrap();
+    let late = enqueue_with(&mut producer, &queue, ", group_key => 'g'");
+    let head = enqueue_with(&mut client, &queue, ", group_key => 'g'");
+    // A claim meets the head behind the running job and marks it.
+    assert!(claim(&mut client, &queue, 1, "").is_empty());
+    assert_eq!(marked(&mut client, &queue), [head]);
+    assert_eq!(complete(&mut client, &running[0]), "succeeded");
+    assert_eq!(freed_heads(&mut client, &queue), [head]);
+    producer.batch_execute("COMMIT").unwrap();
+    assert_eq!(
+        claimed_ids(&mut client, &queue),
+        [late],
+        "the freed head ran beside an earlier job of its group"
+    );
+}
+
+/// The same for a job of the group that `jobs_retry` queues again after the settle.
+#[test]
+fn a_freed_head_behind_a_job_of_its_group_retried_after_its_settle_is_not_taken() {
+    let mut client = Cluster::shared().connect();
+    let queue = unique_queue(&mut client, "freed-retried", "");
+    let failed = enqueue_with(&mut client, &queue, ", group_key => 'g'");
+    let first = claim(&mut client, &queue, 1, "");
+    assert_eq!(
+        scalar::<String>(
+            &mut client,
+            "SELECT jobs_fail($1, $2, 'broken', retry => false)",
+            &[&first[0].id, &first[0].lease],
+        ),
+        "failed"
+    );
+    enqueue_with(&mut client, &queue, ", group_key => 'g'");
+    let running = claim(&mut client, &queue, 1, "");
+    let head = enqueue_with(&mut client, &queue, ", group_key => 'g'");
+    assert!(claim(&mut client, &queue, 1, "").is_empty());
+    assert_eq!(complete(&mut client, &running[0]), "succeeded");
+    assert_eq!(freed_heads(&mut client, &queue), [head]);
+    let _: String = scalar(&mut client, "SELECT jobs_retry($1)", &[&failed]);
+    assert_eq!(
+        claimed_ids(&mut client, &queue),
+        [failed],
+        "the freed head ran beside an earlier job of its group"
+    );
+}
+
 /// A freed head whose queue's groups now run more than one job at a time is not used: the next
 /// claim clears its mark, and the job runs as a job of the larger group.
 #[test]

@@ -204,6 +204,50 @@ fn jobs_of_a_claim_rolled_back_by_rollback_prepared_are_claimable() {
     );
 }
 
+/// A job of a group that a prepared transaction enqueued, with a lower id than a freed head of
+/// the group, comes first once `COMMIT PREPARED` makes it visible: a claim reads the group again
+/// rather than take the head as its settle offered it.
+#[test]
+fn a_freed_head_behind_a_job_of_a_prepared_enqueue_is_not_taken() {
+    let cluster = cluster_without_worker();
+    let mut admin = cluster.connect();
+    let queue = unique_queue(&mut admin, "prepared-late", "");
+    let enqueue_into_g = "SELECT jobs_enqueue($1, '{}', group_key => 'g')";
+    let _: i64 = scalar(&mut admin, enqueue_into_g, &[&queue]);
+    let running = claim(&mut admin, &queue, 1, "");
+    let mut producer = cluster.connect();
+    producer.batch_execute("BEGIN").unwrap();
+    let late: i64 = scalar(&mut producer, enqueue_into_g, &[&queue]);
+    producer
+        .batch_execute(&format!("PREPARE TRANSACTION 'pl-{queue}'"))
+        .unwrap();
+    let head: i64 = scalar(&mut admin, enqueue_into_g, &[&queue]);
+    assert!(
+        claim(&mut admin, &queue, 1, "").is_empty(),
+        "marks the head"
+    );
+    let settled: String = scalar(
+        &mut admin,
+        "SELECT jobs_complete($1, $2)",
+        &[&running[0].id, &running[0].lease],
+    );
+    assert_eq!(settled, "succeeded");
+    assert_eq!(freed_heads(&mut admin, &queue), [head]);
+    cluster
+        .connect()
+        .batch_execute(&format!("COMMIT PREPARED 'pl-{queue}'"))
+        .unwrap();
+    let got: Vec<i64> = claim(&mut admin, &queue, 10, "")
+        .iter()
+        .map(|c| c.id)
+        .collect();
+    assert_eq!(
+        got,
+        [late],
+        "the freed head ran beside an earlier job of its group"
+    );
+}
+
 /// A settle of a grouped job hands its group's next job to the next claim (a freed head in
 /// shared memory, the job still marked waiting): a prepared settle hands it over once it is
 /// committed, and a prepared claim that took it gives it back when it is rolled back.
