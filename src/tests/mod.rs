@@ -282,6 +282,36 @@ mod tests {
         );
     }
 
+    // A freed head's stamp holds only while no commit that queues jobs of its queue has begun
+    // since it was read, and only if none was half-way then (runtime::queued_changes). The
+    // commit's two events are called directly; the test's own transaction counts nothing.
+    #[pg_test]
+    fn a_stamp_holds_until_a_commit_that_queues_jobs_begins() {
+        use crate::runtime::queued_changes::{
+            commit_begins, stamp, transaction_ended, two_phase_begins, two_phase_ended,
+            unchanged_since,
+        };
+        let queue = "pg-test-stamped";
+        let before = stamp(queue);
+        assert!(unchanged_since(queue, before));
+        commit_begins([queue].into_iter());
+        assert!(!unchanged_since(queue, before), "a commit began");
+        let half_way = stamp(queue);
+        assert!(
+            !unchanged_since(queue, half_way),
+            "read while a commit was half-way"
+        );
+        transaction_ended();
+        assert!(!unchanged_since(queue, before));
+        let after = stamp(queue);
+        assert!(unchanged_since(queue, after));
+        two_phase_begins();
+        assert!(!unchanged_since(queue, after), "a COMMIT PREPARED began");
+        two_phase_ended();
+        assert!(!unchanged_since(queue, after));
+        assert!(unchanged_since(queue, stamp(queue)));
+    }
+
     #[pg_test]
     fn backoff_delay_doubles_and_caps() {
         let delays: String = one(
