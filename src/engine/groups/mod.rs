@@ -326,6 +326,13 @@ pub fn unmark(client: &SpiClient<'_>, ids: Vec<i64>) {
     transitions::queued_rows(&cleared);
 }
 
+/// `queue` was dropped with its jobs in this transaction: its freed heads go when it commits
+/// (a rollback gives them back), rather than take room until a queue of that name is claimed
+/// from again or the server restarts.
+pub fn forget_freed_heads(queue: &str) {
+    while !freed_heads::take_all(queue).is_empty() {}
+}
+
 /// Clears the marks of every waiting job of this database with nothing of its group before it
 /// (nothing running, no earlier unfinished job): what freed heads lost with shared memory
 /// (`runtime::freed_heads`) would have handed to claims. Once this commits, settles may offer

@@ -229,7 +229,10 @@ pub fn drop(queue: &str, force: bool) {
         let row = rows.first().expect("queues/drop returns one row");
         let outcome: String = row.expect("outcome");
         match outcome.as_str() {
-            "dropped" => settings_changed(queue),
+            "dropped" => {
+                settings_changed(queue);
+                groups::forget_freed_heads(queue);
+            }
             "unknown" => unknown_queue(queue),
             "busy" => {
                 let active: i64 = row.get("active").unwrap_or(0);

@@ -1499,6 +1499,36 @@ fn freed_heads_keep_claim_order_and_go_only_to_claims_of_their_kind() {
     assert_eq!(got.iter().map(|c| c.id).collect::<Vec<_>>(), [second]);
 }
 
+/// Dropping a queue drops its freed heads with its jobs: a queue created again under its name
+/// starts without them.
+#[test]
+fn a_dropped_queue_leaves_no_freed_heads() {
+    let mut client = Cluster::shared().connect();
+    let queue = unique_queue(&mut client, "freed-dropped", "");
+    enqueue_in_group(&mut client, &queue, 2);
+    let held = claim(&mut client, &queue, 1, "");
+    assert!(claim(&mut client, &queue, 1, "").is_empty());
+    assert_eq!(complete(&mut client, &held[0]), "succeeded");
+    assert_eq!(freed_heads(&mut client, &queue).len(), 1);
+    let mut dropping = Cluster::shared().connect();
+    dropping.batch_execute("BEGIN").unwrap();
+    dropping
+        .batch_execute(&format!("SELECT jobs_drop_queue('{queue}', force => true)"))
+        .unwrap();
+    dropping.batch_execute("ROLLBACK").unwrap();
+    assert_eq!(
+        freed_heads(&mut client, &queue).len(),
+        1,
+        "a rolled-back drop keeps them"
+    );
+    client
+        .batch_execute(&format!(
+            "SELECT jobs_drop_queue('{queue}', force => true); SELECT jobs_create_queue('{queue}')"
+        ))
+        .unwrap();
+    assert!(freed_heads(&mut client, &queue).is_empty());
+}
+
 /// The ids of what a claim of up to 10 jobs of `queue` got.
 fn claimed_ids(client: &mut Client, queue: &str) -> Vec<i64> {
     claim(client, queue, 10, "").iter().map(|c| c.id).collect()
