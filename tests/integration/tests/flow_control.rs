@@ -1666,18 +1666,25 @@ fn strand_freed_heads(cluster: &Cluster, database: &str) -> Vec<i64> {
     third
 }
 
+/// A cluster named `name` whose database `unserved` (which the background worker does not
+/// serve, so only claims sweep there) holds the three stranded heads of [`strand_freed_heads`].
+fn stranded_where_no_worker_serves(name: &str) -> (Cluster, Vec<i64>) {
+    let cluster = Cluster::start(name, TEST_SETTINGS);
+    cluster
+        .connect()
+        .batch_execute("CREATE DATABASE unserved")
+        .unwrap();
+    let third = strand_freed_heads(&cluster, "unserved");
+    (cluster, third)
+}
+
 /// Shared memory starts empty after a crash: freed heads offered before it are gone while
 /// their jobs are still marked. In a database the background worker does not serve, the first
 /// claim clears the marks of every waiting head with nothing before it, so none of them waits
 /// for ever.
 #[test]
 fn freed_heads_lost_in_a_crash_are_found_again_by_the_first_claim() {
-    let cluster = Cluster::start("freed_crash", TEST_SETTINGS);
-    cluster
-        .connect()
-        .batch_execute("CREATE DATABASE unserved")
-        .unwrap();
-    let third = strand_freed_heads(&cluster, "unserved");
+    let (cluster, third) = stranded_where_no_worker_serves("freed_crash");
     let mut client = cluster.connect_to("unserved");
     assert!(freed_heads(&mut client, "q").is_empty());
     // Longer than the worker's tick: nothing clears them but a claim here.
@@ -1687,10 +1694,7 @@ fn freed_heads_lost_in_a_crash_are_found_again_by_the_first_claim() {
         third,
         "the marks outlived the crash"
     );
-    let got: Vec<i64> = claim(&mut client, "q", 10, "")
-        .iter()
-        .map(|c| c.id)
-        .collect();
+    let got: Vec<i64> = claimed_ids(&mut client, "q");
     assert_eq!(got, third, "the first claim found the stranded heads");
     assert!(marked(&mut client, "q").is_empty());
     cluster.stop();
@@ -1701,12 +1705,7 @@ fn freed_heads_lost_in_a_crash_are_found_again_by_the_first_claim() {
 /// finds it (recorded, the head would have stayed marked for good).
 #[test]
 fn a_stranded_head_the_sweep_passed_over_is_found_by_the_next_sweep() {
-    let cluster = Cluster::start("freed_crash_held", TEST_SETTINGS);
-    cluster
-        .connect()
-        .batch_execute("CREATE DATABASE unserved")
-        .unwrap();
-    let third = strand_freed_heads(&cluster, "unserved");
+    let (cluster, third) = stranded_where_no_worker_serves("freed_crash_held");
     let mut holder = cluster.connect_to("unserved");
     holder.batch_execute("BEGIN").unwrap();
     holder
@@ -1716,17 +1715,11 @@ fn a_stranded_head_the_sweep_passed_over_is_found_by_the_next_sweep() {
         )
         .unwrap();
     let mut client = cluster.connect_to("unserved");
-    let got: Vec<i64> = claim(&mut client, "q", 10, "")
-        .iter()
-        .map(|c| c.id)
-        .collect();
+    let got: Vec<i64> = claimed_ids(&mut client, "q");
     assert_eq!(got, third[1..]);
     assert_eq!(marked(&mut client, "q"), [third[0]]);
     holder.batch_execute("ROLLBACK").unwrap();
-    let got: Vec<i64> = claim(&mut client, "q", 10, "")
-        .iter()
-        .map(|c| c.id)
-        .collect();
+    let got: Vec<i64> = claimed_ids(&mut client, "q");
     assert_eq!(got, [third[0]], "the next claim swept again");
     assert!(marked(&mut client, "q").is_empty());
     cluster.stop();
@@ -1737,18 +1730,10 @@ fn a_stranded_head_the_sweep_passed_over_is_found_by_the_next_sweep() {
 /// sweeping: it would only pass over the rows the first one holds).
 #[test]
 fn one_transaction_at_a_time_sweeps_and_claims_do_not_wait_for_it() {
-    let cluster = Cluster::start("freed_crash_lock", TEST_SETTINGS);
-    cluster
-        .connect()
-        .batch_execute("CREATE DATABASE unserved")
-        .unwrap();
-    let third = strand_freed_heads(&cluster, "unserved");
+    let (cluster, third) = stranded_where_no_worker_serves("freed_crash_lock");
     let mut sweeping = cluster.connect_to("unserved");
     sweeping.batch_execute("BEGIN").unwrap();
-    let got: Vec<i64> = claim(&mut sweeping, "q", 10, "")
-        .iter()
-        .map(|c| c.id)
-        .collect();
+    let got: Vec<i64> = claimed_ids(&mut sweeping, "q");
     assert_eq!(got, third);
     let sweeper: i32 = scalar(&mut sweeping, "SELECT pg_backend_pid()", &[]);
     let mut other = cluster.connect_to("unserved");
