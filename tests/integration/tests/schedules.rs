@@ -1148,13 +1148,18 @@ fn worker_pid(client: &mut Client) -> i32 {
 #[test]
 fn one_second_schedule_gives_one_job_per_slot_across_crashes_and_a_killed_worker() {
     let (cluster, mut client) = one_second_cluster("sched-crash");
-    // 'all' must enqueue every slot, the downtime's too; 'latest' every slot while up.
-    client
-        .batch_execute(
-            "SELECT jobs_schedule('every-all', '1 seconds', 'default', catch_up => 'all');
-             SELECT jobs_schedule('every-latest', '1 seconds', 'default');",
+    // 'all' must enqueue every slot, the downtime's too; 'latest' every slot while up. Each
+    // schedule starts at the first slot after its own definition: the two definitions may
+    // straddle a second, so each first slot is taken from what its definition answered.
+    let mut define = |sql: &str| -> i64 {
+        scalar(
+            &mut client,
+            &format!("SELECT {} FROM {sql}", micros_of("next_slot")),
+            &[],
         )
-        .unwrap();
+    };
+    let all_first = define("jobs_schedule('every-all', '1 seconds', 'default', catch_up => 'all')");
+    let latest_first = define("jobs_schedule('every-latest', '1 seconds', 'default')");
     let started = Instant::now();
     // Each downtime runs from the last run the worker had recorded before it went down (a
     // worker that ran the schedules then counts as up for `GRACE` more) to when a new worker
@@ -1202,13 +1207,14 @@ fn one_second_schedule_gives_one_job_per_slot_across_crashes_and_a_killed_worker
     let all = slots_of(&mut client, "every-all");
     assert!(all.len() >= 25, "about 30 s of slots, got {}", all.len());
     assert_every_second_once(&all, "catch_up 'all'");
+    assert_eq!(all[0], all_first, "'all' starts at its first slot");
     let latest = slots_of(&mut client, "every-latest");
     let unique: HashSet<i64> = latest.iter().copied().collect();
     assert_eq!(unique.len(), latest.len(), "'latest' enqueued a slot twice");
     // Every slot while the worker was up is there: those outside the downtimes (with two
     // seconds of slack after a downtime for the new worker's first tick).
-    let (first, last) = (*all.first().unwrap(), *all.last().unwrap());
-    for slot in (first..=last).step_by(S as usize) {
+    let last = *all.last().unwrap();
+    for slot in (latest_first..=last).step_by(S as usize) {
         let down = downtimes
             .iter()
             .any(|&(from, until)| slot > from && slot < until + 2 * S);
