@@ -229,9 +229,19 @@ impl Table {
 
     /// Links the entry `link` into the list of `slot` at its place in claim order, looking
     /// from the end.
+    #[cfg(test)]
     fn link_in_order(&mut self, slot: usize, link: u32) {
+        let tail = self.tails[slot];
+        self.link_in_order_from(slot, link, tail);
+    }
+
+    /// Links the entry `link` into the list of `slot` at its place in claim order, looking
+    /// back from the linked entry `from` (`NO_ENTRY`: from before the list's first), which must
+    /// come before it in claim order or be the list's tail. Answers the entry it now follows,
+    /// from which an entry that comes before it in claim order is looked for.
+    fn link_in_order_from(&mut self, slot: usize, link: u32, from: u32) -> u32 {
         let position = self.entry(link).position;
-        let mut before = self.tails[slot];
+        let mut before = from;
         while before != NO_ENTRY && self.entry(before).position > position {
             before = self.entry(before).prev;
         }
@@ -254,6 +264,26 @@ impl Table {
             self.tails[slot] = link;
         } else {
             self.entry(after).prev = link;
+        }
+        before
+    }
+
+    /// Links the entries `made` ((which, slot, entry), sorted by slot and then from the last in
+    /// claim order) into their slots' lists while there is room, pushing (which, slot, link) of
+    /// each onto `linked`.
+    fn link_all(&mut self, made: &[(usize, usize, Entry)], linked: &mut Vec<(usize, usize, u32)>) {
+        // Where the walk of the slot being linked into stands.
+        let mut walk: Option<(usize, u32)> = None;
+        for (which, slot, entry) in made {
+            let Some(link) = self.allocate() else { return };
+            *self.entry(link) = *entry;
+            let from = match walk {
+                Some((walking, at)) if walking == *slot => at,
+                _ => self.tails[*slot],
+            };
+            let before = self.link_in_order_from(*slot, link, from);
+            walk = Some((*slot, before));
+            linked.push((*which, *slot, link));
         }
     }
 
@@ -303,53 +333,62 @@ impl Table {
     }
 }
 
-/// Offers `head` to the next claims of its queue once this transaction commits; `false` when it
-/// is not taken (no shared memory, this database not swept yet, the table full, a name too
-/// long): the caller clears the job's mark instead. The caller holds the group's lock.
-pub fn offer(head: &FreedHead) -> bool {
-    let Some(heads) = heads() else { return false };
-    let (Some(queue), Some(group_key), Some(tenant), Some(kind)) = (
-        ShortText::new(Some(&head.queue)),
-        ShortText::new(Some(&head.group_key)),
-        ShortText::new(head.tenant.as_deref()),
-        ShortText::new(Some(&head.kind)),
-    ) else {
-        return false;
+/// Offers `offered` (heads of groups the caller holds the locks of) to the next claims of their
+/// queues once this transaction commits, and answers for each one whether it was offered; one
+/// that was not (no shared memory, this database not swept yet, the table full, a name too
+/// long) has its mark cleared by the caller instead.
+///
+/// The heads are linked in from the last in claim order, so one walk back from each list's
+/// tail places them all: a settle of 100 groups linked each one in with a walk of its own,
+/// over the hundreds of heads other settles had offered, under the table's lock.
+pub fn offer_all(offered: &[FreedHead]) -> Vec<bool> {
+    let mut answers = vec![false; offered.len()];
+    let Some(heads) = heads() else {
+        return answers;
     };
     let database = current_database();
-    let slot = slot_index(&head.queue);
     let pid = my_pid();
+    // Made before the lock, which nothing under it may fail: (which head, its slot, its entry).
+    let mut made: Vec<(usize, usize, Entry)> = offered
+        .iter()
+        .enumerate()
+        .filter_map(|(index, head)| {
+            let entry = Entry {
+                next: NO_ENTRY,
+                prev: NO_ENTRY,
+                usage: Use::Offered,
+                holder: pid,
+                database,
+                position: head.position,
+                queue: ShortText::new(Some(&head.queue))?,
+                group_key: ShortText::new(Some(&head.group_key))?,
+                tenant: ShortText::new(head.tenant.as_deref())?,
+                kind: ShortText::new(Some(&head.kind))?,
+                stamp: head.stamp,
+            };
+            Some((index, slot_index(&head.queue), entry))
+        })
+        .collect();
+    made.sort_unstable_by(|(_, slot_a, a), (_, slot_b, b)| {
+        slot_a.cmp(slot_b).then(b.position.cmp(&a.position))
+    });
+    let mut linked: Vec<(usize, usize, u32)> = Vec::with_capacity(made.len());
+    heads.with(|table| {
+        if table.swept.contains(&database) {
+            table.link_all(&made, &mut linked);
+        }
+    });
     // A job offered twice (a cancel of a later job of its group moves the group on again) has
     // two entries: the claim that takes one drops the other (`engine::claim`).
-    let offered = heads.with(|table| {
-        if !table.swept.contains(&database) {
-            return None;
-        }
-        let link = table.allocate()?;
-        *table.entry(link) = Entry {
-            next: NO_ENTRY,
-            prev: NO_ENTRY,
-            usage: Use::Offered,
-            holder: pid,
-            database,
-            position: head.position,
-            queue,
-            group_key,
-            tenant,
-            kind,
-            stamp: head.stamp,
-        };
-        table.link_in_order(slot, link);
-        Some(link)
-    });
-    match offered {
-        None => false,
-        Some(link) => {
+    MINE.with(|mine| {
+        let mut mine = mine.borrow_mut();
+        for &(index, slot, link) in &linked {
             heads.linked(slot, 1);
-            MINE.with(|mine| mine.borrow_mut().push((link, head.position.id)));
-            true
+            mine.push((link, offered[index].position.id));
+            answers[index] = true;
         }
-    }
+    });
+    answers
 }
 
 /// Takes up to `wanted` available freed heads of `queue` that `claim` wants, the first in
@@ -635,6 +674,52 @@ mod tests {
         let reused = offer_into(&mut table, 2, 4).expect("room");
         assert_eq!(reused, links[&12], "the last released is reused first");
         assert_eq!(ids(&mut table, 2), (vec![4], vec![4]));
+    }
+
+    #[test]
+    fn a_batch_linked_in_one_walk_keeps_claim_order_in_each_slot() {
+        let mut table = empty_table();
+        for id in [10, 20, 30, 40] {
+            offer_into(&mut table, 1, id).expect("room");
+        }
+        offer_into(&mut table, 2, 25).expect("room");
+        let entry = |id: i64| {
+            let mut entry = table.entries[0];
+            entry.position = Position {
+                priority: 0,
+                run_at: 0,
+                id,
+            };
+            entry
+        };
+        // Before, between, after and equal to linked ones, in two slots, as offer_all sorts.
+        let batch = [(45, 1), (40, 1), (35, 1), (15, 1), (5, 1), (30, 2), (1, 2)];
+        let made: Vec<(usize, usize, Entry)> = batch
+            .iter()
+            .enumerate()
+            .map(|(which, &(id, slot))| (which, slot, entry(id)))
+            .collect();
+        let mut linked = Vec::new();
+        table.link_all(&made, &mut linked);
+        assert_eq!(linked.len(), batch.len());
+        let one = vec![5, 10, 15, 20, 30, 35, 40, 40, 45];
+        assert_eq!(ids(&mut table, 1), (one.clone(), one));
+        assert_eq!(ids(&mut table, 2), (vec![1, 25, 30], vec![1, 25, 30]));
+    }
+
+    #[test]
+    fn a_batch_is_linked_while_there_is_room() {
+        let mut table = empty_table();
+        for id in 0..ENTRIES as i64 - 2 {
+            offer_into(&mut table, 0, id).expect("room");
+        }
+        let mut entry = table.entries[0];
+        entry.position.id = -1;
+        let made: Vec<(usize, usize, Entry)> = (0..3).map(|which| (which, 0, entry)).collect();
+        let mut linked = Vec::new();
+        table.link_all(&made, &mut linked);
+        let which: Vec<usize> = linked.iter().map(|(which, _, _)| *which).collect();
+        assert_eq!(which, vec![0, 1], "two entries were left");
     }
 
     #[test]

@@ -268,11 +268,26 @@ pub fn move_on(client: &SpiClient<'_>, groups: Vec<GroupRef>) {
         Some(heads) => {
             // The heads go to the next claims in shared memory where they can (a claim takes
             // one and clears its mark in the same update); the others' marks are cleared now.
+            // A head not due yet is left to the claim indexes, whose floor and wake-ups know
+            // about delayed jobs.
             let now = server_now();
-            let unoffered: Vec<i64> = heads
-                .into_iter()
-                .filter(|(group, head)| !offer(group, head, now, stamp_of(&group.queue)))
+            let (due, later): (Vec<_>, Vec<_>) =
+                heads.into_iter().partition(|(_, head)| head.run_at <= now);
+            let freed: Vec<FreedHead> = due
+                .iter()
+                .map(|(group, head)| freed_head(group, head, stamp_of(&group.queue)))
+                .collect();
+            let offered = freed_heads::offer_all(&freed);
+            let unoffered: Vec<i64> = later
+                .iter()
                 .map(|(_, head)| head.id)
+                .chain(
+                    freed
+                        .iter()
+                        .zip(&offered)
+                        .filter(|(_, offered)| !**offered)
+                        .map(|(head, _)| head.position.id),
+                )
                 .collect();
             if unoffered.is_empty() {
                 return;
@@ -295,24 +310,22 @@ pub fn move_on(client: &SpiClient<'_>, groups: Vec<GroupRef>) {
     transitions::queued_rows(&cleared);
 }
 
-/// Offers the waiting `head` of `group` (locked, of concurrency 1, nothing of it running) to
-/// the next claims of its queue (`runtime::freed_heads`), if it is due at `now`; `false` when
-/// its mark must be cleared instead. A head not due yet is left to the claim indexes, whose
-/// floor and wake-ups know about delayed jobs. `stamp`: read before the group was.
-fn offer(group: &GroupRef, head: &GroupHead, now: pg_sys::TimestampTz, stamp: Stamp) -> bool {
-    head.run_at <= now
-        && freed_heads::offer(&FreedHead {
-            position: Position {
-                priority: head.priority,
-                run_at: head.run_at,
-                id: head.id,
-            },
-            queue: group.queue.clone(),
-            group_key: group.key.clone(),
-            tenant: group.tenant.clone(),
-            kind: head.kind.clone(),
-            stamp,
-        })
+/// The waiting `head` of `group` (locked, of concurrency 1, nothing of it running) as a freed
+/// head for the next claims of its queue (`runtime::freed_heads`). `stamp`: read before the
+/// group was.
+fn freed_head(group: &GroupRef, head: &GroupHead, stamp: Stamp) -> FreedHead {
+    FreedHead {
+        position: Position {
+            priority: head.priority,
+            run_at: head.run_at,
+            id: head.id,
+        },
+        queue: group.queue.clone(),
+        group_key: group.key.clone(),
+        tenant: group.tenant.clone(),
+        kind: head.kind.clone(),
+        stamp,
+    }
 }
 
 /// Clears the marks of the waiting jobs `ids`, which become claimable through the claim
