@@ -1,0 +1,8 @@
+-- pg_jobs upgrade from 0.2.0 to 0.3.0, run by ALTER EXTENSION pg_jobs UPDATE. Written by hand:
+-- pgrx generates install scripts only. tests/integration/tests/upgrade.rs runs it on a database
+-- with jobs in flight and compares every catalog entry of the result with a fresh install, so a
+-- change to sql/schema.sql, sql/finalize.sql or a #[pg_extern] that this script does not follow
+-- fails there.
+--
+-- What it keeps: every queue, job, schedule, tenant grant and idempotency row, ids and the id
+-- sequence, and the leases of running jobs.
