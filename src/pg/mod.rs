@@ -3,6 +3,7 @@
 //! subtransactions, and the shims that hide differences between PostgreSQL
 //! versions. Every other layer may use it; it uses none of them.
 
+pub mod client;
 pub mod clock;
 pub mod database;
 pub mod datum;

@@ -492,3 +492,75 @@ pub unsafe fn index_begin_scan(
     #[cfg(not(feature = "pg18"))]
     return pg_sys::index_beginscan(heap, index, snapshot, keys, 0);
 }
+
+/// Whether this backend's client connection still looks alive: false once the peer has closed
+/// it (a killed client's kernel closes its socket). Backends without a client (background
+/// workers) answer true.
+///
+/// # Safety
+/// In a backend process, outside a critical section.
+pub unsafe fn client_connection_alive() -> bool {
+    if pg_sys::MyProcPort.is_null() {
+        return true;
+    }
+    #[cfg(not(feature = "pg13"))]
+    {
+        // PostgreSQL 14 added this check for client_connection_check_interval: a poll for
+        // POLLRDHUP on 14, a WL_SOCKET_CLOSED wait event from 15 on (Linux; elsewhere it
+        // cannot tell, and answers true).
+        pq_check_connection()
+    }
+    #[cfg(feature = "pg13")]
+    {
+        // PostgreSQL 13 has no such function: poll the socket for the peer's hang-up as 14's
+        // does. Port is opaque in the bindings; its first member is the socket (libpq-be.h,
+        // `pgsocket sock`, first in every release of 13).
+        let socket = *(pg_sys::MyProcPort as *const std::ffi::c_int);
+        if socket < 0 {
+            return true;
+        }
+        let mut poll = libc_pollfd {
+            fd: socket,
+            events: POLLRDHUP | POLLHUP | POLLERR,
+            revents: 0,
+        };
+        // SAFETY: one pollfd for a socket this backend owns, with no timeout.
+        let ready = poll_socket(&mut poll, 1, 0);
+        !(ready > 0 && poll.revents & (POLLRDHUP | POLLHUP | POLLERR) != 0)
+    }
+}
+
+#[cfg(not(feature = "pg13"))]
+extern "C-unwind" {
+    /// libpq/libpq.h (14 and later): whether the client connection is still open. The bindings
+    /// leave that header out.
+    fn pq_check_connection() -> bool;
+}
+
+/// `struct pollfd` of poll(2) (the bindings have none).
+#[cfg(feature = "pg13")]
+#[repr(C)]
+struct libc_pollfd {
+    fd: std::ffi::c_int,
+    events: std::ffi::c_short,
+    revents: std::ffi::c_short,
+}
+
+/// poll(2)'s event bits on Linux.
+#[cfg(feature = "pg13")]
+const POLLERR: std::ffi::c_short = 0x008;
+#[cfg(feature = "pg13")]
+const POLLHUP: std::ffi::c_short = 0x010;
+#[cfg(feature = "pg13")]
+const POLLRDHUP: std::ffi::c_short = 0x2000;
+
+#[cfg(feature = "pg13")]
+extern "C" {
+    /// poll(2).
+    #[link_name = "poll"]
+    fn poll_socket(
+        fds: *mut libc_pollfd,
+        count: std::ffi::c_ulong,
+        timeout: std::ffi::c_int,
+    ) -> std::ffi::c_int;
+}

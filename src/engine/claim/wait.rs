@@ -2,16 +2,19 @@
 //! until a commit makes a job claimable, a delayed job comes due, or the wait runs out.
 //!
 //! A sleeping claim holds no locks (each attempt runs in a subtransaction rolled back when it
-//! claims nothing) and, when the statement is nothing but the claim, no snapshot either: it
-//! stops advertising its xmin for the sleep (see `pg::snapshot`), so an idle worker pool does
-//! not hold VACUUM back. A wake-up this claim cannot use (a job of another kind, or tenant) is
-//! passed on to another waiter rather than lost.
+//! claims nothing) and, when nothing reads with the statement's snapshot after it returns, no
+//! snapshot either: it stops advertising its xmin for the sleep (see `pg::snapshot`), so an
+//! idle worker pool does not hold VACUUM back. A wake-up this claim cannot use (a job of another
+//! kind, or tenant) is passed on to another waiter rather than lost. A claim that slept checks
+//! that its client is still connected before it claims and before it returns what it claimed
+//! (`pg::client`): a client killed while its claim waited must not take a job it never gets.
 
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
 
 use super::{attempt, rate, ClaimRequest, Probe, PROBE};
+use crate::pg::client;
 use crate::pg::clock::server_now;
 use crate::pg::datum::ClaimedRow;
 use crate::pg::errors::{raise_with_hint, WAIT_NEEDS_READ_COMMITTED};
@@ -66,9 +69,12 @@ pub(super) fn claim_waiting(request: &ClaimRequest<'_>) -> Vec<ClaimedRow> {
         );
     }
     let deadline = server_now().saturating_add(request.wait_micros);
-    // Whether nothing in the statement reads with its snapshot after this call returns, so the
-    // sleep need not hold it.
-    let release_snapshot = claim_function().is_some_and(snapshot::statement_is_lone_call);
+    // Whether nothing reads with the statement's snapshot after this call returns, so the sleep
+    // need not hold it: decided before the first sleep (a claim that finds work at once never
+    // asks).
+    let mut release_snapshot: Option<bool> = None;
+    // Whether this claim has slept: its client may have gone meanwhile.
+    let mut slept = false;
     let waiter = Waiter::new(request.queue);
     let mut passed_on: Option<u64> = None;
     // A token of the queue's rate limit this claim reserved, and from when it may spend it.
@@ -86,6 +92,12 @@ pub(super) fn claim_waiting(request: &ClaimRequest<'_>) -> Vec<ClaimedRow> {
             // limit, so sleep on until then (or the end of the wait).
             waiter.sleep(at.min(deadline), waiter.generation());
             continue;
+        }
+        if slept {
+            // A client that went away while we slept (killed, its connection dropped) would
+            // never receive what this attempt claims: the job would sit running for a whole
+            // lease with an attempt spent on nothing.
+            client::end_if_gone();
         }
         let prepaid = u32::from(reserved_at.take().is_some());
         // Each attempt runs in a subtransaction that is rolled back when it claims nothing,
@@ -107,6 +119,11 @@ pub(super) fn claim_waiting(request: &ClaimRequest<'_>) -> Vec<ClaimedRow> {
         if !rows.is_empty() || now >= deadline {
             if reserved_at.is_some() {
                 rate::give_back_reservation(request.queue);
+            }
+            if slept && !rows.is_empty() {
+                // Gone while the attempt ran: ending the session rolls the claim back, so the
+                // jobs stay queued with their attempts.
+                client::end_if_gone();
             }
             return rows;
         }
@@ -136,10 +153,13 @@ pub(super) fn claim_waiting(request: &ClaimRequest<'_>) -> Vec<ClaimedRow> {
                 passed_on = Some(seen);
             }
         }
-        if release_snapshot {
+        if *release_snapshot.get_or_insert_with(|| {
+            claim_function().is_some_and(snapshot::nothing_reads_older_snapshots)
+        }) {
             snapshot::stop_advertising_xmin();
         }
         waiter.sleep(wake_at, seen);
+        slept = true;
     }
 }
 

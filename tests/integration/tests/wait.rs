@@ -1003,3 +1003,127 @@ fn wake_up_latency_of_looping_claimers() {
         latencies[0],
     );
 }
+
+/// A client that speaks just enough of the wire protocol to start a statement and then vanish
+/// as a killed process does: its socket closes without a Terminate message.
+struct VanishingClient {
+    stream: std::net::TcpStream,
+}
+
+impl VanishingClient {
+    /// Connects to `cluster` as postgres with `application_name` (trust authentication, as the
+    /// test clusters use) and waits until the server is ready for a query.
+    fn connect(cluster: &Cluster, application_name: &str) -> VanishingClient {
+        use std::io::Write;
+        let mut stream = std::net::TcpStream::connect(("127.0.0.1", cluster.port)).unwrap();
+        let mut body = Vec::new();
+        body.extend_from_slice(&196_608_i32.to_be_bytes());
+        for (key, value) in [
+            ("user", "postgres"),
+            ("database", "postgres"),
+            ("application_name", application_name),
+        ] {
+            body.extend_from_slice(key.as_bytes());
+            body.push(0);
+            body.extend_from_slice(value.as_bytes());
+            body.push(0);
+        }
+        body.push(0);
+        let mut startup = ((body.len() + 4) as i32).to_be_bytes().to_vec();
+        startup.extend_from_slice(&body);
+        stream.write_all(&startup).unwrap();
+        let mut client = VanishingClient { stream };
+        client.read_until(b'Z');
+        client
+    }
+
+    /// Reads messages until one of type `wanted`.
+    fn read_until(&mut self, wanted: u8) {
+        use std::io::Read;
+        loop {
+            let mut header = [0u8; 5];
+            self.stream.read_exact(&mut header).unwrap();
+            let len = i32::from_be_bytes(header[1..5].try_into().unwrap()) as usize;
+            let mut body = vec![0u8; len - 4];
+            self.stream.read_exact(&mut body).unwrap();
+            assert_ne!(
+                header[0],
+                b'E',
+                "the server refused: {}",
+                String::from_utf8_lossy(&body)
+            );
+            if header[0] == wanted {
+                return;
+            }
+        }
+    }
+
+    /// Sends `sql` as a simple query and does not wait for its answer.
+    fn send(&mut self, sql: &str) {
+        use std::io::Write;
+        let mut message = vec![b'Q'];
+        message.extend_from_slice(&((sql.len() + 5) as i32).to_be_bytes());
+        message.extend_from_slice(sql.as_bytes());
+        message.push(0);
+        self.stream.write_all(&message).unwrap();
+    }
+}
+
+/// A client killed while its claim waits (its socket closed, nothing said) must not take a
+/// job: the orphaned backend notices the closed connection before it claims, ends, and the
+/// job goes to a live worker with its attempts untouched. Without the check the orphan claims
+/// the job, commits and only then fails to send it: the job sits running for a whole lease with
+/// an attempt spent on nothing.
+#[test]
+fn a_killed_clients_waiting_claim_takes_nothing() {
+    let cluster = quiet_cluster();
+    let mut observer = cluster.connect();
+    let queue = unique_queue(&mut observer, "vanished", "max_attempts => 2");
+    let mut vanishing = VanishingClient::connect(cluster, "vanishing-worker");
+    vanishing.send(&format!(
+        "SELECT * FROM jobs_claim('{queue}', wait => '60 seconds')"
+    ));
+    let pid: i32 = {
+        let mut pid = 0;
+        wait_until(Duration::from_secs(20), "the claim to sleep", || {
+            pid = scalar::<Option<i32>>(
+                &mut observer,
+                "SELECT max(pid) FROM pg_stat_activity
+                  WHERE application_name = 'vanishing-worker' AND wait_event_type = 'Extension'",
+                &[],
+            )
+            .unwrap_or(0);
+            pid != 0
+        });
+        pid
+    };
+    drop(vanishing);
+
+    let id = enqueue(&mut observer, &queue, json!({ "for": "a live worker" }));
+    wait_until(
+        Duration::from_secs(20),
+        "the orphaned backend to end",
+        || {
+            !scalar::<bool>(
+                &mut observer,
+                "SELECT EXISTS (SELECT FROM pg_stat_activity WHERE pid = $1)",
+                &[&pid],
+            )
+        },
+    );
+    let (state, attempt): (String, i32) = {
+        let row = observer
+            .query_one(
+                "SELECT state::text, attempt FROM jobs.job WHERE id = $1",
+                &[&id],
+            )
+            .unwrap();
+        (row.get(0), row.get(1))
+    };
+    assert_eq!(
+        (state.as_str(), attempt),
+        ("queued", 0),
+        "the job a vanished client's claim was woken for"
+    );
+    assert_eq!(claim_now(&mut observer, &queue).id, id);
+}

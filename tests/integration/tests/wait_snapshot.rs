@@ -154,19 +154,41 @@ fn sixteen_waiting_claims_hold_back_no_vacuum() {
 }
 
 #[test]
-fn only_a_lone_waiting_claim_lets_go_of_its_snapshot() {
+fn a_waiting_claim_lets_go_of_its_snapshot_unless_something_may_read_with_it() {
     let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let cluster = cluster();
     let mut admin = cluster.connect();
     let queue = unique_queue(&mut admin, "forms", "");
-    // The forms workers use, and forms that must keep their snapshot because something in the
-    // statement (or the transaction) may still read with it after the claim returns.
+    admin
+        .batch_execute(
+            "CREATE OR REPLACE FUNCTION public.stable_reader(bigint) RETURNS bigint
+               LANGUAGE sql STABLE AS 'SELECT count(*) FROM jobs.queue WHERE $1 > 0';
+             CREATE OR REPLACE FUNCTION public.volatile_reader(bigint) RETURNS bigint
+               LANGUAGE plpgsql VOLATILE AS 'BEGIN RETURN (SELECT count(*) FROM jobs.queue); END';
+             CREATE TABLE IF NOT EXISTS public.written (n int);",
+        )
+        .unwrap();
+    // The forms people use (the client libraries' select lists, a READ COMMITTED transaction
+    // block as psycopg opens, an aggregate over the claim), and forms that must keep their
+    // snapshot because something may still read with it after the claim returns: a join, a
+    // subquery, a user's STABLE function (which reads with the statement's snapshot), an open
+    // cursor, a transaction that has written.
+    let claim = format!("jobs_claim('{queue}', wait => '30 seconds')");
     let forms = [
-        (format!("SELECT * FROM jobs_claim('{queue}', wait => '30 seconds')"), true),
+        (format!("SELECT * FROM {claim}"), true),
         (format!("SELECT id, payload ->> 'n' FROM jobs_claim('{queue}', n => 5, wait => '30 seconds') ORDER BY id LIMIT 2"), true),
-        (format!("SELECT id, now() FROM jobs_claim('{queue}', wait => '30 seconds')"), false),
-        (format!("SELECT c.id FROM jobs_claim('{queue}', wait => '30 seconds') c JOIN jobs.queue q ON q.name = c.queue"), false),
-        (format!("BEGIN; SELECT id FROM jobs_claim('{queue}', wait => '30 seconds'); COMMIT"), false),
+        (format!("SELECT id, now() FROM {claim}"), true),
+        (format!("SELECT c.*, (extract(epoch FROM c.lease_until - clock_timestamp()) * 1000)::float8 AS lease_ms FROM {claim} AS c"), true),
+        (format!("SELECT count(*) FROM {claim}"), true),
+        (format!("SELECT id, public.volatile_reader(id) FROM {claim}"), true),
+        (format!("BEGIN; SELECT id FROM {claim}; COMMIT"), true),
+        (format!("BEGIN; SELECT 1; SELECT * FROM {claim}; COMMIT"), true),
+        (format!("SELECT c.id FROM {claim} c JOIN jobs.queue q ON q.name = c.queue"), false),
+        (format!("SELECT id, (SELECT count(*) FROM jobs.queue) FROM {claim}"), false),
+        (format!("SELECT id, public.stable_reader(id) FROM {claim}"), false),
+        (format!("SELECT id, query_to_xml('SELECT 1', true, false, '') FROM {claim}"), false),
+        (format!("BEGIN; DECLARE open_cursor CURSOR FOR SELECT * FROM jobs.queue; SELECT id FROM {claim}; COMMIT"), false),
+        (format!("BEGIN; INSERT INTO public.written VALUES (1); SELECT id FROM {claim}; COMMIT"), false),
     ];
     for (i, (sql, releases)) in forms.iter().enumerate() {
         let tag = format!("form-{i}");
@@ -177,20 +199,82 @@ fn only_a_lone_waiting_claim_lets_go_of_its_snapshot() {
             client.batch_execute(&sql_owned).unwrap();
         });
         wait_for_sleepers(&mut admin, &tag, 1);
-        let xmin_null: bool = scalar(
+        // Holding back nothing means neither an xmin nor an xid (which holds VACUUM back as
+        // surely).
+        let holds_nothing: bool = scalar(
             &mut admin,
-            "SELECT backend_xmin IS NULL FROM pg_stat_activity WHERE application_name = $1",
+            "SELECT backend_xmin IS NULL AND backend_xid IS NULL
+               FROM pg_stat_activity WHERE application_name = $1",
             &[&tag],
         );
         assert_eq!(
-            xmin_null, *releases,
-            "{sql}: backend_xmin IS NULL should be {releases} while it sleeps"
+            holds_nothing, *releases,
+            "{sql}: backend_xmin and backend_xid NULL should be {releases} while it sleeps"
         );
         admin
             .execute("SELECT jobs_enqueue($1, '{\"n\": 1}')", &[&queue])
             .unwrap();
         waiter.join().unwrap();
     }
+}
+
+/// The snapshot a claim lets go of is never read again: the statement's rows, the select list
+/// evaluated after the wait and the rest of the transaction see what was committed, while
+/// VACUUM removes what the old snapshot alone could have seen.
+#[test]
+fn what_reads_after_a_released_wait_sees_committed_rows() {
+    let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let cluster = cluster();
+    let mut admin = cluster.connect();
+    let queue = unique_queue(&mut admin, "after-wait", "");
+    admin
+        .batch_execute(
+            "CREATE TABLE IF NOT EXISTS public.churn (id int PRIMARY KEY, v int) WITH (autovacuum_enabled = off);
+             TRUNCATE public.churn;
+             INSERT INTO public.churn SELECT g, 0 FROM generate_series(1, 500) g;
+             CREATE OR REPLACE FUNCTION public.churn_sum() RETURNS bigint
+               LANGUAGE plpgsql VOLATILE AS 'BEGIN RETURN (SELECT sum(v) FROM public.churn); END';",
+        )
+        .unwrap();
+    let dsn = format!("{} application_name=after-wait", cluster.dsn("postgres"));
+    let sql = format!(
+        "SELECT id, public.churn_sum() AS total FROM jobs_claim('{queue}', wait => '30 seconds')"
+    );
+    let waiter = thread::spawn(move || {
+        let mut client = Client::connect(&dsn, NoTls).unwrap();
+        client.batch_execute("BEGIN").unwrap();
+        let row = client.query_one(&sql, &[]).unwrap();
+        let total: i64 = row.get("total");
+        let after: i64 = client
+            .query_one("SELECT sum(v)::bigint FROM public.churn", &[])
+            .unwrap()
+            .get(0);
+        client.batch_execute("COMMIT").unwrap();
+        (total, after)
+    });
+    wait_for_sleepers(&mut admin, "after-wait", 1);
+    admin
+        .batch_execute("UPDATE public.churn SET v = 1")
+        .unwrap();
+    assert_eq!(
+        dead_but_not_removable(&mut admin, cluster, "public.churn"),
+        0
+    );
+    admin
+        .batch_execute("UPDATE public.churn SET v = 2")
+        .unwrap();
+    admin
+        .execute("SELECT jobs_enqueue($1, '{}')", &[&queue])
+        .unwrap();
+    let (total, after) = waiter.join().unwrap();
+    assert_eq!(
+        total, 1000,
+        "the select list read with a snapshot from after the wait"
+    );
+    assert_eq!(
+        after, 1000,
+        "the transaction's next statement reads what was committed"
+    );
 }
 
 #[test]
