@@ -6,3 +6,9 @@
 --
 -- What it keeps: every queue, job, schedule, tenant grant and idempotency row, ids and the id
 -- sequence, and the leases of running jobs.
+
+-- Reliability (0.3.0): rate limits below one claim in about 32 years are refused now (the next
+-- token's time left the timestamp range, and waiting claims were admitted about once a second);
+-- a queue that has one keeps the lowest limit instead.
+UPDATE jobs.queue SET rate_limit = 0.000000001
+ WHERE rate_limit OPERATOR(pg_catalog.<) 0.000000001;

@@ -36,7 +36,13 @@ pub mod limits {
     /// Longest lease (of a queue, a claim or a heartbeat's `extend`), in microseconds.
     pub const LEASE: i64 = 7 * DAY;
     /// Longest delay (backoff, retention, `retry_in`), in microseconds: 100 years.
-    pub const DELAY: i64 = 100 * 365 * DAY;
+    ///
+    /// A hundred calendar years hold 36,524 or 36,525 days (24 or 25 leap days), so the bound is
+    /// the longer: `'100 years'` itself is accepted whenever it is applied.
+    pub const DELAY: i64 = 36_525 * DAY;
+    /// Lowest rate limit, in claims per second (one claim in about 32 years): the time of a
+    /// bucket's next token stays far inside the timestamp range.
+    pub const MIN_RATE_LIMIT: f64 = 1e-9;
     /// Most jobs one claim may take.
     pub const CLAIM: i64 = 1000;
     /// Most rows one `jobs_list` call returns.

@@ -6,7 +6,7 @@ use super::args::{check_queue_name, check_range, delay_arg, lease_arg, limits, q
 use crate::engine::access::{self, Role};
 use crate::engine::queues::{self, QueueSettings};
 use crate::pg::datum::QueueRow;
-use crate::pg::errors::{raise, required, BAD_ARGUMENT};
+use crate::pg::errors::{raise, raise_with_hint, required, BAD_ARGUMENT};
 
 /// Creates a queue, or updates the settings given of an existing one. `NULL` leaves a setting
 /// as it is (or at its default for a new queue); `rate_limit => 0`, `rate_burst => 0` and
@@ -47,10 +47,12 @@ fn jobs_create_queue(
         }
     }
     if let Some(rate_limit) = rate_limit {
-        if !(rate_limit >= 0.0 && rate_limit.is_finite()) {
-            raise(
+        if !(rate_limit == 0.0 || (rate_limit >= limits::MIN_RATE_LIMIT && rate_limit.is_finite()))
+        {
+            raise_with_hint(
                 BAD_ARGUMENT,
-                format!("rate_limit must be a number of claims per second above 0 (0 clears it), got {rate_limit}"),
+                format!("rate_limit must be a number of claims per second of at least 0.000000001 (0 clears it), got {rate_limit}"),
+                "0.000000001 is one claim in about 32 years; to hand out no jobs at all, pause the queue (SELECT jobs_pause(queue)).",
             );
         }
     }

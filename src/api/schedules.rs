@@ -110,6 +110,12 @@ fn jobs_cron_next(
     let cron = cron_arg(cron);
     let after = required(after, "after");
     check_finite(after, "after");
+    if !schedules::slots::computable_from(i64::from(after)) {
+        raise(
+            BAD_ARGUMENT,
+            format!("after must be a time from 0001-01-01 00:00:00+00 on, got '{after}'"),
+        );
+    }
     let timezone = required(timezone, "timezone");
     schedules::cron_next(cron, i64::from(after), timezone)
 }

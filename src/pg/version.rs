@@ -150,26 +150,30 @@ pub enum TwoPhaseStatement {
     RollbackPrepared,
 }
 
-/// What [`follow_two_phase_statements`] calls, before and after a two-phase statement.
+/// What [`follow_utility_statements`] calls: before and after a two-phase statement, and
+/// before a `DROP EXTENSION` that names pg_jobs.
 #[derive(Clone, Copy)]
-pub struct TwoPhaseCallbacks {
-    /// Called before the statement runs (it may still fail).
+pub struct UtilityCallbacks {
+    /// Called before a two-phase statement runs (it may still fail).
     pub before: fn(TwoPhaseStatement, &str),
     /// Called once it succeeded.
     pub after: fn(TwoPhaseStatement, &str),
+    /// Called before `DROP EXTENSION ... pg_jobs ...` runs (it may still fail, or be rolled
+    /// back).
+    pub dropping_extension: fn(),
 }
 
-static mut TWO_PHASE_CALLBACKS: Option<TwoPhaseCallbacks> = None;
+static mut UTILITY_CALLBACKS: Option<UtilityCallbacks> = None;
 static mut PREVIOUS_UTILITY: pg_sys::ProcessUtility_hook_type = None;
 
 /// Calls `callbacks` around each `PREPARE TRANSACTION`, `COMMIT PREPARED` and
-/// `ROLLBACK PREPARED` in this process, with the transaction's gid: `before` as the statement
-/// starts, `after` when it succeeded.
+/// `ROLLBACK PREPARED` in this process, with the transaction's gid (`before` as the statement
+/// starts, `after` when it succeeded), and before each `DROP EXTENSION` of pg_jobs.
 ///
 /// # Safety
 /// Once per process, from `_PG_init`.
-pub unsafe fn follow_two_phase_statements(callbacks: TwoPhaseCallbacks) {
-    TWO_PHASE_CALLBACKS = Some(callbacks);
+pub unsafe fn follow_utility_statements(callbacks: UtilityCallbacks) {
+    UTILITY_CALLBACKS = Some(callbacks);
     PREVIOUS_UTILITY = pg_sys::ProcessUtility_hook;
     pg_sys::ProcessUtility_hook = Some(process_utility);
 }
@@ -204,13 +208,57 @@ unsafe fn two_phase(statement: *mut pg_sys::PlannedStmt) -> Option<(TwoPhaseStat
     ))
 }
 
-/// Runs the statement as PostgreSQL would, then tells the callback about two-phase ones.
+/// Whether `statement` is a `DROP EXTENSION` that names pg_jobs.
+///
+/// # Safety
+/// `statement` is a valid planned utility statement.
+unsafe fn drops_pg_jobs(statement: *mut pg_sys::PlannedStmt) -> bool {
+    let node = (*statement).utilityStmt;
+    if node.is_null() || (*node).type_ != pg_sys::NodeTag::T_DropStmt {
+        return false;
+    }
+    let drop = node.cast::<pg_sys::DropStmt>();
+    if (*drop).removeType != pg_sys::ObjectType::OBJECT_EXTENSION || (*drop).objects.is_null() {
+        return false;
+    }
+    let objects = (*drop).objects;
+    (0..(*objects).length).any(|i| {
+        let name = pg_sys::list_nth(objects, i).cast::<pg_sys::Node>();
+        let text = string_value(name);
+        !text.is_null() && std::ffi::CStr::from_ptr(text).to_bytes() == b"pg_jobs"
+    })
+}
+
+/// The text of a string node (`strVal`): a `String` node from 15 on, a `Value` before; NULL for
+/// anything else.
+///
+/// # Safety
+/// `node` is NULL or a valid node.
+unsafe fn string_value(node: *mut pg_sys::Node) -> *const std::ffi::c_char {
+    if node.is_null() || (*node).type_ != pg_sys::NodeTag::T_String {
+        return std::ptr::null();
+    }
+    #[cfg(any(feature = "pg13", feature = "pg14"))]
+    {
+        (*node.cast::<pg_sys::Value>()).val.str_
+    }
+    #[cfg(not(any(feature = "pg13", feature = "pg14")))]
+    {
+        (*node.cast::<pg_sys::String>()).sval
+    }
+}
+
+/// Runs the statement as PostgreSQL would, telling the callbacks about the statements they
+/// follow.
 ///
 /// # Safety
 /// Called by PostgreSQL with the arguments of a utility statement.
 unsafe fn run_utility(statement: *mut pg_sys::PlannedStmt, run: impl FnOnce()) {
     let two_phase = two_phase(statement);
-    let callbacks = TWO_PHASE_CALLBACKS;
+    let callbacks = UTILITY_CALLBACKS;
+    if let Some(callbacks) = callbacks.filter(|_| drops_pg_jobs(statement)) {
+        (callbacks.dropping_extension)();
+    }
     if let (Some((kind, gid)), Some(callbacks)) = (&two_phase, callbacks) {
         (callbacks.before)(*kind, gid);
     }

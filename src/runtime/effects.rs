@@ -102,6 +102,8 @@ thread_local! {
     static GRANTS_CHANGED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     /// Whether this transaction changed queue settings.
     static QUEUES_CHANGED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// Whether this transaction drops the extension.
+    static EXTENSION_DROPPED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     /// The gid of the PREPARE TRANSACTION this transaction ends with, once the statement ran.
     static PREPARING: RefCell<Option<String>> = const { RefCell::new(None) };
 }
@@ -258,9 +260,10 @@ pub fn register_callbacks() {
         pg_sys::RegisterXactCallback(Some(on_xact_event), std::ptr::null_mut());
         pg_sys::RegisterSubXactCallback(Some(on_subxact_event), std::ptr::null_mut());
         pg_sys::RegisterResourceReleaseCallback(Some(on_resource_release), std::ptr::null_mut());
-        version::follow_two_phase_statements(version::TwoPhaseCallbacks {
+        version::follow_utility_statements(version::UtilityCallbacks {
             before: before_two_phase_statement,
             after: on_two_phase_statement,
+            dropping_extension: extension_dropping,
         });
     }
 }
@@ -374,6 +377,11 @@ unsafe extern "C-unwind" fn on_resource_release(
     // A commit bumped them at its commit event; a rollback changed nothing.
     GRANTS_CHANGED.with(|c| c.set(false));
     QUEUES_CHANGED.with(|c| c.set(false));
+    if EXTENSION_DROPPED.with(|c| c.replace(false)) && commit {
+        // Waiting claims of this database would sleep on to the end of their wait and then
+        // find no tables: woken now, they see the extension gone and say so.
+        wakeup::wake_everyone();
+    }
     let Some(shared) = shared() else { return };
     for effects in pending {
         effects.apply(shared.slot(effects.slot), commit);
@@ -398,6 +406,11 @@ fn subtransaction_aborted() {
             floor::reset(shared.slot(effects.slot), &effects.queue);
         }
     });
+}
+
+/// Before `DROP EXTENSION pg_jobs`: its commit wakes the waiting claims.
+fn extension_dropping() {
+    EXTENSION_DROPPED.with(|c| c.set(true));
 }
 
 /// Before `COMMIT PREPARED` or `ROLLBACK PREPARED`: the prepared transaction may have changed

@@ -79,7 +79,9 @@ impl Bucket {
     /// which `tokens` reaches `target`.
     fn time_for(&self, limit: Limit, target: f64, now: i64) -> i64 {
         let missing = (target - self.tokens).max(0.0);
-        now + ((missing / limit.rate) * 1e6).ceil() as i64
+        // The float-to-integer cast saturates; the sum must too (a limit too small for the
+        // timestamp range would otherwise wrap into the past and admit at once).
+        now.saturating_add(((missing / limit.rate) * 1e6).ceil() as i64)
     }
 }
 

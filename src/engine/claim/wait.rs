@@ -14,10 +14,12 @@ use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
 
 use super::{attempt, rate, ClaimRequest, Probe, PROBE};
+use crate::engine::access;
 use crate::pg::client;
 use crate::pg::clock::server_now;
 use crate::pg::datum::ClaimedRow;
-use crate::pg::errors::{raise_with_hint, WAIT_NEEDS_READ_COMMITTED};
+use crate::pg::errors::{raise_with_hint, VERSION_MISMATCH, WAIT_NEEDS_READ_COMMITTED};
+use crate::pg::extension;
 use crate::pg::snapshot;
 use crate::pg::subtransaction::in_subtransaction;
 use crate::runtime::wakeup::{self, Waiter};
@@ -98,6 +100,7 @@ pub(super) fn claim_waiting(request: &ClaimRequest<'_>) -> Vec<ClaimedRow> {
             // never receive what this attempt claims: the job would sit running for a whole
             // lease with an attempt spent on nothing.
             client::end_if_gone();
+            still_installed();
         }
         let prepaid = u32::from(reserved_at.take().is_some());
         // Each attempt runs in a subtransaction that is rolled back when it claims nothing,
@@ -160,6 +163,23 @@ pub(super) fn claim_waiting(request: &ClaimRequest<'_>) -> Vec<ClaimedRow> {
         }
         waiter.sleep(wake_at, seen);
         slept = true;
+    }
+}
+
+/// Raises a clear error when pg_jobs was dropped (or changed version) while the claim slept:
+/// its next attempt would otherwise fail on tables that no longer exist.
+fn still_installed() {
+    // SAFETY: reads the catalog invalidations other sessions sent while this one slept, as any
+    // lock acquisition does.
+    unsafe { pg_sys::AcceptInvalidationMessages() };
+    match extension::is_current() {
+        Ok(()) => {}
+        Err(None) => raise_with_hint(
+            VERSION_MISMATCH,
+            "jobs_claim stopped waiting: pg_jobs was dropped from this database".into(),
+            "Nothing was claimed. Create the extension again (CREATE EXTENSION pg_jobs) before claiming.",
+        ),
+        Err(Some(_)) => access::require_current_definitions("go on claiming"),
     }
 }
 

@@ -13,6 +13,7 @@ use crate::pg::clock::server_now;
 use crate::pg::errors::{
     quote, raise, raise_with_hint, UNIQUE_VIOLATION, UNKNOWN_JOB, WRONG_STATE,
 };
+use crate::pg::subtransaction::unless_it_raises;
 use crate::runtime::locks;
 use crate::storage::{param, timestamptz_arg, with_client, Statement};
 
@@ -123,10 +124,27 @@ pub fn retry(id: i64, run_at: TimestampWithTimeZone, scope: &TenantScope) -> Job
                 group,
             ));
         }
-        if let Some(key) = &job.unique_key {
-            check_key_free(client, id, &job, key);
-        }
-        let rows = RETRY.run(client, &[id.into(), run_at.into()]);
+        let retry = || RETRY.run(client, &[id.into(), run_at.into()]);
+        let rows = match &job.unique_key {
+            None => retry(),
+            Some(key) => {
+                check_key_free(client, id, &job, key);
+                // A job enqueued with the key by a transaction that commits after the check
+                // makes the update collide in the unique index: the holder is committed by
+                // then, and the check names it.
+                unless_it_raises(UNIQUE_VIOLATION, retry).unwrap_or_else(|| {
+                    check_key_free(client, id, &job, key);
+                    raise(
+                        UNIQUE_VIOLATION,
+                        format!(
+                            "job {id} cannot be retried: another job took its unique key {} in queue {} meanwhile",
+                            quote(key),
+                            quote(&job.queue)
+                        ),
+                    )
+                })
+            }
+        };
         let row = rows.first().expect("operate/retry updates the locked job");
         transitions::queued_row(&row);
         JobState::Queued

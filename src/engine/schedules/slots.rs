@@ -165,6 +165,12 @@ pub struct Slots {
     zone: TimeZone,
 }
 
+/// Whether slots can be computed from `micros` on: cron's calendar starts at 0001-01-01 (UTC),
+/// so an earlier time would answer the first slot of year 1, not the first after it.
+pub fn computable_from(micros: i64) -> bool {
+    to_timestamp(micros).is_some_and(|at| TimeZone::UTC.to_datetime(at).year() >= 1)
+}
+
 fn to_timestamp(micros: i64) -> Option<Timestamp> {
     Timestamp::from_microsecond(micros.checked_add(PG_EPOCH_UNIX_MICROS)?).ok()
 }

@@ -386,8 +386,13 @@ fn bad_calls_raise_documented_errors_and_change_nothing() {
         bad(format!("SELECT jobs_enqueue('{q}', group_key => '')"), "22023", "group_key must be 1 to 255 bytes long, got 0 bytes"),
         bad(format!("SELECT * FROM jobs_enqueue_batch('{q}', ARRAY['{{}}', '{{}}']::jsonb[], unique_keys => ARRAY['a'])"), "22023", "unique_keys must have one element per payload, got 1 for 2 payloads"),
         bad(format!("SELECT * FROM jobs_enqueue_batch('{q}', ARRAY['{{}}']::jsonb[], group_keys => ARRAY[''])"), "22023", "group_keys[1] must be 1 to 255 bytes long, got 0 bytes"),
-        bad(format!("SELECT jobs_create_queue('{q}', rate_limit => -1)"), "22023", "rate_limit must be a number of claims per second above 0"),
-        bad(format!("SELECT jobs_create_queue('{q}', rate_limit => 'infinity')"), "22023", "rate_limit must be a number of claims per second above 0"),
+        bad(format!("SELECT jobs_create_queue('{q}', rate_limit => -1)"), "22023", "rate_limit must be a number of claims per second of at least 0.000000001 (0 clears it), got -1"),
+        bad(format!("SELECT jobs_create_queue('{q}', rate_limit => 'infinity')"), "22023", "rate_limit must be a number of claims per second of at least 0.000000001 (0 clears it), got inf"),
+        bad(format!("SELECT jobs_create_queue('{q}', rate_limit => 'NaN')"), "22023", "rate_limit must be a number of claims per second of at least 0.000000001 (0 clears it), got NaN"),
+        // Limits so small that the next token's time left the timestamp range: a waiting claim
+        // was admitted about once a second.
+        bad(format!("SELECT jobs_create_queue('{q}', rate_limit => 1e-13)"), "22023", "rate_limit must be a number of claims per second of at least 0.000000001 (0 clears it), got 0.0000000000001"),
+        bad(format!("SELECT jobs_create_queue('{q}', rate_limit => 1e-300)"), "22023", "rate_limit must be a number of claims per second of at least 0.000000001"),
         bad(format!("SELECT jobs_create_queue('{q}', rate_burst => 0.5)"), "22023", "rate_burst must be a number of jobs of at least 1"),
         bad(format!("SELECT jobs_create_queue('{q}', group_concurrency => 0)"), "22023", "group_concurrency must be between 1 and 10000, got 0"),
         // Idempotency records: bad arguments, then a live pending record (55P03) and a finished
@@ -657,6 +662,9 @@ fn odd_values_a_new_user_pastes_are_refused() {
         bad(format!("SELECT jobs_fail({id}, '{lease}', 'boom', retry_in => '-1 mon 27 days')"), "22023", "retry_in must be at least 0 and at most 100 years"),
         bad(format!("SELECT jobs_create_queue('{q}', retention => '-1 year 300 days')"), "22023", "retention must be at least 0 and at most 100 years"),
         bad(format!("SELECT jobs_create_queue('{q}', backoff_max => '200 years')"), "22023", "backoff_max must be at least 0 and at most 100 years"),
+        bad(format!("SELECT jobs_create_queue('{q}', retention => '36526 days')"), "22023", "retention must be at least 0 and at most 100 years, got '36526 days'"),
+        // Cron's calendar starts at year 1: an earlier `after` answered 0001-01-01.
+        bad("SELECT jobs_cron_next('* * * * *', '4713-01-01 BC')", "22023", "after must be a time from 0001-01-01 00:00:00+00 on, got '4713-"),
         bad(format!("SELECT jobs_create_queue('{q}', backoff_base => '1 minute', backoff_max => '30 seconds')"), "22023", "backoff_max must be at least backoff_base, got backoff_base '00:01:00' and backoff_max '00:00:30'"),
         // jobs.backoff_delay: the same ranges as the queue settings it serves.
         bad("SELECT jobs.backoff_delay('-1 second', '1 hour', 0.1, 1)", "22023", "base must be at least 0 and at most 100 years, got '-00:00:01'"),
@@ -696,6 +704,75 @@ fn odd_values_a_new_user_pastes_are_refused() {
         failures.len(),
         calls.len(),
         failures.join("\n")
+    );
+}
+
+/// The documented bounds themselves are accepted: "at most 100 years" takes `'100 years'`
+/// (36,524 or 36,525 days, as leap days fall), the lowest rate limit is one claim in about 32
+/// years (and a waiting claim is not admitted before its token), and `jobs_cron_next` answers
+/// from year 1 on.
+#[test]
+fn values_at_the_documented_bounds_are_accepted() {
+    let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let cluster = cluster();
+    let mut client = cluster.connect();
+    let f = fixture(&mut client, "bounds");
+    let q = &f.queue;
+    for sql in [
+        format!("SELECT jobs_create_queue('{q}', retention => '100 years', backoff_max => '100 years')"),
+        format!("SELECT jobs_create_queue('{q}', retention => '36525 days')"),
+        format!("SELECT jobs_enqueue('{q}', unique_key => 'bounds', unique_for => '100 years')"),
+        "SELECT * FROM jobs_idempotency_save('bounds', ttl => '100 years', pending_for => '100 years')".to_owned(),
+        "SELECT jobs.backoff_delay('100 years', '100 years', 0, 1)".to_owned(),
+        "SELECT jobs_cron_next('* * * * *', '0001-01-01 00:00:00+00')".to_owned(),
+    ] {
+        client
+            .batch_execute(&sql)
+            .unwrap_or_else(|e| panic!("{sql}: {e:?}"));
+    }
+    let (id, lease) = f.running;
+    let outcome: String = scalar(
+        &mut client,
+        "SELECT jobs_fail($1, $2, 'later', retry_in => '100 years')",
+        &[&id, &lease],
+    );
+    assert_eq!(outcome, "queued");
+    let first_slot: String = scalar(
+        &mut client,
+        "SELECT jobs_cron_next('* * * * *', '0001-01-01 00:00:00+00')::text",
+        &[],
+    );
+    assert!(
+        first_slot.starts_with("0001-01-01 00:01:00"),
+        "{first_slot}"
+    );
+
+    let slow =
+        pg_jobs_tests::unique_queue(&mut client, "slowest-rate", "rate_limit => 0.000000001");
+    for n in 0..2 {
+        client
+            .execute(
+                "SELECT jobs_enqueue($1, jsonb_build_object('n', $2::int))",
+                &[&slow, &n],
+            )
+            .unwrap();
+    }
+    let claimed = |client: &mut Client, wait: &str| -> i64 {
+        scalar(
+            client,
+            &format!("SELECT count(*) FROM jobs_claim($1, n => 2, wait => '{wait}')"),
+            &[&slow],
+        )
+    };
+    assert_eq!(
+        claimed(&mut client, "0"),
+        1,
+        "the bucket starts with one token"
+    );
+    assert_eq!(
+        claimed(&mut client, "2 seconds"),
+        0,
+        "the next token is 32 years away"
     );
 }
 

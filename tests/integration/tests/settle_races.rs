@@ -111,3 +111,56 @@ fn late_settles_racing_reclaims_and_claims_never_deadlock() {
         "deadlocks in rounds {deadlocks:?} of {rounds}"
     );
 }
+
+/// `jobs_retry` of a unique job racing an enqueue of its key: the enqueue's transaction is not
+/// committed when the retry checks the key, commits while the retry's update waits in the
+/// unique index, and the retry then refuses with the documented message naming the holder, not
+/// the index's raw 23505 (`job_unique_idx`).
+#[test]
+fn a_retry_racing_a_new_holder_of_its_unique_key_names_the_holder() {
+    let cluster = Cluster::shared();
+    let mut admin = cluster.connect();
+    let queue = unique_queue(&mut admin, "retry-race", "");
+    let failed: i64 = pg_jobs_tests::scalar(
+        &mut admin,
+        "SELECT jobs_enqueue($1, '{}', unique_key => 'race')",
+        &[&queue],
+    );
+    let job = claim(&mut admin, &queue, 1, "")[0];
+    let outcome: String = pg_jobs_tests::scalar(
+        &mut admin,
+        "SELECT jobs_fail($1, $2, 'boom', retry => false)",
+        &[&job.id, &job.lease],
+    );
+    assert_eq!(outcome, "failed");
+
+    let mut producer = cluster.connect();
+    producer.batch_execute("BEGIN").unwrap();
+    let holder: i64 = pg_jobs_tests::scalar(
+        &mut producer,
+        "SELECT jobs_enqueue($1, '{}', unique_key => 'race')",
+        &[&queue],
+    );
+    let mut operator = cluster.connect();
+    let operator_pid: i32 = pg_jobs_tests::scalar(&mut operator, "SELECT pg_backend_pid()", &[]);
+    let retry = thread::spawn(move || {
+        operator
+            .query_one("SELECT jobs_retry($1)", &[&failed])
+            .map(|row| row.get::<_, String>(0))
+    });
+    pg_jobs_tests::wait_for_a_lock(&mut admin, operator_pid, "the retry to wait in the index");
+    producer.batch_execute("COMMIT").unwrap();
+    let error = retry
+        .join()
+        .unwrap()
+        .expect_err("the retry must refuse: the key has a new holder");
+    let db = error.as_db_error().expect("a database error");
+    assert_eq!(db.code().code(), "23505");
+    assert_eq!(
+        db.message(),
+        format!(
+            "job {failed} cannot be retried: job {holder} (queued) holds its unique key 'race' in queue '{queue}'"
+        )
+    );
+    assert_eq!(pg_jobs_tests::state(&mut admin, failed), "failed");
+}

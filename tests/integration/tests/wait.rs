@@ -1127,3 +1127,28 @@ fn a_killed_clients_waiting_claim_takes_nothing() {
     );
     assert_eq!(claim_now(&mut observer, &queue).id, id);
 }
+
+/// `DROP EXTENSION pg_jobs` while claims wait: the drop's commit wakes them, and they end at
+/// once with an error that says what happened, instead of sleeping to the end of their wait and
+/// failing on a table that no longer exists.
+#[test]
+fn a_waiting_claim_ends_with_a_clear_error_when_the_extension_is_dropped() {
+    let cluster = private_cluster("wait-drop", &settings_with(&["pg_jobs.tick = '1h'"]));
+    let mut observer = cluster.connect();
+    let queue = unique_queue(&mut observer, "dropped", "");
+    let waiter =
+        WaitingClaim::start(cluster.connect(), &queue, 1, "60 seconds").asleep(&mut observer);
+    exec(&mut observer, "DROP EXTENSION pg_jobs");
+    let returned = waiter.finish(&mut observer, WOKEN_WITHIN);
+    assert_eq!(
+        returned.sqlstate(),
+        SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE
+    );
+    let Err(error) = &returned.result else {
+        unreachable!()
+    };
+    assert_eq!(
+        error.as_db_error().map(|db| db.message()),
+        Some("jobs_claim stopped waiting: pg_jobs was dropped from this database")
+    );
+}
