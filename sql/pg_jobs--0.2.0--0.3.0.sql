@@ -12,3 +12,14 @@
 -- a queue that has one keeps the lowest limit instead.
 UPDATE jobs.queue SET rate_limit = 0.000000001
  WHERE rate_limit OPERATOR(pg_catalog.<) 0.000000001;
+
+-- Prepared transactions (0.3.0): their effects on shared memory are recorded in the transaction
+-- itself (sql/schema.sql has why). 0.2.0 kept them in shared memory, which a restart between
+-- PREPARE TRANSACTION and COMMIT PREPARED lost: a transaction prepared by 0.2.0 and committed
+-- after the upgrade is covered by the worker's floor check and wake-up backstop within a tick.
+CREATE TABLE jobs.prepared_effects (
+    gid         text NOT NULL,
+    effects     jsonb NOT NULL,
+    prepared_at timestamptz NOT NULL DEFAULT pg_catalog.now()
+);
+REVOKE ALL ON jobs.prepared_effects FROM PUBLIC;

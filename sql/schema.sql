@@ -210,6 +210,19 @@ CREATE TABLE jobs.rate_bucket (
     at     timestamptz NOT NULL
 );
 
+-- Prepared transactions (0.3.0): what a transaction prepared with PREPARE TRANSACTION does to
+-- the state pg_jobs keeps in shared memory (wake-ups, claim floors, totals), recorded in that
+-- transaction just before it is prepared and taken by COMMIT PREPARED, in whichever session and
+-- whenever it runs, even after a server restart emptied shared memory (runtime::effects). A row
+-- lives from the prepare to the commit (a rolled-back transaction's never existed); the
+-- background worker deletes one a crash left between a commit and its taking. Not dumped:
+-- prepared transactions do not survive a restore.
+CREATE TABLE jobs.prepared_effects (
+    gid         text NOT NULL,
+    effects     jsonb NOT NULL,
+    prepared_at timestamptz NOT NULL DEFAULT pg_catalog.now()
+);
+
 -- What jobs_claim returns for each claimed job.
 CREATE TYPE jobs.claimed AS (
     id           bigint,

@@ -37,7 +37,7 @@ pub extern "C-unwind" fn _PG_init() {
     pg::errors::quiet_backtraces();
     pg::errors::install_privilege_hints();
     pg::settings::register();
-    runtime::effects::register_callbacks();
+    runtime::effects::register_callbacks(engine::two_phase::STORE);
     pg::roles::register_callbacks();
     pg::extension::register_callbacks();
     // SAFETY: a flag Postgres sets while it loads shared_preload_libraries.

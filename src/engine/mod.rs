@@ -21,3 +21,4 @@ pub mod schedules;
 pub mod settle;
 pub mod tenants;
 pub mod transitions;
+pub mod two_phase;

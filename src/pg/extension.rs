@@ -36,8 +36,20 @@ thread_local! {
 /// end of the caller's transaction, through a waiting claim's sleep too, and `Spi::get_one`
 /// runs as an update, which a standby refuses.
 pub fn installed_version() -> Option<String> {
+    read_pg_jobs_row(pg_sys::Anum_pg_extension_extversion)
+}
+
+/// The role that owns pg_jobs in this database (`pg_extension.extowner`): its functions run as
+/// that role. `None` when pg_jobs is not installed.
+pub fn owner() -> Option<pg_sys::Oid> {
+    read_pg_jobs_row::<pg_sys::Oid>(pg_sys::Anum_pg_extension_extowner)
+}
+
+/// Attribute `attribute` of pg_jobs's row of `pg_extension`, read as [`installed_version`]
+/// says.
+fn read_pg_jobs_row<T: FromDatum>(attribute: u32) -> Option<T> {
     // SAFETY: the catalog scan of get_extension_oid (extension.c), reading one attribute of the
-    // tuple found before the scan ends; the String is copied out of it.
+    // tuple found before the scan ends; the value is copied out of it.
     unsafe {
         let lock = pg_sys::AccessShareLock as pg_sys::LOCKMODE;
         let relation = pg_sys::table_open(pg_sys::ExtensionRelationId, lock);
@@ -62,13 +74,9 @@ pub fn installed_version() -> Option<String> {
             None
         } else {
             let mut is_null = false;
-            let datum = pg_sys::heap_getattr(
-                tuple,
-                pg_sys::Anum_pg_extension_extversion as i32,
-                (*relation).rd_att,
-                &mut is_null,
-            );
-            String::from_datum(datum, is_null)
+            let datum =
+                pg_sys::heap_getattr(tuple, attribute as i32, (*relation).rd_att, &mut is_null);
+            T::from_datum(datum, is_null)
         };
         pg_sys::systable_endscan(scan);
         pg_sys::table_close(relation, lock);

@@ -92,3 +92,27 @@ pub fn quote_role(name: &str) -> String {
         format!("\"{}\"", name.replace('"', "\"\""))
     }
 }
+
+/// Runs `body` as `role` (as a `SECURITY DEFINER` function of that role's would), then makes
+/// the caller's role current again, also when `body` raises. For work pg_jobs does on its own
+/// tables from a callback (a transaction being prepared, a `COMMIT PREPARED`), where no
+/// function of the extension sets its owner's identity.
+pub fn as_role<R>(role: pg_sys::Oid, body: impl FnOnce() -> R) -> R {
+    let mut outer_user = pg_sys::InvalidOid;
+    let mut outer_context = 0;
+    // SAFETY: saving and setting the current user as fmgr_security_definer does; the finally
+    // block restores it on every way out (an ERROR's abort would restore it too).
+    unsafe {
+        pg_sys::GetUserIdAndSecContext(&mut outer_user, &mut outer_context);
+        pg_sys::SetUserIdAndSecContext(
+            role,
+            outer_context | pg_sys::SECURITY_LOCAL_USERID_CHANGE as i32,
+        );
+    }
+    pgrx::PgTryBuilder::new(std::panic::AssertUnwindSafe(body))
+        .finally(|| {
+            // SAFETY: the values saved above.
+            unsafe { pg_sys::SetUserIdAndSecContext(outer_user, outer_context) }
+        })
+        .execute()
+}

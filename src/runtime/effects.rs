@@ -11,11 +11,16 @@
 //! floor. A delayed job lowers its slot's next due time, which waiting claims use to time their
 //! sleep.
 //!
-//! A prepared transaction (`PREPARE TRANSACTION`) ends later, maybe in another session, which
-//! knows nothing of its effects: at the prepare they are stashed in shared memory under the
-//! transaction's gid, and `COMMIT PREPARED` / `ROLLBACK PREPARED` apply them in whichever session
-//! runs it, once the outcome is visible. When the stash is full, the worker's floor check and
-//! its wake-up backstop cover the transaction within a tick.
+//! A prepared transaction (`PREPARE TRANSACTION`) ends later, maybe in another session and
+//! after a server restart that empties shared memory, so nothing of it may live only here. Just
+//! before it is prepared it turns what it would have handed over in shared memory into rows of
+//! its own (the engine's [`TwoPhaseStore`]): the freed heads it offered get their marks cleared
+//! in their rows, and its effects (the queues it made jobs claimable in, the jobs it settled) are
+//! recorded in `jobs.prepared_effects` under its gid. `COMMIT PREPARED`, in whichever session
+//! and whenever it runs, takes that record once the commit is visible and applies it: floors
+//! lowered, waiting claims woken, totals counted. `ROLLBACK PREPARED` rolls the record back with
+//! the rest; a rolled-back claim's jobs are queued again, so it forgets the database's floors
+//! and wakes every waiting claim.
 //!
 //! The jobs a transaction settles are added to the totals (`runtime::totals`) when it commits,
 //! and only the settles of its subtransactions that committed too: a settle inside a savepoint
@@ -32,7 +37,6 @@ use super::position::Position;
 use super::queue_id::{current_database, slot_index};
 use super::queued_changes;
 use super::shmem::{shared, Slot};
-use super::spin::SpinLocked;
 use super::totals::{self, Counts};
 use super::wakeup::{self, WAKE_ALL};
 use crate::pg::clock::server_now;
@@ -106,6 +110,7 @@ thread_local! {
     static EXTENSION_DROPPED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     /// The gid of the PREPARE TRANSACTION this transaction ends with, once the statement ran.
     static PREPARING: RefCell<Option<String>> = const { RefCell::new(None) };
+
 }
 
 /// Runs `change` on this transaction's pending effects for `queue` (nothing without shared
@@ -252,8 +257,27 @@ fn bump_tenant_grants() {
     }
 }
 
-/// Installs the callbacks; called from `_PG_init` in every process that loads us.
-pub fn register_callbacks() {
+/// What the engine keeps in tables for a prepared transaction, so that its end applies its
+/// effects whenever and wherever it comes (see the module's notes). Each runs as the
+/// extension's owner, and does nothing where pg_jobs is not installed (or not this version).
+#[derive(Clone, Copy)]
+pub struct TwoPhaseStore {
+    /// Before the prepare: clears the marks of the freed heads with these job ids, in the
+    /// transaction being prepared (noting their queues as jobs made claimable).
+    pub clear_marks: fn(Vec<i64>),
+    /// Before the prepare: records `record` (JSON) under `gid` in the transaction.
+    pub save: fn(gid: &str, record: &str),
+    /// After `COMMIT PREPARED`: takes (deletes and returns) the record saved under `gid`.
+    pub take: fn(gid: &str) -> Option<String>,
+}
+
+/// The engine's durable side of two-phase commit, once registered.
+static STORE: std::sync::OnceLock<TwoPhaseStore> = std::sync::OnceLock::new();
+
+/// Installs the callbacks, with the engine's durable side of two-phase commit; called from
+/// `_PG_init` in every process that loads us.
+pub fn register_callbacks(store: TwoPhaseStore) {
+    let _ = STORE.set(store);
     // SAFETY: the callbacks are plain functions that live as long as the library; the utility
     // hook is installed once per process, here.
     unsafe {
@@ -274,22 +298,20 @@ unsafe extern "C-unwind" fn on_xact_event(
     _arg: *mut std::ffi::c_void,
 ) {
     match event {
-        // The transaction is being prepared: its effects apply when it is committed or rolled
-        // back, maybe in another session. Take them now, before its resources are released as
-        // if it had committed.
+        // About to be prepared, and still able to write: what it would hand over in shared
+        // memory goes into its own rows instead (see the module's notes).
+        pg_sys::XactEvent::XACT_EVENT_PRE_PREPARE => record_for_prepare(),
+        // Prepared: its effects apply when it is committed or rolled back, from the record.
+        // Drop them here, before its resources are released as if it had committed.
         pg_sys::XactEvent::XACT_EVENT_PREPARE => {
             queued_changes::transaction_ended();
             freed_heads::transaction_prepared();
             GRANTS_CHANGED.with(|c| c.set(false));
             QUEUES_CHANGED.with(|c| c.set(false));
-            let pending = PENDING.with(|p| std::mem::take(&mut *p.borrow_mut()));
-            let settled = take_settled();
-            let gid = PREPARING.with(|g| g.borrow_mut().take());
-            if let (Some(shared), Some(gid)) = (shared(), gid) {
-                if !pending.is_empty() || !settled.is_empty() {
-                    stash(shared.prepared(), &gid, &pending, &settled);
-                }
-            }
+            EXTENSION_DROPPED.with(|c| c.set(false));
+            PENDING.with(|p| p.borrow_mut().clear());
+            SETTLED.with(|s| s.borrow_mut().clear());
+            PREPARING.with(|g| g.borrow_mut().take());
         }
         // Visible to everyone now, and still holding its locks: sessions learn of its changes
         // to queues and grants before anyone waiting for those locks goes on (an enqueue that
@@ -427,7 +449,7 @@ fn before_two_phase_statement(statement: TwoPhaseStatement, _gid: &str) {
 }
 
 /// Follows the two-phase statements of this session: remembers the gid of a PREPARE for the
-/// prepare event, and applies a prepared transaction's stashed effects once it ended.
+/// prepare events, and applies a prepared transaction's recorded effects once it ended.
 fn on_two_phase_statement(statement: TwoPhaseStatement, gid: &str) {
     match statement {
         TwoPhaseStatement::Prepare => {
@@ -440,207 +462,161 @@ fn on_two_phase_statement(statement: TwoPhaseStatement, gid: &str) {
             // recorded, and dropping the sessions' caches is cheap.
             bump_tenant_grants();
             bump_queue_settings();
-            let Some(shared) = shared() else { return };
-            let committed = statement == TwoPhaseStatement::CommitPrepared;
-            let Some(stashed) = unstash(shared.prepared(), gid) else {
-                return;
-            };
-            if committed {
-                for (key, counts) in &stashed.settled {
-                    totals::add(key, *counts);
-                }
-            }
-            match stashed.effects {
-                Some(effects) => {
-                    for effects in effects {
-                        effects.apply(shared.slot(effects.slot), committed);
-                    }
-                }
-                None => {
-                    // Its queues were not all recorded: forget this database's floors and wake
-                    // everyone, which is always safe.
+            if statement == TwoPhaseStatement::RollbackPrepared {
+                // A claim it made put its jobs back (below where the claim raised the floor,
+                // and maybe after waiting claims slept); which queues is not recorded.
+                if let Some(shared) = shared() {
                     floor::reset_database(shared, current_database());
                     wakeup::wake_everyone();
                 }
+                return;
             }
-        }
-    }
-}
-
-/// Prepared transactions whose effects can be stashed at once.
-const STASH_ENTRIES: usize = 64;
-/// Queues recorded per prepared transaction; one that touched more is handled as "every queue".
-const STASH_QUEUES: usize = 8;
-/// Settled keys (queue and tenant) recorded per prepared transaction; the settles of more are
-/// counted in the database's overflow entry of the totals.
-const STASH_SETTLED: usize = 8;
-/// Longest gid (GIDSIZE).
-const GID_BYTES: usize = 200;
-/// Longest queue name.
-const NAME_BYTES: usize = 64;
-
-/// One queue's effects of a prepared transaction, as plain data.
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub struct StashedQueue {
-    slot: u32,
-    name_len: u8,
-    name: [u8; NAME_BYTES],
-    wake_on_commit: u32,
-    earliest_due: i64,
-    has_lowest: bool,
-    lowest: Position,
-    wake_on_abort: u32,
-    reset_on_abort: bool,
-}
-
-/// The settles of one key by a prepared transaction, as plain data.
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub struct StashedSettles {
-    name_len: u8,
-    name: [u8; NAME_BYTES],
-    has_tenant: bool,
-    tenant: u64,
-    counts: Counts,
-}
-
-/// The effects of one prepared transaction (plain data in shared memory).
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub struct StashEntry {
-    used: bool,
-    database: u32,
-    gid_len: u8,
-    gid: [u8; GID_BYTES],
-    count: u8,
-    /// More queues than [`STASH_QUEUES`] were touched.
-    too_many: bool,
-    queues: [StashedQueue; STASH_QUEUES],
-    settled_count: u8,
-    settled: [StashedSettles; STASH_SETTLED],
-}
-
-/// The effects of prepared transactions, in shared memory.
-pub type PreparedStash = SpinLocked<[StashEntry; STASH_ENTRIES]>;
-
-/// What the stash held for a gid.
-struct Stashed {
-    /// The effects on each queue; `None` when more queues were touched than were recorded.
-    effects: Option<Vec<QueueEffects>>,
-    /// The jobs it settled.
-    settled: Vec<(totals::Key, Counts)>,
-}
-
-impl StashEntry {
-    fn is(&self, database: u32, gid: &str) -> bool {
-        self.used
-            && self.database == database
-            && &self.gid[..self.gid_len as usize] == gid.as_bytes()
-    }
-}
-
-/// Records `pending` under `gid`; when the stash is full or the gid too long the effects are
-/// left to the worker's tick (floor check and wake-up backstop).
-fn stash(
-    stash: &PreparedStash,
-    gid: &str,
-    pending: &[QueueEffects],
-    settled: &[(totals::Key, Counts)],
-) {
-    if gid.len() > GID_BYTES {
-        return;
-    }
-    let database = current_database();
-    stash.with(|entries| {
-        let Some(entry) = entries.iter_mut().find(|e| !e.used) else {
-            return;
-        };
-        entry.used = true;
-        entry.database = database;
-        entry.gid_len = gid.len() as u8;
-        entry.gid[..gid.len()].copy_from_slice(gid.as_bytes());
-        entry.too_many = pending.len() > STASH_QUEUES;
-        entry.count = pending.len().min(STASH_QUEUES) as u8;
-        for (stashed, effects) in entry.queues.iter_mut().zip(pending) {
-            let name = effects.queue.as_bytes();
-            stashed.slot = effects.slot as u32;
-            stashed.name_len = name.len() as u8;
-            stashed.name[..name.len()].copy_from_slice(name);
-            stashed.wake_on_commit = effects.wake_on_commit;
-            stashed.earliest_due = effects.earliest_due;
-            stashed.has_lowest = effects.lowest.is_some();
-            stashed.lowest = effects.lowest.unwrap_or(Position {
-                priority: 0,
-                run_at: 0,
-                id: 0,
-            });
-            stashed.wake_on_abort = effects.wake_on_abort;
-            stashed.reset_on_abort = effects.reset_on_abort;
-        }
-        // The last record takes the keys beyond the others, as the overflow key (no name).
-        entry.settled_count = settled.len().min(STASH_SETTLED) as u8;
-        for (index, (key, counts)) in settled.iter().enumerate() {
-            let record = &mut entry.settled[index.min(STASH_SETTLED - 1)];
-            if index < STASH_SETTLED - 1 || settled.len() == STASH_SETTLED {
-                let name = key.queue.as_bytes();
-                let len = name.len().min(NAME_BYTES);
-                record.name_len = len as u8;
-                record.name[..len].copy_from_slice(&name[..len]);
-                record.has_tenant = key.tenant.is_some();
-                record.tenant = key.tenant.unwrap_or(0);
-                record.counts = *counts;
-            } else {
-                if index == STASH_SETTLED - 1 {
-                    record.name_len = 0;
-                    record.has_tenant = false;
-                    record.counts = Counts::default();
-                }
-                record.counts.add(*counts);
-            }
-        }
-    });
-}
-
-/// Takes the effects stashed under `gid`, if any.
-fn unstash(stash: &PreparedStash, gid: &str) -> Option<Stashed> {
-    let database = current_database();
-    let entry = stash.with(|entries| {
-        let entry = entries.iter_mut().find(|e| e.is(database, gid))?;
-        entry.used = false;
-        Some(*entry)
-    })?;
-    let settled = entry.settled[..entry.settled_count as usize]
-        .iter()
-        .map(|record| {
-            let key = totals::Key {
-                queue: String::from_utf8_lossy(&record.name[..record.name_len as usize])
-                    .into_owned(),
-                tenant: record.has_tenant.then_some(record.tenant),
+            let Some(store) = STORE.get() else {
+                return;
             };
-            (key, record.counts)
-        })
-        .collect();
-    if entry.too_many {
-        return Some(Stashed {
-            effects: None,
-            settled,
-        });
+            let Some(record) = (store.take)(gid).and_then(|r| PreparedRecord::parse(&r)) else {
+                return;
+            };
+            for (key, counts) in record.settled() {
+                totals::add(&key, counts);
+            }
+            if let Some(shared) = shared() {
+                for effects in record.queue_effects() {
+                    effects.apply(shared.slot(effects.slot), true);
+                }
+            }
+        }
     }
-    let effects = entry.queues[..entry.count as usize]
-        .iter()
-        .map(|stashed| QueueEffects {
-            queue: String::from_utf8_lossy(&stashed.name[..stashed.name_len as usize]).into_owned(),
-            slot: stashed.slot as usize,
-            wake_on_commit: stashed.wake_on_commit,
-            earliest_due: stashed.earliest_due,
-            lowest: stashed.has_lowest.then_some(stashed.lowest),
-            wake_on_abort: stashed.wake_on_abort,
-            reset_on_abort: stashed.reset_on_abort,
-        })
-        .collect();
-    Some(Stashed {
-        effects: Some(effects),
-        settled,
-    })
+}
+
+/// Just before `PREPARE TRANSACTION` takes effect: clears the marks of the freed heads this
+/// transaction offered (in its own rows), then records its effects under its gid, both through
+/// the engine's store and in the transaction being prepared.
+fn record_for_prepare() {
+    let Some(gid) = PREPARING.with(|g| g.borrow().clone()) else {
+        return;
+    };
+    let Some(store) = STORE.get() else {
+        return;
+    };
+    let offered = freed_heads::withdraw_offers_here();
+    if !offered.is_empty() {
+        (store.clear_marks)(offered);
+    }
+    let record = PENDING.with(|pending| {
+        SETTLED.with(|settled| PreparedRecord::of(&pending.borrow(), &settled.borrow()))
+    });
+    if !record.is_empty() {
+        (store.save)(&gid, &record.to_json());
+    }
+}
+
+/// What a prepared transaction's commit does to shared memory, as recorded in
+/// `jobs.prepared_effects`: per queue, the waiters to wake, the earliest delayed job and the
+/// lowest position it made queued; per queue and tenant, the jobs it settled. Tenants are kept
+/// as the hash the totals use, in text (JSON numbers lose the high bits of a 64-bit integer).
+#[derive(serde::Serialize, serde::Deserialize, Default)]
+struct PreparedRecord {
+    queues: Vec<RecordedQueue>,
+    settled: Vec<RecordedSettles>,
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct RecordedQueue {
+    queue: String,
+    wake: u32,
+    due: Option<i64>,
+    lowest: Option<(i16, i64, i64)>,
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct RecordedSettles {
+    queue: String,
+    tenant: Option<String>,
+    completed: u64,
+    failed: u64,
+    retried: u64,
+}
+
+impl PreparedRecord {
+    /// The record of a transaction's pending effects (what a commit would apply) and settles.
+    fn of(pending: &[QueueEffects], settled: &[PendingSettles]) -> PreparedRecord {
+        let queues = pending
+            .iter()
+            .filter(|e| e.wake_on_commit > 0 || e.earliest_due != i64::MAX || e.lowest.is_some())
+            .map(|e| RecordedQueue {
+                queue: e.queue.clone(),
+                wake: e.wake_on_commit,
+                due: (e.earliest_due != i64::MAX).then_some(e.earliest_due),
+                lowest: e.lowest.map(|p| (p.priority, p.run_at, p.id)),
+            })
+            .collect();
+        let mut by_key: Vec<(totals::Key, Counts)> = Vec::new();
+        for pending in settled {
+            match by_key.iter_mut().find(|(key, _)| *key == pending.key) {
+                Some((_, counts)) => counts.add(pending.counts),
+                None => by_key.push((pending.key.clone(), pending.counts)),
+            }
+        }
+        let settled = by_key
+            .into_iter()
+            .map(|(key, counts)| RecordedSettles {
+                queue: key.queue,
+                tenant: key.tenant.map(|hash| hash.to_string()),
+                completed: counts.completed,
+                failed: counts.failed,
+                retried: counts.retried,
+            })
+            .collect();
+        PreparedRecord { queues, settled }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.queues.is_empty() && self.settled.is_empty()
+    }
+
+    fn to_json(&self) -> String {
+        serde_json::to_string(self).expect("a record of plain values serialises")
+    }
+
+    /// The record `json` holds; `None` (nothing applied) for anything else.
+    fn parse(json: &str) -> Option<PreparedRecord> {
+        serde_json::from_str(json).ok()
+    }
+
+    /// The queue effects a commit applies.
+    fn queue_effects(&self) -> Vec<QueueEffects> {
+        self.queues
+            .iter()
+            .map(|q| QueueEffects {
+                wake_on_commit: q.wake,
+                earliest_due: q.due.unwrap_or(i64::MAX),
+                lowest: q.lowest.map(|(priority, run_at, id)| Position {
+                    priority,
+                    run_at,
+                    id,
+                }),
+                ..QueueEffects::new(&q.queue)
+            })
+            .collect()
+    }
+
+    /// The settles a commit counts.
+    fn settled(&self) -> Vec<(totals::Key, Counts)> {
+        self.settled
+            .iter()
+            .map(|s| {
+                let key = totals::Key {
+                    queue: s.queue.clone(),
+                    tenant: s.tenant.as_deref().and_then(|t| t.parse().ok()),
+                };
+                let counts = Counts {
+                    completed: s.completed,
+                    failed: s.failed,
+                    retried: s.retried,
+                };
+                (key, counts)
+            })
+            .collect()
+    }
 }

@@ -576,6 +576,44 @@ pub fn transaction_ended(committed: bool) {
     }
 }
 
+/// The transaction is being prepared: the heads it offered leave the table, and their job ids
+/// are returned so that the transaction clears their marks in its own rows before the prepare
+/// (`engine::two_phase`). A prepared transaction ends later, maybe after a restart that empties
+/// shared memory, so nothing it hands over may live only here: its commit frees the heads
+/// through the rows, whenever and wherever it happens, and a rollback leaves them marked
+/// behind the group's running job, as before the settle.
+pub fn withdraw_offers_here() -> Vec<i64> {
+    let Some(heads) = heads() else {
+        return Vec::new();
+    };
+    let pid = my_pid();
+    let mut withdrawn = Vec::new();
+    let mut released: Vec<usize> = Vec::new();
+    MINE.with(|mine| {
+        let mut mine = mine.borrow_mut();
+        if mine.is_empty() {
+            return;
+        }
+        heads.with(|table| {
+            mine.retain(|&(link, id)| {
+                let entry = *table.entry(link);
+                if entry.holder != pid || entry.position.id != id || entry.usage != Use::Offered {
+                    return true;
+                }
+                let slot = entry.queue.get().map_or(0, slot_index);
+                table.release(slot, link);
+                released.push(slot);
+                withdrawn.push(id);
+                false
+            });
+        });
+    });
+    for slot in released {
+        heads.unlinked(slot, 1);
+    }
+    withdrawn
+}
+
 /// The transaction is being prepared: it ends later, maybe in another session, so what it
 /// offered and took is made available now (a claim checks each one under the group's lock,
 /// which the prepared transaction keeps until it ends). A sweep it made is not recorded.

@@ -1,5 +1,5 @@
 //! The extension's shared memory: one wake-up slot per queue hash (with the queue's claim floor),
-//! the background workers' status, the effects of prepared transactions, rate-limit buckets,
+//! the background workers' status, rate-limit buckets,
 //! the totals of settled jobs and the freed heads of groups. It exists only
 //! when pg_jobs is in `shared_preload_libraries`; without it, waiting claims fall back to
 //! polling, claims start at the head of their queue, and there is no worker.
@@ -9,7 +9,6 @@ use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering};
 
 use pgrx::pg_sys;
 
-use super::effects::PreparedStash;
 use super::floor::FloorCell;
 use super::freed_heads::FreedHeads;
 use super::queued_changes::QueuedChanges;
@@ -72,7 +71,6 @@ unsafe impl Sync for Slot {}
 pub struct Shared {
     slots: [Slot; SLOTS],
     workers: [WorkerStatus; MAX_DATABASES],
-    prepared: PreparedStash,
     tenant_grants: AtomicU64,
     queue_settings: AtomicU64,
     rate_table: RateTable,
@@ -131,17 +129,10 @@ impl Shared {
     pub(super) fn queued_changes(&self) -> &QueuedChanges {
         &self.queued_changes
     }
-
-    /// The effects of prepared transactions, applied when they are committed or rolled back.
-    pub(super) fn prepared(&self) -> &PreparedStash {
-        &self.prepared
-    }
 }
 
-// SAFETY: see Slot; WorkerStatus and QueuedChanges are atomics only; PreparedStash, RateTable
-// and FreedHeads are
-// spin-locked;
-// TotalsTable publishes its keys under its own lock (see its note).
+// SAFETY: see Slot; WorkerStatus and QueuedChanges are atomics only; RateTable and FreedHeads
+// are spin-locked; TotalsTable publishes its keys under its own lock (see its note).
 unsafe impl Sync for Shared {}
 
 static mut SHARED: *mut Shared = std::ptr::null_mut();

@@ -4,7 +4,7 @@ use pgrx::pg_sys;
 use pgrx::PgTryBuilder;
 
 use crate::engine::tenants::TenantScope;
-use crate::engine::{claim, groups, idempotency, purge, reclaim, schedules};
+use crate::engine::{claim, groups, idempotency, purge, reclaim, schedules, two_phase};
 use crate::pg::clock::server_now;
 use crate::pg::extension::LIBRARY_VERSION;
 use crate::pg::subtransaction::in_subtransaction;
@@ -144,6 +144,7 @@ fn tick(started_at: i64) -> TickReport {
 
         let purged = purge::sweep(client);
         let idempotency_purged = idempotency::purge_expired(client);
+        two_phase::purge_orphans(client);
 
         // Last of the steps in subtransactions: a later one rolled back would forget the sweep.
         let (stranded_cleared, sweep_error) = sweep_step(client);

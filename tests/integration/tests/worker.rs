@@ -832,3 +832,52 @@ fn without_the_preload_everything_but_the_worker_works() {
     assert!(started.elapsed() < Duration::from_secs(10));
     println!("without the preload: waiting claim returned {latency:?} after the commit (polling)");
 }
+
+/// The records of prepared transactions' effects (`jobs.prepared_effects`) that no
+/// `COMMIT PREPARED` took (only a crash between a commit and its taking leaves one) are deleted
+/// by the worker; a record younger than a minute, or of a transaction still prepared, stays.
+#[test]
+fn the_worker_deletes_records_of_prepared_transactions_that_ended() {
+    let (_cluster, mut client) = private_cluster(
+        "prepared-orphans",
+        &settings_with(&["max_prepared_transactions = 4"]),
+    );
+    client
+        .batch_execute(
+            "INSERT INTO jobs.prepared_effects (gid, effects, prepared_at)
+             VALUES ('orphan', '{}', now() - interval '2 minutes'),
+                    ('young', '{}', now())",
+        )
+        .unwrap();
+    client
+        .batch_execute(
+            "BEGIN;
+             INSERT INTO jobs.prepared_effects (gid, effects, prepared_at)
+             VALUES ('still-prepared', '{}', now() - interval '2 minutes');
+             PREPARE TRANSACTION 'still-prepared';",
+        )
+        .unwrap();
+    // The prepared row is visible once committed; until then only the other two are.
+    wait_until(
+        Duration::from_secs(20),
+        "the worker to delete the orphan",
+        || {
+            scalar::<i64>(
+                &mut client,
+                "SELECT count(*) FROM jobs.prepared_effects WHERE gid = 'orphan'",
+                &[],
+            ) == 0
+        },
+    );
+    client
+        .batch_execute("COMMIT PREPARED 'still-prepared'")
+        .unwrap();
+    let left: Vec<String> = client
+        .query("SELECT gid FROM jobs.prepared_effects ORDER BY gid", &[])
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    // COMMIT PREPARED took the committed transaction's own record (its gid).
+    assert_eq!(left, ["young"]);
+}
