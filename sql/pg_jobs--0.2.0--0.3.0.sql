@@ -23,3 +23,52 @@ CREATE TABLE jobs.prepared_effects (
     prepared_at timestamptz NOT NULL DEFAULT pg_catalog.now()
 );
 REVOKE ALL ON jobs.prepared_effects FROM PUBLIC;
+
+-- ==== Set-up checks (0.3.0) ===============================================================
+-- Said once, at CREATE EXTENSION (and at the update), where the set-up leaves pg_jobs exposed:
+-- * the functions' schema lets other roles create objects: a function they create there with
+--   a more specific signature (public.jobs_get(integer), say) would capture calls of other
+--   roles whose arguments are untyped literals (PostgreSQL 13 and 14 grant CREATE on schema
+--   public to every role);
+-- * no background worker serves this database: pg_jobs is not preloaded, or pg_jobs.databases
+--   does not name it, and nothing reclaims expired leases but jobs_reclaim().
+DO $checks$
+DECLARE
+    creators pg_catalog.text;
+    databases pg_catalog.text := pg_catalog.current_setting('pg_jobs.databases', true);
+BEGIN
+    SELECT pg_catalog.string_agg(
+               CASE WHEN a.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC'
+                    ELSE pg_catalog.quote_ident(r.rolname) END, ', '
+               ORDER BY a.grantee OPERATOR(pg_catalog.<>) 0, r.rolname)
+      INTO creators
+      FROM pg_catalog.pg_namespace n,
+           LATERAL pg_catalog.aclexplode(
+               COALESCE(n.nspacl, pg_catalog.acldefault('n', n.nspowner))) a
+      LEFT JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) a.grantee
+     WHERE n.nspname OPERATOR(pg_catalog.=) '@extschema@'
+       AND a.privilege_type OPERATOR(pg_catalog.=) 'CREATE'
+       AND a.grantee OPERATOR(pg_catalog.<>) n.nspowner
+       AND NOT COALESCE(r.rolsuper, false);
+    IF creators IS NOT NULL THEN
+        RAISE WARNING 'pg_jobs''s functions are in schema %, where % may create objects',
+            '@extschema@', creators
+            USING DETAIL = 'A function created there with a more specific signature (such as jobs_get(integer)) captures the calls of other roles whose arguments are untyped.',
+                  HINT = pg_catalog.format('Revoke it (REVOKE CREATE ON SCHEMA %I FROM %s), or install pg_jobs into a schema only its owner may create objects in (CREATE SCHEMA jobs_api; CREATE EXTENSION pg_jobs SCHEMA jobs_api;) and put that schema on the search path.', '@extschema@', creators);
+    END IF;
+    IF databases IS NULL THEN
+        RAISE WARNING 'pg_jobs is not in shared_preload_libraries: no background worker will serve database %',
+            pg_catalog.current_database()
+            USING DETAIL = 'Expired leases are reclaimed only by jobs_reclaim(), and schedules run only through jobs_run_schedules().',
+                  HINT = 'Add pg_jobs to shared_preload_libraries (ALTER SYSTEM SET shared_preload_libraries = ''pg_jobs'') and restart the server.';
+    ELSIF NOT pg_catalog.current_database() OPERATOR(pg_catalog.=) ANY (
+              SELECT pg_catalog.btrim(name)
+                FROM pg_catalog.regexp_split_to_table(databases, ',') AS name) THEN
+        RAISE WARNING 'pg_jobs.databases (%) does not name database %: no background worker will serve it',
+            databases, pg_catalog.current_database()
+            USING DETAIL = 'Expired leases are reclaimed only by jobs_reclaim(), and schedules run only through jobs_run_schedules().',
+                  HINT = pg_catalog.format('Run ALTER SYSTEM SET pg_jobs.databases = %L and restart the server (an ALTER SYSTEM setting outlasts scripts/up, which rewrites only pg_jobs.conf).',
+                      pg_catalog.concat_ws(', ', NULLIF(pg_catalog.btrim(databases), ''), pg_catalog.current_database()));
+    END IF;
+END
+$checks$;

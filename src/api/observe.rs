@@ -214,6 +214,12 @@ fn render_worker(out: &mut String, health: &Health) {
         "gauge",
         u8::from(up).to_string(),
     );
+    gauge(
+        "pg_jobs_database_served",
+        "1 when pg_jobs is preloaded and pg_jobs.databases names this database, so a background worker serves it; 0: expired leases are reclaimed only by jobs_reclaim().",
+        "gauge",
+        u8::from(observe::unserved_because().is_none()).to_string(),
+    );
     let Some(report) = report else { return };
     gauge(
         "pg_jobs_worker_last_tick_age_seconds",
@@ -363,7 +369,11 @@ fn jobs_worker_status() -> TableIterator<
     ),
 > {
     access::require_to_read(Role::Client, "read the background workers' status");
-    TableIterator::new(observe::worker_reports().into_iter().map(|w| {
+    // A database no worker serves shows as a row of its own, with the reason as its error.
+    let reports = observe::worker_reports()
+        .into_iter()
+        .chain(observe::unserved_report());
+    TableIterator::new(reports.map(|w| {
         (
             w.database,
             w.pid,

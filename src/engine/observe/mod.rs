@@ -273,6 +273,46 @@ pub fn worker_reports() -> Vec<WorkerReport> {
         .collect()
 }
 
+/// Why no background worker serves this database, when none does: pg_jobs is not preloaded,
+/// or `pg_jobs.databases` does not name the database. Then nothing reclaims expired leases but
+/// `jobs_reclaim()`, and no schedule runs.
+pub fn unserved_because() -> Option<String> {
+    let database = current_database_name();
+    if shared().is_none() {
+        return Some(
+            "pg_jobs is not in shared_preload_libraries: no background worker runs (expired leases are reclaimed only by jobs_reclaim(), schedules run only through jobs_run_schedules())"
+                .to_owned(),
+        );
+    }
+    if crate::pg::settings::configured_databases().contains(&database) {
+        return None;
+    }
+    Some(format!(
+        "pg_jobs.databases does not name database {database}: no background worker serves it (expired leases are reclaimed only by jobs_reclaim(), schedules run only through jobs_run_schedules()); run ALTER SYSTEM SET pg_jobs.databases = '<the databases, {database} among them>' and restart the server"
+    ))
+}
+
+/// A worker report for this database when no worker serves it ([`unserved_because`]): no pid,
+/// not serving, the reason as its last error.
+pub fn unserved_report() -> Option<WorkerReport> {
+    let reason = unserved_because()?;
+    Some(WorkerReport {
+        database: current_database_name(),
+        pid: None,
+        started_at: 0,
+        last_tick: 0,
+        serving: false,
+        ticks: 0,
+        reclaimed: 0,
+        purged: 0,
+        floors_healed: 0,
+        idempotency_purged: 0,
+        scheduled: 0,
+        last_error: Some(reason),
+        last_error_at: 0,
+    })
+}
+
 /// The status of the worker serving this database, if one is configured for it.
 pub fn this_database_worker() -> Option<WorkerReport> {
     let database = current_database_name();

@@ -964,3 +964,68 @@ fn dropping_the_extension_in_one_database_leaves_the_roles_to_the_others() {
         .batch_execute(&format!("DROP DATABASE {database} WITH (FORCE)"))
         .unwrap();
 }
+
+/// The warnings `CREATE EXTENSION pg_jobs` gives (as notices) in database `database`, created
+/// afresh after `prepare` ran in it.
+fn install_warnings(cluster: &Cluster, database: &str, prepare: &str) -> Vec<(String, String)> {
+    cluster
+        .connect()
+        .batch_execute(&format!("CREATE DATABASE \"{database}\""))
+        .unwrap();
+    let warnings = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = warnings.clone();
+    let mut config: postgres::Config = cluster.dsn(database).parse().unwrap();
+    config.notice_callback(move |notice| {
+        if notice.severity() == "WARNING" {
+            sink.lock().unwrap().push((
+                notice.message().to_owned(),
+                notice.hint().unwrap_or_default().to_owned(),
+            ));
+        }
+    });
+    let mut client = config.connect(postgres::NoTls).unwrap();
+    client.batch_execute(prepare).unwrap();
+    client.batch_execute("CREATE EXTENSION pg_jobs").unwrap();
+    let said = warnings.lock().unwrap().clone();
+    said
+}
+
+/// A schema where other roles may create objects lets a function of theirs with a more
+/// specific signature capture untyped calls of pg_jobs's functions: `CREATE EXTENSION` says
+/// so, naming who may create there and how to make it safe; a schema only its owner writes
+/// gets no such warning.
+#[test]
+fn create_extension_warns_of_a_schema_others_may_create_in() {
+    let cluster = cluster();
+    let open = install_warnings(
+        cluster,
+        "open_public",
+        "CREATE ROLE mallory; GRANT CREATE ON SCHEMA public TO PUBLIC, mallory",
+    );
+    let schema_warning = open
+        .iter()
+        .find(|(message, _)| message.starts_with("pg_jobs's functions are in schema public"))
+        .unwrap_or_else(|| panic!("no warning of the open schema: {open:?}"));
+    assert_eq!(
+        schema_warning.0,
+        "pg_jobs's functions are in schema public, where PUBLIC, mallory may create objects"
+    );
+    assert!(
+        schema_warning
+            .1
+            .starts_with("Revoke it (REVOKE CREATE ON SCHEMA public FROM PUBLIC, mallory)"),
+        "{}",
+        schema_warning.1
+    );
+    let closed = install_warnings(
+        cluster,
+        "closed_public",
+        "REVOKE CREATE ON SCHEMA public FROM PUBLIC",
+    );
+    assert!(
+        closed
+            .iter()
+            .all(|(message, _)| !message.contains("may create objects")),
+        "{closed:?}"
+    );
+}

@@ -881,3 +881,61 @@ fn the_worker_deletes_records_of_prepared_transactions_that_ended() {
     // COMMIT PREPARED took the committed transaction's own record (its gid).
     assert_eq!(left, ["young"]);
 }
+
+/// A database that `pg_jobs.databases` does not name has no worker: nothing reclaims its
+/// expired leases but `jobs_reclaim()`. `CREATE EXTENSION` warns (saying how to serve it in a
+/// way scripts/up keeps), `jobs_worker_status()` shows it unserved with the reason, and the
+/// metrics say `pg_jobs_database_served 0`; a served database says 1.
+#[test]
+fn a_database_no_worker_serves_says_so() {
+    let cluster = Cluster::shared();
+    let mut admin = cluster.connect();
+    admin
+        .batch_execute("DROP DATABASE IF EXISTS unserved")
+        .unwrap();
+    admin.batch_execute("CREATE DATABASE unserved").unwrap();
+    let warnings = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = warnings.clone();
+    let mut config: postgres::Config = cluster.dsn("unserved").parse().unwrap();
+    config.notice_callback(move |notice| {
+        if notice.severity() == "WARNING" {
+            sink.lock().unwrap().push((
+                notice.message().to_owned(),
+                notice.hint().unwrap_or_default().to_owned(),
+            ));
+        }
+    });
+    let mut client = config.connect(postgres::NoTls).unwrap();
+    client.batch_execute("CREATE EXTENSION pg_jobs").unwrap();
+    let said = warnings.lock().unwrap().clone();
+    assert!(
+        said.iter().any(|(message, hint)| message
+            == "pg_jobs.databases (postgres) does not name database unserved: no background worker will serve it"
+            && hint.starts_with("Run ALTER SYSTEM SET pg_jobs.databases = 'postgres, unserved' and restart the server")),
+        "{said:?}"
+    );
+    let row = client
+        .query_one(
+            "SELECT pid, serving, last_error FROM jobs_worker_status() WHERE database = 'unserved'",
+            &[],
+        )
+        .unwrap();
+    assert_eq!(row.get::<_, Option<i32>>(0), None);
+    assert!(!row.get::<_, bool>(1));
+    let reason: String = row.get(2);
+    assert!(
+        reason.starts_with("pg_jobs.databases does not name database unserved"),
+        "{reason}"
+    );
+    let metrics: String = scalar(&mut client, "SELECT jobs_metrics()", &[]);
+    assert!(
+        metrics.contains("pg_jobs_database_served{database=\"unserved\"} 0"),
+        "{metrics}"
+    );
+    let served: String = scalar(&mut admin, "SELECT jobs_metrics()", &[]);
+    assert!(
+        served.contains("pg_jobs_database_served{database=\"postgres\"} 1"),
+        "{served}"
+    );
+    drop(client);
+}
