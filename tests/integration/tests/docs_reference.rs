@@ -8,7 +8,8 @@
 //! level-2 heading that is exactly one code span names an object (`` ## `jobs_claim` ``); in its
 //! section, a table whose first column is `argument` lists the arguments (columns `argument`,
 //! `type`, `default`), a line starting `**Returns**` gives the result type as a code span, or
-//! says `a table` and is followed by a table whose first column is `column`; a table, view or
+//! says `a table` and is followed by a table whose first column is `column`, and a line starting
+//! `**Errors**` gives the SQLSTATEs it raises; a table, view or
 //! composite type has a `column` table (`column`, `type`); an enum names each label in a code
 //! span.
 
@@ -51,6 +52,8 @@ struct Documented {
     columns: Option<Vec<Field>>,
     /// The section's text, for the labels of an enum.
     text: String,
+    /// Whether the section has a line starting `**Errors**`.
+    errors: bool,
 }
 
 /// One object as the catalog has it.
@@ -179,6 +182,7 @@ fn documented(
                 returns: None,
                 columns: None,
                 text: String::new(),
+                errors: false,
             };
             let mut after_returns_table = false;
             for item in section {
@@ -186,6 +190,7 @@ fn documented(
                     Item::Text { text, line } => {
                         object.text.push_str(text);
                         object.text.push('\n');
+                        object.errors |= text.starts_with("**Errors**");
                         if let Some(rest) = text.strip_prefix("**Returns**") {
                             let rest = rest.trim_start();
                             if object.returns.is_some() || after_returns_table {
@@ -419,6 +424,11 @@ fn problems(client: &mut Client, pages: &[(String, String)]) -> Vec<String> {
                         "{place}: `{name}` takes arguments, and its section has no table whose first column is `argument`"
                     )),
                 }
+                if !doc.errors {
+                    problems.push(format!(
+                        "{place}: `{name}`'s section has no **Errors** line (the SQLSTATEs it raises, and when)"
+                    ));
+                }
                 match (&doc.returns, returns) {
                     (None, _) => problems.push(format!(
                         "{place}: `{name}`'s section has no **Returns** line"
@@ -472,7 +482,8 @@ fn the_reference_documents_exactly_the_installed_api() {
 }
 
 /// The check finds each kind of drift: an argument left out, a wrong default, a wrong type, a
-/// function that does not exist, a missing column, an object left undocumented.
+/// function that does not exist, a missing column, an object left undocumented, a function
+/// whose errors are not given.
 #[test]
 fn the_check_finds_what_drifted() {
     let mut client = Cluster::shared().connect();
@@ -546,6 +557,10 @@ fn the_check_finds_what_drifted() {
         (
             edit("queues.md", "**Returns** `void`.", "**Returns** `text`."),
             "`jobs_drop_queue` is documented to return",
+        ),
+        (
+            edit("operating.md", "**Errors**: `42501` (not a `jobs_admin`); `25006`", "`42501`"),
+            "`jobs_reclaim`'s section has no **Errors** line",
         ),
     ];
     for (pages, expected) in cases {
