@@ -296,6 +296,27 @@ ensure_pgspot() {
   export PG_JOBS_PGSPOT=$venv/bin/pgspot
 }
 
+# mdBook, which builds the book in docs/ (scripts/test builds it and checks its links). Pinned:
+# the book's HTML (its heading ids, which the link check and the pages' anchors rely on) is
+# mdBook's. Built without the `serve` and `watch` features, which only `mdbook serve` uses and
+# which bring an HTTP server (tokio, axum) and a file watcher to compile; any mdbook 0.5.4
+# already on the PATH (a full build included) is used as it is.
+MDBOOK_VERSION=0.5.4
+ensure_mdbook() {
+  if mdbook --version 2>/dev/null | grep -qx "mdbook v$MDBOOK_VERSION"; then
+    step "mdbook $MDBOOK_VERSION is installed"
+    return
+  fi
+  command -v cargo >/dev/null 2>&1 || die "cargo not found: install Rust (rustup) first"
+  step "installing mdbook $MDBOOK_VERSION from crates.io (a few minutes)"
+  # Its own temporary target directory: CARGO_TARGET_DIR would put its build among pg_jobs's.
+  env -u CARGO_TARGET_DIR cargo install mdbook --version "$MDBOOK_VERSION" --locked \
+    --no-default-features --features search \
+    || die "cargo install mdbook --version $MDBOOK_VERSION failed (is crates.io reachable? cargo's message is above)"
+  mdbook --version 2>/dev/null | grep -qx "mdbook v$MDBOOK_VERSION" \
+    || die "cargo installed mdbook, but \`mdbook --version\` does not say v$MDBOOK_VERSION (is another mdbook earlier on the PATH than ~/.cargo/bin?)"
+}
+
 # Everything building and testing needs; the arguments are PostgreSQL majors whose servers to
 # fetch besides the system's (scripts/test passes the versions it tests).
 ensure_toolchain() {

@@ -11,6 +11,7 @@ from http.server import BaseHTTPRequestHandler
 import psycopg
 from psycopg.types.json import Jsonb
 
+# ANCHOR: idempotent (docs/src/guides/idempotency.md includes the code down to ANCHOR_END)
 CONFLICT = "55P03"  # a request with this key is still in flight
 MISMATCH = "23000"  # the key was used for a different request
 
@@ -44,6 +45,7 @@ def idempotent(dsn, key, fingerprint, run):
         db.execute("SELECT jobs_idempotency_update(%s, 'completed', %s, token => %s)",
                    (key, Jsonb({"status": status, "body": body}), token))
         return status, body, False
+# ANCHOR_END: idempotent
 
 
 class Handler(BaseHTTPRequestHandler):

@@ -17,6 +17,7 @@ pub use postgres::{Client, NoTls};
 
 pub mod catalog;
 pub mod manifest;
+pub mod markdown;
 pub mod released;
 
 /// Where the PostgreSQL binaries live: `PG_JOBS_PG_BIN` (scripts/test points it at each

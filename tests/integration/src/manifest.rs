@@ -102,17 +102,19 @@ pub fn difference(section: &Section, listed: &BTreeSet<String>) -> Option<String
 
 /// One object of a manifest line.
 #[derive(Debug, PartialEq)]
-struct Entry {
-    kind: String,
-    name: String,
+pub struct Entry {
+    /// `function`, `type` or `view`.
+    pub kind: String,
+    /// The schema-qualified name (`public.jobs_claim`, `jobs.job`).
+    pub name: String,
     /// Parameters of a function, attributes of a type, columns of a view, labels of an enum.
-    items: Vec<String>,
+    pub items: Vec<String>,
     /// A function's result; `enum` for an enum type; empty otherwise.
-    result: String,
+    pub result: String,
 }
 
 /// Splits `text` at top-level `, ` (outside parentheses, brackets and quotes).
-fn split_items(text: &str) -> Vec<String> {
+pub fn split_items(text: &str) -> Vec<String> {
     let mut items = Vec::new();
     let mut depth = 0i32;
     let mut quote: Option<char> = None;
@@ -162,7 +164,8 @@ fn closing(text: &str, open: usize) -> usize {
     panic!("unbalanced parentheses in manifest line: {text}")
 }
 
-fn parse(line: &str) -> Entry {
+/// The object a manifest line (or a line of [`listing`]) describes.
+pub fn parse(line: &str) -> Entry {
     let (kind, rest) = line
         .split_once(' ')
         .unwrap_or_else(|| panic!("manifest line without a kind: {line}"));
