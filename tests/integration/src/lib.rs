@@ -640,3 +640,12 @@ pub fn plan_nodes(plan: &serde_json::Value) -> Vec<&serde_json::Value> {
     }
     all
 }
+
+/// The version of the pg_jobs being tested: the `version` of the repository's Cargo.toml.
+pub fn pg_jobs_version() -> &'static str {
+    include_str!("../../../Cargo.toml")
+        .lines()
+        .find_map(|line| line.strip_prefix("version = \""))
+        .and_then(|rest| rest.strip_suffix('"'))
+        .expect("Cargo.toml has a version line")
+}

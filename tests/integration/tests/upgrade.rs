@@ -17,6 +17,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use pg_jobs_tests::pg_jobs_version;
 use pg_jobs_tests::released::{package_0_1_0, Tree, COMMIT_0_1_0};
 use pg_jobs_tests::{catalog, manifest, scalar, wait_until, Client, Cluster, TEST_SETTINGS};
 
@@ -134,7 +135,7 @@ fn call_every_function_in_the_gap(client: &mut Client) -> Vec<String> {
                 match code {
                     "55000" => {
                         assert!(
-                            db.message().contains("version 0.2.0")
+                            db.message().contains(&format!("version {}", pg_jobs_version()))
                                 && db.message().contains("version 0.1.0")
                                 && db.hint().unwrap_or("").contains("ALTER EXTENSION pg_jobs UPDATE"),
                             "{call}: the refusal must name both versions and what to run: {} / {:?}",
@@ -261,7 +262,7 @@ fn upgrade_from_0_1_0_with_jobs_in_flight() {
         "the worker to say it waits for ALTER EXTENSION pg_jobs UPDATE",
         || {
             cluster.log().contains(
-                "the database has the SQL definitions of pg_jobs 0.1.0 but the library is 0.2.0; the worker idles until ALTER EXTENSION pg_jobs UPDATE",
+                &format!("the database has the SQL definitions of pg_jobs 0.1.0 but the library is {}; the worker idles until ALTER EXTENSION pg_jobs UPDATE", pg_jobs_version()),
             )
         },
     );
@@ -276,7 +277,7 @@ fn upgrade_from_0_1_0_with_jobs_in_flight() {
             "jobs.backoff_delay(interval,interval,double precision,integer)".to_owned(),
             "jobs.queued_priorities(text,smallint)".to_owned(),
         ],
-        "in the gap only the functions that touch nothing of 0.2.0 may work"
+        "in the gap only the functions that touch nothing of the new version may work"
     );
     for call in [
         "SELECT jobs_create_queue('gap', '1 minute', 3, '1 second', '1 hour', 0.5, '1 day', 10, 4, 'up')",
@@ -308,7 +309,7 @@ fn upgrade_from_0_1_0_with_jobs_in_flight() {
     admin
         .batch_execute("ALTER EXTENSION pg_jobs UPDATE")
         .unwrap();
-    assert_eq!(extension_version(&mut admin), "0.2.0");
+    assert_eq!(extension_version(&mut admin), pg_jobs_version());
     wait_until(Duration::from_secs(30), "the worker to serve", || {
         scalar::<bool>(
             &mut admin,
@@ -321,9 +322,10 @@ fn upgrade_from_0_1_0_with_jobs_in_flight() {
         Some(gap_worker),
         "the worker resumed without a restart"
     );
-    assert!(cluster
-        .log()
-        .contains("the SQL definitions are now version 0.2.0; the worker serves the database"));
+    assert!(cluster.log().contains(&format!(
+        "the SQL definitions are now version {}; the worker serves the database",
+        pg_jobs_version()
+    )));
 
     // The sessions that held leases come back and settle with their old leases.
     let mut holder = cluster.connect();
@@ -422,7 +424,10 @@ fn upgrade_from_0_1_0_with_jobs_in_flight() {
         upgraded.len()
     );
     if let Some(diff) = catalog::difference("upgraded", &upgraded, "fresh", &installed) {
-        panic!("the upgraded database's catalogs differ from a fresh 0.2.0 install: {diff}");
+        panic!(
+            "the upgraded database's catalogs differ from a fresh {} install: {diff}",
+            pg_jobs_version()
+        );
     }
 
     drop(fresh);
@@ -467,7 +472,7 @@ fn the_version_check_follows_pg_extension_in_every_session() {
     assert_eq!(db.code().code(), "55000");
     assert_eq!(
         db.message(),
-        "cannot read the queues' metrics: the pg_jobs library is version 0.2.0 but this database has the SQL definitions of version 0.1.0"
+        format!("cannot read the queues' metrics: the pg_jobs library is version {} but this database has the SQL definitions of version 0.1.0", pg_jobs_version())
     );
     wait_until(Duration::from_secs(30), "the worker to idle", || {
         cluster
@@ -475,12 +480,16 @@ fn the_version_check_follows_pg_extension_in_every_session() {
             .contains("the worker idles until ALTER EXTENSION pg_jobs UPDATE")
     });
     changer
-        .batch_execute("UPDATE pg_extension SET extversion = '0.2.0' WHERE extname = 'pg_jobs'")
+        .batch_execute(&format!(
+            "UPDATE pg_extension SET extversion = '{}' WHERE extname = 'pg_jobs'",
+            pg_jobs_version()
+        ))
         .unwrap();
     metrics(&mut caller).expect("works again at the next call");
     wait_until(Duration::from_secs(30), "the worker to serve again", || {
-        cluster
-            .log()
-            .contains("the SQL definitions are now version 0.2.0; the worker serves the database")
+        cluster.log().contains(&format!(
+            "the SQL definitions are now version {}; the worker serves the database",
+            pg_jobs_version()
+        ))
     });
 }
