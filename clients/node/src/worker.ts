@@ -93,16 +93,34 @@ export class UnknownKindError extends Error {
 
 /**
  * An error as both libraries report it: `message` is the first line (`Name: message`), `stack`
- * the frames, in a field of their own (null when there are none).
+ * in a field of its own: the frames, then each error it was caused by (`cause`) with its own
+ * frames (null when there is none of that).
  */
 export function describeError(error: unknown): { message: string; stack: string | null } {
-  if (!(error instanceof Error)) return { message: String(error), stack: null };
-  const message = error.message ? `${error.name}: ${error.message}` : error.name;
+  const parts: string[] = [];
+  const seen = new Set<unknown>([error]);
+  let cause = error instanceof Error ? error.cause : undefined;
+  parts.push(frames(error));
+  while (cause !== undefined && cause !== null && !seen.has(cause)) {
+    seen.add(cause);
+    parts.push(`caused by ${firstLine(cause)}`, frames(cause));
+    cause = cause instanceof Error ? cause.cause : undefined;
+  }
+  const stack = parts.filter((part) => part !== '').join('\n');
+  return { message: firstLine(error), stack: stack || null };
+}
+
+function firstLine(error: unknown): string {
+  if (!(error instanceof Error)) return String(error);
+  return error.message ? `${error.name}: ${error.message}` : error.name;
+}
+
+function frames(error: unknown): string {
   // V8's stack is the header (the name and message, possibly several lines) and then one
   // "    at ..." line per frame: keep the frames.
-  const stack = typeof error.stack === 'string' ? error.stack : '';
-  const frames = stack.search(/^\s+at /m);
-  return { message, stack: frames >= 0 ? stack.slice(frames).trimEnd() : null };
+  const stack = error instanceof Error && typeof error.stack === 'string' ? error.stack : '';
+  const start = stack.search(/^\s+at /m);
+  return start >= 0 ? stack.slice(start).trimEnd() : '';
 }
 
 /** The text stored in the job's error history: the message first, then the stack. */

@@ -102,7 +102,11 @@ describe('events', () => {
       queue,
       handlers: {
         default: function renderInvoice() {
-          throw new TypeError('amount is not a number');
+          try {
+            JSON.parse('twelve');
+          } catch (cause) {
+            throw new TypeError('amount is not a number', { cause });
+          }
         },
       },
     });
@@ -112,6 +116,7 @@ describe('events', () => {
     assert.ok(failed.error instanceof TypeError);
     assert.equal(failed.message, 'TypeError: amount is not a number');
     assert.match(failed.stack, /^ {4}at (Object\.)?renderInvoice /);
+    assert.match(failed.stack, /\ncaused by SyntaxError: Unexpected token .* is not valid JSON\n {4}at JSON\.parse/);
     assert.equal(failed.permanent, false);
     const stored = (await jobRow(db, id)).errors[0].error as string;
     assert.equal(stored, `${failed.message}\n${failed.stack}`);

@@ -30,8 +30,8 @@ it('a claim waiting in the server holds no snapshot (backend_xmin is NULL)', { t
     // Sampled while the claim sleeps: a snapshot held for the wait would show in every sample.
     for (let i = 0; i < 10; i++) {
       for (const claim of await sleepingClaims(name)) {
-        assert.match(claim.query, /^SELECT \* FROM jobs_claim\(/);
         assert.equal(claim.xmin, null, `the waiting claim advertises xmin ${claim.xmin}`);
+        assert.match(claim.query, /^SELECT \* FROM jobs_claim\(/);
       }
       await sleep(20);
     }
