@@ -580,6 +580,9 @@ export class Worker extends EventEmitter<WorkerEvents> {
           interval(this.stopping ? 0 : this.waitMs),
         ]);
         rows = result.rows;
+        // A queue created between the lease's read and the claim: its claim used its lease.
+        this.claiming = false; // what follows must not be cancelled: it would strand the rows
+        if (leaseMs === null && rows.length > 0) leaseMs = await this.claimLease(this.claimClient);
         backoff = 100;
       } catch (error) {
         this.claiming = false;
@@ -599,7 +602,6 @@ export class Worker extends EventEmitter<WorkerEvents> {
       } finally {
         this.claiming = false;
       }
-      // Rows come back only from a claim that asked for a lease (a queue that exists).
       for (const row of rows) this.begin(toJob(row), leaseMs!, row.lease_until.getTime() - leaseMs!);
     }
     // A CancelRequest still on its way could cancel whatever statement the pool's next user

@@ -42,3 +42,43 @@ it('a claim waiting in the server holds no snapshot (backend_xmin is NULL)', { t
     assert.equal((await jobRow(db, id)).lease_duration.seconds, lease ? 5 : 7);
   }
 });
+
+it('a queue created between the read of its lease and the claim: the claim takes the lease it was given', { timeout: 30_000 }, async () => {
+  // The worker reads the queue's lease before each claim (again once a minute); here the
+  // queue does not exist at that read and is created, with a job of a kind nobody handles,
+  // before the claim. The claim then ran on the queue's lease, which the worker reads again
+  // to date the claim: the young job is released, as a job of a deploy in progress.
+  const queue = `node-${process.pid}-late`;
+  const late = pool(url('worker'));
+  let created: Promise<string> | undefined;
+  const connect = late.connect.bind(late) as (callback?: (...args: any[]) => void) => Promise<any>;
+  const watch = (client: any) => {
+    if (!client || client.watched) return client;
+    client.watched = true;
+    const query = client.query.bind(client);
+    client.query = async (...args: any[]) => {
+      const result = await query(...args);
+      if (String(args[0]).includes('FROM jobs.queue') && !created) {
+        created = (async () => {
+          await db.query("SELECT jobs_create_queue($1, lease => '60 seconds')", [queue]);
+          return enqueue(db, queue, {}, { kind: 'from-the-next-deploy' });
+        })();
+        await created;
+      }
+      return result;
+    };
+    return client;
+  };
+  // pg.Pool's own query() connects with a callback; the worker's claim without one.
+  (late as any).connect = (callback?: (err: Error | undefined, client: any, done: any) => void) =>
+    callback
+      ? connect((err: Error | undefined, client: any, done: any) => callback(err, watch(client), done))
+      : connect().then(watch);
+  // Dated by lease_until alone, the job would look a lease (60 s) older than it is.
+  const { worker, events } = recordingWorker({ pool: late, queue, handlers: {}, unknownKindMaxAgeMs: 5_000 });
+  await eventually('the release', () => events.some(([name]) => name === 'released' || name === 'failed'));
+  await worker.stop();
+  const id = await created!;
+  assert.deepEqual(events.filter(([name]) => name !== 'picked' && name !== 'stopped').map(([name]) => name), ['released']);
+  assert.equal((await jobRow(db, id)).lease_duration.minutes, 1);
+});

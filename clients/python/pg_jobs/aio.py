@@ -281,6 +281,10 @@ class AsyncWorker:
                 cur = await self._claim_conn.execute(CLAIM_SQL, params)
                 rows = await cur.fetchall()
                 names = [column.name for column in cur.description]
+                self._claiming = False  # what follows must not be cancelled: it would strand the rows
+                if lease is None and rows:
+                    # A queue created between the lease's read and the claim: its claim used its lease.
+                    lease = await self._claim_lease()
                 backoff = 0.1
             except Exception as error:
                 self._claiming = False
@@ -299,7 +303,6 @@ class AsyncWorker:
                 continue
             finally:
                 self._claiming = False
-            # Rows come back only from a claim that asked for a lease (a queue that exists).
             for row in rows:
                 self._begin(*claimed_job(names, row, lease), lease)
         if self._claim_conn is not None:

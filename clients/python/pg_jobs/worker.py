@@ -343,6 +343,10 @@ class Worker:
                 cur = self._claim_conn.get().execute(CLAIM_SQL, params)
                 rows = cur.fetchall()
                 names = [column.name for column in cur.description]
+                self._claiming = False  # what follows must not be cancelled: it would strand the rows
+                if lease is None and rows:
+                    # A queue created between the lease's read and the claim: its claim used its lease.
+                    lease = self._claim_lease()
                 backoff = 0.1
             except Exception as error:
                 self._claiming = False
@@ -359,7 +363,6 @@ class Worker:
                 continue
             finally:
                 self._claiming = False
-            # Rows come back only from a claim that asked for a lease (a queue that exists).
             for row in rows:
                 self._begin(*claimed_job(names, row, lease), lease)
         self._claim_conn.drop()

@@ -6,10 +6,13 @@ autocommit, which is what both workers send."""
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 
+import psycopg
+
 import pg_jobs
-from conftest import eventually, new_queue, state_is
+from conftest import eventually, job_row, new_queue, state_is
 
 
 def sleeping_claims(db, name: str) -> list[tuple]:
@@ -63,3 +66,31 @@ def test_an_async_workers_waiting_claim_holds_no_snapshot(db, dsn, producer):
                 await worker.stop()
 
         asyncio.run(main())
+
+
+def test_a_queue_created_between_the_read_of_its_lease_and_the_claim(db, dsn, producer):
+    """The worker reads the queue's lease before each claim (again once a minute); here the
+    queue does not exist at that read and is created, with a job of a kind nobody handles,
+    before the claim. The claim then ran on the queue's lease, which the worker reads again to
+    date the claim: the young job is released, as a job of a deploy in progress (dated by
+    lease_until alone, it would look a lease, 60 s, older than it is)."""
+    queue = f"py-{os.getpid()}-late"
+    created = []
+
+    class CreatesTheQueue(psycopg.Connection):
+        def execute(self, query, params=None, **kwargs):
+            cur = super().execute(query, params, **kwargs)
+            if "FROM jobs.queue" in str(query) and not created:
+                db.execute("SELECT jobs_create_queue(%s, lease => '60 seconds')", [queue])
+                created.append(pg_jobs.enqueue(db, queue, {}, kind="from-the-next-deploy"))
+            return cur
+
+    events = []
+    worker = pg_jobs.Worker(dsn, queue, {}, unknown_kind_max_age=5, on_event=events.append,
+                            connect=lambda: CreatesTheQueue.connect(dsn, **pg_jobs.connect_kwargs())).start()
+    try:
+        eventually("the release", lambda: [e for e in events if e.type in ("released", "failed")])
+    finally:
+        worker.stop()
+    assert [e.type for e in events if e.type not in ("picked", "stopped")] == ["released"]
+    assert job_row(db, created[0])["lease_duration"].total_seconds() == 60
