@@ -112,6 +112,13 @@ export function describeError(error: unknown): { message: string; stack: string 
 
 function firstLine(error: unknown): string {
   if (!(error instanceof Error)) return String(error);
+  // An error the server raised (pg's DatabaseError, named 'error'): its SQLSTATE and hint too,
+  // as the Python library writes psycopg's.
+  const server = error as { code?: unknown; severity?: unknown; hint?: unknown };
+  if (typeof server.code === 'string' && /^[0-9A-Z]{5}$/.test(server.code) && typeof server.severity === 'string') {
+    const hint = typeof server.hint === 'string' && server.hint ? `; hint: ${server.hint}` : '';
+    return `${error.constructor.name}: ${error.message} (SQLSTATE ${server.code}${hint})`;
+  }
   return error.message ? `${error.name}: ${error.message}` : error.name;
 }
 

@@ -131,7 +131,12 @@ def describe_error(error: BaseException) -> tuple[str, str | None]:
 
 
 def describe_error_message(error: BaseException) -> str:
-    """The first line of :func:`describe_error`: ``Name: message``."""
+    """The first line of :func:`describe_error`: ``Name: message``; for an error the server
+    raised, its SQLSTATE and hint too, as the Node library writes node-postgres's."""
+    if isinstance(error, psycopg.Error) and error.sqlstate:
+        diag = error.diag
+        hint = f"; hint: {diag.message_hint}" if diag.message_hint else ""
+        return f"{type(error).__name__}: {diag.message_primary or error} (SQLSTATE {error.sqlstate}{hint})"
     text = str(error)
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
 

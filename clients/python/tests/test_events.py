@@ -112,7 +112,9 @@ def unknown_queue_error(dsn, worker_class) -> list[pg_jobs.Event]:
     else:
         asyncio.run(main())
     error = recorder.of("error")[0]
-    assert error.during == "claim" and "no-such-queue-for-events" in error.message
+    # As the Node library writes it, but for the driver's class name.
+    assert (error.during, error.message) == ("claim", "UndefinedObject: queue 'no-such-queue-for-events' does not exist"
+                                             " (SQLSTATE 42704; hint: Create it with SELECT jobs_create_queue('no-such-queue-for-events');)")
     return [e for e in recorder.events if e.type == "error"]
 
 
