@@ -26,7 +26,7 @@ worker.on('completed', () => {
 for (const event of ['failed', 'lost', 'released'] as const) {
   worker.on(event, (e: any) => console.error(`unexpected ${event} of job ${e.job.id}`));
 }
-worker.on('error', (error) => console.error(`claim failed: ${error}`));
+worker.on("error", (e) => console.error(`claim failed: ${e.message}`));
 console.log('READY');
 const lines = createInterface({ input: process.stdin });
 lines.on('line', (line) => {

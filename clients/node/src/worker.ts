@@ -72,6 +72,70 @@ export class JobTimeoutError extends Error {
   }
 }
 
+/**
+ * The error a job of a kind without a handler fails with: at once with `unknownKind: 'fail'`,
+ * or once the job is older than `unknownKindMaxAgeMs` (no deploy takes that long to bring
+ * its handler).
+ */
+export class UnknownKindError extends Error {
+  /** The job's kind. */
+  readonly kind: string;
+  /** The kinds this worker has handlers for. */
+  readonly handled: string[];
+  constructor(kind: string, worker: string, handled: string[], detail?: string) {
+    const list = handled.length ? handled.map((k) => JSON.stringify(k)).join(', ') : 'no kinds';
+    super(`no handler for kind ${JSON.stringify(kind)} in worker ${worker}, which handles ${list}${detail ? `; ${detail}` : ''}`);
+    this.name = 'UnknownKindError';
+    this.kind = kind;
+    this.handled = handled;
+  }
+}
+
+/**
+ * An error as both libraries report it: `message` is the first line (`Name: message`), `stack`
+ * in a field of its own: the frames, then each error it was caused by (`cause`) with its own
+ * frames (null when there is none of that).
+ */
+export function describeError(error: unknown): { message: string; stack: string | null } {
+  const parts: string[] = [];
+  const seen = new Set<unknown>([error]);
+  let cause = error instanceof Error ? error.cause : undefined;
+  parts.push(frames(error));
+  while (cause !== undefined && cause !== null && !seen.has(cause)) {
+    seen.add(cause);
+    parts.push(`caused by ${firstLine(cause)}`, frames(cause));
+    cause = cause instanceof Error ? cause.cause : undefined;
+  }
+  const stack = parts.filter((part) => part !== '').join('\n');
+  return { message: firstLine(error), stack: stack || null };
+}
+
+function firstLine(error: unknown): string {
+  if (!(error instanceof Error)) return String(error);
+  // An error the server raised (pg's DatabaseError, named 'error'): its SQLSTATE and hint too,
+  // as the Python library writes psycopg's.
+  const server = error as { code?: unknown; severity?: unknown; hint?: unknown };
+  if (typeof server.code === 'string' && /^[0-9A-Z]{5}$/.test(server.code) && typeof server.severity === 'string') {
+    const hint = typeof server.hint === 'string' && server.hint ? `; hint: ${server.hint}` : '';
+    return `${error.constructor.name}: ${error.message} (SQLSTATE ${server.code}${hint})`;
+  }
+  return error.message ? `${error.name}: ${error.message}` : error.name;
+}
+
+function frames(error: unknown): string {
+  // V8's stack is the header (the name and message, possibly several lines) and then one
+  // "    at ..." line per frame: keep the frames.
+  const stack = error instanceof Error && typeof error.stack === 'string' ? error.stack : '';
+  const start = stack.search(/^\s+at /m);
+  return start >= 0 ? stack.slice(start).trimEnd() : '';
+}
+
+/** The text stored in the job's error history: the message first, then the stack. */
+export function errorText(error: unknown): string {
+  const { message, stack } = describeError(error);
+  return stack ? `${message}\n${stack}` : message;
+}
+
 /** Settings of a worker. */
 export interface WorkerOptions {
   /** Connections: the claim loop holds one for the worker's life, heartbeats and settles borrow one per call. */
@@ -91,10 +155,21 @@ export interface WorkerOptions {
    * Default: `<hostname>-<pid>-<random>`.
    */
   name?: string;
-  /** A job of a kind without a handler: `'release'` it with a delay (default; a deploy in progress) or `'fail'` it. */
+  /**
+   * A job of a kind without a handler: `'release'` it with a delay (default: a deploy in
+   * progress may bring its handler; the attempt is given back) while the job is younger than
+   * `unknownKindMaxAgeMs`, or `'fail'` it at once (for good).
+   */
   unknownKind?: 'release' | 'fail';
   /** The delay of such a release, in milliseconds (default 60,000). */
   unknownKindDelayMs?: number;
+  /**
+   * How old (since its `created_at`, on the server's clock) a job of a kind without a handler
+   * may be and still be released, in milliseconds (default 3,600,000: an hour). An older one
+   * fails with an {@link UnknownKindError}, spending its attempts with the queue's backoff
+   * until it ends `failed`, with the error in its history.
+   */
+  unknownKindMaxAgeMs?: number;
   /** Claim every kind (`'all'`, the default) or only kinds that have a handler (`'handled'`). */
   kinds?: 'all' | 'handled';
   /** Time limit of one handler run in milliseconds (default: none). Past it the job fails (and is retried). */
@@ -108,24 +183,101 @@ export interface WorkerOptions {
 /** Outcome of a heartbeat or settle call that means "this job is no longer ours". */
 export type LostOutcome = 'lost' | 'cancelled';
 
-/** The events a worker emits, for metrics and logs. */
+/** A claim returned the job. */
+export interface PickedEvent {
+  type: 'picked';
+  job: Job;
+}
+/** The job's result was recorded: it `succeeded`. */
+export interface CompletedEvent {
+  type: 'completed';
+  job: Job;
+  durationMs: number;
+  outcome: 'succeeded';
+  result: unknown;
+}
+/** The attempt failed: `outcome` is `'queued'` (a retry is scheduled) or `'failed'` (for good). */
+export interface FailedEvent {
+  type: 'failed';
+  job: Job;
+  durationMs: number;
+  outcome: 'queued' | 'failed';
+  /** The failure was permanent (no retry was asked for). */
+  permanent: boolean;
+  /** What the handler threw (or the library's own error: a time limit, an unknown kind). */
+  error: unknown;
+  /** The error's first line, `Name: message`, as the job's error history starts with it. */
+  message: string;
+  /** The error's stack frames, or null. */
+  stack: string | null;
+}
+/** The job was handed back without spending its attempt. */
+export interface ReleasedEvent {
+  type: 'released';
+  job: Job;
+  durationMs: number;
+  outcome: 'queued';
+  reason: string;
+}
+/** The job was cancelled or its lease lost: nothing was recorded. */
+export interface LostEvent {
+  type: 'lost';
+  job: Job;
+  durationMs: number;
+  outcome: LostOutcome;
+  during: 'heartbeat' | 'settle';
+}
+/** A database call failed in transit (connection lost, server restarting): it is retried. */
+export interface RetryingEvent {
+  type: 'retrying';
+  /** The job the call was about, or null (a claim, an idle connection). */
+  job: Job | null;
+  /** `'claim'`, `'heartbeat'`, `'complete'`, `'fail'`, `'release'` or `'idle'`. */
+  during: string;
+  error: unknown;
+  message: string;
+}
+/**
+ * A database call failed for a reason retrying soon will not fix (an unknown queue, a missing
+ * privilege, a settle the server refused). A claim is tried again every 5 s.
+ */
+export interface ErrorEvent {
+  type: 'error';
+  job: Job | null;
+  during: string;
+  error: unknown;
+  message: string;
+}
+/** The worker has stopped: no lease is left held. */
+export interface StoppedEvent {
+  type: 'stopped';
+}
+/** Any event a worker emits. */
+export type WorkerEvent =
+  | PickedEvent
+  | CompletedEvent
+  | FailedEvent
+  | ReleasedEvent
+  | LostEvent
+  | RetryingEvent
+  | ErrorEvent
+  | StoppedEvent;
+
+/**
+ * The events a worker emits, for metrics and logs: each listener gets one event object, whose
+ * `type` is the event's name. The Python library's events have the same names and fields
+ * (see README.md, "Events").
+ */
 export interface WorkerEvents {
-  picked: [{ job: Job }];
-  completed: [{ job: Job; durationMs: number; result: unknown }];
-  /** `outcome` is `'queued'` (a retry is scheduled) or `'failed'` (for good). */
-  failed: [{ job: Job; durationMs: number; error: unknown; outcome: string; permanent: boolean }];
-  released: [{ job: Job; reason: string; outcome: string }];
-  /** The job was cancelled or its lease lost: nothing was recorded. */
-  lost: [{ job: Job; durationMs: number; outcome: LostOutcome; during: 'heartbeat' | 'settle' }];
-  /** A database call failed for a reason other than an outcome (connection loss, restart); it is retried. */
-  connectionError: [{ error: unknown; during: string }];
-  /**
-   * A claim failed for a reason retrying soon will not fix (an unknown queue, a missing
-   * privilege). Without a listener this throws, as Node's 'error' events do; with one, the
-   * worker keeps trying every 5 s.
-   */
-  error: [unknown];
-  stopped: [];
+  picked: [PickedEvent];
+  completed: [CompletedEvent];
+  failed: [FailedEvent];
+  released: [ReleasedEvent];
+  lost: [LostEvent];
+  retrying: [RetryingEvent];
+  /** Without a listener a claim's error throws, as Node's 'error' events do. */
+  error: [ErrorEvent];
+  stopped: [StoppedEvent];
 }
 
 interface Running {
@@ -142,8 +294,16 @@ interface Running {
   finish: () => void;
 }
 
-const CLAIM_SQL = `SELECT c.*, (extract(epoch FROM c.lease_until - clock_timestamp()) * 1000)::float8 AS lease_ms
-  FROM jobs_claim($1, worker => $2, n => $3, lease => $4, kinds => $5, wait => $6) AS c`;
+// The claim is the bare call, nothing in its select list: in autocommit that is the form whose
+// wait holds no snapshot (the server stops advertising its xmin while it sleeps), so waiting
+// workers never hold back vacuum. What the worker needs beside the rows it works out from them.
+const CLAIM_SQL = 'SELECT * FROM jobs_claim($1, worker => $2, n => $3, lease => $4, kinds => $5, wait => $6)';
+// The queue's lease, for a worker without a lease of its own: it then passes it on every claim,
+// so it knows each claim's lease length exactly (heartbeats every third of it; the claim's
+// time on the server's clock is lease_until minus it).
+const QUEUE_LEASE_SQL = 'SELECT extract(epoch FROM lease)::float8 * 1000 AS ms FROM jobs.queue WHERE name = $1';
+/** How long a worker uses the queue's lease it read before reading it again, in milliseconds. */
+const QUEUE_LEASE_READ_EVERY_MS = 60_000;
 const HEARTBEAT_SQL = 'SELECT jobs_heartbeat($1, $2, progress => $3) AS outcome';
 const COMPLETE_SQL = 'SELECT jobs_complete($1, $2, $3) AS outcome';
 const COMPLETE_BATCH_SQL = 'SELECT id, outcome FROM jobs_complete_batch($1, $2)';
@@ -183,11 +343,6 @@ function toJob(row: any): Job {
     createdAt: row.created_at,
     runAt: row.run_at,
   };
-}
-
-function errorText(error: unknown): string {
-  if (error instanceof Error) return error.stack ?? `${error.name}: ${error.message}`;
-  return String(error);
 }
 
 /**
@@ -234,6 +389,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
   private readonly waitMs: number;
   private readonly unknownKind: 'release' | 'fail';
   private readonly unknownKindDelayMs: number;
+  private readonly unknownKindMaxAgeMs: number;
   private readonly kinds: string[] | null;
   private readonly timeoutMs?: number;
   private readonly signals: NodeJS.Signals[];
@@ -254,7 +410,9 @@ export class Worker extends EventEmitter<WorkerEvents> {
   private slotFreed: (() => void) | null = null;
   private stopPromise: Promise<void> | null = null;
   private readonly onSignal = (signal: NodeJS.Signals) => this.stopOnSignal(signal);
-  private readonly onPoolError = (error: Error) => this.emit('connectionError', { error, during: 'idle' });
+  /** The queue's lease (for a worker without `lease`) and when it was read (performance.now()). */
+  private queueLease: { ms: number; readAt: number } | null = null;
+  private readonly onPoolError = (error: Error) => this.retrying(null, 'idle', error);
 
   constructor(options: WorkerOptions) {
     super();
@@ -278,6 +436,18 @@ export class Worker extends EventEmitter<WorkerEvents> {
     this.name = options.name ?? defaultName();
     this.unknownKind = options.unknownKind ?? 'release';
     this.unknownKindDelayMs = options.unknownKindDelayMs ?? 60_000;
+    this.unknownKindMaxAgeMs = options.unknownKindMaxAgeMs ?? 3_600_000;
+    for (const [name, value] of [
+      ['unknownKindDelayMs', this.unknownKindDelayMs],
+      ['unknownKindMaxAgeMs', this.unknownKindMaxAgeMs],
+    ] as const) {
+      if (!Number.isFinite(value) || value < 0) {
+        throw new RangeError(`${name} must be a finite, non-negative number of milliseconds, not ${value}`);
+      }
+    }
+    if (this.unknownKind !== 'release' && this.unknownKind !== 'fail') {
+      throw new TypeError(`unknownKind must be 'release' or 'fail', not ${JSON.stringify(this.unknownKind)}`);
+    }
     this.kinds = options.kinds === 'handled' ? Object.keys(this.handlers) : null;
     this.timeoutMs = options.timeoutMs;
     this.signals = options.signals ?? ['SIGTERM', 'SIGINT'];
@@ -331,7 +501,41 @@ export class Worker extends EventEmitter<WorkerEvents> {
     await Promise.all([...this.running.values(), ...this.settling].map((r) => r.finished));
     for (const signal of this.signals) process.off(signal, this.onSignal);
     this.pool.off('error', this.onPoolError);
-    this.emit('stopped');
+    this.emit('stopped', { type: 'stopped' });
+  }
+
+  private retrying(job: Job | null, during: string, error: unknown): void {
+    this.emit('retrying', { type: 'retrying', job, during, error, message: describeError(error).message });
+  }
+
+  /**
+   * Reports a call the server refused. A claim's refusal is an 'error' event even without a
+   * listener (it throws then, as Node's 'error' events do: a worker that cannot claim should
+   * not go unnoticed); a settle's is written as a process warning when nobody listens, so one
+   * refused settle does not end the process.
+   */
+  private failedCall(job: Job | null, during: string, error: unknown): void {
+    const event: ErrorEvent = { type: 'error', job, during, error, message: describeError(error).message };
+    if (during === 'claim' || this.listenerCount('error') > 0) {
+      this.emit('error', event);
+    } else {
+      process.emitWarning(`pg_jobs worker ${this.name}: ${during} of job ${job?.id ?? '(batch)'} failed: ${event.message}`);
+    }
+  }
+
+  /**
+   * The lease length the next claim asks for, in milliseconds: the worker's own, or the
+   * queue's (read again once a minute). Null when the queue does not exist: the claim then
+   * says so.
+   */
+  private async claimLease(client: PoolClient): Promise<number | null> {
+    if (this.leaseMs !== undefined) return this.leaseMs;
+    const now = performance.now();
+    if (this.queueLease && now - this.queueLease.readAt < QUEUE_LEASE_READ_EVERY_MS) return this.queueLease.ms;
+    const { rows } = await client.query(QUEUE_LEASE_SQL, [this.queue]);
+    if (rows.length === 0) return null;
+    this.queueLease = { ms: Number(rows[0].ms), readAt: now };
+    return this.queueLease.ms;
   }
 
   /**
@@ -365,22 +569,27 @@ export class Worker extends EventEmitter<WorkerEvents> {
         continue;
       }
       let rows: any[];
+      let leaseMs: number | null;
       try {
         if (!this.claimClient) {
           this.claimClient = await this.pool.connect();
           // A server that goes away between two claims raises 'error' on the client itself.
           this.claimClient.on('error', this.onPoolError);
         }
+        leaseMs = await this.claimLease(this.claimClient);
         this.claiming = true;
         const result = await this.claimClient.query(CLAIM_SQL, [
           this.queue,
           this.name,
           free,
-          this.leaseMs === undefined ? null : interval(this.leaseMs),
+          leaseMs === null ? null : interval(leaseMs),
           this.kinds,
           interval(this.stopping ? 0 : this.waitMs),
         ]);
         rows = result.rows;
+        // A queue created between the lease's read and the claim: its claim used its lease.
+        this.claiming = false; // what follows must not be cancelled: it would strand the rows
+        if (leaseMs === null && rows.length > 0) leaseMs = await this.claimLease(this.claimClient);
         backoff = 100;
       } catch (error) {
         this.claiming = false;
@@ -389,18 +598,18 @@ export class Worker extends EventEmitter<WorkerEvents> {
         this.claimClient = null;
         if (this.stopping) break;
         if (isConnectionError(error)) {
-          this.emit('connectionError', { error, during: 'claim' });
+          this.retrying(null, 'claim', error);
           await sleep(backoff);
           backoff = Math.min(backoff * 2, 5_000);
         } else {
-          this.emit('error', error);
+          this.failedCall(null, 'claim', error);
           await sleep(5_000);
         }
         continue;
       } finally {
         this.claiming = false;
       }
-      for (const row of rows) this.begin(toJob(row), Number(row.lease_ms));
+      for (const row of rows) this.begin(toJob(row), leaseMs!, row.lease_until.getTime() - leaseMs!);
     }
     // A CancelRequest still on its way could cancel whatever statement the pool's next user
     // runs on this connection: wait for it, and then close the connection rather than lend it.
@@ -411,12 +620,16 @@ export class Worker extends EventEmitter<WorkerEvents> {
     this.claimClient = null;
   }
 
-  private begin(job: Job, leaseMs: number): void {
+  /**
+   * Runs a claimed job. `leaseMs` is the claim's lease length and `claimedAt` the claim's time
+   * on the server's clock (epoch milliseconds), both read from the claim's own row.
+   */
+  private begin(job: Job, leaseMs: number, claimedAt: number): void {
     let finish!: () => void;
     const finished = new Promise<void>((resolve) => (finish = resolve));
     const r: Running = { job, controller: new AbortController(), started: Date.now(), leaseMs, done: false, finished, finish };
     this.running.set(job.id, r);
-    this.emit('picked', { job });
+    this.emit('picked', { type: 'picked', job });
     if (this.stopping) {
       // Claimed while the stop was cancelling the claim: hand it straight back.
       void this.release(r, 'shutting down', 0);
@@ -424,11 +637,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
     }
     const handler = this.handlers[job.kind];
     if (!handler) {
-      if (this.unknownKind === 'fail') {
-        void this.fail(r, new PermanentError(`no handler for kind ${JSON.stringify(job.kind)} in worker ${this.name}`), true);
-      } else {
-        void this.release(r, `no handler for kind ${JSON.stringify(job.kind)}`, this.unknownKindDelayMs);
-      }
+      this.unknown(r, claimedAt);
       return;
     }
     let accepted: boolean;
@@ -460,6 +669,29 @@ export class Worker extends EventEmitter<WorkerEvents> {
       );
   }
 
+  /**
+   * A job of a kind without a handler: released with a delay while it is young enough to be
+   * waiting for a deploy that brings its handler, failed once it is older (with the queue's
+   * retries and backoff, so it ends `failed` with its error history) or at once with
+   * `unknownKind: 'fail'`. Its age is measured on the server's clock: the claim's time, from
+   * its lease, against the job's `created_at`.
+   */
+  private unknown(r: Running, claimedAt: number): void {
+    const { kind, createdAt } = r.job;
+    const handled = Object.keys(this.handlers);
+    if (this.unknownKind === 'fail') {
+      void this.fail(r, new UnknownKindError(kind, this.name, handled), true);
+      return;
+    }
+    const ageMs = claimedAt - createdAt.getTime();
+    if (ageMs < this.unknownKindMaxAgeMs) {
+      void this.release(r, `no handler for kind ${JSON.stringify(kind)}`, this.unknownKindDelayMs);
+      return;
+    }
+    const detail = `the job is ${Math.floor(ageMs / 1000)} s old, past unknownKindMaxAgeMs (${this.unknownKindMaxAgeMs} ms) of releases waiting for a deploy`;
+    void this.fail(r, new UnknownKindError(kind, this.name, handled, detail), false);
+  }
+
   private scheduleHeartbeat(r: Running, delay = Math.max(r.leaseMs / 3, 50)): void {
     r.timer = setTimeout(() => void this.heartbeat(r, undefined).catch(() => undefined), delay);
   }
@@ -472,7 +704,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
       outcome = (await this.pool.query(HEARTBEAT_SQL, [r.job.id, r.job.lease, json(progress)])).rows[0].outcome;
     } catch (error) {
       if (r.done) return 'lost';
-      this.emit('connectionError', { error, during: 'heartbeat' });
+      this.retrying(r.job, 'heartbeat', error);
       // Try again soon: the lease is still running out.
       this.scheduleHeartbeat(r, Math.min(1_000, r.leaseMs / 6));
       return 'running';
@@ -492,7 +724,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
     this.conclude(r);
     if (!r.controller.signal.aborted) r.controller.abort(new Error(`the job was ${outcome === 'lost' ? 'lost (its lease is no longer ours)' : 'cancelled'}`));
     if (first || during === 'settle') {
-      this.emit('lost', { job: r.job, durationMs: Date.now() - r.started, outcome, during });
+      this.emit('lost', { type: 'lost', job: r.job, durationMs: Date.now() - r.started, outcome, during });
     }
     // The slot is free at once: the job is out of our hands, and its handler was told to stop.
     this.forget(r);
@@ -516,7 +748,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
    * connection) are retried with the same (id, lease), which is safe: a repeated call changes
    * nothing once the first has committed. Returns null when giving up while stopping.
    */
-  private async settle(sql: string, values: unknown[]): Promise<{ outcome: string; retried: boolean } | null> {
+  private async settle(job: Job, during: string, sql: string, values: unknown[]): Promise<{ outcome: string; retried: boolean } | null> {
     let backoff = 100;
     let retried = false;
     for (;;) {
@@ -524,7 +756,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
         return { outcome: (await this.pool.query(sql, values)).rows[0].outcome, retried };
       } catch (error) {
         if (!isConnectionError(error)) throw error;
-        this.emit('connectionError', { error, during: 'settle' });
+        this.retrying(job, during, error);
         retried = true;
         await sleep(backoff);
         backoff = Math.min(backoff * 2, 5_000);
@@ -548,7 +780,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
     }
     this.conclude(r);
     try {
-      let answer = await this.settle(COMPLETE_SQL, [r.job.id, r.job.lease, json(result)]);
+      let answer = await this.settle(r.job, 'complete', COMPLETE_SQL, [r.job.id, r.job.lease, json(result)]);
       if (answer && answer.outcome === 'lost' && answer.retried) answer = await this.recheck(r, answer);
       this.completed(r, answer?.outcome ?? null, result);
     } catch (error) {
@@ -568,7 +800,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
 
   private completed(r: Running, outcome: string | null, result: unknown): void {
     if (outcome === 'succeeded') {
-      this.emit('completed', { job: r.job, durationMs: Date.now() - r.started, result });
+      this.emit('completed', { type: 'completed', job: r.job, durationMs: Date.now() - r.started, outcome: 'succeeded', result });
     } else if (outcome) {
       this.giveUp(r, outcome as LostOutcome, 'settle');
     }
@@ -590,10 +822,10 @@ export class Worker extends EventEmitter<WorkerEvents> {
             break;
           } catch (error) {
             if (!isConnectionError(error)) {
-              this.emit('connectionError', { error, during: 'complete' });
+              this.failedCall(null, 'complete', error);
               break; // left without an outcome: their leases run out and they are retried
             }
-            this.emit('connectionError', { error, during: 'complete' });
+            this.retrying(null, 'complete', error);
             retried = true;
             await sleep(backoff);
             backoff = Math.min(backoff * 2, 5_000);
@@ -617,16 +849,27 @@ export class Worker extends EventEmitter<WorkerEvents> {
     if (r.done) return;
     this.conclude(r);
     try {
-      const answer = await this.settle(FAIL_SQL, [r.job.id, r.job.lease, errorText(error), !permanent]);
+      const answer = await this.settle(r.job, 'fail', FAIL_SQL, [r.job.id, r.job.lease, errorText(error), !permanent]);
       if (answer?.outcome === 'queued' || answer?.outcome === 'failed') {
-        this.emit('failed', { job: r.job, durationMs: Date.now() - r.started, error, outcome: answer.outcome, permanent });
+        const { message, stack } = describeError(error);
+        this.emit('failed', {
+          type: 'failed',
+          job: r.job,
+          durationMs: Date.now() - r.started,
+          outcome: answer.outcome,
+          permanent,
+          error,
+          message,
+          stack,
+        });
       } else if (answer) {
         this.giveUp(r, answer.outcome as LostOutcome, 'settle');
       }
     } catch (sqlError) {
-      this.emit('connectionError', { error: sqlError, during: 'fail' });
+      this.failedCall(r.job, 'fail', sqlError);
+    } finally {
+      this.forget(r);
     }
-    this.forget(r);
   }
 
   private async release(r: Running, reason: string, delayMs: number): Promise<void> {
@@ -634,15 +877,16 @@ export class Worker extends EventEmitter<WorkerEvents> {
     this.conclude(r);
     if (!r.controller.signal.aborted) r.controller.abort(new Error(`the worker released the job: ${reason}`));
     try {
-      const answer = await this.settle(RELEASE_SQL, [r.job.id, r.job.lease, reason, interval(delayMs)]);
+      const answer = await this.settle(r.job, 'release', RELEASE_SQL, [r.job.id, r.job.lease, reason, interval(delayMs)]);
       if (answer?.outcome === 'queued') {
-        this.emit('released', { job: r.job, reason, outcome: answer.outcome });
+        this.emit('released', { type: 'released', job: r.job, durationMs: Date.now() - r.started, outcome: 'queued', reason });
       } else if (answer) {
         this.giveUp(r, answer.outcome as LostOutcome, 'settle');
       }
     } catch (error) {
-      this.emit('connectionError', { error, during: 'release' });
+      this.failedCall(r.job, 'release', error);
+    } finally {
+      this.forget(r);
     }
-    this.forget(r);
   }
 }

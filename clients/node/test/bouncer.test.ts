@@ -69,7 +69,7 @@ describe('through PgBouncer in transaction pooling mode', () => {
       [queue],
     );
     assert.deepEqual(rows[0], { jobs: 199, named: 199, clean: 199, with_progress: 4 });
-    assert.ok(!events.some(([name]) => name === 'lost' || name === 'connectionError' || name === 'error'));
+    assert.ok(!events.some(([name]) => name === 'lost' || name === 'retrying' || name === 'error'));
   });
 });
 

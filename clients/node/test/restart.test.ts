@@ -38,7 +38,7 @@ it('a restart of the server mid-run loses nothing: the worker reconnects and fin
     },
   );
   await worker.stop();
-  assert.ok(events.some(([name]) => name === 'connectionError'), 'the restart went unnoticed');
+  assert.ok(events.some(([name]) => name === 'retrying'), 'the restart went unnoticed');
   assert.equal(ran.size, ids.length);
   const { rows } = await admin.query(
     `SELECT count(*)::int AS wrong FROM jobs.job WHERE queue = $1

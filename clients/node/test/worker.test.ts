@@ -6,7 +6,7 @@ import { after, describe, it } from 'node:test';
 
 import type pg from 'pg';
 
-import { enqueue, enqueueBatch, JobTimeoutError, PermanentError, type Job } from '../src/index.js';
+import { enqueue, enqueueBatch, JobTimeoutError, PermanentError, UnknownKindError, Worker, type Job } from '../src/index.js';
 import { closePools, eventually, jobRow, newQueue, pool, recordingWorker, sleep, url } from './helpers.js';
 
 const db = pool(); // set-up and checks
@@ -56,7 +56,7 @@ describe('outcomes', () => {
     assert.equal(seen[0].kind, 'mail');
     assert.equal(seen[0].attempt, 1);
     assert.deepEqual(seen[0].headers, { traceparent: 't-1' });
-    assert.deepEqual(events.map(([name]) => name), ['picked', 'completed']);
+    assert.deepEqual(events.map(([name]) => name), ['picked', 'completed', 'stopped']);
     assert.equal(events[1][1].job.attempt, 1);
     assert.ok(events[1][1].durationMs >= 0);
   });
@@ -169,6 +169,66 @@ describe('outcomes', () => {
       lease_until: null,
       delayed: true,
     });
+  });
+
+  it('a kind without a handler fails once the job is older than unknownKindMaxAgeMs, spending its attempts with backoff', { timeout: 30_000 }, async () => {
+    const queue = await newQueue(db, "max_attempts => 3, backoff_base => '100 milliseconds', jitter => 0");
+    const { worker, events } = recordingWorker({
+      pool: workers,
+      queue,
+      name: 'node-poison',
+      handlers: { mail: () => 'sent', sms: () => 'sent' },
+      unknownKindDelayMs: 100,
+      unknownKindMaxAgeMs: 1_500,
+    });
+    await eventually('the claim to wait', async () => {
+      const { rows } = await db.query(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE query LIKE 'SELECT * FROM jobs_claim%' AND wait_event_type = 'Extension'`);
+      return rows[0].n > 0;
+    });
+    const id = await enqueue(producer, queue, {}, { kind: 'poison' });
+    const row = await eventually('the job to fail for good', async () => {
+      const r = await jobRow(db, id);
+      return r.state === 'failed' && r;
+    });
+    await worker.stop();
+    const mine = events.filter(([, e]) => e.job?.id === id).map(([name, e]) => (name === 'failed' ? `failed:${e.outcome}` : name));
+    const released = mine.filter((name) => name === 'released').length;
+    // Released while young (the attempt given back each time), then failed three times.
+    assert.ok(released >= 1, `never released: ${mine.join()}`);
+    assert.deepEqual(mine.filter((name) => name !== 'picked'), [
+      ...Array(released).fill('released'),
+      'failed:queued',
+      'failed:queued',
+      'failed:failed',
+    ]);
+    assert.equal(row.attempt, 3);
+    assert.equal(row.errors.length, 3);
+    for (const entry of row.errors) {
+      assert.match(
+        entry.error,
+        /^UnknownKindError: no handler for kind "poison" in worker node-poison, which handles "mail", "sms"; the job is \d+ s old, past unknownKindMaxAgeMs \(1500 ms\)/,
+      );
+    }
+    const failed = events.find(([name]) => name === 'failed')![1];
+    assert.ok(failed.error instanceof UnknownKindError);
+    assert.equal(failed.error.kind, 'poison');
+    assert.deepEqual(failed.error.handled, ['mail', 'sms']);
+    assert.equal(failed.permanent, false);
+    // Each failure was retried after the queue's backoff, on the server's clock.
+    const { rows } = await db.query(
+      `SELECT bool_and((e2 ->> 'at')::timestamptz - (e1 ->> 'at')::timestamptz >= interval '100 milliseconds') AS backed_off
+         FROM jobs.job, jsonb_array_elements(errors) WITH ORDINALITY a(e1, n)
+         JOIN jsonb_array_elements(errors) WITH ORDINALITY b(e2, m) ON m = n + 1
+        WHERE id = $1`,
+      [id],
+    );
+    assert.equal(rows[0].backed_off, true);
+  });
+
+  it('unknownKindMaxAgeMs and unknownKindDelayMs must be non-negative milliseconds', () => {
+    assert.throws(() => new Worker({ pool: workers, queue: 'q', handlers: {}, unknownKindMaxAgeMs: -1 }), /unknownKindMaxAgeMs must be a finite, non-negative/);
+    assert.throws(() => new Worker({ pool: workers, queue: 'q', handlers: {}, unknownKindDelayMs: Number.NaN }), /unknownKindDelayMs must be a finite, non-negative/);
+    assert.throws(() => new Worker({ pool: workers, queue: 'q', handlers: {}, unknownKind: 'drop' as 'fail' }), /unknownKind must be 'release' or 'fail'/);
   });
 
   it("a kind without a handler fails instead with unknownKind: 'fail'", async () => {

@@ -2,7 +2,19 @@
 psycopg 3. Every rule of the queue is in the server's ``jobs_*`` functions; this library runs
 the worker loop around them, on threads (:class:`Worker`) or asyncio (:class:`AsyncWorker`)."""
 
-from ._common import Event, Handler, JobTimeout, PermanentError, connect_kwargs, is_connection_error
+from ._common import (
+    EVENT_FIELDS,
+    Event,
+    Handler,
+    JobTimeout,
+    JobTimeoutError,
+    PermanentError,
+    UnknownKindError,
+    connect_kwargs,
+    describe_error,
+    error_text,
+    is_connection_error,
+)
 from .aio import AsyncJob, AsyncWorker
 from .producer import enqueue, enqueue_async, enqueue_batch, enqueue_batch_async
 from .worker import Job, Worker
@@ -10,16 +22,21 @@ from .worker import Job, Worker
 __all__ = [
     "AsyncJob",
     "AsyncWorker",
+    "EVENT_FIELDS",
     "Event",
     "Handler",
     "Job",
     "JobTimeout",
+    "JobTimeoutError",
     "PermanentError",
+    "UnknownKindError",
     "Worker",
     "connect_kwargs",
+    "describe_error",
     "enqueue",
     "enqueue_async",
     "enqueue_batch",
     "enqueue_batch_async",
+    "error_text",
     "is_connection_error",
 ]

@@ -10,22 +10,28 @@ behind PgBouncer in transaction pooling mode.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import secrets
 import socket
 import traceback
-from datetime import datetime
-from typing import Any, Callable
+from datetime import datetime, timedelta
+from typing import Any, Callable, Mapping
 
 import psycopg
 from psycopg.types.json import Jsonb
 
-CLAIM_SQL = (
-    "SELECT c.id, c.queue, c.kind, c.payload, c.headers, c.attempt, c.max_attempts, c.priority,"
-    " c.lease::text, c.created_at, c.run_at,"
-    " extract(epoch FROM c.lease_until - clock_timestamp())::float8 AS lease_seconds"
-    " FROM jobs_claim(%s, worker => %s, n => %s, lease => %s, kinds => %s, wait => %s) AS c"
-)
+# The claim is the bare call, nothing in its select list: in autocommit that is the form whose
+# wait the server runs without a snapshot (it stops advertising its xmin while it sleeps), so
+# waiting workers never hold back vacuum. What the worker needs beside the rows it works out
+# from them (see claimed_job).
+CLAIM_SQL = "SELECT * FROM jobs_claim(%s, worker => %s, n => %s, lease => %s, kinds => %s, wait => %s)"
+# The queue's lease, for a worker without a lease of its own: it then passes it on every claim,
+# so it knows each claim's lease length exactly (heartbeats every third of it; the claim's
+# time on the server's clock is lease_until minus it).
+QUEUE_LEASE_SQL = "SELECT extract(epoch FROM lease)::float8 FROM jobs.queue WHERE name = %s"
+#: How long a worker uses the queue's lease it read before reading it again, in seconds.
+QUEUE_LEASE_READ_EVERY = 60.0
 HEARTBEAT_SQL = "SELECT jobs_heartbeat(%s, %s, progress => %s)"
 COMPLETE_SQL = "SELECT jobs_complete(%s, %s, %s)"
 COMPLETE_BATCH_SQL = "SELECT id, outcome FROM jobs_complete_batch(%s, %s)"
@@ -79,8 +85,60 @@ class PermanentError(Exception):
     """Raised by a handler for a failure that retrying cannot fix: the job fails at once."""
 
 
-class JobTimeout(Exception):
+class JobTimeoutError(Exception):
     """The reason a job fails when its handler runs past its time limit."""
+
+
+#: The name of :class:`JobTimeoutError` before 0.3.0.
+JobTimeout = JobTimeoutError
+
+
+class UnknownKindError(Exception):
+    """The error a job of a kind without a handler fails with: at once with
+    ``unknown_kind='fail'``, or once the job is older than ``unknown_kind_max_age`` (no deploy
+    takes that long to bring its handler). ``kind`` is the job's kind, ``handled`` the kinds
+    the worker has handlers for."""
+
+    def __init__(self, kind: str, worker: str, handled: list[str], detail: str | None = None):
+        kinds = ", ".join(json.dumps(k) for k in handled) if handled else "no kinds"
+        text = f"no handler for kind {json.dumps(kind)} in worker {worker}, which handles {kinds}"
+        super().__init__(f"{text}; {detail}" if detail else text)
+        self.kind = kind
+        self.handled = handled
+
+
+def _frames(error: BaseException) -> str:
+    return "".join(traceback.format_tb(error.__traceback__)).rstrip()
+
+
+def describe_error(error: BaseException) -> tuple[str, str | None]:
+    """An error as both libraries report it: its message, the first line (``Name: message``),
+    and its stack in a separate string (the frames, then each exception it was raised from;
+    ``None`` when it has none)."""
+    message = describe_error_message(error)
+    parts = [_frames(error)] if error.__traceback__ is not None else []
+    cause, seen = error, {id(error)}
+    while True:
+        cause = cause.__cause__ or (None if cause.__suppress_context__ else cause.__context__)
+        if cause is None or id(cause) in seen:
+            break
+        seen.add(id(cause))
+        parts.append(f"caused by {describe_error_message(cause)}")
+        if cause.__traceback__ is not None:
+            parts.append(_frames(cause))
+    stack = "\n".join(p for p in parts if p)
+    return message, stack or None
+
+
+def describe_error_message(error: BaseException) -> str:
+    """The first line of :func:`describe_error`: ``Name: message``; for an error the server
+    raised, its SQLSTATE and hint too, as the Node library writes node-postgres's."""
+    if isinstance(error, psycopg.Error) and error.sqlstate:
+        diag = error.diag
+        hint = f"; hint: {diag.message_hint}" if diag.message_hint else ""
+        return f"{type(error).__name__}: {diag.message_primary or error} (SQLSTATE {error.sqlstate}{hint})"
+    text = str(error)
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
 @dataclasses.dataclass
@@ -106,28 +164,57 @@ def as_handler(kind: str, handler: Any) -> Handler:
     raise TypeError(f"the handler for kind {kind!r} must be callable or a pg_jobs.Handler, not {handler!r}")
 
 
+#: The fields each event type carries (``type`` besides); README.md's table of events lists
+#: the same, and the Node library's events have the same names and fields.
+EVENT_FIELDS: Mapping[str, tuple[str, ...]] = {
+    "picked": ("job",),
+    "completed": ("job", "duration", "outcome", "result"),
+    "failed": ("job", "duration", "outcome", "permanent", "error", "message", "stack"),
+    "released": ("job", "duration", "outcome", "reason"),
+    "lost": ("job", "duration", "outcome", "during"),
+    "retrying": ("job", "during", "error", "message"),
+    "error": ("job", "during", "error", "message"),
+    "stopped": (),
+}
+
+
 @dataclasses.dataclass
 class Event:
-    """Something that happened to a job, for metrics and logs.
+    """Something that happened to a worker or one of its jobs, for metrics and logs.
 
-    ``type`` is one of ``picked``, ``completed``, ``failed`` (``outcome`` ``queued``: retried
-    later, or ``failed`` for good), ``released``, ``lost`` (``outcome`` ``lost`` or
-    ``cancelled``: nothing was recorded) and ``connection_error`` (a database call failed and
-    is retried; ``job`` may be ``None``).
+    ``type`` is the event's name; each type carries the fields :data:`EVENT_FIELDS` lists for
+    it (the others are ``None``): see README.md, "Events". ``message`` and ``stack`` are
+    filled in from ``error``.
     """
 
     type: str
     job: Any = None
     duration: float | None = None
     outcome: str | None = None
-    error: BaseException | None = None
     result: Any = None
+    reason: str | None = None
+    permanent: bool | None = None
+    error: BaseException | None = None
+    message: str | None = None
+    stack: str | None = None
     during: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.type not in EVENT_FIELDS:
+            raise ValueError(f"unknown event type {self.type!r}; the types are {', '.join(EVENT_FIELDS)}")
+        if self.error is not None and self.message is None:
+            self.message, stack = describe_error(self.error)
+            if "stack" in EVENT_FIELDS[self.type]:
+                self.stack = stack
 
     @property
     def attempt(self) -> int | None:
         """The attempt the event is about."""
         return None if self.job is None else self.job.attempt
+
+    def as_dict(self) -> dict[str, Any]:
+        """The event's type and its fields, for a structured log line."""
+        return {"type": self.type, **{name: getattr(self, name) for name in EVENT_FIELDS[self.type]}}
 
 
 @dataclasses.dataclass
@@ -147,12 +234,48 @@ class JobRow:
     run_at: datetime
 
 
-def unpack_claim(row: tuple) -> tuple[JobRow, float]:
-    """A claim row as the job's columns and the seconds left on its lease (server clock)."""
-    *columns, lease_seconds = row
-    return JobRow(*columns), float(lease_seconds)
+_JOB_COLUMNS = tuple(f.name for f in dataclasses.fields(JobRow))
+
+
+def claimed_job(names: list[str], row: tuple, lease_seconds: float) -> tuple[JobRow, datetime]:
+    """A row of ``SELECT * FROM jobs_claim(...)`` (column ``names``) that asked for a lease of
+    ``lease_seconds``: the job's columns, and the claim's time on the server's clock (the
+    row's ``lease_until`` less the lease)."""
+    columns = dict(zip(names, row))
+    columns["lease"] = str(columns["lease"])
+    claimed_at = columns["lease_until"] - timedelta(seconds=lease_seconds)
+    return JobRow(**{name: columns[name] for name in _JOB_COLUMNS}), claimed_at
+
+
+def unknown_kind(worker: Any, job: JobRow, claimed_at: datetime) -> tuple[str, Any]:
+    """What a worker does with a job of a kind it has no handler for: ``("release", reason)``
+    while the job is younger than ``unknown_kind_max_age`` (a deploy in progress may bring its
+    handler), else ``("fail", UnknownKindError)`` (with retries; at once and for good with
+    ``unknown_kind='fail'``). The job's age is the claim's time against its ``created_at``,
+    both on the server's clock."""
+    handled = list(worker.handlers)
+    if worker.unknown_kind == "fail":
+        return "fail", UnknownKindError(job.kind, worker.name, handled)
+    age = (claimed_at - job.created_at).total_seconds()
+    if age < worker.unknown_kind_max_age:
+        return "release", f"no handler for kind {json.dumps(job.kind)}"
+    detail = (f"the job is {int(age)} s old, past unknown_kind_max_age ({worker.unknown_kind_max_age:g} s)"
+              " of releases waiting for a deploy")
+    return "fail", UnknownKindError(job.kind, worker.name, handled, detail)
+
+
+def check_options(unknown_kind_: str, unknown_kind_delay: float, unknown_kind_max_age: float, kinds: str) -> None:
+    """Refuses worker options out of range, naming the option."""
+    if unknown_kind_ not in ("release", "fail"):
+        raise ValueError(f"unknown_kind must be 'release' or 'fail', not {unknown_kind_!r}")
+    for name, value in (("unknown_kind_delay", unknown_kind_delay), ("unknown_kind_max_age", unknown_kind_max_age)):
+        if not (isinstance(value, (int, float)) and 0 <= value < float("inf")):
+            raise ValueError(f"{name} must be a finite, non-negative number of seconds, not {value!r}")
+    if kinds not in ("all", "handled"):
+        raise ValueError(f"kinds must be 'all' or 'handled', not {kinds!r}")
 
 
 def error_text(error: BaseException) -> str:
-    """The text stored in the job's error history: the exception and its traceback."""
-    return "".join(traceback.format_exception(error)).rstrip()
+    """The text stored in the job's error history: the message first, then the stack."""
+    message, stack = describe_error(error)
+    return f"{message}\n{stack}" if stack else message

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import signal
 import time
+from datetime import datetime
 from typing import Any, Awaitable, Callable, Mapping
 
 import psycopg
@@ -25,20 +27,24 @@ from ._common import (
     FAIL_SQL,
     GONE,
     HEARTBEAT_SQL,
+    QUEUE_LEASE_READ_EVERY,
+    QUEUE_LEASE_SQL,
     RELEASE_SQL,
     SUCCEEDED_UNDER_SQL,
     Event,
     JobRow,
-    JobTimeout,
+    JobTimeoutError,
     PermanentError,
     as_handler,
+    check_options,
+    claimed_job,
     connect_kwargs,
     default_name,
     error_text,
     interval,
     is_connection_error,
     jsonb,
-    unpack_claim,
+    unknown_kind,
 )
 
 log = logging.getLogger("pg_jobs")
@@ -48,12 +54,13 @@ class AsyncJob(JobRow):
     """A claimed job for an async handler: the job's columns, ``cancelled`` (an
     ``asyncio.Event``) and :meth:`progress`."""
 
-    def __init__(self, row: JobRow, worker: "AsyncWorker", lease_seconds: float):
+    def __init__(self, row: JobRow, worker: "AsyncWorker", lease_seconds: float, claimed_at: datetime):
         super().__init__(**row.__dict__)
         self.cancelled = asyncio.Event()
         self.reason: str | None = None
         self._worker = worker
         self._lease_seconds = max(lease_seconds, 0.05)
+        self._claimed_at = claimed_at
         self._done = False
         self._started = time.monotonic()
         self._task: asyncio.Task | None = None
@@ -140,6 +147,7 @@ class AsyncWorker:
         name: str | None = None,
         unknown_kind: str = "release",
         unknown_kind_delay: float = 60.0,
+        unknown_kind_max_age: float = 3600.0,
         kinds: str = "all",
         timeout: float | None = None,
         grace: float = 10.0,
@@ -148,10 +156,7 @@ class AsyncWorker:
     ):
         if not 1 <= concurrency <= 1000:
             raise ValueError(f"concurrency must be from 1 to 1000, not {concurrency}")
-        if unknown_kind not in ("release", "fail"):
-            raise ValueError(f"unknown_kind must be 'release' or 'fail', not {unknown_kind!r}")
-        if kinds not in ("all", "handled"):
-            raise ValueError(f"kinds must be 'all' or 'handled', not {kinds!r}")
+        check_options(unknown_kind, unknown_kind_delay, unknown_kind_max_age, kinds)
         self.queue = queue
         self.name = name or default_name()
         self.handlers = {kind: as_handler(kind, h) for kind, h in handlers.items()}
@@ -160,6 +165,7 @@ class AsyncWorker:
         self.wait = wait
         self.unknown_kind = unknown_kind
         self.unknown_kind_delay = unknown_kind_delay
+        self.unknown_kind_max_age = unknown_kind_max_age
         self.kinds = list(self.handlers) if kinds == "handled" else None
         self.timeout = timeout
         self.grace = grace
@@ -172,6 +178,8 @@ class AsyncWorker:
         self._claim_conn: psycopg.AsyncConnection | None = None
         self._claiming = False
         self._claim_task: asyncio.Task | None = None
+        # The queue's lease (for a worker without a lease of its own) and when it was read.
+        self._queue_lease: tuple[float, float] | None = None
         self._pool: _Pool | None = None
         self._stop_task: asyncio.Task | None = None
         # Jobs whose handlers returned None, completed together by one jobs_complete_batch.
@@ -227,6 +235,7 @@ class AsyncWorker:
             await asyncio.wait({self._flush_task})
         if self._pool is not None:
             await self._pool.close()
+        self._emit(Event("stopped"))
         self._stopped.set()
 
     def _emit(self, event: Event) -> None:
@@ -235,8 +244,10 @@ class AsyncWorker:
                 self.on_event(event)
             except Exception:
                 log.exception("the on_event callback raised")
-        if event.type == "connection_error":
-            log.warning("pg_jobs worker %s: %s failed, retrying: %s", self.name, event.during, event.error)
+        if event.type == "retrying":
+            log.warning("pg_jobs worker %s: %s failed, retrying: %s", self.name, event.during, event.message)
+        elif event.type == "error":
+            log.error("pg_jobs worker %s: %s on queue %s failed: %s", self.name, event.during, self.queue, event.message)
 
     async def _interrupt_claim(self) -> None:
         """Cancels the claim waiting in the server, again every 0.2 s until the claim task has
@@ -261,13 +272,19 @@ class AsyncWorker:
                 self._slot_freed.clear()
                 await self._slot_freed.wait()
                 continue
-            params = [self.queue, self.name, str(free), interval(self.lease), self.kinds, interval(self.wait)]
             try:
                 if self._claim_conn is None or self._claim_conn.closed:
                     self._claim_conn = await self._connect()
+                lease = await self._claim_lease()
+                params = [self.queue, self.name, str(free), interval(lease), self.kinds, interval(self.wait)]
                 self._claiming = True
                 cur = await self._claim_conn.execute(CLAIM_SQL, params)
                 rows = await cur.fetchall()
+                names = [column.name for column in cur.description]
+                self._claiming = False  # what follows must not be cancelled: it would strand the rows
+                if lease is None and rows:
+                    # A queue created between the lease's read and the claim: its claim used its lease.
+                    lease = await self._claim_lease()
                 backoff = 0.1
             except Exception as error:
                 self._claiming = False
@@ -276,24 +293,39 @@ class AsyncWorker:
                 with contextlib.suppress(Exception):
                     await self._claim_conn.close()
                 self._claim_conn = None
-                self._emit(Event("connection_error", error=error, during="claim"))
                 if is_connection_error(error):
+                    self._emit(Event("retrying", error=error, during="claim"))
                     await asyncio.sleep(backoff)
                     backoff = min(backoff * 2, 5.0)
                 else:
-                    log.error("pg_jobs worker %s: claiming from %s failed: %s", self.name, self.queue, error)
+                    self._emit(Event("error", error=error, during="claim"))
                     await asyncio.sleep(5.0)
                 continue
             finally:
                 self._claiming = False
             for row in rows:
-                self._begin(*unpack_claim(row))
+                self._begin(*claimed_job(names, row, lease), lease)
         if self._claim_conn is not None:
             with contextlib.suppress(Exception):
                 await self._claim_conn.close()
 
-    def _begin(self, row: JobRow, lease_seconds: float) -> None:
-        job = AsyncJob(row, self, lease_seconds)
+    async def _claim_lease(self) -> float | None:
+        """The lease the next claim asks for, in seconds: the worker's own, or the queue's (read
+        again once a minute). None when the queue does not exist: the claim then says so."""
+        if self.lease is not None:
+            return self.lease
+        now = time.monotonic()
+        if self._queue_lease is not None and now - self._queue_lease[1] < QUEUE_LEASE_READ_EVERY:
+            return self._queue_lease[0]
+        cur = await self._claim_conn.execute(QUEUE_LEASE_SQL, [self.queue])
+        row = await cur.fetchone()
+        if row is None:
+            return None
+        self._queue_lease = (float(row[0]), now)
+        return self._queue_lease[0]
+
+    def _begin(self, row: JobRow, claimed_at: datetime, lease_seconds: float) -> None:
+        job = AsyncJob(row, self, lease_seconds, claimed_at)
         self._running[job.id] = job
         self._emit(Event("picked", job=job))
         job._task = asyncio.get_running_loop().create_task(self._run(job))
@@ -311,7 +343,7 @@ class AsyncWorker:
             except Exception as error:
                 if not is_connection_error(error):
                     raise
-                self._emit(Event("connection_error", job=job, error=error, during=during))
+                self._emit(Event("retrying", job=job, error=error, during=during))
                 if not retry or self._stopped.is_set():
                     raise
                 retried = True
@@ -333,10 +365,11 @@ class AsyncWorker:
     async def _run(self, job: AsyncJob) -> None:
         handler = self.handlers.get(job.kind)
         if handler is None:
-            if self.unknown_kind == "fail":
-                await self._fail(job, PermanentError(f"no handler for kind {job.kind!r} in worker {self.name}"), True)
+            action, what = unknown_kind(self, job, job._claimed_at)
+            if action == "release":
+                await self._release(job, what, self.unknown_kind_delay)
             else:
-                await self._release(job, f"no handler for kind {job.kind!r}", self.unknown_kind_delay)
+                await self._fail(job, what, self.unknown_kind == "fail")
             return
         try:
             accepted = handler.accepts is None or handler.accepts(job) is not False
@@ -344,7 +377,7 @@ class AsyncWorker:
             await self._fail(job, error, True)
             return
         if not accepted:
-            await self._fail(job, PermanentError(f"the {job.kind!r} handler does not accept this job (accepts() returned False)"), True)
+            await self._fail(job, PermanentError(f"the {json.dumps(job.kind)} handler does not accept this job (accepts() returned False)"), True)
             return
         keeper = asyncio.get_running_loop().create_task(self._keep(job))
         limit = handler.timeout if handler.timeout is not None else self.timeout
@@ -355,7 +388,7 @@ class AsyncWorker:
             finished, _ = await asyncio.wait({job._handler_task}, timeout=limit)
             if not finished:
                 self._interrupt(job, "timeout")
-                await self._fail(job, JobTimeout(f"the handler ran longer than its time limit of {limit} s"), False)
+                await self._fail(job, JobTimeoutError(f"the handler ran longer than its time limit of {limit} s"), False)
                 return
             try:
                 result = job._handler_task.result()
@@ -382,7 +415,7 @@ class AsyncWorker:
         try:
             rows, _ = await self._call(job, HEARTBEAT_SQL, [str(job.id), job.lease, jsonb(progress)], "heartbeat", retry=False)
         except Exception as error:
-            self._emit(Event("connection_error", job=job, error=error, during="heartbeat"))
+            self._emit(Event("retrying", job=job, error=error, during="heartbeat"))
             return "running"
         outcome = rows[0][0]
         if outcome in GONE and job._conclude():
@@ -445,7 +478,7 @@ class AsyncWorker:
                 outcomes = {job_id: outcome for job_id, outcome in rows}
             except Exception as error:
                 # Left without an outcome: their leases run out and they are run again.
-                self._emit(Event("connection_error", error=error, during="complete"))
+                self._emit(Event("error", error=error, during="complete"))
             for job in batch:
                 outcome = outcomes.get(job.id)
                 if outcome == "lost" and retried:
@@ -465,10 +498,10 @@ class AsyncWorker:
         try:
             answer = await self._settle(job, FAIL_SQL, [str(job.id), job.lease, error_text(error), not permanent], "fail")
         except Exception as sql_error:
-            self._emit(Event("connection_error", job=job, error=sql_error, during="fail"))
+            self._emit(Event("error", job=job, error=sql_error, during="fail"))
             answer = None
         if answer and answer[0] in ("queued", "failed"):
-            self._emit(Event("failed", job=job, duration=job._elapsed, error=error, outcome=answer[0]))
+            self._emit(Event("failed", job=job, duration=job._elapsed, outcome=answer[0], permanent=permanent, error=error))
         elif answer:
             self._gone(job, answer[0], "settle")
         self._finish(job)
@@ -477,9 +510,13 @@ class AsyncWorker:
         if not job._conclude():
             return
         self._interrupt(job, f"released: {reason}")
-        answer = await self._settle(job, RELEASE_SQL, [str(job.id), job.lease, reason, interval(delay)], "release")
+        try:
+            answer = await self._settle(job, RELEASE_SQL, [str(job.id), job.lease, reason, interval(delay)], "release")
+        except Exception as sql_error:
+            self._emit(Event("error", job=job, error=sql_error, during="release"))
+            answer = None
         if answer and answer[0] == "queued":
-            self._emit(Event("released", job=job, duration=job._elapsed, outcome="queued", result=reason))
+            self._emit(Event("released", job=job, duration=job._elapsed, outcome="queued", reason=reason))
         elif answer:
             self._gone(job, answer[0], "settle")
         self._finish(job)

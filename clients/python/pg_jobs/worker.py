@@ -12,11 +12,13 @@ thread is abandoned (a daemon) and a fresh runner takes its slot.
 from __future__ import annotations
 
 import heapq
+import json
 import logging
 import queue as queue_module
 import signal
 import threading
 import time
+from datetime import datetime
 from typing import Any, Callable, Mapping
 
 import psycopg
@@ -28,20 +30,24 @@ from ._common import (
     FAIL_SQL,
     GONE,
     HEARTBEAT_SQL,
+    QUEUE_LEASE_READ_EVERY,
+    QUEUE_LEASE_SQL,
     RELEASE_SQL,
     SUCCEEDED_UNDER_SQL,
     Event,
     JobRow,
-    JobTimeout,
+    JobTimeoutError,
     PermanentError,
     as_handler,
+    check_options,
+    claimed_job,
     connect_kwargs,
     default_name,
     error_text,
     interval,
     is_connection_error,
     jsonb,
-    unpack_claim,
+    unknown_kind,
 )
 
 log = logging.getLogger("pg_jobs")
@@ -52,12 +58,13 @@ class Job(JobRow):
     ``threading.Event`` set when the job is cancelled, lost, timed out or handed back at
     shutdown: stop then) and :meth:`progress`."""
 
-    def __init__(self, row: JobRow, worker: "Worker", lease_seconds: float):
+    def __init__(self, row: JobRow, worker: "Worker", lease_seconds: float, claimed_at: datetime):
         super().__init__(**row.__dict__)
         self.cancelled = threading.Event()
         self.reason: str | None = None
         self._worker = worker
         self._lease_seconds = max(lease_seconds, 0.05)
+        self._claimed_at = claimed_at
         self._lock = threading.Lock()
         self._done = False
         self._started = time.monotonic()
@@ -115,7 +122,7 @@ class _Connection:
                 if not is_connection_error(error):
                     raise
                 self.drop()
-                self._worker._emit(Event("connection_error", job=job, error=error, during=during))
+                self._worker._emit(Event("retrying", job=job, error=error, during=during))
                 if not retry():
                     raise
                 time.sleep(backoff)
@@ -148,10 +155,12 @@ class Worker:
 
     ``handlers`` maps job kinds to callables ``handler(job) -> result`` (or
     :class:`pg_jobs.Handler`). ``lease`` and ``wait`` are seconds (``lease=None``: the
-    queue's). ``name`` is passed on every claim: behind a pooler the server's default names
-    whichever connection the pooler lends. ``unknown_kind`` is ``'release'`` (with
-    ``unknown_kind_delay`` seconds: a deploy in progress) or ``'fail'``. ``kinds='handled'``
-    claims only kinds that have a handler. ``timeout`` (seconds) fails a handler that runs
+    queue's, read again once a minute). ``name`` is passed on every claim: behind a pooler the
+    server's default names whichever connection the pooler lends. A job of a kind without a
+    handler is released with ``unknown_kind_delay`` seconds of delay (a deploy in progress)
+    while it is younger than ``unknown_kind_max_age`` seconds, then failed with
+    :class:`pg_jobs.UnknownKindError`; ``unknown_kind='fail'`` fails it at once, for good.
+    ``kinds='handled'`` claims only kinds that have a handler. ``timeout`` (seconds) fails a handler that runs
     longer. ``on_event`` receives an :class:`pg_jobs.Event` for every job event. ``connect``
     opens a connection (default: ``psycopg.connect(conninfo, autocommit=True,
     prepare_threshold=None)``).
@@ -169,6 +178,7 @@ class Worker:
         name: str | None = None,
         unknown_kind: str = "release",
         unknown_kind_delay: float = 60.0,
+        unknown_kind_max_age: float = 3600.0,
         kinds: str = "all",
         timeout: float | None = None,
         grace: float = 10.0,
@@ -177,10 +187,7 @@ class Worker:
     ):
         if not 1 <= concurrency <= 1000:
             raise ValueError(f"concurrency must be from 1 to 1000, not {concurrency}")
-        if unknown_kind not in ("release", "fail"):
-            raise ValueError(f"unknown_kind must be 'release' or 'fail', not {unknown_kind!r}")
-        if kinds not in ("all", "handled"):
-            raise ValueError(f"kinds must be 'all' or 'handled', not {kinds!r}")
+        check_options(unknown_kind, unknown_kind_delay, unknown_kind_max_age, kinds)
         self.queue = queue
         self.name = name or default_name()
         self.handlers = {kind: as_handler(kind, h) for kind, h in handlers.items()}
@@ -189,6 +196,7 @@ class Worker:
         self.wait = wait
         self.unknown_kind = unknown_kind
         self.unknown_kind_delay = unknown_kind_delay
+        self.unknown_kind_max_age = unknown_kind_max_age
         self.kinds = list(self.handlers) if kinds == "handled" else None
         self.timeout = timeout
         self.grace = grace
@@ -207,6 +215,8 @@ class Worker:
         self._claim_conn = _Connection(self._connect, self)
         self._completions: queue_module.SimpleQueue[Job | None] = queue_module.SimpleQueue()
         self._claiming = False
+        # The queue's lease (for a worker without a lease of its own) and when it was read.
+        self._queue_lease: tuple[float, float] | None = None
         self._threads: list[threading.Thread] = []
         self._runners: list[_Runner] = []
         self._started = False
@@ -279,6 +289,8 @@ class Worker:
                 self._jobs.put(None)
             with self._keeper_wake:
                 self._keeper_wake.notify_all()
+            # Before _stopped: run() returns once it is set, and the process may end then.
+            self._emit(Event("stopped"))
             self._stopped.set()
 
     def _interrupt_claim(self) -> None:
@@ -303,8 +315,10 @@ class Worker:
                 self.on_event(event)
             except Exception:
                 log.exception("the on_event callback raised")
-        if event.type == "connection_error":
-            log.warning("pg_jobs worker %s: %s failed, retrying: %s", self.name, event.during, event.error)
+        if event.type == "retrying":
+            log.warning("pg_jobs worker %s: %s failed, retrying: %s", self.name, event.during, event.message)
+        elif event.type == "error":
+            log.error("pg_jobs worker %s: %s on queue %s failed: %s", self.name, event.during, self.queue, event.message)
 
     # -- claiming ------------------------------------------------------------------------
 
@@ -322,10 +336,17 @@ class Worker:
                 free = self.concurrency - len(self._running)
             if self._stopping.is_set():
                 break
-            params = [self.queue, self.name, str(free), interval(self.lease), self.kinds, interval(self.wait)]
             try:
+                lease = self._claim_lease()
+                params = [self.queue, self.name, str(free), interval(lease), self.kinds, interval(self.wait)]
                 self._claiming = True
-                rows = self._claim_conn.get().execute(CLAIM_SQL, params).fetchall()
+                cur = self._claim_conn.get().execute(CLAIM_SQL, params)
+                rows = cur.fetchall()
+                names = [column.name for column in cur.description]
+                self._claiming = False  # what follows must not be cancelled: it would strand the rows
+                if lease is None and rows:
+                    # A queue created between the lease's read and the claim: its claim used its lease.
+                    lease = self._claim_lease()
                 backoff = 0.1
             except Exception as error:
                 self._claiming = False
@@ -333,22 +354,35 @@ class Worker:
                     break
                 self._claim_conn.drop()
                 if is_connection_error(error):
-                    self._emit(Event("connection_error", error=error, during="claim"))
+                    self._emit(Event("retrying", error=error, during="claim"))
                     time.sleep(backoff)
                     backoff = min(backoff * 2, 5.0)
                 else:
-                    log.error("pg_jobs worker %s: claiming from %s failed: %s", self.name, self.queue, error)
-                    self._emit(Event("connection_error", error=error, during="claim"))
+                    self._emit(Event("error", error=error, during="claim"))
                     self._stopping.wait(5.0)
                 continue
             finally:
                 self._claiming = False
             for row in rows:
-                self._begin(*unpack_claim(row))
+                self._begin(*claimed_job(names, row, lease), lease)
         self._claim_conn.drop()
 
-    def _begin(self, row: JobRow, lease_seconds: float) -> None:
-        job = Job(row, self, lease_seconds)
+    def _claim_lease(self) -> float | None:
+        """The lease the next claim asks for, in seconds: the worker's own, or the queue's (read
+        again once a minute). None when the queue does not exist: the claim then says so."""
+        if self.lease is not None:
+            return self.lease
+        now = time.monotonic()
+        if self._queue_lease is not None and now - self._queue_lease[1] < QUEUE_LEASE_READ_EVERY:
+            return self._queue_lease[0]
+        row = self._claim_conn.get().execute(QUEUE_LEASE_SQL, [self.queue]).fetchone()
+        if row is None:
+            return None
+        self._queue_lease = (float(row[0]), now)
+        return self._queue_lease[0]
+
+    def _begin(self, row: JobRow, claimed_at: datetime, lease_seconds: float) -> None:
+        job = Job(row, self, lease_seconds, claimed_at)
         with self._slots:
             self._running[job.id] = job
         self._emit(Event("picked", job=job))
@@ -366,10 +400,11 @@ class Worker:
         conn = runner.conn
         handler = self.handlers.get(job.kind)
         if handler is None:
-            if self.unknown_kind == "fail":
-                self._fail(job, conn, PermanentError(f"no handler for kind {job.kind!r} in worker {self.name}"), True)
+            action, what = unknown_kind(self, job, job._claimed_at)
+            if action == "release":
+                self._release(job, conn, what, self.unknown_kind_delay)
             else:
-                self._release(job, conn, f"no handler for kind {job.kind!r}", self.unknown_kind_delay)
+                self._fail(job, conn, what, self.unknown_kind == "fail")
             return
         try:
             accepted = handler.accepts is None or handler.accepts(job) is not False
@@ -377,7 +412,7 @@ class Worker:
             self._fail(job, conn, error, True)
             return
         if not accepted:
-            self._fail(job, conn, PermanentError(f"the {job.kind!r} handler does not accept this job (accepts() returned False)"), True)
+            self._fail(job, conn, PermanentError(f"the {json.dumps(job.kind)} handler does not accept this job (accepts() returned False)"), True)
             return
         limit = handler.timeout if handler.timeout is not None else self.timeout
         if limit is not None:
@@ -480,7 +515,7 @@ class Worker:
             outcomes = {job_id: outcome for job_id, outcome in rows}
         except Exception as error:
             # Left without an outcome: their leases run out and they are run again.
-            self._emit(Event("connection_error", error=error, during="complete"))
+            self._emit(Event("error", error=error, during="complete"))
         for job in batch:
             outcome = outcomes.get(job.id)
             if outcome == "lost" and retried:
@@ -499,10 +534,10 @@ class Worker:
         try:
             answer = self._settle(job, conn, FAIL_SQL, [str(job.id), job.lease, error_text(error), not permanent], "fail")
         except Exception as sql_error:
-            self._emit(Event("connection_error", job=job, error=sql_error, during="fail"))
+            self._emit(Event("error", job=job, error=sql_error, during="fail"))
             answer = None
         if answer and answer[0] in ("queued", "failed"):
-            self._emit(Event("failed", job=job, duration=job._elapsed, error=error, outcome=answer[0]))
+            self._emit(Event("failed", job=job, duration=job._elapsed, outcome=answer[0], permanent=permanent, error=error))
         elif answer:
             self._gone(job, answer[0], "settle")
         self._finish(job)
@@ -512,9 +547,13 @@ class Worker:
             return
         job.reason = f"released: {reason}"
         job.cancelled.set()
-        answer = self._settle(job, conn, RELEASE_SQL, [str(job.id), job.lease, reason, interval(delay)], "release")
+        try:
+            answer = self._settle(job, conn, RELEASE_SQL, [str(job.id), job.lease, reason, interval(delay)], "release")
+        except Exception as sql_error:
+            self._emit(Event("error", job=job, error=sql_error, during="release"))
+            answer = None
         if answer and answer[0] == "queued":
-            self._emit(Event("released", job=job, duration=job._elapsed, outcome="queued", result=reason))
+            self._emit(Event("released", job=job, duration=job._elapsed, outcome="queued", reason=reason))
         elif answer:
             self._gone(job, answer[0], "settle")
         self._finish(job)
@@ -538,7 +577,7 @@ class Worker:
         try:
             rows = conn.execute(HEARTBEAT_SQL, [str(job.id), job.lease, jsonb(progress)], during="heartbeat", job=job, retry=lambda: False)
         except Exception as error:
-            self._emit(Event("connection_error", job=job, error=error, during="heartbeat"))
+            self._emit(Event("retrying", job=job, error=error, during="heartbeat"))
             return "running"
         outcome = rows[0][0]
         if outcome in GONE and job._conclude():
@@ -586,4 +625,4 @@ class Worker:
         job.reason = "timeout"
         job.cancelled.set()
         self._retire(job)
-        self._fail(job, conn, JobTimeout(f"the handler ran longer than its time limit of {limit} s"), False)
+        self._fail(job, conn, JobTimeoutError(f"the handler ran longer than its time limit of {limit} s"), False)

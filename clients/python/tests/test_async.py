@@ -56,7 +56,7 @@ def test_outcomes_complete_retry_permanent_unknown(db, dsn, producer):
     assert "TimeoutError: upstream slow" in job_row(db, retried)["errors"][0]["error"]
     assert job_row(db, permanent)["attempt"] == 1
     row = job_row(db, unknown)
-    assert (row["state"], row["attempt"], row["release_reason"]) == ("queued", 0, "no handler for kind 'unknown'")
+    assert (row["state"], row["attempt"], row["release_reason"]) == ("queued", 0, 'no handler for kind "unknown"')
 
 
 def test_a_cancel_cancels_the_handlers_task_and_records_nothing(db, dsn, producer):
@@ -140,7 +140,28 @@ def test_time_limits_and_shutdown_with_jobs_in_flight(db, dsn, producer):
     took = run(main())
     assert took < 4
     row = job_row(db, timed_out)
-    assert row["state"] == "queued" and "JobTimeout" in row["errors"][0]["error"]
+    assert row["state"] == "queued" and row["errors"][0]["error"].startswith("JobTimeoutError: the handler ran longer than its time limit")
     assert job_row(db, quick)["state"] == "succeeded"
     row = job_row(db, hung)
     assert (row["state"], row["attempt"], row["lease_until"], row["release_reason"]) == ("queued", 0, None, "shutting down")
+
+
+def test_a_kind_without_a_handler_fails_once_older_than_unknown_kind_max_age(db, dsn, producer):
+    from test_worker import check_poison, claim_sleeping
+
+    queue = new_queue(db, "max_attempts => 3, backoff_base => '100 milliseconds', jitter => 0")
+    recorder = Recorder()
+
+    async def sent(job):
+        return "sent"
+
+    async def main():
+        worker = pg_jobs.AsyncWorker(dsn, queue, {"mail": sent, "sms": sent}, name="py-async-poison", on_event=recorder,
+                                     unknown_kind_delay=0.1, unknown_kind_max_age=1.5).start()
+        await wait_for("the claim to wait", lambda: claim_sleeping(db))
+        job_id = await asyncio.to_thread(pg_jobs.enqueue, producer, queue, {}, kind="poison")
+        await wait_for("the job to fail for good", state_is(db, job_id, "failed"), timeout=30)
+        await worker.stop()
+        return job_id
+
+    check_poison(db, run(main()), recorder.events, "py-async-poison")

@@ -39,7 +39,7 @@ def check_all_done(admin_dsn, queue, recorder, ran):
     # flight did not run again (a rerun needs a claim whose answer was lost, a rare window).
     assert reruns <= 2, f"{reruns} jobs ran more than once"
     assert len(ran) == JOBS
-    assert recorder.of("connection_error"), "the restart went unnoticed"
+    assert recorder.of("retrying"), "the restart went unnoticed"
 
 
 def test_threads_reconnect_after_a_restart_and_lose_nothing(db, dsn, admin_dsn, producer):

@@ -3,10 +3,12 @@ cancellation mid-handler, shutdown with jobs in flight, handlers that never retu
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 
 import psycopg
+import pytest
 
 import pg_jobs
 from conftest import eventually, job_row, new_queue, state_is, url
@@ -22,7 +24,7 @@ def test_a_returned_value_completes_the_job_and_becomes_its_result(db, start_wor
     assert row["result"] == {"sent_to": "ada"}
     assert row["worker"] == "py-1"
     assert [(j.id, j.kind, j.attempt, j.headers) for j in seen] == [(job_id, "mail", 1, {"traceparent": "t-1"})]
-    assert rec.types() == ["picked", "completed"]
+    assert rec.types() == ["picked", "completed", "stopped"]
     assert rec.of("completed")[0].attempt == 1
     assert rec.of("completed")[0].duration >= 0
 
@@ -92,7 +94,59 @@ def test_a_kind_without_a_handler_is_released_with_a_delay(db, start_worker, pro
         " FROM jobs.job WHERE id = %s",
         [job_id],
     ).fetchone()
-    assert row == ("queued", 0, "no handler for kind 'from-the-next-deploy'", None, True)
+    assert row == ("queued", 0, 'no handler for kind "from-the-next-deploy"', None, True)
+
+
+def check_poison(db, job_id, events, worker_name):
+    """A job of a kind nobody handles was released while young (its attempt given back each
+    time), then failed three times with the queue's backoff, naming its kind and the kinds the
+    worker handles."""
+    row = job_row(db, job_id)
+    mine = [f"failed:{e.outcome}" if e.type == "failed" else e.type for e in events
+            if e.job is not None and e.job.id == job_id and e.type != "picked"]
+    released = mine.count("released")
+    assert released >= 1, mine
+    assert mine == ["released"] * released + ["failed:queued", "failed:queued", "failed:failed"]
+    assert (row["state"], row["attempt"], len(row["errors"])) == ("failed", 3, 3)
+    pattern = (f'UnknownKindError: no handler for kind "poison" in worker {worker_name}, which handles "mail", "sms";'
+               r" the job is \d+ s old, past unknown_kind_max_age \(1.5 s\)")
+    for entry in row["errors"]:
+        assert re.match(pattern, entry["error"]), entry["error"]
+    failed = [e for e in events if e.type == "failed"][0]
+    assert isinstance(failed.error, pg_jobs.UnknownKindError) and failed.permanent is False
+    assert (failed.error.kind, failed.error.handled) == ("poison", ["mail", "sms"])
+    backed_off = db.execute(
+        "SELECT bool_and((b ->> 'at')::timestamptz - (a ->> 'at')::timestamptz >= interval '100 milliseconds')"
+        " FROM jobs.job, jsonb_array_elements(errors) WITH ORDINALITY x(a, n)"
+        " JOIN jsonb_array_elements(errors) WITH ORDINALITY y(b, m) ON m = n + 1 WHERE id = %s", [job_id]).fetchone()[0]
+    assert backed_off
+
+
+def claim_sleeping(db):
+    return db.execute("SELECT count(*) > 0 FROM pg_stat_activity"
+                      " WHERE query LIKE 'SELECT * FROM jobs_claim%%' AND wait_event_type = 'Extension'").fetchone()[0]
+
+
+def test_a_kind_without_a_handler_fails_once_older_than_unknown_kind_max_age(db, start_worker, producer):
+    queue = new_queue(db, "max_attempts => 3, backoff_base => '100 milliseconds', jitter => 0")
+    worker, rec = start_worker(queue, {"mail": lambda job: "sent", "sms": lambda job: "sent"}, name="py-poison",
+                               unknown_kind_delay=0.1, unknown_kind_max_age=1.5)
+    eventually("the claim to wait", lambda: claim_sleeping(db))
+    job_id = pg_jobs.enqueue(producer, queue, {}, kind="poison")
+    eventually("the job to fail for good", state_is(db, job_id, "failed"), timeout=30)
+    worker.stop()
+    check_poison(db, job_id, rec.events, "py-poison")
+
+
+def test_unknown_kind_options_are_checked():
+    for options, message in (
+        ({"unknown_kind_max_age": -1}, "unknown_kind_max_age must be a finite, non-negative number of seconds"),
+        ({"unknown_kind_delay": float("nan")}, "unknown_kind_delay must be a finite, non-negative number of seconds"),
+        ({"unknown_kind": "drop"}, "unknown_kind must be 'release' or 'fail'"),
+    ):
+        for worker_class in (pg_jobs.Worker, pg_jobs.AsyncWorker):
+            with pytest.raises(ValueError, match=re.escape(message)):
+                worker_class("", "q", {}, **options)
 
 
 def test_a_kind_without_a_handler_fails_instead_when_configured(db, start_worker, producer):
@@ -101,7 +155,7 @@ def test_a_kind_without_a_handler_fails_instead_when_configured(db, start_worker
     worker, _ = start_worker(queue, {}, unknown_kind="fail")
     row = eventually("the failure", state_is(db, job_id, "failed"))
     worker.stop()
-    assert "no handler for kind 'nobody-knows'" in row["errors"][0]["error"]
+    assert row["errors"][0]["error"].startswith('UnknownKindError: no handler for kind "nobody-knows"')
 
 
 def test_kinds_handled_claims_only_kinds_with_a_handler(db, start_worker, producer):
@@ -197,8 +251,8 @@ def test_a_handler_past_its_time_limit_fails_and_frees_its_slot(db, start_worker
     worker.stop()
     row = job_row(db, hung)
     assert row["state"] == "queued"
-    assert "JobTimeout: the handler ran longer than its time limit of 0.3 s" in row["errors"][0]["error"]
-    assert isinstance(rec.of("failed")[0].error, pg_jobs.JobTimeout)
+    assert row["errors"][0]["error"] == "JobTimeoutError: the handler ran longer than its time limit of 0.3 s"
+    assert isinstance(rec.of("failed")[0].error, pg_jobs.JobTimeoutError)
 
 
 def test_a_handler_that_never_returns_keeps_its_lease_and_other_slots_work(db, start_worker, producer):
