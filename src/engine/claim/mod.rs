@@ -82,6 +82,18 @@ static PROBE: Statement = Statement {
     columns: &["paused", "earliest_run_at"],
 };
 
+static PROBE_FROM: Statement = Statement {
+    name: "claim/probe_from",
+    sql: include_str!("probe_from.sql"),
+    params: &[
+        param("queue", TEXTOID),
+        param("priority", INT2OID),
+        param("run_at", TIMESTAMPTZOID),
+        param("id", INT8OID),
+    ],
+    columns: &["paused", "earliest_run_at"],
+};
+
 static FLOOR_CHECK: Statement = Statement {
     name: "claim/floor_check",
     sql: include_str!("floor_check.sql"),
@@ -134,6 +146,9 @@ struct Probe {
     throttled_until: Option<pg_sys::TimestampTz>,
     /// Whether that time is a token this claim reserved (its next attempt may spend it).
     reserved: bool,
+    /// Whether the attempt stopped at its limit of jobs examined (all held, or let go), so
+    /// due jobs it never looked at may be claimable.
+    capped: bool,
 }
 
 /// Claims up to `request.n` due jobs (waiting for work when it asks to) and returns them in
@@ -208,6 +223,7 @@ fn attempt(
         let mut let_go: HashSet<i64> = HashSet::new();
         let mut examined = 0;
         let mut freed_taken: HashSet<i64> = HashSet::new();
+        let mut capped = false;
         // A picked job that another claim took (and committed) after the candidates' snapshot
         // is not taken, nor one its group does not allow now; pick again, with a fresh
         // snapshot, for the ones missing.
@@ -278,10 +294,11 @@ fn attempt(
                 settle_freed(client, &freed_kept, &claimed_rows, &mut freed_taken);
             }
             let all_taken = taken_count == offered;
-            if claimed_rows.len() >= allowed
-                || (exhausted && all_taken)
-                || examined >= EXAMINED_PER_JOB * request.n.max(100)
-            {
+            if examined >= EXAMINED_PER_JOB * request.n.max(100) {
+                capped = true;
+                break;
+            }
+            if claimed_rows.len() >= allowed || (exhausted && all_taken) {
                 break;
             }
         }
@@ -318,7 +335,9 @@ fn attempt(
             claimed_rows.sort_unstable_by_key(|(key, _)| *key);
             return (claimed_rows.into_iter().map(|(_, row)| row).collect(), None);
         }
-        (Vec::new(), Some(probe(client, queue)))
+        let mut probe = probe(client, queue);
+        probe.capped = capped;
+        (Vec::new(), Some(probe))
     })
 }
 
@@ -376,7 +395,21 @@ fn settle_freed(
 
 /// What the queue looks like to an attempt that got nothing.
 fn probe(client: &SpiClient<'_>, queue: &str) -> Probe {
-    let rows = PROBE.run(client, &[queue.into()]);
+    // From the queue's floor when it is known (see probe_from.sql).
+    let floor = floor::read(wakeup::slot(queue), queue, None)
+        .and_then(|seen| seen.lowered_to(effects::pending_lowest(queue)).key);
+    let rows = match floor {
+        Some(at) => PROBE_FROM.run(
+            client,
+            &[
+                queue.into(),
+                at.priority.into(),
+                timestamptz_arg(at.run_at),
+                at.id.into(),
+            ],
+        ),
+        None => PROBE.run(client, &[queue.into()]),
+    };
     let Some(row) = rows.first() else {
         unknown_queue(queue)
     };
@@ -387,6 +420,7 @@ fn probe(client: &SpiClient<'_>, queue: &str) -> Probe {
             .map(i64::from),
         throttled_until: None,
         reserved: false,
+        capped: false,
     }
 }
 

@@ -142,16 +142,20 @@ pub(super) fn claim_waiting(request: &ClaimRequest<'_>) -> Vec<ClaimedRow> {
         } else if let Some(Probe {
             paused: false,
             earliest_run_at: Some(run_at),
+            capped,
             ..
         }) = probe
         {
             if run_at > now {
                 // Only a future job times the sleep.
                 wake_at = wake_at.min(run_at);
-            } else if passed_on != Some(seen) {
-                // A due job we could not take (another kind, another tenant, or held by a
-                // claim in flight): the wake-up that brought us here may be for a waiter that
-                // can take it.
+            } else if passed_on != Some(seen) && (capped || !request.filter.takes_every_job()) {
+                // A due job we could not take because of our filter (another kind, another
+                // tenant), or did not reach (the attempt examined as many as it may): the
+                // wake-up that brought us here may be for a waiter that can take it. Otherwise
+                // a claim that takes every job passes nothing on: a due job it could not take
+                // is held by a claim in flight, which takes it or, rolled back, wakes a waiter;
+                // passing on woke every waiter in turn for each such job.
                 waiter.pass_on();
                 passed_on = Some(seen);
             }
