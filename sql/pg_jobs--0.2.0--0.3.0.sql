@@ -72,3 +72,30 @@ BEGIN
     END IF;
 END
 $checks$;
+
+-- One commit per job (0.3.0): a worker completes what it finished and claims what comes next
+-- in one call.
+CREATE  FUNCTION "jobs_complete_and_claim"(
+	"queue" TEXT, /* Option < & str > */
+	"ids" bigint[], /* :: std :: option :: Option < Vec < Option < i64 > > > */
+	"leases" uuid[], /* :: std :: option :: Option < Vec < Option < pgrx :: Uuid > > > */
+	"results" jsonb[] DEFAULT NULL, /* :: std :: option :: Option < Vec < Option < pgrx :: JsonB > > > */
+	"worker" TEXT DEFAULT NULL, /* Option < & str > */
+	"n" INT DEFAULT 1, /* Option < i32 > */
+	"lease" interval DEFAULT NULL, /* Option < Interval > */
+	"kinds" TEXT[] DEFAULT NULL /* :: std :: option :: Option < Vec < Option < String > > > */
+) RETURNS TABLE (
+	"settled" bigint,  /* Option < i64 > */
+	"outcome" TEXT,  /* Option < String > */
+	"claimed" jobs.claimed  /* Option < ClaimedRow > */
+)
+VOLATILE SECURITY DEFINER PARALLEL UNSAFE
+SET search_path TO pg_catalog, pg_temp
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'jobs_complete_and_claim_wrapper';
+REVOKE ALL ON FUNCTION jobs_complete_and_claim(pg_catalog.text, pg_catalog.int8[], uuid[],
+    pg_catalog.jsonb[], pg_catalog.text, pg_catalog.int4, pg_catalog.interval, pg_catalog.text[])
+    FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobs_complete_and_claim(pg_catalog.text, pg_catalog.int8[], uuid[],
+    pg_catalog.jsonb[], pg_catalog.text, pg_catalog.int4, pg_catalog.interval, pg_catalog.text[])
+    TO jobs_client;

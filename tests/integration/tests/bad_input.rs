@@ -394,6 +394,12 @@ fn bad_calls_raise_documented_errors_and_change_nothing() {
         bad(format!("SELECT jobs_create_queue('{q}', rate_limit => 1e-13)"), "22023", "rate_limit must be a number of claims per second of at least 0.000000001 (0 clears it), got 0.0000000000001"),
         bad(format!("SELECT jobs_create_queue('{q}', rate_limit => 1e-300)"), "22023", "rate_limit must be a number of claims per second of at least 0.000000001"),
         bad(format!("SELECT jobs_create_queue('{q}', rate_burst => 0.5)"), "22023", "rate_burst must be a number of jobs of at least 1"),
+        // One commit per job: the settles' arrays, and the claim's arguments as jobs_claim's.
+        bad(format!("SELECT * FROM jobs_complete_and_claim('{q}', ARRAY[{id}]::bigint[], ARRAY[]::uuid[])"), "22023", "ids and leases must have the same length, got 1 ids and 0 leases"),
+        bad(format!("SELECT * FROM jobs_complete_and_claim('{q}', ARRAY[{id}]::bigint[], ARRAY['{lease}']::uuid[], results => ARRAY['{{}}', '{{}}']::jsonb[])"), "22023", "results must have one element per id (or be NULL), got 2 results for 1 ids"),
+        bad(format!("SELECT * FROM jobs_complete_and_claim('{q}', ARRAY[{id}]::bigint[], ARRAY['{lease}']::uuid[], n => 0)"), "22023", "n must be between 1 and 1000, got 0"),
+        bad(format!("SELECT * FROM jobs_complete_and_claim(NULL, ARRAY[{id}]::bigint[], ARRAY['{lease}']::uuid[])"), "22004", "queue must not be NULL"),
+        bad(format!("SELECT * FROM jobs_complete_and_claim('{q}', NULL, ARRAY['{lease}']::uuid[])"), "22004", "ids must not be NULL"),
         bad(format!("SELECT jobs_create_queue('{q}', group_concurrency => 0)"), "22023", "group_concurrency must be between 1 and 10000, got 0"),
         // Idempotency records: bad arguments, then a live pending record (55P03) and a finished
         // one saved for another request (23000).

@@ -2305,3 +2305,121 @@ fn a_rolled_back_heartbeat_of_a_reclaimed_job_leaves_no_trace() {
     );
     assert_eq!(heartbeat(&mut holder, revived, old.lease), "lost");
 }
+
+/// A row of `jobs_complete_and_claim`: a settled job with its outcome, or a claimed job.
+#[derive(Debug, PartialEq)]
+enum Cycled {
+    Settled(i64, String),
+    Claimed(i64, i32),
+}
+
+/// Completes `held` (with `results`, when given) and claims up to `n` jobs of `queue`.
+fn complete_and_claim(
+    client: &mut impl postgres::GenericClient,
+    queue: &str,
+    held: &[Claimed],
+    results: Option<Vec<Value>>,
+    n: i32,
+) -> Vec<Cycled> {
+    let ids: Vec<i64> = held.iter().map(|c| c.id).collect();
+    let leases: Vec<Uuid> = held.iter().map(|c| c.lease).collect();
+    client
+        .query(
+            "SELECT settled, outcome, (claimed).id, (claimed).attempt
+               FROM jobs_complete_and_claim($1, $2, $3, results => $4, n => $5)",
+            &[&queue, &ids, &leases, &results, &n],
+        )
+        .unwrap()
+        .iter()
+        .map(|row| match row.get::<_, Option<i64>>(0) {
+            Some(id) => Cycled::Settled(id, row.get(1)),
+            None => Cycled::Claimed(row.get(2), row.get(3)),
+        })
+        .collect()
+}
+
+/// One commit per job: `jobs_complete_and_claim` completes what a worker finished (with each
+/// result) and claims its next jobs in one call and one transaction, answering each settle's
+/// outcome first (`succeeded`, `cancelled`, `lost`), then the claimed jobs in claim order; a
+/// rollback undoes both, and it never waits.
+#[test]
+fn one_call_completes_and_claims_in_one_transaction() {
+    let cluster = Cluster::shared();
+    let mut client = cluster.connect();
+    let queue = unique_queue(&mut client, "cycle", "");
+    let ids: Vec<i64> = (0..5)
+        .map(|n| enqueue_with(&mut client, &queue, json!({ "n": n }), ""))
+        .collect();
+    let first = claim_one(&mut client, &queue, "");
+    assert_eq!(first.id, ids[0]);
+
+    // A rolled-back call leaves no trace: the job still runs, nothing else was claimed.
+    let mut transaction = client.transaction().unwrap();
+    let rows = complete_and_claim(&mut transaction, &queue, &[first], None, 2);
+    assert_eq!(
+        rows,
+        [
+            Cycled::Settled(ids[0], "succeeded".into()),
+            Cycled::Claimed(ids[1], 1),
+            Cycled::Claimed(ids[2], 1),
+        ]
+    );
+    transaction.rollback().unwrap();
+    assert_eq!(state(&mut client, ids[0]), "running");
+    assert_eq!(state(&mut client, ids[1]), "queued");
+
+    // Committed: the result is stored, the next jobs run.
+    let rows = complete_and_claim(
+        &mut client,
+        &queue,
+        &[first],
+        Some(vec![json!({ "sent": true })]),
+        2,
+    );
+    assert_eq!(
+        rows,
+        [
+            Cycled::Settled(ids[0], "succeeded".into()),
+            Cycled::Claimed(ids[1], 1),
+            Cycled::Claimed(ids[2], 1),
+        ]
+    );
+    assert_eq!(
+        job_row(&mut client, ids[0])["result"],
+        json!({ "sent": true })
+    );
+    assert_eq!(state(&mut client, ids[1]), "running");
+
+    // Each settle's outcome: a cancelled job and a stale lease.
+    let running: Vec<Claimed> = client
+        .query(
+            "SELECT id, lease, attempt FROM jobs.job WHERE id = ANY($1) ORDER BY id",
+            &[&vec![ids[1], ids[2]]],
+        )
+        .unwrap()
+        .iter()
+        .map(|row| Claimed {
+            id: row.get(0),
+            lease: row.get(1),
+            attempt: row.get(2),
+        })
+        .collect();
+    assert_eq!(cancel(&mut client, ids[1]), "cancelled");
+    let stale = Claimed {
+        lease: Uuid::new_v4(),
+        ..running[1]
+    };
+    let rows = complete_and_claim(&mut client, &queue, &[running[0], stale], None, 5);
+    assert_eq!(
+        rows,
+        [
+            Cycled::Settled(ids[1], "cancelled".into()),
+            Cycled::Settled(ids[2], "lost".into()),
+            Cycled::Claimed(ids[3], 1),
+            Cycled::Claimed(ids[4], 1),
+        ]
+    );
+
+    // Nothing to settle and nothing due: no rows (it has no wait to sleep in).
+    assert_eq!(complete_and_claim(&mut client, &queue, &[], None, 1), []);
+}
