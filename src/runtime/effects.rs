@@ -533,9 +533,7 @@ struct RecordedQueue {
 struct RecordedSettles {
     queue: String,
     tenant: Option<String>,
-    completed: u64,
-    failed: u64,
-    retried: u64,
+    counts: Counts,
 }
 
 impl PreparedRecord {
@@ -563,9 +561,7 @@ impl PreparedRecord {
             .map(|(key, counts)| RecordedSettles {
                 queue: key.queue,
                 tenant: key.tenant.map(|hash| hash.to_string()),
-                completed: counts.completed,
-                failed: counts.failed,
-                retried: counts.retried,
+                counts,
             })
             .collect();
         PreparedRecord { queues, settled }
@@ -610,12 +606,7 @@ impl PreparedRecord {
                     queue: s.queue.clone(),
                     tenant: s.tenant.as_deref().and_then(|t| t.parse().ok()),
                 };
-                let counts = Counts {
-                    completed: s.completed,
-                    failed: s.failed,
-                    retried: s.retried,
-                };
-                (key, counts)
+                (key, s.counts)
             })
             .collect()
     }

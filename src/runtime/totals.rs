@@ -22,7 +22,8 @@ const NAME_BYTES: usize = 64;
 
 /// What a transaction's settles add to one key.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct Counts {
     /// Jobs that succeeded.
     pub completed: u64,
