@@ -6,13 +6,14 @@
 //! to BENCH_REPORT and its charts to `charts/` beside it. `pg_jobs_bench report` re-renders
 //! the report and charts from BENCH_JSON without measuring anything.
 
-mod charts;
 mod comparators;
 mod config;
 mod cpu;
 mod db;
+mod format;
 mod machine;
 mod report;
+mod results;
 mod scenarios;
 
 use std::process::ExitCode;
@@ -27,10 +28,10 @@ use comparators::pg_jobs::PgJobs;
 use comparators::pgmq::Pgmq;
 use comparators::Comparator;
 use config::Config;
-use report::Run;
+use results::{Measurement, Run};
 use scenarios::{
     backlog, burndown, enqueue, flow, idempotency, idle, kinds, latency, long, pgbench, roles,
-    scaling, snapshot, soak, vacuum, wal, Ctx, Measurement,
+    scaling, snapshot, soak, vacuum, wal, Ctx,
 };
 
 fn main() -> ExitCode {
@@ -55,7 +56,7 @@ fn rerender() -> Result<()> {
     let text = std::fs::read_to_string(&cfg.json)
         .with_context(|| format!("reading {}", cfg.json.display()))?;
     let run: Run = serde_json::from_str(&text)?;
-    charts::write(&cfg.charts_dir(), &run)?;
+    report::write_charts(&cfg.charts_dir(), &run)?;
     std::fs::write(&cfg.report, report::render(&run))?;
     eprintln!("wrote {}", cfg.report.display());
     Ok(())
@@ -236,7 +237,7 @@ fn save(
     };
     std::fs::write(&cfg.json, serde_json::to_string_pretty(&run)?)
         .with_context(|| format!("writing {}", cfg.json.display()))?;
-    charts::write(&cfg.charts_dir(), &run)?;
+    report::write_charts(&cfg.charts_dir(), &run)?;
     std::fs::write(&cfg.report, report::render(&run))
         .with_context(|| format!("writing {}", cfg.report.display()))?;
     Ok(run)

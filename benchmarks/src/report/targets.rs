@@ -3,7 +3,9 @@
 
 use std::fmt::Write;
 
-use super::{int, ms, opt, ratio, Run, PG_JOBS};
+use super::markdown::PG_JOBS;
+use crate::format::{int, ms, opt, percent, ratio};
+use crate::results::{Measurement, Run, Sample};
 use crate::scenarios::{
     backlog, burndown, enqueue, flow, idle, kinds, latency, long, roles, snapshot, soak, vacuum,
     wal,
@@ -108,10 +110,6 @@ impl Judge<'_> {
             ratio,
         )
     }
-}
-
-fn percent(v: f64) -> String {
-    format!("{:.0}%", v * 100.0)
 }
 
 fn issue4(j: &Judge) -> Vec<Target> {
@@ -250,13 +248,13 @@ fn issue4(j: &Judge) -> Vec<Target> {
 
 /// The first and last tenth of a soak (a minute each at full scale): mean throughput, and
 /// the p99 of the pickups in them.
-pub fn soak_ends(m: &crate::scenarios::Measurement) -> Option<((f64, f64), (f64, f64))> {
+pub fn soak_ends(m: &Measurement) -> Option<((f64, f64), (f64, f64))> {
     let s = &m.samples;
     if s.len() < 2 {
         return None;
     }
     let k = (s.len() as f64 / 10.0).round().max(1.0) as usize;
-    let mean = |xs: &[soak::Sample]| xs.iter().map(|x| x.rate).sum::<f64>() / xs.len() as f64;
+    let mean = |xs: &[Sample]| xs.iter().map(|x| x.rate).sum::<f64>() / xs.len() as f64;
     let first = (mean(&s[..k]), m.first_p99_ms?);
     let last = (mean(&s[s.len() - k..]), m.last_p99_ms?);
     Some((first, last))
@@ -264,7 +262,7 @@ pub fn soak_ends(m: &crate::scenarios::Measurement) -> Option<((f64, f64), (f64,
 
 /// Growth of the table and of all its indexes over the second half of a soak (after the
 /// warm-up half), as fractions.
-pub fn soak_growth(m: &crate::scenarios::Measurement) -> Option<(f64, f64)> {
+pub fn soak_growth(m: &Measurement) -> Option<(f64, f64)> {
     let s = &m.samples;
     if s.len() < 2 {
         return None;
@@ -608,10 +606,8 @@ pub fn write(out: &mut String, view: &Run, raw: &Run) {
 #[cfg(test)]
 mod tests {
     use super::{issue10, soak_ends, soak_growth, Judge};
-    use crate::report::Run;
+    use crate::results::{Measurement, Run, Sample};
     use crate::scenarios::roles;
-    use crate::scenarios::soak::Sample;
-    use crate::scenarios::Measurement;
 
     fn rate(scenario: &str, comparator: &str, repeat: u32, rate: f64) -> Measurement {
         let mut m = Measurement::new(scenario, "1 per claim", comparator);

@@ -27,13 +27,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Result};
 use postgres::{Client, NoTls};
-use serde::{Deserialize, Serialize};
 
 use crate::comparators::graphile::{wait_empty, GwOptions};
 use crate::comparators::{payload, Claimed, Comparator, Producer, Worker};
 use crate::config::{Config, PRODUCERS, WORKERS};
 use crate::cpu::ServerCpu;
 use crate::db::{self, Span, Window};
+use crate::results::Measurement;
 
 /// What every scenario needs.
 pub struct Ctx {
@@ -44,124 +44,6 @@ pub struct Ctx {
 impl Ctx {
     pub fn connect(&self) -> Result<Client> {
         db::connect(&self.cfg.dsn)
-    }
-}
-
-/// One figure of the report: a scenario, a variant of it, a comparator, and what was measured.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-pub struct Measurement {
-    pub scenario: String,
-    pub variant: String,
-    pub comparator: String,
-    pub jobs: u64,
-    pub seconds: f64,
-    /// Jobs per second.
-    pub rate: Option<f64>,
-    /// Server CPU seconds in the window (all processes of the bench cluster).
-    pub server_cpu_s: Option<f64>,
-    /// Load-generator CPU seconds in the window (this process, plus Node for Graphile).
-    pub client_cpu_s: Option<f64>,
-    pub p50_ms: Option<f64>,
-    pub p99_ms: Option<f64>,
-    pub max_ms: Option<f64>,
-    pub wal_bytes_per_job: Option<f64>,
-    pub commits_per_job: Option<f64>,
-    pub statements_per_s: Option<f64>,
-    pub commits_per_s: Option<f64>,
-    /// Claims that came back empty although due jobs were surely queued.
-    pub empty_claims: Option<u64>,
-    pub note: Option<String>,
-    /// Why there is no figure: not applicable, or the error that stopped it.
-    pub missing: Option<String>,
-    /// Which repetition of its scenario this is (0 for scenarios that run once): the report
-    /// averages repetitions and shows their spread as the run-to-run noise.
-    #[serde(default)]
-    pub repeat: u32,
-    /// w: workers that burnt the queue down.
-    #[serde(default)]
-    pub workers: Option<u32>,
-    /// k: mean time per claim.
-    #[serde(default)]
-    pub mean_ms: Option<f64>,
-    /// v: dead row versions the updates made, and those VACUUM could not remove.
-    #[serde(default)]
-    pub dead_rows_made: Option<u64>,
-    #[serde(default)]
-    pub dead_rows_kept: Option<u64>,
-    /// v: age of the oldest snapshot a worker session held when VACUUM ran, in seconds.
-    #[serde(default)]
-    pub oldest_snapshot_s: Option<f64>,
-    /// s: jobs per second the producers were asked to enqueue.
-    #[serde(default)]
-    pub offered_rate: Option<f64>,
-    /// s: pickup p99 over the soak's first and last tenth (a minute each at full scale).
-    #[serde(default)]
-    pub first_p99_ms: Option<f64>,
-    #[serde(default)]
-    pub last_p99_ms: Option<f64>,
-    /// s: one sample per interval of the soak.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub samples: Vec<soak::Sample>,
-}
-
-impl Measurement {
-    pub fn new(scenario: &str, variant: &str, comparator: &str) -> Measurement {
-        Measurement {
-            scenario: scenario.into(),
-            variant: variant.into(),
-            comparator: comparator.into(),
-            ..Measurement::default()
-        }
-    }
-
-    /// A throughput figure: `jobs` done in the span.
-    pub fn throughput(mut self, jobs: u64, span: &Span) -> Measurement {
-        self.jobs = jobs;
-        self.seconds = span.seconds;
-        self.rate = Some(jobs as f64 / span.seconds.max(1e-9));
-        self.server_cpu_s = Some(span.server_cpu);
-        self.client_cpu_s = Some(span.client_cpu);
-        self
-    }
-
-    /// A burn-down figure; empty claims are recorded for the queues claimed from here.
-    pub fn burned(self, burned: &Burned, c: &dyn Comparator, span: &Span) -> Measurement {
-        let mut m = self.throughput(burned.done, span);
-        if c.external().is_none() {
-            m.empty_claims = Some(burned.empty_claims);
-        }
-        m
-    }
-
-    pub fn note(mut self, note: impl Into<String>) -> Measurement {
-        self.note = Some(note.into());
-        self
-    }
-
-    /// Puts `note` in front of the note the measurement already has.
-    pub fn note_first(mut self, note: impl Into<String>) -> Measurement {
-        let note = note.into();
-        self.note = Some(match self.note.take() {
-            Some(old) => format!("{note}; {old}"),
-            None => note,
-        });
-        self
-    }
-
-    pub fn missing(mut self, why: impl Into<String>) -> Measurement {
-        self.missing = Some(why.into());
-        self
-    }
-
-    /// Server CPU seconds per 1,000 jobs.
-    pub fn server_cpu_per_1000(&self) -> Option<f64> {
-        let cpu = self.server_cpu_s?;
-        (self.jobs > 0).then(|| cpu * 1000.0 / self.jobs as f64)
-    }
-
-    pub fn client_cpu_per_1000(&self) -> Option<f64> {
-        let cpu = self.client_cpu_s?;
-        (self.jobs > 0).then(|| cpu * 1000.0 / self.jobs as f64)
     }
 }
 
@@ -240,6 +122,24 @@ pub struct Burned {
     /// Claims that returned nothing while more jobs than the workers could hold at once were
     /// still to do: due jobs the claim should have found.
     pub empty_claims: u64,
+}
+
+impl Burned {
+    /// The figure of a burn-down: its jobs in the span, and the empty claims of the queues
+    /// claimed from here (an external worker process does not tell).
+    pub fn measurement(
+        &self,
+        scenario: &str,
+        variant: &str,
+        c: &dyn Comparator,
+        span: &Span,
+    ) -> Measurement {
+        let mut m = Measurement::new(scenario, variant, c.name()).throughput(self.done, span);
+        if c.external().is_none() {
+            m.empty_claims = Some(self.empty_claims);
+        }
+        m
+    }
 }
 
 /// A worker whose claim came back empty waits this long before it claims again. Spinning

@@ -6,8 +6,9 @@ use std::process::Command;
 use anyhow::{bail, Context, Result};
 use postgres::Client;
 
-use super::{attempt, Ctx, Measurement};
+use super::{attempt, Ctx};
 use crate::db::{self, Window};
+use crate::results::Measurement;
 
 pub const VARIANT: &str = "-N, 8 clients";
 pub const DB: &str = "bench_pgbench";

@@ -17,11 +17,12 @@ use postgres::Client;
 
 use super::burndown::burn_down;
 use super::enqueue::enqueue_for;
-use super::{attempt, burndown, enqueue, prepare_queued, Ctx, Measurement};
+use super::{attempt, burndown, enqueue, prepare_queued, Ctx};
 use crate::comparators::pg_jobs::{Login, PgJobs};
 use crate::comparators::Comparator;
 use crate::config::{LOAD_ROLE, WORKER_ROLE};
 use crate::db;
+use crate::results::Measurement;
 
 /// The tenant the `jobs_worker` sessions act for.
 pub const TENANT: &str = "acme";

@@ -8,15 +8,14 @@
 //! transaction, then `jobs_enqueue_batch` of the same 1,000 jobs (same payloads, headers of the
 //! same size) in its own, both from the same session; 15 rounds after one warm-up round, medians reported.
 
-use std::fmt::Write;
 use std::time::Instant;
 
 use anyhow::Result;
 use postgres::Client;
 
-use super::{attempt, Ctx, Measurement};
+use super::{attempt, Ctx};
 use crate::db;
-use crate::report::Run;
+use crate::results::Measurement;
 
 /// Schedules in the table.
 const SCHEDULES: i64 = 10_000;
@@ -125,31 +124,4 @@ fn measure(ctx: &Ctx, admin: &mut Client) -> Result<(f64, f64)> {
     drop(client);
     admin.batch_execute(&format!("DROP DATABASE {DATABASE}"))?;
     Ok((median(&mut runs), median(&mut batches)))
-}
-
-/// The report's section for h, when it ran.
-pub fn report(out: &mut String, run: &Run) {
-    let rows: Vec<&Measurement> = run
-        .measurements
-        .iter()
-        .filter(|m| m.scenario == "t")
-        .collect();
-    if rows.is_empty() {
-        return;
-    }
-    out.push_str("## t. Schedules: a run with 1,000 of 10,000 schedules due\n\n");
-    out.push_str(
-        "Target (issue 12): per job at most 1.5× `jobs_enqueue_batch` of the same 1,000 jobs.\n\n",
-    );
-    out.push_str("| what | jobs/s | note |\n|---|---|---|\n");
-    for m in rows {
-        let rate = m.rate.map_or_else(|| "—".to_owned(), |r| format!("{r:.0}"));
-        let note = m
-            .note
-            .clone()
-            .or_else(|| m.missing.clone())
-            .unwrap_or_default();
-        let _ = writeln!(out, "| {} | {rate} | {note} |", m.variant);
-    }
-    out.push('\n');
 }

@@ -12,11 +12,12 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use postgres::{Client, NoTls};
 
-use super::{attempt, complete, connect_workers, with_waiting_workers, Ctx, Measurement};
+use super::{attempt, complete, connect_workers, with_waiting_workers, Ctx};
 use crate::comparators::graphile::GwOptions;
 use crate::comparators::Comparator;
 use crate::config::{IDLE_WORKERS, LOAD_ROLES};
-use crate::report::int;
+use crate::format::int;
+use crate::results::Measurement;
 
 pub const VARIANT: &str = "16 waiting workers";
 pub const BASELINE: &str = "no workers (baseline)";

@@ -3,193 +3,23 @@
 
 use std::fmt::Write;
 
-use serde::{Deserialize, Serialize};
-
+mod charts;
+mod clients;
+mod flow;
+mod idempotency;
+mod markdown;
+mod schedules;
 mod sections;
 mod targets;
 
-use crate::machine::Machine;
+pub use charts::write as write_charts;
+
+use crate::format::{cpu, int, ms, opt, ratio, small};
+use crate::results::Run;
 use crate::scenarios::{
-    backlog, burndown, enqueue, idempotency, idle, latency, long, pgbench, snapshot, soak, vacuum,
-    wal, Measurement,
+    backlog, burndown, enqueue, idle, latency, long, pgbench, snapshot, soak, vacuum, wal,
 };
-
-/// Everything one run measured; saved as JSON so the report can be re-rendered.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-pub struct Run {
-    pub machine: Machine,
-    pub load_after: String,
-    pub minutes: f64,
-    /// (comparator, how its workers wait).
-    pub waiting: Vec<(String, String)>,
-    pub measurements: Vec<Measurement>,
-}
-
-const PG_JOBS: &str = "pg_jobs";
-const OTHERS: [&str; 3] = ["hand-rolled", "pgmq", "Graphile Worker"];
-
-impl Run {
-    fn get(&self, scenario: &str, variant: &str, comparator: &str) -> Option<&Measurement> {
-        self.measurements.iter().find(|m| {
-            m.scenario == scenario
-                && m.variant == variant
-                && m.comparator == comparator
-                && m.missing.is_none()
-        })
-    }
-
-    fn any(&self, scenario: &str, variant: &str, comparator: &str) -> Option<&Measurement> {
-        self.measurements
-            .iter()
-            .find(|m| m.scenario == scenario && m.variant == variant && m.comparator == comparator)
-    }
-
-    fn rate(&self, scenario: &str, variant: &str, comparator: &str) -> Option<f64> {
-        self.get(scenario, variant, comparator)?.rate
-    }
-
-    fn comparators(&self, scenario: &str, variant: &str) -> Vec<&Measurement> {
-        self.measurements
-            .iter()
-            .filter(|m| m.scenario == scenario && m.variant == variant)
-            .collect()
-    }
-
-    /// Measurements grouped by what they measure: the repetitions of one figure together.
-    fn groups(&self) -> Vec<Vec<&Measurement>> {
-        let mut groups: Vec<Vec<&Measurement>> = Vec::new();
-        for m in &self.measurements {
-            match groups.iter_mut().find(|g| same_figure(g[0], m)) {
-                Some(g) => g.push(m),
-                None => groups.push(vec![m]),
-            }
-        }
-        groups
-    }
-
-    /// The run with the repetitions of each figure replaced by their mean: what the report
-    /// shows and judges.
-    pub fn merged(&self) -> Run {
-        Run {
-            measurements: self.groups().iter().map(|g| mean_of(g)).collect(),
-            ..self.clone()
-        }
-    }
-
-    /// The run as its `k`-th repetition saw it: repetition `k` of each repeated figure, and
-    /// the single measurement of every other.
-    fn repetition(&self, k: u32) -> Run {
-        Run {
-            measurements: self
-                .groups()
-                .iter()
-                .filter_map(|g| {
-                    if g.len() == 1 {
-                        Some(g[0].clone())
-                    } else {
-                        g.iter().find(|m| m.repeat == k).map(|m| (*m).clone())
-                    }
-                })
-                .collect(),
-            ..self.clone()
-        }
-    }
-
-    /// How many repetitions the figures of `scenarios` had (1 when they ran once).
-    fn repetitions(&self, scenarios: &[&str]) -> u32 {
-        1 + self
-            .measurements
-            .iter()
-            .filter(|m| scenarios.contains(&m.scenario.as_str()))
-            .map(|m| m.repeat)
-            .max()
-            .unwrap_or(0)
-    }
-}
-
-fn same_figure(a: &Measurement, b: &Measurement) -> bool {
-    a.scenario == b.scenario
-        && a.variant == b.variant
-        && a.comparator == b.comparator
-        && a.workers == b.workers
-}
-
-/// The mean of a figure's repetitions (those that did not fail); the notes are the first's.
-fn mean_of(group: &[&Measurement]) -> Measurement {
-    let ok: Vec<&Measurement> = group
-        .iter()
-        .copied()
-        .filter(|m| m.missing.is_none())
-        .collect();
-    if group.len() == 1 || ok.is_empty() {
-        return group[0].clone();
-    }
-    let mean = |f: &dyn Fn(&Measurement) -> Option<f64>| {
-        let v: Vec<f64> = ok.iter().filter_map(|m| f(m)).collect();
-        (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
-    };
-    let mut m = ok[0].clone();
-    m.repeat = 0;
-    m.jobs = mean(&|m| Some(m.jobs as f64)).unwrap_or(0.0).round() as u64;
-    m.seconds = mean(&|m| Some(m.seconds)).unwrap_or(0.0);
-    m.rate = mean(&|m| m.rate);
-    m.server_cpu_s = mean(&|m| m.server_cpu_s);
-    m.client_cpu_s = mean(&|m| m.client_cpu_s);
-    m.p50_ms = mean(&|m| m.p50_ms);
-    m.p99_ms = mean(&|m| m.p99_ms);
-    m.max_ms = mean(&|m| m.max_ms);
-    m.mean_ms = mean(&|m| m.mean_ms);
-    m.wal_bytes_per_job = mean(&|m| m.wal_bytes_per_job);
-    m.commits_per_job = mean(&|m| m.commits_per_job);
-    m.statements_per_s = mean(&|m| m.statements_per_s);
-    m.commits_per_s = mean(&|m| m.commits_per_s);
-    m.empty_claims = mean(&|m| m.empty_claims.map(|e| e as f64)).map(|e| e.round() as u64);
-    if ok.len() < group.len() {
-        m.note = Some(format!(
-            "{}mean of {} of {} runs (the others failed)",
-            m.note.map(|n| format!("{n}; ")).unwrap_or_default(),
-            ok.len(),
-            group.len()
-        ));
-    }
-    m
-}
-
-/// 12345.6 → "12,346".
-pub fn int(v: f64) -> String {
-    let s = format!("{:.0}", v.abs());
-    let mut out = String::new();
-    for (i, ch) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(ch);
-    }
-    if v < 0.0 && out != "0" {
-        out.insert(0, '-');
-    }
-    out
-}
-
-fn opt(v: Option<f64>, f: impl Fn(f64) -> String) -> String {
-    v.map_or_else(|| "–".into(), f)
-}
-
-fn ratio(v: f64) -> String {
-    format!("{v:.2}×")
-}
-
-fn ms(v: f64) -> String {
-    if v < 10.0 {
-        format!("{v:.2} ms")
-    } else {
-        format!("{v:.1} ms")
-    }
-}
-
-fn cpu(v: f64) -> String {
-    format!("{v:.3}")
-}
+use markdown::{measurement_row, note_cell, table_header, throughput_table, OTHERS, PG_JOBS};
 
 /// A row of the ratio table: one metric where pg_jobs is compared with each other queue,
 /// expressed so that > 1 means pg_jobs did better.
@@ -206,22 +36,12 @@ fn advantage_row(
             (Some(a), Some(b)) if a > 0.0 && b > 0.0 => {
                 ratio(if higher_is_better { a / b } else { b / a })
             }
-            (Some(a), Some(b)) => format!("{} vs {}", fmt_small(a), fmt_small(b)),
+            (Some(a), Some(b)) => format!("{} vs {}", small(a), small(b)),
             _ => "–".into(),
         };
         let _ = write!(out, " {cell} |");
     }
     out.push('\n');
-}
-
-fn fmt_small(v: f64) -> String {
-    if v == 0.0 {
-        "0".into()
-    } else if v.abs() < 10.0 {
-        format!("{v:.2}")
-    } else {
-        int(v)
-    }
 }
 
 fn ratios(out: &mut String, run: &Run) {
@@ -379,86 +199,6 @@ fn ratios(out: &mut String, run: &Run) {
             200.0 * b1 / tps
         );
     }
-}
-
-/// Text safe for one Markdown table cell: its first line, pipes escaped, at most 200 chars.
-fn cell(text: &str) -> String {
-    let line = text.lines().next().unwrap_or("").replace('|', "\\|");
-    if line.chars().count() > 200 {
-        format!("{}…", line.chars().take(200).collect::<String>())
-    } else {
-        line
-    }
-}
-
-fn missing_cell(m: &Measurement) -> String {
-    cell(m.missing.as_deref().unwrap_or_default())
-}
-
-fn note_cell(m: &Measurement) -> String {
-    cell(m.note.as_deref().unwrap_or_default())
-}
-
-/// Starts a Markdown table with `columns`.
-fn table_header(out: &mut String, columns: &[&str]) {
-    let _ = writeln!(out, "| {} |", columns.join(" | "));
-    let _ = writeln!(out, "|{}", "---|".repeat(columns.len()));
-}
-
-/// Writes one row of a table `width` columns wide: the `lead` cells, then `m`'s figures from
-/// `figures`, or, when `m` is missing, a dash per figure and why in the last column.
-fn measurement_row(
-    out: &mut String,
-    width: usize,
-    lead: &[&str],
-    m: &Measurement,
-    figures: impl FnOnce() -> Vec<String>,
-) {
-    let mut row: Vec<String> = lead.iter().map(|c| c.to_string()).collect();
-    if m.missing.is_some() {
-        row.extend(std::iter::repeat_n("–".to_owned(), width - lead.len() - 1));
-        row.push(missing_cell(m));
-    } else {
-        row.extend(figures());
-    }
-    let _ = writeln!(out, "| {} |", row.join(" | "));
-}
-
-fn throughput_table(out: &mut String, run: &Run, scenario: &str, variant: &str) {
-    let rows = run.comparators(scenario, variant);
-    if rows.is_empty() {
-        return;
-    }
-    let _ = writeln!(out, "**{variant}**\n");
-    let all_columns = [
-        "comparator",
-        "jobs",
-        "seconds",
-        "jobs/s",
-        "server CPU s / 1,000 jobs",
-        "client CPU s / 1,000 jobs",
-        "empty claims",
-        "notes",
-    ];
-    // Enqueue claims nothing and needs no notes.
-    let columns = &all_columns[..if scenario == "a" { 6 } else { 8 }];
-    table_header(out, columns);
-    for m in rows {
-        measurement_row(out, columns.len(), &[&m.comparator], m, || {
-            let mut figures = vec![
-                int(m.jobs as f64),
-                format!("{:.1}", m.seconds),
-                opt(m.rate, int),
-                opt(m.server_cpu_per_1000(), cpu),
-                opt(m.client_cpu_per_1000(), cpu),
-                m.empty_claims.map_or_else(|| "–".into(), |e| int(e as f64)),
-                note_cell(m),
-            ];
-            figures.truncate(columns.len() - 1);
-            figures
-        });
-    }
-    out.push('\n');
 }
 
 fn absolute(out: &mut String, run: &Run) {
@@ -700,10 +440,10 @@ pub fn render(run: &Run) -> String {
     targets::write(&mut out, &view, run);
     ratios(&mut out, &view);
     absolute(&mut out, &view);
-    crate::scenarios::clients::render(&mut out, &view);
+    clients::report(&mut out, &view);
     idempotency::report(&mut out, &view);
-    crate::scenarios::schedules::report(&mut out, &view);
-    crate::scenarios::flow::report(&mut out, &view);
+    schedules::report(&mut out, &view);
+    flow::report(&mut out, &view);
     sections::noise(&mut out, run);
     method(&mut out, run);
     machine(&mut out, run);
