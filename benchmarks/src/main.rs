@@ -20,7 +20,6 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
-use postgres::Client;
 
 use comparators::graphile::Graphile;
 use comparators::handrolled::Handrolled;
@@ -29,10 +28,7 @@ use comparators::pgmq::Pgmq;
 use comparators::Comparator;
 use config::Config;
 use results::{Measurement, Run};
-use scenarios::{
-    backlog, burndown, enqueue, flow, idempotency, idle, kinds, latency, long, pgbench, roles,
-    scaling, snapshot, soak, vacuum, wal, Ctx,
-};
+use scenarios::{Ctx, Runs};
 
 fn main() -> ExitCode {
     let outcome = match std::env::args().nth(1).as_deref() {
@@ -62,12 +58,6 @@ fn rerender() -> Result<()> {
     Ok(())
 }
 
-type Scenario = fn(&Ctx, &mut Client, &dyn Comparator) -> Vec<Measurement>;
-
-/// Scenarios run `BENCH_REPEATS` times, so that the report shows their run-to-run noise: the
-/// ones most targets come from, and short enough to repeat (r repeats too; it runs on its own).
-const REPEATED: &str = "abc";
-
 fn measure() -> Result<()> {
     let cfg = Config::from_env()?;
     let server = cpu::ServerCpu::new(&cfg.data_dir)?;
@@ -84,130 +74,54 @@ fn measure() -> Result<()> {
         Box::new(Graphile::new(&ctx.cfg)),
     ];
     let keys = ["pg_jobs", "handrolled", "pgmq", "graphile"];
-    let comparators: Vec<&dyn Comparator> = all
+    let queues: Vec<&dyn Comparator> = all
         .iter()
         .zip(keys)
         .filter(|(_, key)| ctx.cfg.wants(key))
         .map(|(c, _)| c.as_ref())
         .collect();
-    let mut waiting = Vec::new();
-    for c in &comparators {
-        waiting.push((c.name().to_owned(), c.waiting_mode()));
-    }
+    let backwards: Vec<&dyn Comparator> = queues.iter().rev().copied().collect();
+    let waiting: Vec<(String, String)> = queues
+        .iter()
+        .map(|c| (c.name().to_owned(), c.waiting_mode()))
+        .collect();
 
     let mut results: Vec<Measurement> = Vec::new();
-    if ctx.cfg.runs('p') {
-        eprintln!("\n== pgbench: the machine's commit-rate ceiling");
-        results.push(pgbench::run(&ctx, &mut admin));
-    }
-    let scenarios: [(char, &str, Scenario); 9] = [
-        ('a', "enqueue", enqueue::run),
-        ('b', "burn-down", burndown::run),
-        ('c', "pickup latency", latency::run),
-        ('d', "backlog", backlog::run),
-        ('e', "held snapshot", snapshot::run),
-        ('f', "WAL and commits per job", wal::run),
-        ('h', "long burn-down", long::run),
-        ('k', "kinds-filtered claims", kinds::run),
-        ('w', "scaling curve", scaling::run),
-    ];
-    let backwards: Vec<&dyn Comparator> = comparators.iter().rev().copied().collect();
-    for (letter, title, run) in scenarios {
-        if !ctx.cfg.runs(letter) {
+    for scenario in &scenarios::ALL {
+        let wanted = scenario.only.is_none_or(|only| ctx.cfg.wants(only));
+        if !ctx.cfg.runs(scenario.letter) || !wanted {
             continue;
         }
-        let repeats = if REPEATED.contains(letter) {
-            ctx.cfg.repeats
-        } else {
-            1
-        };
-        for repeat in 0..repeats {
-            if repeats > 1 {
-                eprintln!("\n== {letter}. {title} (run {} of {repeats})", repeat + 1);
-            } else {
+        let (letter, title) = (scenario.letter, scenario.title);
+        match scenario.runs {
+            Runs::Once(run) => {
                 eprintln!("\n== {letter}. {title}");
+                results.extend(run(&ctx, &mut admin, &queues));
             }
-            // Every other run takes the queues in reverse order, so that none always runs
-            // first (or last) after a change of scenario.
-            let order = if repeat % 2 == 0 {
-                &comparators
-            } else {
-                &backwards
-            };
-            for c in order {
-                results.extend(run(&ctx, &mut admin, *c).into_iter().map(|mut m| {
-                    m.repeat = repeat;
-                    m
-                }));
+            Runs::EachQueue(run) => {
+                eprintln!("\n== {letter}. {title}");
+                for c in &queues {
+                    results.extend(run(&ctx, &mut admin, *c));
+                }
+            }
+            Runs::EachQueueRepeated(run) => {
+                let repeats = ctx.cfg.repeats;
+                for repeat in 0..repeats {
+                    eprintln!("\n== {letter}. {title} (run {} of {repeats})", repeat + 1);
+                    // Every other run takes the queues in reverse order, so that none always
+                    // runs first (or last) after a change of scenario.
+                    let order = if repeat % 2 == 0 { &queues } else { &backwards };
+                    for c in order {
+                        results.extend(run(&ctx, &mut admin, *c).into_iter().map(|mut m| {
+                            m.repeat = repeat;
+                            m
+                        }));
+                    }
+                }
             }
         }
         // Keep what is measured so far, should a later scenario kill the run.
         save(&ctx.cfg, &machine, &waiting, started, &results)?;
-    }
-    if ctx.cfg.runs('r') && ctx.cfg.wants("pg_jobs") {
-        for repeat in 0..ctx.cfg.repeats {
-            eprintln!(
-                "\n== r. roles and tenants cost (run {} of {})",
-                repeat + 1,
-                ctx.cfg.repeats
-            );
-            // r numbers its measurements itself: each repetition measures every variant in
-            // two pairs.
-            results.extend(roles::run(&ctx, &mut admin, repeat));
-        }
-        save(&ctx.cfg, &machine, &waiting, started, &results)?;
-    }
-    if ctx.cfg.runs('g') {
-        eprintln!("\n== g. idle");
-        results.push(idle::baseline(&ctx, &mut admin));
-        // pg_jobs waits longer than the window, so any statement in it would come from polling
-        // inside the wait; the 10-second loop shows the cost of re-issuing the wait.
-        let long_wait = PgJobs::new("pg_jobs", "60 seconds");
-        let loop_wait = PgJobs::new("pg_jobs (10 s wait loop)", "10 seconds");
-        let mut idle_set: Vec<&dyn Comparator> = Vec::new();
-        for c in &comparators {
-            if c.name() == "pg_jobs" {
-                idle_set.push(&long_wait);
-                idle_set.push(&loop_wait);
-            } else {
-                idle_set.push(*c);
-            }
-        }
-        for c in idle_set {
-            results.extend(idle::run(&ctx, &mut admin, c));
-        }
-    }
-    if ctx.cfg.runs('l') {
-        eprintln!("\n== l. client libraries");
-        results.extend(scenarios::clients::run(&ctx, &mut admin));
-        save(&ctx.cfg, &machine, &waiting, started, &results)?;
-    }
-    if ctx.cfg.runs('i') {
-        eprintln!("\n== i. idempotency records");
-        results.extend(idempotency::run(&ctx, &mut admin));
-        save(&ctx.cfg, &machine, &waiting, started, &results)?;
-    }
-    if ctx.cfg.runs('v') {
-        eprintln!("\n== v. dead rows held back while workers wait");
-        results.push(vacuum::baseline(&ctx, &mut admin));
-        for c in &comparators {
-            results.extend(vacuum::run(&ctx, &mut admin, *c));
-        }
-        save(&ctx.cfg, &machine, &waiting, started, &results)?;
-    }
-    if ctx.cfg.runs('t') && ctx.cfg.wants("pg_jobs") {
-        eprintln!("\n== t. schedules");
-        results.extend(scenarios::schedules::run(&ctx, &mut admin));
-        save(&ctx.cfg, &machine, &waiting, started, &results)?;
-    }
-    if ctx.cfg.runs('u') && ctx.cfg.wants("pg_jobs") {
-        eprintln!("\n== u. flow control");
-        results.extend(flow::run(&ctx, &mut admin));
-        save(&ctx.cfg, &machine, &waiting, started, &results)?;
-    }
-    if ctx.cfg.runs('s') {
-        eprintln!("\n== s. soak");
-        results.extend(soak::run(&ctx, &mut admin, &comparators));
     }
 
     let run = save(&ctx.cfg, &machine, &waiting, started, &results)?;

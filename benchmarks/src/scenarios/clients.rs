@@ -85,7 +85,9 @@ fn programs(clients: &Path, dsn: &str) -> Vec<Program> {
     ]
 }
 
-pub fn run(ctx: &Ctx, admin: &mut Client) -> Vec<Measurement> {
+/// Runs the SQL loop and each library, directly and through PgBouncer (pg_jobs only, whatever
+/// the queues of the run).
+pub fn run(ctx: &Ctx, admin: &mut Client, _: &[&dyn Comparator]) -> Vec<Measurement> {
     let mut out = vec![attempt("l", DIRECT, SQL_LOOP, || sql_loop(ctx, admin))];
     let Ok(clients) = std::env::var("BENCH_CLIENTS") else {
         out.push(

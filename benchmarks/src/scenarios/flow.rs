@@ -88,7 +88,7 @@ pub const RATE_TOLERANCE: f64 = 0.03;
 
 /// Runs every part `BENCH_REPEATS` times and returns their measurements, tagged with their
 /// repetition; the queue is left without rate limit whatever failed.
-pub fn run(ctx: &Ctx, admin: &mut Client) -> Vec<Measurement> {
+pub fn run(ctx: &Ctx, admin: &mut Client, _: &[&dyn Comparator]) -> Vec<Measurement> {
     let c = PgJobs::new(LIMITED, WAIT);
     let mut out = Vec::new();
     for repeat in 0..ctx.cfg.repeats {

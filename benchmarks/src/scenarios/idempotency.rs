@@ -15,6 +15,7 @@ use serde_json::json;
 use uuid::Uuid;
 
 use super::{attempt, Ctx};
+use crate::comparators::Comparator;
 use crate::config::WORKERS;
 use crate::db::{self, Span, Window};
 use crate::results::Measurement;
@@ -114,7 +115,7 @@ impl Requester {
 }
 
 /// Runs both sides in alternating rounds and returns one measurement per side.
-pub fn run(ctx: &Ctx, admin: &mut Client) -> Vec<Measurement> {
+pub fn run(ctx: &Ctx, admin: &mut Client, _: &[&dyn Comparator]) -> Vec<Measurement> {
     let setup = admin
         .batch_execute(include_str!("../../comparators/idempotency.sql"))
         .context("creating the hand-written idempotency table");

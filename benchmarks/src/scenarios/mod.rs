@@ -35,6 +35,94 @@ use crate::cpu::ServerCpu;
 use crate::db::{self, Span, Window};
 use crate::results::Measurement;
 
+/// How a scenario runs over the queues of the run.
+pub enum Runs {
+    /// Once for each queue, `BENCH_REPEATS` times, every other time with the queues in reverse
+    /// order, so that the report shows its run-to-run noise and no queue always runs first.
+    EachQueueRepeated(fn(&Ctx, &mut Client, &dyn Comparator) -> Vec<Measurement>),
+    /// Once for each queue.
+    EachQueue(fn(&Ctx, &mut Client, &dyn Comparator) -> Vec<Measurement>),
+    /// Once, given every queue of the run: the scenario picks those it measures (and repeats
+    /// itself when it must).
+    Once(fn(&Ctx, &mut Client, &[&dyn Comparator]) -> Vec<Measurement>),
+}
+
+/// A scenario: its letter in `BENCH_SCENARIOS` and in the report, its title, and how it runs.
+pub struct Scenario {
+    pub letter: char,
+    pub title: &'static str,
+    pub runs: Runs,
+    /// The one queue the scenario measures, when it measures only that one: it is skipped
+    /// when the run leaves that queue out (`BENCH_COMPARATORS`).
+    pub only: Option<&'static str>,
+}
+
+const fn each(letter: char, title: &'static str, f: PerQueue) -> Scenario {
+    Scenario {
+        letter,
+        title,
+        runs: Runs::EachQueue(f),
+        only: None,
+    }
+}
+
+const fn repeated(letter: char, title: &'static str, f: PerQueue) -> Scenario {
+    Scenario {
+        letter,
+        title,
+        runs: Runs::EachQueueRepeated(f),
+        only: None,
+    }
+}
+
+const fn once(letter: char, title: &'static str, f: AllQueues) -> Scenario {
+    Scenario {
+        letter,
+        title,
+        runs: Runs::Once(f),
+        only: None,
+    }
+}
+
+const fn pg_jobs_only(letter: char, title: &'static str, f: AllQueues) -> Scenario {
+    Scenario {
+        letter,
+        title,
+        runs: Runs::Once(f),
+        only: Some("pg_jobs"),
+    }
+}
+
+type PerQueue = fn(&Ctx, &mut Client, &dyn Comparator) -> Vec<Measurement>;
+type AllQueues = fn(&Ctx, &mut Client, &[&dyn Comparator]) -> Vec<Measurement>;
+
+/// Every scenario, in the order a run takes them. A new scenario is a file of this folder with
+/// a `run` function, its `pub mod` line above, and one line here.
+pub const ALL: [Scenario; 18] = [
+    once(
+        'p',
+        "pgbench: the machine's commit-rate ceiling",
+        pgbench::run,
+    ),
+    repeated('a', "enqueue", enqueue::run),
+    repeated('b', "burn-down", burndown::run),
+    repeated('c', "pickup latency", latency::run),
+    each('d', "backlog", backlog::run),
+    each('e', "held snapshot", snapshot::run),
+    each('f', "WAL and commits per job", wal::run),
+    each('h', "long burn-down", long::run),
+    each('k', "kinds-filtered claims", kinds::run),
+    each('w', "scaling curve", scaling::run),
+    pg_jobs_only('r', "roles and tenants cost", roles::run),
+    once('g', "idle", idle::run),
+    once('l', "client libraries", clients::run),
+    once('i', "idempotency records", idempotency::run),
+    once('v', "dead rows held back while workers wait", vacuum::run),
+    pg_jobs_only('t', "schedules", schedules::run),
+    pg_jobs_only('u', "flow control", flow::run),
+    once('s', "soak", soak::run),
+];
+
 /// What every scenario needs.
 pub struct Ctx {
     pub cfg: Config,

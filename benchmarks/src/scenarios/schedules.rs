@@ -14,6 +14,7 @@ use anyhow::Result;
 use postgres::Client;
 
 use super::{attempt, Ctx};
+use crate::comparators::Comparator;
 use crate::db;
 use crate::results::Measurement;
 
@@ -27,7 +28,7 @@ const ROUNDS: usize = 15;
 const DATABASE: &str = "bench_schedules";
 
 /// The two figures of the scenario: the run, and the batch enqueue it is judged against.
-pub fn run(ctx: &Ctx, admin: &mut Client) -> Vec<Measurement> {
+pub fn run(ctx: &Ctx, admin: &mut Client, _: &[&dyn Comparator]) -> Vec<Measurement> {
     let mut figures: Option<(f64, f64)> = None;
     let run = attempt("t", "run, 1,000 due of 10,000", "pg_jobs", || {
         let (run_ms, batch_ms) = measure(ctx, admin)?;

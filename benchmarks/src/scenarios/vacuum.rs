@@ -37,7 +37,16 @@ struct Outcome {
     oldest_snapshot_s: Option<f64>,
 }
 
-pub fn baseline(ctx: &Ctx, admin: &mut Client) -> Measurement {
+/// The baseline without workers, then each queue's waiting workers.
+pub fn run(ctx: &Ctx, admin: &mut Client, queues: &[&dyn Comparator]) -> Vec<Measurement> {
+    let mut out = vec![baseline(ctx, admin)];
+    for c in queues {
+        out.push(waiting(ctx, admin, *c));
+    }
+    out
+}
+
+fn baseline(ctx: &Ctx, admin: &mut Client) -> Measurement {
     attempt("v", BASELINE, "-", || {
         create_table(ctx, admin)?;
         let o = update_and_vacuum(ctx, admin)?;
@@ -45,8 +54,8 @@ pub fn baseline(ctx: &Ctx, admin: &mut Client) -> Measurement {
     })
 }
 
-pub fn run(ctx: &Ctx, admin: &mut Client, c: &dyn Comparator) -> Vec<Measurement> {
-    vec![attempt("v", VARIANT, c.name(), || {
+fn waiting(ctx: &Ctx, admin: &mut Client, c: &dyn Comparator) -> Measurement {
+    attempt("v", VARIANT, c.name(), || {
         c.reset(admin)?;
         create_table(ctx, admin)?;
         let o = if let Some(g) = c.external() {
@@ -60,7 +69,7 @@ pub fn run(ctx: &Ctx, admin: &mut Client, c: &dyn Comparator) -> Vec<Measurement
         };
         let m = figures(Measurement::new("v", VARIANT, c.name()), &o, ctx);
         Ok(m.note(c.waiting_mode()))
-    })]
+    })
 }
 
 fn figures(mut m: Measurement, o: &Outcome, ctx: &Ctx) -> Measurement {
