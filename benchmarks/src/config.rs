@@ -2,7 +2,7 @@
 //! sizes of each scenario at the chosen scale (`BENCH_SCALE=full`, the default, or `small`).
 
 use std::env;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 
@@ -171,6 +171,21 @@ fn var_or(name: &str, default: &str) -> String {
     env::var(name).unwrap_or_else(|_| default.to_owned())
 }
 
+/// The report (BENCH_REPORT, by default `benchmarks/REPORT.md`) and the JSON of the run it is
+/// rendered from (BENCH_JSON, by default the report's path with `.json`).
+pub fn report_paths() -> (PathBuf, PathBuf) {
+    let report = PathBuf::from(var_or("BENCH_REPORT", "benchmarks/REPORT.md"));
+    let json = env::var("BENCH_JSON").map_or_else(|_| report.with_extension("json"), PathBuf::from);
+    (report, json)
+}
+
+/// `charts/` beside the report.
+pub fn charts_dir(report: &Path) -> PathBuf {
+    report
+        .parent()
+        .map_or_else(|| PathBuf::from("charts"), |d| d.join("charts"))
+}
+
 impl Config {
     pub fn from_env() -> Result<Config> {
         let scale = match var_or("BENCH_SCALE", "full").as_str() {
@@ -182,6 +197,7 @@ impl Config {
             Ok(n) if (1..=10).contains(&n) => n,
             _ => bail!("BENCH_REPEATS must be a whole number from 1 to 10"),
         };
+        let (report, json) = report_paths();
         let socket_dir = var("BENCH_SOCKETS")?;
         let port = var("BENCH_PORT")?;
         let db = var_or("BENCH_DB", "bench");
@@ -209,8 +225,8 @@ impl Config {
                 "BENCH_PGBENCH",
                 "/usr/lib/postgresql/15/bin/pgbench",
             )),
-            report: PathBuf::from(var("BENCH_REPORT")?),
-            json: PathBuf::from(var("BENCH_JSON")?),
+            report,
+            json,
             scale,
             comparators,
             scenarios: env::var("BENCH_SCENARIOS").ok(),
@@ -223,9 +239,7 @@ impl Config {
 
     /// Where the report's charts go: `charts/` beside the report.
     pub fn charts_dir(&self) -> PathBuf {
-        self.report
-            .parent()
-            .map_or_else(|| PathBuf::from("charts"), |d| d.join("charts"))
+        charts_dir(&self.report)
     }
 
     /// Whether the run measures the scenario of this letter.

@@ -47,14 +47,21 @@ fn main() -> ExitCode {
     }
 }
 
+/// Renders the report and its charts again from the JSON of the run, measuring nothing.
 fn rerender() -> Result<()> {
-    let cfg = Config::from_env()?;
-    let text = std::fs::read_to_string(&cfg.json)
-        .with_context(|| format!("reading {}", cfg.json.display()))?;
-    let run: Run = serde_json::from_str(&text)?;
-    report::write_charts(&cfg.charts_dir(), &run)?;
-    std::fs::write(&cfg.report, report::render(&run))?;
-    eprintln!("wrote {}", cfg.report.display());
+    let (report, json) = config::report_paths();
+    let text = std::fs::read_to_string(&json).with_context(|| {
+        format!(
+            "reading {} (set BENCH_JSON, or BENCH_REPORT beside it)",
+            json.display()
+        )
+    })?;
+    let run: Run = serde_json::from_str(&text)
+        .with_context(|| format!("{} is not the JSON of a run", json.display()))?;
+    report::write_charts(&config::charts_dir(&report), &run)?;
+    std::fs::write(&report, report::render(&run))
+        .with_context(|| format!("writing {}", report.display()))?;
+    eprintln!("wrote {}", report.display());
     Ok(())
 }
 

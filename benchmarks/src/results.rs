@@ -189,6 +189,11 @@ impl Run {
             .collect()
     }
 
+    /// Whether `scenario` measured anything in this run.
+    pub fn ran(&self, scenario: &str) -> bool {
+        self.measurements.iter().any(|m| m.scenario == scenario)
+    }
+
     /// Measurements grouped by what they measure: the repetitions of one figure together.
     fn groups(&self) -> Vec<Vec<&Measurement>> {
         let mut groups: Vec<Vec<&Measurement>> = Vec::new();

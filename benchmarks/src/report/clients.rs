@@ -5,10 +5,10 @@ use std::fmt::Write;
 
 use crate::format::int;
 use crate::results::Run;
-use crate::scenarios::clients::{BOUNCER, DIRECT, NODE, PYTHON, PYTHON_ASYNC, SQL_LOOP};
+use crate::scenarios::clients::{DIRECT, SQL_LOOP};
 
-/// The section of l: each library against the SQL loop, and the targets of the
-/// client-libraries issue.
+/// The section of l: each library against the SQL loop (its targets are in the targets
+/// table).
 pub fn report(out: &mut String, run: &Run) {
     let rows: Vec<_> = run
         .measurements
@@ -31,52 +31,7 @@ pub fn report(out: &mut String, run: &Run) {
          generator's SQL loop (8 sessions, `jobs_claim(n => 1)` + `jobs_complete`), in one run. Client CPU is \
          the library process's (or the load generator's); server and clients share the cores.\n\n",
     );
-    let _ = writeln!(
-        out,
-        "| target | measured | ratio | verdict |\n|---|---|---|---|"
-    );
     let base = rate(DIRECT, SQL_LOOP);
-    let mut target = |what: &str, a: Option<f64>, b: Option<f64>, at_least: f64| {
-        let (measured, ratio, verdict) = match (a, b) {
-            (Some(a), Some(b)) => (
-                format!("{} vs {} jobs/s", int(a), int(b)),
-                format!("{:.2}×", a / b),
-                if a / b >= at_least {
-                    "**MET**"
-                } else {
-                    "**MISSED**"
-                },
-            ),
-            _ => ("–".into(), "–".into(), "not measured"),
-        };
-        let _ = writeln!(out, "| {what} | {measured} | {ratio} | {verdict} |");
-    };
-    target("Node ≥ 0.8× the SQL loop", rate(DIRECT, NODE), base, 0.8);
-    target(
-        "Python (threads) ≥ 0.6× the SQL loop",
-        rate(DIRECT, PYTHON),
-        base,
-        0.6,
-    );
-    target(
-        "Node through PgBouncer ≥ 0.8× direct",
-        rate(BOUNCER, NODE),
-        rate(DIRECT, NODE),
-        0.8,
-    );
-    target(
-        "Python through PgBouncer ≥ 0.8× direct",
-        rate(BOUNCER, PYTHON),
-        rate(DIRECT, PYTHON),
-        0.8,
-    );
-    target(
-        "Python asyncio ≥ 0.6× the SQL loop (not a target of the issue)",
-        rate(DIRECT, PYTHON_ASYNC),
-        base,
-        0.6,
-    );
-    out.push('\n');
     let _ = writeln!(
         out,
         "| client | connection | jobs | seconds | jobs/s | ÷ SQL loop | server CPU s / 1,000 jobs | client CPU s / 1,000 jobs | notes |\n|---|---|---|---|---|---|---|---|---|"

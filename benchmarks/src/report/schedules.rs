@@ -16,9 +16,6 @@ pub fn report(out: &mut String, run: &Run) {
         return;
     }
     out.push_str("## t. Schedules: a run with 1,000 of 10,000 schedules due\n\n");
-    out.push_str(
-        "Target (issue 12): per job at most 1.5× `jobs_enqueue_batch` of the same 1,000 jobs.\n\n",
-    );
     out.push_str("| what | jobs/s | note |\n|---|---|---|\n");
     for m in rows {
         let rate = m.rate.map_or_else(|| "—".to_owned(), |r| format!("{r:.0}"));

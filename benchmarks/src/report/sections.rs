@@ -57,8 +57,7 @@ pub fn kinds_filtered(out: &mut String, run: &Run) {
          costs is in a and f: one more index entry written per enqueue, and per retry or release \
          that queues a job again. With it pg_jobs enqueues {} jobs/s one per transaction and {} \
          jobs/s 1,000 per call, and writes {} / {} WAL bytes per job over a lifecycle in batches \
-         of 1 / 100 (0.1.0, before this index and the flow-control columns: 979 bytes at batches of \
-         100, in the 2026-11-30 report).\n",
+         of 1 / 100.\n",
         opt(a(enqueue::VARIANTS[0].0), int),
         opt(a(enqueue::VARIANTS[1].0), int),
         opt(f(wal::VARIANTS[0].0), int),

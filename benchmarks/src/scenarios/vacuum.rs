@@ -16,7 +16,6 @@ use super::{attempt, complete, connect_workers, with_waiting_workers, Ctx};
 use crate::comparators::graphile::GwOptions;
 use crate::comparators::Comparator;
 use crate::config::{IDLE_WORKERS, LOAD_ROLES};
-use crate::format::int;
 use crate::results::Measurement;
 
 pub const VARIANT: &str = "16 waiting workers";
@@ -167,14 +166,6 @@ fn not_removable(messages: &[String]) -> Option<u64> {
         .find(|part| part.ends_with("are dead but not yet removable"))
         .and_then(|part| part.split_whitespace().next())
         .and_then(|n| n.parse().ok())
-}
-
-/// "2,500 of 25,000" for the report.
-pub fn kept_of_made(m: &Measurement) -> String {
-    match (m.dead_rows_kept, m.dead_rows_made) {
-        (Some(k), Some(d)) => format!("{} of {}", int(k as f64), int(d as f64)),
-        _ => "–".into(),
-    }
 }
 
 #[cfg(test)]
