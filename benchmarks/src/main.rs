@@ -8,6 +8,7 @@
 
 mod comparators;
 mod config;
+mod counts;
 mod cpu;
 mod db;
 mod format;
@@ -32,19 +33,62 @@ use scenarios::{Ctx, Runs};
 
 fn main() -> ExitCode {
     let outcome = match std::env::args().nth(1).as_deref() {
-        Some("report") => rerender(),
-        None | Some("run") => measure(),
+        Some("report") => rerender().map(|()| ExitCode::SUCCESS),
+        Some("counts") => count(),
+        None | Some("run") => measure().map(|()| ExitCode::SUCCESS),
         Some(other) => Err(anyhow::anyhow!(
-            "unknown command {other:?}: use run (default) or report"
+            "unknown command {other:?}: use run (default), counts or report"
         )),
     };
-    match outcome {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("pg_jobs_bench: {e:#}");
-            ExitCode::FAILURE
-        }
+    outcome.unwrap_or_else(|e| {
+        eprintln!("pg_jobs_bench: {e:#}");
+        ExitCode::FAILURE
+    })
+}
+
+/// The exit status of a counts run whose repetitions did not agree within ±2%.
+const DRIFTED: u8 = 3;
+
+/// Measures the counts per operation on the counts cluster, writes them to BENCH_COUNTS_JSON
+/// and prints their table; fails with [`DRIFTED`] when a figure's repetitions disagree.
+fn count() -> Result<ExitCode> {
+    let path = counts_path()?;
+    let counts = counts::run()?;
+    std::fs::write(&path, serde_json::to_string_pretty(&counts)?)
+        .with_context(|| format!("writing {}", path.display()))?;
+    println!("{}", report::counts_section(&counts));
+    eprintln!("wrote {}", path.display());
+    let drift = counts::drifting(&counts);
+    if drift.is_empty() && counts.rows.iter().all(|r| r.missing.is_none()) {
+        return Ok(ExitCode::SUCCESS);
     }
+    for d in &drift {
+        eprintln!("pg_jobs_bench: repetitions disagree: {d}");
+    }
+    for r in counts.rows.iter().filter(|r| r.missing.is_some()) {
+        eprintln!("pg_jobs_bench: {} · {} not measured", r.operation, r.queue);
+    }
+    Ok(ExitCode::from(DRIFTED))
+}
+
+/// Where the counts go (BENCH_COUNTS_JSON).
+fn counts_path() -> Result<std::path::PathBuf> {
+    std::env::var("BENCH_COUNTS_JSON")
+        .map(Into::into)
+        .context("BENCH_COUNTS_JSON is not set (run the counts through benchmarks/run counts)")
+}
+
+/// The counts this run of the suite measured before its scenarios: BENCH_COUNTS_JSON, which
+/// benchmarks/run sets only when it measured them in the same invocation.
+fn counts_of_this_run() -> Result<Option<results::Counts>> {
+    let Ok(path) = std::env::var("BENCH_COUNTS_JSON") else {
+        return Ok(None);
+    };
+    let text =
+        std::fs::read_to_string(&path).with_context(|| format!("reading the counts in {path}"))?;
+    Ok(Some(
+        serde_json::from_str(&text).with_context(|| format!("{path} does not hold counts"))?,
+    ))
 }
 
 /// Renders the report and its charts again from the JSON of the run, measuring nothing.
@@ -88,10 +132,15 @@ fn measure() -> Result<()> {
         .map(|(c, _)| c.as_ref())
         .collect();
     let backwards: Vec<&dyn Comparator> = queues.iter().rev().copied().collect();
-    let waiting: Vec<(String, String)> = queues
-        .iter()
-        .map(|c| (c.name().to_owned(), c.waiting_mode()))
-        .collect();
+    let mut run = Run {
+        machine,
+        waiting: queues
+            .iter()
+            .map(|c| (c.name().to_owned(), c.waiting_mode()))
+            .collect(),
+        counts: counts_of_this_run()?,
+        ..Run::default()
+    };
 
     let mut results: Vec<Measurement> = Vec::new();
     for scenario in &scenarios::ALL {
@@ -128,10 +177,10 @@ fn measure() -> Result<()> {
             }
         }
         // Keep what is measured so far, should a later scenario kill the run.
-        save(&ctx.cfg, &machine, &waiting, started, &results)?;
+        save(&ctx.cfg, &mut run, started, &results)?;
     }
 
-    let run = save(&ctx.cfg, &machine, &waiting, started, &results)?;
+    save(&ctx.cfg, &mut run, started, &results)?;
     eprintln!(
         "\nwrote {} and {} ({:.0} minutes)",
         ctx.cfg.report.display(),
@@ -142,24 +191,14 @@ fn measure() -> Result<()> {
 }
 
 /// Writes the figures so far to the JSON file and the report.
-fn save(
-    cfg: &Config,
-    machine: &machine::Machine,
-    waiting: &[(String, String)],
-    started: Instant,
-    results: &[Measurement],
-) -> Result<Run> {
-    let run = Run {
-        machine: machine.clone(),
-        load_after: machine::load_average(),
-        minutes: started.elapsed().as_secs_f64() / 60.0,
-        waiting: waiting.to_vec(),
-        measurements: results.to_vec(),
-    };
+fn save(cfg: &Config, run: &mut Run, started: Instant, results: &[Measurement]) -> Result<()> {
+    run.load_after = machine::load_average();
+    run.minutes = started.elapsed().as_secs_f64() / 60.0;
+    run.measurements = results.to_vec();
     std::fs::write(&cfg.json, serde_json::to_string_pretty(&run)?)
         .with_context(|| format!("writing {}", cfg.json.display()))?;
-    report::write_charts(&cfg.charts_dir(), &run)?;
-    std::fs::write(&cfg.report, report::render(&run))
+    report::write_charts(&cfg.charts_dir(), run)?;
+    std::fs::write(&cfg.report, report::render(run))
         .with_context(|| format!("writing {}", cfg.report.display()))?;
-    Ok(run)
+    Ok(())
 }

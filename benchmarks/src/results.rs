@@ -16,6 +16,9 @@ pub struct Run {
     /// (comparator, how its workers wait).
     pub waiting: Vec<(String, String)>,
     pub measurements: Vec<Measurement>,
+    /// The counts per operation (`pg_jobs_bench counts`), when this run measured them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub counts: Option<Counts>,
 }
 
 /// One figure of the report: a scenario, a variant of it, a comparator, and what was measured.
@@ -156,6 +159,132 @@ pub struct Sample {
 impl Sample {
     pub fn all_index_bytes(&self) -> i64 {
         self.index_bytes.iter().map(|(_, b)| b).sum()
+    }
+}
+
+/// What `pg_jobs_bench counts` measured: per operation and queue, what the server did for each
+/// job, in counts that do not depend on the machine's speed or load.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Counts {
+    /// When the counts were taken (UTC).
+    pub started: String,
+    /// pg_jobs's version and commit, PostgreSQL's version, valgrind's version.
+    pub engine: String,
+    pub postgres: String,
+    pub valgrind: String,
+    /// How many times every row was measured.
+    pub repetitions: u32,
+    pub rows: Vec<CountRow>,
+}
+
+/// One operation on one queue, measured in each repetition.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct CountRow {
+    /// What was done, e.g. "enqueue, 1 per transaction".
+    pub operation: String,
+    /// The queue and how it was used, e.g. "pg_jobs, unique keys".
+    pub queue: String,
+    /// Jobs in the measured stretch of each repetition.
+    pub jobs: u64,
+    /// The counts of each repetition, per job.
+    pub runs: Vec<PerJob>,
+    /// Why there is no figure.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub missing: Option<String>,
+}
+
+/// What the server did per job in one measured stretch.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PerJob {
+    /// Instructions the measured session's backend executed (callgrind).
+    pub instructions: f64,
+    /// WAL written: the records without the full-page images they carry, and those images.
+    /// The stretch starts right after a checkpoint, so the images are those of every page the
+    /// stretch writes, once each; how many a deployment writes depends on how often its
+    /// checkpoints come.
+    pub wal_bytes: f64,
+    pub fpi_bytes: f64,
+    /// WAL records, and of them: heap (Heap/*), heap2 (Heap2/*), btree inserts
+    /// (Btree/INSERT_*), btree page splits (Btree/SPLIT_*).
+    pub wal_records: f64,
+    pub heap_records: f64,
+    pub heap2_records: f64,
+    pub btree_inserts: f64,
+    pub btree_splits: f64,
+    /// Shared buffers the session's statements dirtied (pg_stat_statements): after the
+    /// checkpoint, every page the stretch writes or sets hint bits on, once each.
+    pub buffers_dirtied: f64,
+    /// Commit records in the WAL.
+    pub commits: f64,
+    /// Every WAL record type in the stretch, as (type, records per job).
+    #[serde(default)]
+    pub records: Vec<(String, f64)>,
+}
+
+impl PerJob {
+    /// The sum of two per-job counts: one job's whole lifecycle from its operations.
+    pub fn plus(&self, other: &PerJob) -> PerJob {
+        let mut records = self.records.clone();
+        for (kind, n) in &other.records {
+            match records.iter_mut().find(|(k, _)| k == kind) {
+                Some((_, m)) => *m += n,
+                None => records.push((kind.clone(), *n)),
+            }
+        }
+        PerJob {
+            instructions: self.instructions + other.instructions,
+            wal_bytes: self.wal_bytes + other.wal_bytes,
+            fpi_bytes: self.fpi_bytes + other.fpi_bytes,
+            wal_records: self.wal_records + other.wal_records,
+            heap_records: self.heap_records + other.heap_records,
+            heap2_records: self.heap2_records + other.heap2_records,
+            btree_inserts: self.btree_inserts + other.btree_inserts,
+            btree_splits: self.btree_splits + other.btree_splits,
+            buffers_dirtied: self.buffers_dirtied + other.buffers_dirtied,
+            commits: self.commits + other.commits,
+            records,
+        }
+    }
+}
+
+impl CountRow {
+    /// The mean of the repetitions, none when there is none.
+    pub fn mean(&self) -> Option<PerJob> {
+        let n = self.runs.len() as f64;
+        let first = self.runs.first()?;
+        let sum = self.runs[1..].iter().fold(first.clone(), |a, b| a.plus(b));
+        let scale = |v: f64| v / n;
+        Some(PerJob {
+            instructions: scale(sum.instructions),
+            wal_bytes: scale(sum.wal_bytes),
+            fpi_bytes: scale(sum.fpi_bytes),
+            wal_records: scale(sum.wal_records),
+            heap_records: scale(sum.heap_records),
+            heap2_records: scale(sum.heap2_records),
+            btree_inserts: scale(sum.btree_inserts),
+            btree_splits: scale(sum.btree_splits),
+            buffers_dirtied: scale(sum.buffers_dirtied),
+            commits: scale(sum.commits),
+            records: sum.records.into_iter().map(|(k, v)| (k, v / n)).collect(),
+        })
+    }
+
+    /// Half the range of `figure` over the repetitions, relative to its mean (0 for a figure
+    /// that is 0 in every repetition); none from fewer than two repetitions.
+    pub fn spread(&self, figure: fn(&PerJob) -> f64) -> Option<f64> {
+        if self.runs.len() < 2 {
+            return None;
+        }
+        let values: Vec<f64> = self.runs.iter().map(figure).collect();
+        let (lo, hi) = values
+            .iter()
+            .fold((f64::MAX, f64::MIN), |(lo, hi), v| (lo.min(*v), hi.max(*v)));
+        let mean = values.iter().sum::<f64>() / values.len() as f64;
+        Some(if mean == 0.0 {
+            0.0
+        } else {
+            (hi - lo) / 2.0 / mean.abs()
+        })
     }
 }
 

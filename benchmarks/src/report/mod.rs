@@ -6,6 +6,7 @@ use std::fmt::Write;
 
 mod charts;
 mod clients;
+mod counts;
 mod flow;
 mod idempotency;
 mod markdown;
@@ -14,6 +15,13 @@ mod sections;
 mod targets;
 
 pub use charts::write as write_charts;
+
+/// The section of the counts per operation alone (what `pg_jobs_bench counts` prints).
+pub fn counts_section(c: &crate::results::Counts) -> String {
+    let mut out = String::new();
+    counts::report(&mut out, c);
+    out
+}
 
 use crate::format::{cpu, int, ms, opt, ratio, small};
 use crate::results::Run;
@@ -485,6 +493,13 @@ fn header(out: &mut String, run: &Run) {
         fact(run, "scale"),
         scenarios.join(" ")
     );
+    if let Some(counts) = &run.counts {
+        let _ = writeln!(
+            out,
+            "| counts | {}, {} repetitions, before the scenarios |",
+            counts.started, counts.repetitions
+        );
+    }
     out.push('\n');
     if fact(run, "scale") == "small" {
         out.push_str(
@@ -502,6 +517,9 @@ pub fn render(run: &Run) -> String {
     header(&mut out, run);
     let view = run.merged();
     targets::write(&mut out, &view, run);
+    if let Some(c) = &run.counts {
+        counts::report(&mut out, c);
+    }
     ratios(&mut out, &view);
     absolute(&mut out, &view);
     clients::report(&mut out, &view);
@@ -563,6 +581,7 @@ mod tests {
                 rate("h", "100 per claim, long run", "pg_jobs", 0, 60_000.0),
                 rate("h", "100 per claim, long run", "hand-rolled", 0, 30_000.0),
             ],
+            counts: None,
         }
     }
 

@@ -10,9 +10,10 @@
 
 use std::fmt::Write;
 
+use super::counts::{lifecycle, LIFECYCLES};
 use super::markdown::{cell, PG_JOBS};
 use crate::format::{int, ms, opt, percent, ratio};
-use crate::results::{Measurement, Run, Sample};
+use crate::results::{CountRow, Measurement, PerJob, Run, Sample};
 use crate::scenarios::{
     backlog, burndown, clients, enqueue, flow, idempotency, idle, kinds, latency, long, pgbench,
     roles, scaling, schedules, snapshot, soak, vacuum, wal,
@@ -257,6 +258,35 @@ impl Judge<'_> {
                 )
             },
         )
+    }
+
+    /// A target on a figure of the counts per operation: the mean of its repetitions, and
+    /// their half-range as its noise.
+    fn counted(
+        &self,
+        measure: &str,
+        issues: &str,
+        bound: Bound,
+        show: Show,
+        row: Option<CountRow>,
+        figure: fn(&PerJob) -> f64,
+    ) -> Target {
+        let row = row.filter(|r| r.missing.is_none());
+        let value = row.as_ref().and_then(CountRow::mean).map(|m| figure(&m));
+        let noise = row
+            .as_ref()
+            .and_then(|r| Noise::of(r.runs.iter().map(figure).collect()));
+        Target {
+            measure: measure.to_owned(),
+            target: format!("{} ({issues})", bound.describe(&show)),
+            figure: opt(value, show),
+            noise: match (&noise, value) {
+                (_, None) => "–".to_owned(),
+                (Some(n), _) => n.describe(&show),
+                (None, _) => "one run".to_owned(),
+            },
+            verdict: verdict(value, bound, noise.as_ref()),
+        }
     }
 
     /// A target no scenario of the suite measures yet: listed, so the table holds them all.
@@ -877,6 +907,38 @@ fn features(j: &Judge) -> Vec<Target> {
     out
 }
 
+/// Issue 39's targets by counts: a job's lifecycle writes at most one btree entry (the
+/// enqueue's) and, at 100 per claim, at most 700 bytes of WAL.
+fn counted(j: &Judge) -> Vec<Target> {
+    let life = |k: usize| {
+        let (name, enqueue, claim) = LIFECYCLES[k];
+        j.raw
+            .counts
+            .as_ref()
+            .map(|c| lifecycle(c, name, enqueue, claim, PG_JOBS))
+    };
+    let mut out = Vec::new();
+    for (k, label) in [(0, "batches of 1"), (1, "1,000 per enqueue, 100 per claim")] {
+        out.push(j.counted(
+            &format!("counts: btree insert records per pg_jobs job's lifecycle, {label}"),
+            "#39",
+            Bound::AtMost(1.0),
+            |v| format!("{v:.2}"),
+            life(k),
+            |p| p.btree_inserts,
+        ));
+    }
+    out.push(j.counted(
+        "counts: WAL per pg_jobs job's lifecycle, 1,000 per enqueue, 100 per claim",
+        "#39",
+        Bound::AtMost(700.0),
+        bytes,
+        life(1),
+        |p| p.wal_bytes,
+    ));
+    out
+}
+
 /// Every target judged on the run, in the table's order.
 pub fn all(j: &Judge) -> Vec<Target> {
     let mut out = throughput(j);
@@ -886,6 +948,7 @@ pub fn all(j: &Judge) -> Vec<Target> {
     out.extend(roles_cost(j));
     out.extend(flow_control(j));
     out.extend(features(j));
+    out.extend(counted(j));
     out
 }
 

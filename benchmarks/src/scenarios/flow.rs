@@ -191,14 +191,15 @@ fn unique_key(payload: &Value) -> String {
 
 /// A producer enqueueing into pg_jobs's bench queue with a unique key per job, sent by the
 /// client beside the payload.
-struct UniqueProducer {
+pub struct UniqueProducer {
     conn: Client,
     one: Statement,
     many: Statement,
 }
 
 impl UniqueProducer {
-    fn prepare(mut conn: Client) -> Result<Box<dyn Producer>> {
+    /// Prepares the keyed enqueues on `conn`.
+    pub fn prepare(mut conn: Client) -> Result<Box<dyn Producer>> {
         let one = conn.prepare(&format!(
             "SELECT jobs_enqueue('{QUEUE}', $1::jsonb, unique_key => $2::text)"
         ))?;
@@ -220,10 +221,14 @@ impl Producer for UniqueProducer {
         self.conn.execute(&self.many, &[&payloads, &keys])?;
         Ok(())
     }
+
+    fn session(&mut self) -> &mut Client {
+        &mut self.conn
+    }
 }
 
 /// Loads `n` queued jobs, job k in group k mod 1,000, so every group's head is near the front.
-fn load_grouped(admin: &mut Client, n: u64) -> Result<()> {
+pub fn load_grouped(admin: &mut Client, n: u64) -> Result<()> {
     let statement = admin.prepare(&format!(
         "SELECT count(*) FROM jobs_enqueue_batch('{QUEUE}',
              ARRAY(SELECT jsonb_build_object('n', g) FROM generate_series($1::bigint, $2::bigint) g ORDER BY g),
