@@ -1,7 +1,7 @@
-//! The scenarios of issue 4 §3 and what they share: the run context, the measurement record,
-//! and the two building blocks every throughput scenario uses — producers that enqueue from
-//! 8 sessions, and workers that burn a queue down from 8 sessions (or, for Graphile Worker, its
-//! own worker process).
+//! The scenarios and what they share: the list of them ([`ALL`]), the run context, and the
+//! two building blocks every throughput scenario uses — producers that enqueue from 8
+//! sessions, and workers that burn a queue down from 8 sessions (or, for Graphile Worker, its
+//! own worker process). Each returns its figures as [`Measurement`]s; the report renders them.
 
 pub mod backlog;
 pub mod burndown;
