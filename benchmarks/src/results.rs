@@ -10,8 +10,11 @@ use crate::machine::Machine;
 /// Everything one run measured; saved as JSON so the report can be rendered again.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Run {
+    /// The machine and server, and when the run started.
     pub machine: Machine,
+    /// The load average when the run ended.
     pub load_after: String,
+    /// How long the run took.
     pub minutes: f64,
     /// (comparator, how its workers wait).
     pub waiting: Vec<(String, String)>,
@@ -79,6 +82,7 @@ pub struct Measurement {
 }
 
 impl Measurement {
+    /// A figure of `comparator` in `scenario`/`variant`, nothing measured yet.
     pub fn new(scenario: &str, variant: &str, comparator: &str) -> Measurement {
         Measurement {
             scenario: scenario.into(),
@@ -98,6 +102,7 @@ impl Measurement {
         self
     }
 
+    /// Sets the note the report shows beside the figure.
     pub fn note(mut self, note: impl Into<String>) -> Measurement {
         self.note = Some(note.into());
         self
@@ -113,6 +118,7 @@ impl Measurement {
         self
     }
 
+    /// Says why there is no figure.
     pub fn missing(mut self, why: impl Into<String>) -> Measurement {
         self.missing = Some(why.into());
         self
@@ -124,6 +130,7 @@ impl Measurement {
         (self.jobs > 0).then(|| cpu * 1000.0 / self.jobs as f64)
     }
 
+    /// Load-generator CPU seconds per 1,000 jobs.
     pub fn client_cpu_per_1000(&self) -> Option<f64> {
         let cpu = self.client_cpu_s?;
         (self.jobs > 0).then(|| cpu * 1000.0 / self.jobs as f64)
@@ -157,6 +164,7 @@ pub struct Sample {
 }
 
 impl Sample {
+    /// The sizes of all the table's indexes together.
     pub fn all_index_bytes(&self) -> i64 {
         self.index_bytes.iter().map(|(_, b)| b).sum()
     }
@@ -306,6 +314,7 @@ impl Run {
             .find(|m| m.scenario == scenario && m.variant == variant && m.comparator == comparator)
     }
 
+    /// The rate of `comparator` in `scenario`/`variant`, unless it is missing.
     pub fn rate(&self, scenario: &str, variant: &str, comparator: &str) -> Option<f64> {
         self.get(scenario, variant, comparator)?.rate
     }
