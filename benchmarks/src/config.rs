@@ -2,7 +2,7 @@
 //! sizes of each scenario at the chosen scale (`BENCH_SCALE=full`, the default, or `small`).
 
 use std::env;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 
@@ -115,8 +115,6 @@ pub const IDLE_WORKERS: usize = 16;
 pub const LATENCY_INTERVAL_MS: u64 = 10;
 /// Small backlog of d.
 pub const SMALL_BACKLOG: u64 = 1_000;
-/// Scenarios run when BENCH_SCENARIOS is not set: all of them.
-pub const ALL_SCENARIOS: &str = "pabcdefghiklrvwstu";
 
 /// The load generator's superuser role (benchmarks/run creates it, and makes it the owner of
 /// the pg_jobs extension): the comparators other than pg_jobs connect as it.
@@ -153,9 +151,9 @@ pub struct Config {
     pub scale: Scale,
     /// Comparators to run (all by default).
     pub comparators: Vec<String>,
-    /// Scenarios to run, as letters: p (pgbench), a..h, i, k, l (client libraries), r (roles
-    /// and tenants), t, u (flow control), v, w, s (all by default).
-    pub scenarios: String,
+    /// Scenarios to run, as their letters (`scenarios::ALL`); `None`, when BENCH_SCENARIOS is
+    /// not set, runs all of them.
+    pub scenarios: Option<String>,
     /// How many times the scenarios whose spread the report shows (a, b, c, r) run.
     pub repeats: u32,
     /// Versions of the comparators, for the report.
@@ -173,6 +171,21 @@ fn var_or(name: &str, default: &str) -> String {
     env::var(name).unwrap_or_else(|_| default.to_owned())
 }
 
+/// The report (BENCH_REPORT, by default `benchmarks/REPORT.md`) and the JSON of the run it is
+/// rendered from (BENCH_JSON, by default the report's path with `.json`).
+pub fn report_paths() -> (PathBuf, PathBuf) {
+    let report = PathBuf::from(var_or("BENCH_REPORT", "benchmarks/REPORT.md"));
+    let json = env::var("BENCH_JSON").map_or_else(|_| report.with_extension("json"), PathBuf::from);
+    (report, json)
+}
+
+/// `charts/` beside the report.
+pub fn charts_dir(report: &Path) -> PathBuf {
+    report
+        .parent()
+        .map_or_else(|| PathBuf::from("charts"), |d| d.join("charts"))
+}
+
 impl Config {
     pub fn from_env() -> Result<Config> {
         let scale = match var_or("BENCH_SCALE", "full").as_str() {
@@ -184,6 +197,7 @@ impl Config {
             Ok(n) if (1..=10).contains(&n) => n,
             _ => bail!("BENCH_REPEATS must be a whole number from 1 to 10"),
         };
+        let (report, json) = report_paths();
         let socket_dir = var("BENCH_SOCKETS")?;
         let port = var("BENCH_PORT")?;
         let db = var_or("BENCH_DB", "bench");
@@ -211,11 +225,11 @@ impl Config {
                 "BENCH_PGBENCH",
                 "/usr/lib/postgresql/15/bin/pgbench",
             )),
-            report: PathBuf::from(var("BENCH_REPORT")?),
-            json: PathBuf::from(var("BENCH_JSON")?),
+            report,
+            json,
             scale,
             comparators,
-            scenarios: var_or("BENCH_SCENARIOS", ALL_SCENARIOS),
+            scenarios: env::var("BENCH_SCENARIOS").ok(),
             repeats,
             graphile_version: var_or("BENCH_GRAPHILE_VERSION", "?"),
             node_version: var_or("BENCH_NODE_VERSION", "?"),
@@ -225,13 +239,12 @@ impl Config {
 
     /// Where the report's charts go: `charts/` beside the report.
     pub fn charts_dir(&self) -> PathBuf {
-        self.report
-            .parent()
-            .map_or_else(|| PathBuf::from("charts"), |d| d.join("charts"))
+        charts_dir(&self.report)
     }
 
+    /// Whether the run measures the scenario of this letter.
     pub fn runs(&self, scenario: char) -> bool {
-        self.scenarios.contains(scenario)
+        self.scenarios.as_ref().is_none_or(|s| s.contains(scenario))
     }
 
     pub fn wants(&self, comparator: &str) -> bool {

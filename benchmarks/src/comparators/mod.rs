@@ -32,6 +32,8 @@ pub trait Producer: Send {
     fn enqueue(&mut self, payload: &Value) -> Result<i64>;
     /// Enqueues one job per payload in one call.
     fn enqueue_batch(&mut self, payloads: &[Value]) -> Result<()>;
+    /// The session it enqueues over (the counts mode marks the measured stretch in it).
+    fn session(&mut self) -> &mut Client;
 }
 
 /// The producer of every SQL-driven queue: one prepared statement that enqueues a job and
@@ -60,6 +62,10 @@ impl Producer for StatementProducer {
         self.conn.execute(&self.many, &[&payloads])?;
         Ok(())
     }
+
+    fn session(&mut self) -> &mut Client {
+        &mut self.conn
+    }
 }
 
 /// Claimed jobs from rows whose first column is the job id (queues without fencing tokens).
@@ -85,6 +91,9 @@ pub trait Worker: Send {
     fn wait_claim(&mut self, n: i32) -> Result<Vec<Claimed>>;
     /// Cancels a statement this worker is running (stops a waiting claim).
     fn cancel_token(&self) -> CancelToken;
+    /// The session it claims and settles over (the counts mode marks the measured stretch
+    /// in it).
+    fn session(&mut self) -> &mut Client;
 }
 
 pub trait Comparator: Sync {

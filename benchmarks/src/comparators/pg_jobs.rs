@@ -130,6 +130,10 @@ impl Worker for PgJobsWorker {
     fn cancel_token(&self) -> CancelToken {
         self.conn.cancel_token()
     }
+
+    fn session(&mut self) -> &mut Client {
+        &mut self.conn
+    }
 }
 
 impl Comparator for PgJobs {

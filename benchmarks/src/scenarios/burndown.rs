@@ -4,9 +4,10 @@
 use anyhow::{bail, Result};
 use postgres::Client;
 
-use super::{attempt, drain, graphile_options, prepare_queued, Ctx, Measurement};
+use super::{attempt, drain, graphile_options, prepare_queued, Ctx};
 use crate::comparators::Comparator;
 use crate::config::WORKERS;
+use crate::results::Measurement;
 
 pub const VARIANTS: [(&str, i32); 2] = [("1 per claim", 1), ("100 per claim", 100)];
 
@@ -43,7 +44,7 @@ pub fn burn_down(
             burned.done
         );
     }
-    let mut m = Measurement::new(scenario, variant, c.name()).burned(&burned, c, &span);
+    let mut m = burned.measurement(scenario, variant, c, &span);
     if c.external().is_some() {
         m = m.note(graphile_options(batch, WORKERS, 0).describe());
     }

@@ -1,7 +1,7 @@
-//! The scenarios of issue 4 §3 and what they share: the run context, the measurement record,
-//! and the two building blocks every throughput scenario uses — producers that enqueue from
-//! 8 sessions, and workers that burn a queue down from 8 sessions (or, for Graphile Worker, its
-//! own worker process).
+//! The scenarios and what they share: the list of them ([`ALL`]), the run context, and the
+//! two building blocks every throughput scenario uses — producers that enqueue from 8
+//! sessions, and workers that burn a queue down from 8 sessions (or, for Graphile Worker, its
+//! own worker process). Each returns its figures as [`Measurement`]s; the report renders them.
 
 pub mod backlog;
 pub mod burndown;
@@ -27,13 +27,101 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Result};
 use postgres::{Client, NoTls};
-use serde::{Deserialize, Serialize};
 
 use crate::comparators::graphile::{wait_empty, GwOptions};
 use crate::comparators::{payload, Claimed, Comparator, Producer, Worker};
 use crate::config::{Config, PRODUCERS, WORKERS};
 use crate::cpu::ServerCpu;
 use crate::db::{self, Span, Window};
+use crate::results::Measurement;
+
+/// How a scenario runs over the queues of the run.
+pub enum Runs {
+    /// Once for each queue, `BENCH_REPEATS` times, every other time with the queues in reverse
+    /// order, so that the report shows its run-to-run noise and no queue always runs first.
+    EachQueueRepeated(fn(&Ctx, &mut Client, &dyn Comparator) -> Vec<Measurement>),
+    /// Once for each queue.
+    EachQueue(fn(&Ctx, &mut Client, &dyn Comparator) -> Vec<Measurement>),
+    /// Once, given every queue of the run: the scenario picks those it measures (and repeats
+    /// itself when it must).
+    Once(fn(&Ctx, &mut Client, &[&dyn Comparator]) -> Vec<Measurement>),
+}
+
+/// A scenario: its letter in `BENCH_SCENARIOS` and in the report, its title, and how it runs.
+pub struct Scenario {
+    pub letter: char,
+    pub title: &'static str,
+    pub runs: Runs,
+    /// The one queue the scenario measures, when it measures only that one: it is skipped
+    /// when the run leaves that queue out (`BENCH_COMPARATORS`).
+    pub only: Option<&'static str>,
+}
+
+const fn each(letter: char, title: &'static str, f: PerQueue) -> Scenario {
+    Scenario {
+        letter,
+        title,
+        runs: Runs::EachQueue(f),
+        only: None,
+    }
+}
+
+const fn repeated(letter: char, title: &'static str, f: PerQueue) -> Scenario {
+    Scenario {
+        letter,
+        title,
+        runs: Runs::EachQueueRepeated(f),
+        only: None,
+    }
+}
+
+const fn once(letter: char, title: &'static str, f: AllQueues) -> Scenario {
+    Scenario {
+        letter,
+        title,
+        runs: Runs::Once(f),
+        only: None,
+    }
+}
+
+const fn pg_jobs_only(letter: char, title: &'static str, f: AllQueues) -> Scenario {
+    Scenario {
+        letter,
+        title,
+        runs: Runs::Once(f),
+        only: Some("pg_jobs"),
+    }
+}
+
+type PerQueue = fn(&Ctx, &mut Client, &dyn Comparator) -> Vec<Measurement>;
+type AllQueues = fn(&Ctx, &mut Client, &[&dyn Comparator]) -> Vec<Measurement>;
+
+/// Every scenario, in the order a run takes them. A new scenario is a file of this folder with
+/// a `run` function, its `pub mod` line above, and one line here.
+pub const ALL: [Scenario; 18] = [
+    once(
+        'p',
+        "pgbench: the machine's commit-rate ceiling",
+        pgbench::run,
+    ),
+    repeated('a', "enqueue", enqueue::run),
+    repeated('b', "burn-down", burndown::run),
+    repeated('c', "pickup latency", latency::run),
+    each('d', "backlog", backlog::run),
+    each('e', "held snapshot", snapshot::run),
+    each('f', "WAL and commits per job", wal::run),
+    each('h', "long burn-down", long::run),
+    each('k', "kinds-filtered claims", kinds::run),
+    each('w', "scaling curve", scaling::run),
+    pg_jobs_only('r', "roles and tenants cost", roles::run),
+    once('g', "idle", idle::run),
+    once('l', "client libraries", clients::run),
+    once('i', "idempotency records", idempotency::run),
+    once('v', "dead rows held back while workers wait", vacuum::run),
+    pg_jobs_only('t', "schedules", schedules::run),
+    pg_jobs_only('u', "flow control", flow::run),
+    once('s', "soak", soak::run),
+];
 
 /// What every scenario needs.
 pub struct Ctx {
@@ -44,124 +132,6 @@ pub struct Ctx {
 impl Ctx {
     pub fn connect(&self) -> Result<Client> {
         db::connect(&self.cfg.dsn)
-    }
-}
-
-/// One figure of the report: a scenario, a variant of it, a comparator, and what was measured.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-pub struct Measurement {
-    pub scenario: String,
-    pub variant: String,
-    pub comparator: String,
-    pub jobs: u64,
-    pub seconds: f64,
-    /// Jobs per second.
-    pub rate: Option<f64>,
-    /// Server CPU seconds in the window (all processes of the bench cluster).
-    pub server_cpu_s: Option<f64>,
-    /// Load-generator CPU seconds in the window (this process, plus Node for Graphile).
-    pub client_cpu_s: Option<f64>,
-    pub p50_ms: Option<f64>,
-    pub p99_ms: Option<f64>,
-    pub max_ms: Option<f64>,
-    pub wal_bytes_per_job: Option<f64>,
-    pub commits_per_job: Option<f64>,
-    pub statements_per_s: Option<f64>,
-    pub commits_per_s: Option<f64>,
-    /// Claims that came back empty although due jobs were surely queued.
-    pub empty_claims: Option<u64>,
-    pub note: Option<String>,
-    /// Why there is no figure: not applicable, or the error that stopped it.
-    pub missing: Option<String>,
-    /// Which repetition of its scenario this is (0 for scenarios that run once): the report
-    /// averages repetitions and shows their spread as the run-to-run noise.
-    #[serde(default)]
-    pub repeat: u32,
-    /// w: workers that burnt the queue down.
-    #[serde(default)]
-    pub workers: Option<u32>,
-    /// k: mean time per claim.
-    #[serde(default)]
-    pub mean_ms: Option<f64>,
-    /// v: dead row versions the updates made, and those VACUUM could not remove.
-    #[serde(default)]
-    pub dead_rows_made: Option<u64>,
-    #[serde(default)]
-    pub dead_rows_kept: Option<u64>,
-    /// v: age of the oldest snapshot a worker session held when VACUUM ran, in seconds.
-    #[serde(default)]
-    pub oldest_snapshot_s: Option<f64>,
-    /// s: jobs per second the producers were asked to enqueue.
-    #[serde(default)]
-    pub offered_rate: Option<f64>,
-    /// s: pickup p99 over the soak's first and last tenth (a minute each at full scale).
-    #[serde(default)]
-    pub first_p99_ms: Option<f64>,
-    #[serde(default)]
-    pub last_p99_ms: Option<f64>,
-    /// s: one sample per interval of the soak.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub samples: Vec<soak::Sample>,
-}
-
-impl Measurement {
-    pub fn new(scenario: &str, variant: &str, comparator: &str) -> Measurement {
-        Measurement {
-            scenario: scenario.into(),
-            variant: variant.into(),
-            comparator: comparator.into(),
-            ..Measurement::default()
-        }
-    }
-
-    /// A throughput figure: `jobs` done in the span.
-    pub fn throughput(mut self, jobs: u64, span: &Span) -> Measurement {
-        self.jobs = jobs;
-        self.seconds = span.seconds;
-        self.rate = Some(jobs as f64 / span.seconds.max(1e-9));
-        self.server_cpu_s = Some(span.server_cpu);
-        self.client_cpu_s = Some(span.client_cpu);
-        self
-    }
-
-    /// A burn-down figure; empty claims are recorded for the queues claimed from here.
-    pub fn burned(self, burned: &Burned, c: &dyn Comparator, span: &Span) -> Measurement {
-        let mut m = self.throughput(burned.done, span);
-        if c.external().is_none() {
-            m.empty_claims = Some(burned.empty_claims);
-        }
-        m
-    }
-
-    pub fn note(mut self, note: impl Into<String>) -> Measurement {
-        self.note = Some(note.into());
-        self
-    }
-
-    /// Puts `note` in front of the note the measurement already has.
-    pub fn note_first(mut self, note: impl Into<String>) -> Measurement {
-        let note = note.into();
-        self.note = Some(match self.note.take() {
-            Some(old) => format!("{note}; {old}"),
-            None => note,
-        });
-        self
-    }
-
-    pub fn missing(mut self, why: impl Into<String>) -> Measurement {
-        self.missing = Some(why.into());
-        self
-    }
-
-    /// Server CPU seconds per 1,000 jobs.
-    pub fn server_cpu_per_1000(&self) -> Option<f64> {
-        let cpu = self.server_cpu_s?;
-        (self.jobs > 0).then(|| cpu * 1000.0 / self.jobs as f64)
-    }
-
-    pub fn client_cpu_per_1000(&self) -> Option<f64> {
-        let cpu = self.client_cpu_s?;
-        (self.jobs > 0).then(|| cpu * 1000.0 / self.jobs as f64)
     }
 }
 
@@ -240,6 +210,24 @@ pub struct Burned {
     /// Claims that returned nothing while more jobs than the workers could hold at once were
     /// still to do: due jobs the claim should have found.
     pub empty_claims: u64,
+}
+
+impl Burned {
+    /// The figure of a burn-down: its jobs in the span, and the empty claims of the queues
+    /// claimed from here (an external worker process does not tell).
+    pub fn measurement(
+        &self,
+        scenario: &str,
+        variant: &str,
+        c: &dyn Comparator,
+        span: &Span,
+    ) -> Measurement {
+        let mut m = Measurement::new(scenario, variant, c.name()).throughput(self.done, span);
+        if c.external().is_none() {
+            m.empty_claims = Some(self.empty_claims);
+        }
+        m
+    }
 }
 
 /// A worker whose claim came back empty waits this long before it claims again. Spinning
