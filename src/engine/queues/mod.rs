@@ -79,6 +79,13 @@ static DROP: Statement = Statement {
     columns: &["outcome", "active", "referrer"],
 };
 
+static SCHEDULED_BY: Statement = Statement {
+    name: "queues/scheduled_by",
+    sql: include_str!("scheduled_by.sql"),
+    params: &[param("queue", TEXTOID)],
+    columns: &["name"],
+};
+
 static SET_PAUSED: Statement = Statement {
     name: "queues/set_paused",
     sql: include_str!("set_paused.sql"),
@@ -212,6 +219,26 @@ fn check_dead_letter_chain(client: &SpiClient<'_>, queue: &str, dead_letter: &st
     }
 }
 
+/// Refuses to drop `queue` while a schedule enqueues into it (the worker would fail to enqueue
+/// its next slot). The queues read the schedules' table here rather than ask the schedules,
+/// which enqueue into queues: dependencies point one way.
+fn refuse_drop_of_scheduled_queue(client: &SpiClient<'_>, queue: &str) {
+    if let Some(schedule) = SCHEDULED_BY.first::<String>(client, &[queue.into()], "name") {
+        raise_with_hint(
+            QUEUE_IN_USE,
+            format!(
+                "queue {} is the queue of schedule {}",
+                quote(queue),
+                quote(&schedule)
+            ),
+            &format!(
+                "Unschedule it first: SELECT jobs_unschedule({});",
+                quote(&schedule)
+            ),
+        );
+    }
+}
+
 /// Drops `queue` and its jobs; refuses while jobs are queued or running unless `force`, while
 /// another queue uses it as its dead-letter queue, and for the default queue.
 pub fn drop(queue: &str, force: bool) {
@@ -224,7 +251,7 @@ pub fn drop(queue: &str, force: bool) {
     }
     locks::lock_queue(queue, true);
     with_client(|client| {
-        crate::engine::schedules::refuse_drop_of_scheduled_queue(client, queue);
+        refuse_drop_of_scheduled_queue(client, queue);
         let rows = DROP.run(client, &[queue.into(), force.into()]);
         let row = rows.first().expect("queues/drop returns one row");
         let outcome: String = row.expect("outcome");
