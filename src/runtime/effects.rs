@@ -102,6 +102,8 @@ thread_local! {
     static GRANTS_CHANGED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     /// Whether this transaction changed queue settings.
     static QUEUES_CHANGED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// Whether this transaction finished jobs (`jobs_wait` calls wake when it commits).
+    static FINISHED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     /// The gid of the PREPARE TRANSACTION this transaction ends with, once the statement ran.
     static PREPARING: RefCell<Option<String>> = const { RefCell::new(None) };
 }
@@ -214,6 +216,15 @@ pub fn job_locked(queue: &str) {
     note(queue, |e| e.reset_on_abort = true);
 }
 
+/// Notes that this transaction finished jobs: when it commits, the `jobs_wait` calls asleep
+/// look again. Whether any sleeps is asked then, after the commit is visible, so a call that
+/// starts to sleep meanwhile has already seen the jobs finished.
+pub fn jobs_finished() {
+    if shared().is_some() {
+        FINISHED.with(|f| f.set(true));
+    }
+}
+
 /// Notes that this transaction changed tenant grants: when it commits, every session drops the
 /// grants it cached.
 pub fn tenant_grants_changed() {
@@ -279,6 +290,8 @@ unsafe extern "C-unwind" fn on_xact_event(
             freed_heads::transaction_prepared();
             GRANTS_CHANGED.with(|c| c.set(false));
             QUEUES_CHANGED.with(|c| c.set(false));
+            // COMMIT PREPARED wakes the waits whatever the transaction did.
+            FINISHED.with(|f| f.set(false));
             let pending = PENDING.with(|p| std::mem::take(&mut *p.borrow_mut()));
             let settled = take_settled();
             let gid = PREPARING.with(|g| g.borrow_mut().take());
@@ -371,6 +384,9 @@ unsafe extern "C-unwind" fn on_resource_release(
             totals::add(key, *counts);
         }
     }
+    if FINISHED.with(|f| f.replace(false)) && commit {
+        wakeup::wake_finish_waiters();
+    }
     // A commit bumped them at its commit event; a rollback changed nothing.
     GRANTS_CHANGED.with(|c| c.set(false));
     QUEUES_CHANGED.with(|c| c.set(false));
@@ -427,8 +443,12 @@ fn on_two_phase_statement(statement: TwoPhaseStatement, gid: &str) {
             // recorded, and dropping the sessions' caches is cheap.
             bump_tenant_grants();
             bump_queue_settings();
-            let Some(shared) = shared() else { return };
             let committed = statement == TwoPhaseStatement::CommitPrepared;
+            if committed {
+                // Which jobs it finished is not recorded: the waits look again.
+                wakeup::wake_finish_waiters();
+            }
+            let Some(shared) = shared() else { return };
             let Some(stashed) = unstash(shared.prepared(), gid) else {
                 return;
             };
