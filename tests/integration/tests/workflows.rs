@@ -1140,3 +1140,113 @@ fn prepared_settles_and_signals_survive_a_restart_before_commit_prepared() {
     );
     cluster.stop();
 }
+
+/// The `sql` blocks of the section of the guide (docs/src/guides/workflows.md) whose heading
+/// starts with `heading`, in order.
+fn guide_blocks(heading: &str) -> String {
+    let guide = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/src/guides/workflows.md"
+    ))
+    .expect("read the workflows guide");
+    let start = guide
+        .find(&format!("## {heading}"))
+        .unwrap_or_else(|| panic!("the guide has a section {heading}"));
+    let section = &guide[start + 3..];
+    let section = &section[..section.find("\n## ").unwrap_or(section.len())];
+    let mut script = String::new();
+    let mut rest = section;
+    while let Some(open) = rest.find("```sql\n") {
+        let body = &rest[open + 7..];
+        let close = body.find("```").expect("a closed code block");
+        script.push_str(&body[..close]);
+        rest = &body[close + 3..];
+    }
+    assert!(!script.is_empty(), "section {heading} has SQL");
+    script
+}
+
+/// Runs `script` with psql in a new database of the cluster (with the extension), stopping at
+/// the first error; returns the database's name.
+fn run_in_psql(cluster: &Cluster, name: &str, script: &str) -> String {
+    let database = format!("guide_{name}");
+    let mut admin = cluster.connect();
+    admin
+        .batch_execute(&format!("DROP DATABASE IF EXISTS {database}"))
+        .unwrap();
+    admin
+        .batch_execute(&format!("CREATE DATABASE {database}"))
+        .unwrap();
+    cluster
+        .connect_to(&database)
+        .batch_execute("CREATE EXTENSION pg_jobs")
+        .unwrap();
+    let file =
+        std::env::temp_dir().join(format!("pg_jobs-guide-{name}-{}.sql", std::process::id()));
+    std::fs::write(&file, script).unwrap();
+    let output = std::process::Command::new(pg_jobs_tests::pg_bin().join("psql"))
+        .args(["-X", "-v", "ON_ERROR_STOP=1", "-f"])
+        .arg(&file)
+        .arg(cluster.dsn(&database))
+        .output()
+        .expect("run psql");
+    let _ = std::fs::remove_file(&file);
+    assert!(
+        output.status.success(),
+        "the guide's {name} example failed:\n{}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    database
+}
+
+#[test]
+fn the_guides_examples_run_as_written() {
+    let cluster = cluster();
+
+    let database = run_in_psql(cluster, "fan_in", &guide_blocks("Example 1"));
+    let mut client = cluster.connect_to(&database);
+    let merged: Value = scalar(
+        &mut client,
+        "SELECT result FROM jobs.job WHERE kind = 'merge' AND state = 'succeeded'",
+        &[],
+    );
+    assert_eq!(merged, json!({"rows": 600}));
+    let states: Vec<String> = client
+        .query("SELECT DISTINCT state::text FROM jobs.job", &[])
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(states, ["succeeded"], "every job of the example finished");
+
+    let database = run_in_psql(cluster, "chain", &guide_blocks("Example 2"));
+    let mut client = cluster.connect_to(&database);
+    let loaded: Value = scalar(
+        &mut client,
+        "SELECT result FROM jobs.job WHERE kind = 'load' AND state = 'succeeded'",
+        &[],
+    );
+    assert_eq!(loaded, json!({"loaded": 1183}));
+
+    let database = run_in_psql(cluster, "webhook", &guide_blocks("Example 3"));
+    let mut client = cluster.connect_to(&database);
+    let row = client
+        .query_one(
+            "SELECT state::text, result, attempt, signal_payload FROM jobs.job WHERE kind = 'fulfil'",
+            &[],
+        )
+        .unwrap();
+    assert_eq!(row.get::<_, String>(0), "succeeded");
+    assert_eq!(
+        row.get::<_, Value>(1),
+        json!({"paid": 59.90, "shipped": true})
+    );
+    assert_eq!(row.get::<_, i32>(2), 1, "the await gave its attempt back");
+    assert_eq!(
+        row.get::<_, Value>(3),
+        json!({"amount": 59.90, "provider": "acmepay"})
+    );
+    let payments: i64 = scalar(&mut client, "SELECT count(*) FROM payments", &[]);
+    assert_eq!(payments, 1);
+}
