@@ -18,9 +18,7 @@ ALTER TYPE jobs.state ADD VALUE 'waiting';
 ALTER TABLE jobs.job
     ADD COLUMN dependents boolean NOT NULL DEFAULT false,
     ADD COLUMN after bigint[],
-    ADD COLUMN signal text,
-    ADD COLUMN signal_payload jsonb,
-    ADD COLUMN signal_timed_out boolean;
+    ADD COLUMN signal jsonb;
 
 -- What a claim returns grows by the signal that woke the job.
 ALTER TYPE jobs.claimed

@@ -118,14 +118,13 @@ CREATE TABLE jobs.job (
     -- only the changed middle of the row). `dependents`: jobs were enqueued after this one
     -- while it was unfinished, so its settle looks them up (a settle of any other job skips
     -- the look-up); set once, never cleared. `after`: the jobs this one was enqueued after
-    -- (its parents), as given. `signal`: the signal it awaits or was woken by, with the
-    -- signal's payload, or true in `signal_timed_out` when its await timed out instead; the
-    -- next claims carry them.
-    dependents       boolean NOT NULL DEFAULT false,
-    after            bigint[],
-    signal           text,
-    signal_payload   jsonb,
-    signal_timed_out boolean
+    -- (its parents), as given. `signal`: the signal it awaits or was woken by, as
+    -- {"name": ..., "payload": ..., "timed_out": ...} (no payload when there is none), which
+    -- the next claims carry. One column, not three: every claim and settle of every job builds
+    -- and checks each column of the row, NULL or not.
+    dependents     boolean NOT NULL DEFAULT false,
+    after          bigint[],
+    signal         jsonb
 )
 -- Every job is updated at least twice (claim, settle). Room on its page lets both new versions
 -- stay there: no page-move lock record in the WAL, a smaller update record (only the changed

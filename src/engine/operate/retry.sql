@@ -10,6 +10,6 @@ UPDATE jobs.job
        group_wait = false,
        finished_at = NULL, result = NULL,
        -- It starts over: no signal from an earlier await is handed to its next claim.
-       signal = NULL, signal_payload = NULL, signal_timed_out = NULL
+       signal = NULL
  WHERE id = $1
 RETURNING queue, priority, run_at, id

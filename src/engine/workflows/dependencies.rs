@@ -317,10 +317,16 @@ pub fn parents_succeeded(client: &SpiClient<'_>, parents: Vec<i64>) {
     }
     for (child, (deleted, of)) in children {
         if deleted < of {
-            if WITNESS.run(client, &[child.into()]).first().is_some() {
+            // Under the latest snapshot, also in REPEATABLE READ: a row another settle deleted
+            // and committed since is simply gone, not a serialization failure.
+            if WITNESS
+                .run_latest(client, &[child.into()])
+                .first()
+                .is_some()
+            {
                 continue;
             }
-            LOCK_CHILD.run(client, &[child.into()]);
+            LOCK_CHILD.run_latest(client, &[child.into()]);
         }
         // With every row deleted here the child is ours alone; else its row lock and the
         // latest snapshot decide (the statement asks whether any row is left).
@@ -342,7 +348,7 @@ pub fn parents_ended(client: &SpiClient<'_>, mut ended: Vec<(i64, JobState)>) {
             .map(|(id, state)| (*id, state.as_str().to_owned()))
             .unzip();
         let args: [DatumWithOid; 3] = [ids.into(), states.into(), timestamptz_arg(server_now())];
-        let rows = CANCEL_CHILDREN.run(client, &args);
+        let rows = CANCEL_CHILDREN.run_latest(client, &args);
         if !rows.is_empty() {
             transitions::jobs_finished();
         }

@@ -17,7 +17,7 @@ WITH expired AS (
     RETURNING a.job
 )
 UPDATE jobs.job j
-   SET state = 'queued', signal_payload = NULL, signal_timed_out = true
+   SET state = 'queued', signal = j.signal || '{"timed_out": true}'
   FROM gone g
  WHERE j.id = g.job AND j.state = 'waiting'
 RETURNING j.queue, j.priority, j.run_at, j.id

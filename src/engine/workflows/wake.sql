@@ -8,7 +8,8 @@ WITH woken AS (
     RETURNING a.job
 )
 UPDATE jobs.job j
-   SET state = 'queued', signal_payload = $3, signal_timed_out = false
+   SET state = 'queued', signal = j.signal || CASE WHEN $3::jsonb IS NULL THEN '{"timed_out": false}'
+                                 ELSE jsonb_build_object('payload', $3::jsonb, 'timed_out', false) END
   FROM woken w
  WHERE j.id = w.job AND j.state = 'waiting'
 RETURNING j.queue, j.priority, j.run_at, j.id

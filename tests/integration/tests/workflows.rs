@@ -200,19 +200,16 @@ fn a_long_chain_hands_each_result_to_the_next_step() {
     let mut client = cluster().connect();
     let queue = unique_queue(&mut client, "chain", "");
     let mut previous = enqueue(&mut client, &queue, json!({"step": 0}));
-    let first = previous;
+    let mut steps = vec![previous];
     for step in 1..200 {
         previous = enqueue_after(&mut client, &queue, json!({ "step": step }), &[previous]);
+        steps.push(previous);
     }
     let ran = run_all(&mut client, &queue, |_, parents| match parents.first() {
         Some(before) => json!(before.as_i64().unwrap() + 1),
         None => json!(1),
     });
-    assert_eq!(
-        ran,
-        (first..=previous).collect::<Vec<_>>(),
-        "the steps ran in order"
-    );
+    assert_eq!(ran, steps, "the steps ran in order");
     let last: Value = scalar(
         &mut client,
         "SELECT result FROM jobs_results(ARRAY[$1::bigint])",
@@ -1233,7 +1230,7 @@ fn the_guides_examples_run_as_written() {
     let mut client = cluster.connect_to(&database);
     let row = client
         .query_one(
-            "SELECT state::text, result, attempt, signal_payload FROM jobs.job WHERE kind = 'fulfil'",
+            "SELECT state::text, result, attempt, signal->'payload' FROM jobs.job WHERE kind = 'fulfil'",
             &[],
         )
         .unwrap();
