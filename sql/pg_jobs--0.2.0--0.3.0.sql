@@ -21,10 +21,7 @@ ALTER TABLE jobs.job
     ADD COLUMN signal jsonb;
 
 -- What a claim returns grows by the signal that woke the job.
-ALTER TYPE jobs.claimed
-    ADD ATTRIBUTE signal text,
-    ADD ATTRIBUTE signal_payload jsonb,
-    ADD ATTRIBUTE signal_timed_out boolean;
+ALTER TYPE jobs.claimed ADD ATTRIBUTE signal jsonb;
 
 -- One row per (waiting job, unfinished parent): the child waits until no row of it is left.
 -- A parent's success deletes its rows, and the settle that deletes a child's last one queues

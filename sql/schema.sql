@@ -120,8 +120,9 @@ CREATE TABLE jobs.job (
     -- the look-up); set once, never cleared. `after`: the jobs this one was enqueued after
     -- (its parents), as given. `signal`: the signal it awaits or was woken by, as
     -- {"name": ..., "payload": ..., "timed_out": ...} (no payload when there is none), which
-    -- the next claims carry. One column, not three: every claim and settle of every job builds
-    -- and checks each column of the row, NULL or not.
+    -- the next claims carry as it is. One column, in jobs.claimed too: every claim and settle
+    -- of every job builds and checks each column of the row, NULL or not, and a claim that took
+    -- it apart into three attributes set up three expressions on every call.
     dependents     boolean NOT NULL DEFAULT false,
     after          bigint[],
     signal         jsonb
@@ -240,11 +241,9 @@ CREATE TYPE jobs.claimed AS (
     group_key    text,
     created_at   timestamptz,
     run_at       timestamptz,
-    -- Workflows (0.3.0): the signal the job awaited, its payload, and whether the await timed
-    -- out instead (NULL for a job that never awaited).
-    signal           text,
-    signal_payload   jsonb,
-    signal_timed_out boolean
+    -- Workflows (0.3.0): the signal the job awaited, {"name", "payload", "timed_out"} (NULL for
+    -- a job that never awaited).
+    signal       jsonb
 );
 
 INSERT INTO jobs.queue (name) VALUES ('default');

@@ -24,5 +24,5 @@ UPDATE jobs.job j
 RETURNING ROW(j.id, j.queue, j.kind, j.payload, j.headers, j.attempt, j.max_attempts, j.lease,
               j.lease_until, j.priority, j.tenant, j.group_key, j.created_at, j.run_at,
               -- What woke it after an await (engine::workflows::signals); NULL for other jobs.
-              j.signal->>'name', j.signal->'payload', (j.signal->>'timed_out')::boolean)::jobs.claimed AS claimed,
+              j.signal)::jobs.claimed AS claimed,
           j.priority, j.run_at, j.id

@@ -651,18 +651,22 @@ fn awaiting(client: &mut Client, queue: &str, signal: &str, timeout: &str) -> i6
     job[0].id
 }
 
-/// The signal fields the next claim of `queue` carries: id, signal, payload, timed out.
+/// What the next claim of `queue` carries of a signal: id, signal name, payload, timed out.
 fn claim_signalled(
     client: &mut Client,
     queue: &str,
 ) -> (i64, Option<String>, Option<Value>, Option<bool>) {
     let row = client
-        .query_one(
-            "SELECT id, signal, signal_payload, signal_timed_out FROM jobs_claim($1)",
-            &[&queue],
-        )
+        .query_one("SELECT id, signal FROM jobs_claim($1)", &[&queue])
         .unwrap();
-    (row.get(0), row.get(1), row.get(2), row.get(3))
+    let signal: Option<Value> = row.get(1);
+    let signal = signal.unwrap_or(Value::Null);
+    (
+        row.get(0),
+        signal["name"].as_str().map(str::to_owned),
+        signal.get("payload").cloned(),
+        signal["timed_out"].as_bool(),
+    )
 }
 
 #[test]
