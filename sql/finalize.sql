@@ -30,7 +30,10 @@ SELECT q.name AS queue,
                 OR d.tenant OPERATOR(pg_catalog.=) ANY ((SELECT jobs.tenant_scope())::pg_catalog.text[]))
          ORDER BY d.run_at
          LIMIT 1)                          AS oldest_ready_age,
-       coalesce(s.finished_last_minute, 0) AS finished_last_minute
+       coalesce(s.finished_last_minute, 0) AS finished_last_minute,
+       -- Workflows (0.3.0): jobs waiting for their dependencies or a signal. Last, as a view
+       -- may only grow at its end.
+       coalesce(s.waiting, 0)              AS waiting
   FROM jobs.queue q
   LEFT JOIN (
         SELECT j.queue,
@@ -46,7 +49,11 @@ SELECT q.name AS queue,
                                   AND j.lease_until OPERATOR(pg_catalog.<) pg_catalog.now()) AS running_past_lease,
                pg_catalog.count(*) FILTER (WHERE j.finished_at OPERATOR(pg_catalog.>)
                                       (pg_catalog.now() OPERATOR(pg_catalog.-) interval '1 minute'))
-                                                                                           AS finished_last_minute
+                                                                                           AS finished_last_minute,
+               -- Compared as text: the upgrade script that adds 'waiting' to jobs.state
+               -- defines this view in the same transaction, where the new value may not be
+               -- used yet.
+               pg_catalog.count(*) FILTER (WHERE j.state::pg_catalog.text OPERATOR(pg_catalog.=) 'waiting') AS waiting
           FROM jobs.job j
          WHERE (SELECT jobs.tenant_scope()) IS NULL
             OR (j.tenant IS NULL AND pg_catalog.cardinality((SELECT jobs.tenant_scope())) OPERATOR(pg_catalog.=) 0)
@@ -54,7 +61,7 @@ SELECT q.name AS queue,
          GROUP BY j.queue
        ) s ON s.queue OPERATOR(pg_catalog.=) q.name;
 COMMENT ON VIEW jobs.queue_stats IS
-    'per queue: jobs by state (ready + scheduled = queued; the states add up), running jobs past their lease, the oldest ready job''s age, jobs finished in the last minute';
+    'per queue: jobs by state (ready + scheduled = queued; the states add up, waiting included), running jobs past their lease, the oldest ready job''s age, jobs finished in the last minute';
 
 
 -- Row-level security, forced (the owner is subject to it too): a direct read of jobs.job shows
@@ -113,6 +120,18 @@ GRANT SELECT ON jobs.idempotency TO jobs_client;
 -- Schedules (pg_jobs issue 12): only admins schedule, so only admins read them (their
 -- payloads are jobs of no tenant). The tables stay writable by the owner alone.
 GRANT SELECT ON jobs.schedule, jobs.schedules TO jobs_admin;
+-- ==== Workflows (issue 37) =====================================================================
+-- Recorded signals are a tenant's own, as its jobs are; clients may read them. The dependency
+-- and await tables name jobs of every tenant: only the functions read them.
+ALTER TABLE jobs.signal ENABLE ROW LEVEL SECURITY;
+ALTER TABLE jobs.signal FORCE ROW LEVEL SECURITY;
+CREATE POLICY tenant_scope ON jobs.signal
+    USING ((SELECT jobs.tenant_scope()) IS NULL
+           OR (tenant OPERATOR(pg_catalog.=) '' AND pg_catalog.cardinality((SELECT jobs.tenant_scope())) OPERATOR(pg_catalog.=) 0)
+           OR tenant OPERATOR(pg_catalog.=) ANY ((SELECT jobs.tenant_scope())::pg_catalog.text[]));
+REVOKE ALL ON jobs.signal, jobs.job_dependency, jobs.job_await FROM PUBLIC;
+GRANT SELECT ON jobs.signal TO jobs_client;
+-- ==== end of workflows =========================================================================
 
 -- ==== Set-up checks (0.3.0) ===============================================================
 -- Said once, at CREATE EXTENSION (and at the update), where the set-up leaves pg_jobs exposed:

@@ -7,6 +7,273 @@
 -- What it keeps: every queue, job, schedule, tenant grant and idempotency row, ids and the id
 -- sequence, and the leases of running jobs.
 
+-- ==== Workflows (issue 37): dependencies, results and durable waits ==========================
+-- The new state. ALTER TYPE ... ADD VALUE may run in this script's transaction, but the value
+-- may not be used in it until it commits: nothing below names 'waiting' as a jobs.state (the
+-- view compares the state as text, as sql/finalize.sql does).
+ALTER TYPE jobs.state ADD VALUE 'waiting';
+
+-- What jobs carry for workflows (sql/schema.sql says what each is). NOT NULL DEFAULT false
+-- needs no rewrite of the table (the default is kept in the catalog).
+ALTER TABLE jobs.job
+    ADD COLUMN dependents boolean NOT NULL DEFAULT false,
+    ADD COLUMN after bigint[],
+    ADD COLUMN signal jsonb;
+
+-- What a claim returns grows by the signal that woke the job.
+ALTER TYPE jobs.claimed ADD ATTRIBUTE signal jsonb;
+
+-- One row per (waiting job, unfinished parent): the child waits until no row of it is left.
+-- A parent's success deletes its rows, and the settle that deletes a child's last one queues
+-- the child in its transaction (engine::workflows says how two last parents settling at once
+-- are told apart without a count that every settle would update). A parent that ends failed or
+-- cancelled cancels its waiting children, whose rows go with them. `parents`: how many rows
+-- the child got when they were made (all at once), so a settle that deletes them all knows it
+-- is the last without asking.
+CREATE TABLE jobs.job_dependency (
+    child   bigint NOT NULL,
+    parent  bigint NOT NULL,
+    parents integer NOT NULL,
+    PRIMARY KEY (child, parent)
+);
+COMMENT ON TABLE jobs.job_dependency IS 'pg_jobs: which unfinished jobs each waiting job still waits for; written by jobs_enqueue(after => ...) and the settles of the parents';
+-- A settle finds its children here.
+CREATE INDEX job_dependency_parent_idx ON jobs.job_dependency (parent);
+SELECT pg_catalog.pg_extension_config_dump('jobs.job_dependency', '');
+
+-- One row per job waiting for a signal (jobs_await): the signal's commit deletes the rows of
+-- its (tenant, signal) and queues their jobs; the worker (or jobs_reclaim) deletes those past
+-- their deadline and queues their jobs timed out. A row goes exactly once, so a signal and a
+-- timeout racing for a job wake it once. Kept apart from jobs.job so that the jobs table has no
+-- index that only awaits need (every claim and settle would maintain it). tenant '' stands for
+-- no tenant, as in jobs.idempotency.
+CREATE TABLE jobs.job_await (
+    job       bigint PRIMARY KEY,
+    tenant    text NOT NULL,
+    signal    text NOT NULL,
+    deadline  timestamptz NOT NULL
+);
+COMMENT ON TABLE jobs.job_await IS 'pg_jobs: the jobs waiting for a signal (jobs_await), with their deadline';
+CREATE INDEX job_await_signal_idx ON jobs.job_await (tenant, signal);
+CREATE INDEX job_await_deadline_idx ON jobs.job_await (deadline);
+SELECT pg_catalog.pg_extension_config_dump('jobs.job_await', '');
+
+-- Recorded signals (jobs_signal with keep > 0): an await of a recorded signal that has not
+-- expired answers at once, so no wake-up is lost whichever of the two commits first. One row
+-- per (tenant, signal): a later signal replaces the payload and the expiry. The worker deletes
+-- expired ones in bounded batches.
+CREATE TABLE jobs.signal (
+    tenant     text NOT NULL,
+    name       text NOT NULL,
+    payload    jsonb,
+    sent_at    timestamptz NOT NULL,
+    expires_at timestamptz NOT NULL,
+    PRIMARY KEY (tenant, name)
+);
+COMMENT ON TABLE jobs.signal IS 'pg_jobs: signals recorded by jobs_signal for late awaits, until they expire';
+CREATE INDEX signal_expires_idx ON jobs.signal (expires_at);
+SELECT pg_catalog.pg_extension_config_dump('jobs.signal', '');
+
+-- The view gains the waiting jobs, at its end. Dropped and made again (CREATE OR REPLACE could
+-- replace a view someone else made there; pgspot refuses it), without CASCADE: a user's view
+-- that depends on it stops the update and says so instead of being dropped.
+DROP VIEW jobs.queue_stats;
+CREATE VIEW jobs.queue_stats AS
+SELECT q.name AS queue,
+       q.paused,
+       coalesce(s.ready, 0)                AS ready,
+       coalesce(s.scheduled, 0)            AS scheduled,
+       coalesce(s.running, 0)              AS running,
+       coalesce(s.succeeded, 0)            AS succeeded,
+       coalesce(s.failed, 0)               AS failed,
+       coalesce(s.cancelled, 0)            AS cancelled,
+       coalesce(s.running_past_lease, 0)   AS running_past_lease,
+       (SELECT pg_catalog.now() OPERATOR(pg_catalog.-) d.run_at
+          FROM jobs.job d
+         WHERE d.queue OPERATOR(pg_catalog.=) q.name
+           AND d.state OPERATOR(pg_catalog.=) 'queued'
+           AND d.run_at OPERATOR(pg_catalog.<=) pg_catalog.now()
+           AND pg_catalog.isfinite(d.run_at)
+           AND ((SELECT jobs.tenant_scope()) IS NULL
+                OR (d.tenant IS NULL AND pg_catalog.cardinality((SELECT jobs.tenant_scope())) OPERATOR(pg_catalog.=) 0)
+                OR d.tenant OPERATOR(pg_catalog.=) ANY ((SELECT jobs.tenant_scope())::pg_catalog.text[]))
+         ORDER BY d.run_at
+         LIMIT 1)                          AS oldest_ready_age,
+       coalesce(s.finished_last_minute, 0) AS finished_last_minute,
+       -- Workflows (0.3.0): jobs waiting for their dependencies or a signal. Last, as a view
+       -- may only grow at its end.
+       coalesce(s.waiting, 0)              AS waiting
+  FROM jobs.queue q
+  LEFT JOIN (
+        SELECT j.queue,
+               pg_catalog.count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'queued'
+                                  AND j.run_at OPERATOR(pg_catalog.<=) pg_catalog.now())    AS ready,
+               pg_catalog.count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'queued'
+                                  AND j.run_at OPERATOR(pg_catalog.>) pg_catalog.now())     AS scheduled,
+               pg_catalog.count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'running')             AS running,
+               pg_catalog.count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'succeeded')           AS succeeded,
+               pg_catalog.count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'failed')              AS failed,
+               pg_catalog.count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'cancelled')           AS cancelled,
+               pg_catalog.count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'running'
+                                  AND j.lease_until OPERATOR(pg_catalog.<) pg_catalog.now()) AS running_past_lease,
+               pg_catalog.count(*) FILTER (WHERE j.finished_at OPERATOR(pg_catalog.>)
+                                      (pg_catalog.now() OPERATOR(pg_catalog.-) interval '1 minute'))
+                                                                                           AS finished_last_minute,
+               -- Compared as text: the upgrade script that adds 'waiting' to jobs.state
+               -- defines this view in the same transaction, where the new value may not be
+               -- used yet.
+               pg_catalog.count(*) FILTER (WHERE j.state::pg_catalog.text OPERATOR(pg_catalog.=) 'waiting') AS waiting
+          FROM jobs.job j
+         WHERE (SELECT jobs.tenant_scope()) IS NULL
+            OR (j.tenant IS NULL AND pg_catalog.cardinality((SELECT jobs.tenant_scope())) OPERATOR(pg_catalog.=) 0)
+            OR j.tenant OPERATOR(pg_catalog.=) ANY ((SELECT jobs.tenant_scope())::pg_catalog.text[])
+         GROUP BY j.queue
+       ) s ON s.queue OPERATOR(pg_catalog.=) q.name;
+COMMENT ON VIEW jobs.queue_stats IS
+    'per queue: jobs by state (ready + scheduled = queued; the states add up, waiting included), running jobs past their lease, the oldest ready job''s age, jobs finished in the last minute';
+REVOKE ALL ON jobs.queue_stats FROM PUBLIC;
+GRANT SELECT ON jobs.queue_stats TO jobs_client;
+
+-- Recorded signals are a tenant's own, as its jobs are; clients may read them. The dependency
+-- and await tables name jobs of every tenant: only the functions read them.
+ALTER TABLE jobs.signal ENABLE ROW LEVEL SECURITY;
+ALTER TABLE jobs.signal FORCE ROW LEVEL SECURITY;
+CREATE POLICY tenant_scope ON jobs.signal
+    USING ((SELECT jobs.tenant_scope()) IS NULL
+           OR (tenant OPERATOR(pg_catalog.=) '' AND pg_catalog.cardinality((SELECT jobs.tenant_scope())) OPERATOR(pg_catalog.=) 0)
+           OR tenant OPERATOR(pg_catalog.=) ANY ((SELECT jobs.tenant_scope())::pg_catalog.text[]));
+REVOKE ALL ON jobs.signal, jobs.job_dependency, jobs.job_await FROM PUBLIC;
+GRANT SELECT ON jobs.signal TO jobs_client;
+
+-- after is appended to both enqueue functions: a new argument list is a new function.
+DROP FUNCTION jobs_enqueue(pg_catalog.text, pg_catalog.jsonb, pg_catalog.text,
+    pg_catalog.timestamptz, pg_catalog.int4, pg_catalog.int4, pg_catalog.jsonb, pg_catalog.text,
+    pg_catalog.interval, pg_catalog.text, pg_catalog.text, pg_catalog.text);
+DROP FUNCTION jobs_enqueue_batch(pg_catalog.text, pg_catalog.jsonb[], pg_catalog.text,
+    pg_catalog.timestamptz, pg_catalog.int4, pg_catalog.int4, pg_catalog.jsonb, pg_catalog.text,
+    pg_catalog.interval, pg_catalog.text, pg_catalog.text, pg_catalog.text, pg_catalog.text[],
+    pg_catalog.text[]);
+
+CREATE FUNCTION "jobs_enqueue"(
+	"queue" TEXT, /* Option < & str > */
+	"payload" jsonb DEFAULT '{}', /* Option < Jsonb > */
+	"kind" TEXT DEFAULT 'default', /* Option < & str > */
+	"run_at" timestamp with time zone DEFAULT pg_catalog.now(), /* Option < TimestampWithTimeZone > */
+	"priority" INT DEFAULT 0, /* Option < i32 > */
+	"max_attempts" INT DEFAULT NULL, /* Option < i32 > */
+	"headers" jsonb DEFAULT NULL, /* Option < Jsonb > */
+	"unique_key" TEXT DEFAULT NULL, /* Option < & str > */
+	"unique_for" interval DEFAULT NULL, /* Option < Interval > */
+	"on_conflict" TEXT DEFAULT 'skip', /* Option < & str > */
+	"tenant" TEXT DEFAULT NULL, /* Option < & str > */
+	"group_key" TEXT DEFAULT NULL, /* Option < & str > */
+	"after" bigint[] DEFAULT NULL /* :: std :: option :: Option < Vec < Option < i64 > > > */
+) RETURNS bigint /* i64 */
+VOLATILE SECURITY DEFINER PARALLEL UNSAFE
+SET search_path TO pg_catalog, pg_temp
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'jobs_enqueue_wrapper';
+
+CREATE FUNCTION "jobs_enqueue_batch"(
+	"queue" TEXT, /* Option < & str > */
+	"payloads" jsonb[], /* Option < JsonbArray > */
+	"kind" TEXT DEFAULT 'default', /* Option < & str > */
+	"run_at" timestamp with time zone DEFAULT pg_catalog.now(), /* Option < TimestampWithTimeZone > */
+	"priority" INT DEFAULT 0, /* Option < i32 > */
+	"max_attempts" INT DEFAULT NULL, /* Option < i32 > */
+	"headers" jsonb DEFAULT NULL, /* Option < Jsonb > */
+	"unique_key" TEXT DEFAULT NULL, /* Option < & str > */
+	"unique_for" interval DEFAULT NULL, /* Option < Interval > */
+	"on_conflict" TEXT DEFAULT 'skip', /* Option < & str > */
+	"tenant" TEXT DEFAULT NULL, /* Option < & str > */
+	"group_key" TEXT DEFAULT NULL, /* Option < & str > */
+	"unique_keys" TEXT[] DEFAULT NULL, /* :: std :: option :: Option < Vec < Option < String > > > */
+	"group_keys" TEXT[] DEFAULT NULL, /* :: std :: option :: Option < Vec < Option < String > > > */
+	"after" bigint[] DEFAULT NULL /* :: std :: option :: Option < Vec < Option < i64 > > > */
+) RETURNS SETOF jobs.enqueued /* EnqueuedRow */
+VOLATILE SECURITY DEFINER PARALLEL UNSAFE
+SET search_path TO pg_catalog, pg_temp
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'jobs_enqueue_batch_wrapper';
+
+CREATE FUNCTION "jobs_results"(
+	"ids" bigint[] /* :: std :: option :: Option < Vec < Option < i64 > > > */
+) RETURNS TABLE (
+	"id" bigint,  /* i64 */
+	"state" TEXT,  /* String */
+	"result" jsonb,  /* Option < Jsonb > */
+	"errors" jsonb,  /* Option < Jsonb > */
+	"finished_at" timestamp with time zone  /* Option < TimestampWithTimeZone > */
+)
+VOLATILE SECURITY DEFINER PARALLEL UNSAFE
+SET search_path TO pg_catalog, pg_temp
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'jobs_results_wrapper';
+
+CREATE FUNCTION "jobs_wait"(
+	"ids" bigint[], /* :: std :: option :: Option < Vec < Option < i64 > > > */
+	"timeout" interval /* Option < Interval > */
+) RETURNS TABLE (
+	"id" bigint,  /* i64 */
+	"state" TEXT,  /* String */
+	"result" jsonb,  /* Option < Jsonb > */
+	"errors" jsonb,  /* Option < Jsonb > */
+	"finished_at" timestamp with time zone  /* Option < TimestampWithTimeZone > */
+)
+VOLATILE SECURITY DEFINER PARALLEL UNSAFE
+SET search_path TO pg_catalog, pg_temp
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'jobs_wait_wrapper';
+
+CREATE FUNCTION "jobs_await"(
+	"id" bigint, /* Option < i64 > */
+	"lease" uuid, /* Option < pgrx :: Uuid > */
+	"signal" TEXT, /* Option < & str > */
+	"timeout" interval DEFAULT '1 day' /* Option < Interval > */
+) RETURNS TEXT /* & '_ str */
+VOLATILE SECURITY DEFINER PARALLEL UNSAFE
+SET search_path TO pg_catalog, pg_temp
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'jobs_await_wrapper';
+
+CREATE FUNCTION "jobs_signal"(
+	"signal" TEXT, /* Option < & str > */
+	"payload" jsonb DEFAULT NULL, /* Option < Jsonb > */
+	"keep" interval DEFAULT '1 day' /* Option < Interval > */
+) RETURNS INT /* i32 */
+VOLATILE SECURITY DEFINER PARALLEL UNSAFE
+SET search_path TO pg_catalog, pg_temp
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'jobs_signal_wrapper';
+
+-- Callable by every pg_jobs role, as every function of the extension (each checks its caller's
+-- role itself).
+REVOKE ALL ON FUNCTION jobs_enqueue(pg_catalog.text, pg_catalog.jsonb, pg_catalog.text,
+    pg_catalog.timestamptz, pg_catalog.int4, pg_catalog.int4, pg_catalog.jsonb, pg_catalog.text,
+    pg_catalog.interval, pg_catalog.text, pg_catalog.text, pg_catalog.text, pg_catalog.int8[])
+    FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobs_enqueue(pg_catalog.text, pg_catalog.jsonb, pg_catalog.text,
+    pg_catalog.timestamptz, pg_catalog.int4, pg_catalog.int4, pg_catalog.jsonb, pg_catalog.text,
+    pg_catalog.interval, pg_catalog.text, pg_catalog.text, pg_catalog.text, pg_catalog.int8[])
+    TO jobs_client;
+REVOKE ALL ON FUNCTION jobs_enqueue_batch(pg_catalog.text, pg_catalog.jsonb[], pg_catalog.text,
+    pg_catalog.timestamptz, pg_catalog.int4, pg_catalog.int4, pg_catalog.jsonb, pg_catalog.text,
+    pg_catalog.interval, pg_catalog.text, pg_catalog.text, pg_catalog.text, pg_catalog.text[],
+    pg_catalog.text[], pg_catalog.int8[]) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobs_enqueue_batch(pg_catalog.text, pg_catalog.jsonb[], pg_catalog.text,
+    pg_catalog.timestamptz, pg_catalog.int4, pg_catalog.int4, pg_catalog.jsonb, pg_catalog.text,
+    pg_catalog.interval, pg_catalog.text, pg_catalog.text, pg_catalog.text, pg_catalog.text[],
+    pg_catalog.text[], pg_catalog.int8[]) TO jobs_client;
+REVOKE ALL ON FUNCTION jobs_results(pg_catalog.int8[]) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobs_results(pg_catalog.int8[]) TO jobs_client;
+REVOKE ALL ON FUNCTION jobs_wait(pg_catalog.int8[], pg_catalog.interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobs_wait(pg_catalog.int8[], pg_catalog.interval) TO jobs_client;
+REVOKE ALL ON FUNCTION jobs_await(pg_catalog.int8, uuid, pg_catalog.text, pg_catalog.interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobs_await(pg_catalog.int8, uuid, pg_catalog.text, pg_catalog.interval) TO jobs_client;
+REVOKE ALL ON FUNCTION jobs_signal(pg_catalog.text, pg_catalog.jsonb, pg_catalog.interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobs_signal(pg_catalog.text, pg_catalog.jsonb, pg_catalog.interval) TO jobs_client;
+-- ==== end of workflows =========================================================================
+
 -- Reliability (0.3.0): rate limits below one claim in about 32 years are refused now (the next
 -- token's time left the timestamp range, and waiting claims were admitted about once a second);
 -- a queue that has one keeps the lowest limit instead.

@@ -31,7 +31,9 @@ GRANT jobs_worker TO jobs_admin;
 CREATE SCHEMA jobs;
 COMMENT ON SCHEMA jobs IS 'pg_jobs: tables, types and views of the job queue';
 
-CREATE TYPE jobs.state AS ENUM ('queued', 'running', 'succeeded', 'failed', 'cancelled');
+-- 'waiting' (0.3.0, workflows): a job that waits for its dependencies or for a signal. Last, as
+-- an upgrade's ALTER TYPE ... ADD VALUE puts it.
+CREATE TYPE jobs.state AS ENUM ('queued', 'running', 'succeeded', 'failed', 'cancelled', 'waiting');
 
 CREATE TABLE jobs.queue (
     name              text COLLATE pg_catalog."C" PRIMARY KEY
@@ -110,7 +112,20 @@ CREATE TABLE jobs.job (
     -- the group unfinished, at group_concurrency 1, or the group full). The claim indexes
     -- leave it out, so claims never walk it; the settle that moves its group on clears it
     -- (engine::groups).
-    group_wait     boolean NOT NULL DEFAULT false
+    group_wait     boolean NOT NULL DEFAULT false,
+    -- Workflows (0.3.0, engine::workflows). Last, as an upgrade's ADD COLUMN puts them, and
+    -- where no claim or settle of a job that uses none of this changes them (an update logs
+    -- only the changed middle of the row). `dependents`: jobs were enqueued after this one
+    -- while it was unfinished, so its settle looks them up (a settle of any other job skips
+    -- the look-up); set once, never cleared. `after`: the jobs this one was enqueued after
+    -- (its parents), as given. `signal`: the signal it awaits or was woken by, as
+    -- {"name": ..., "payload": ..., "timed_out": ...} (no payload when there is none), which
+    -- the next claims carry as it is. One column, in jobs.claimed too: every claim and settle
+    -- of every job builds and checks each column of the row, NULL or not, and a claim that took
+    -- it apart into three attributes set up three expressions on every call.
+    dependents     boolean NOT NULL DEFAULT false,
+    after          bigint[],
+    signal         jsonb
 )
 -- Every job is updated at least twice (claim, settle). Room on its page lets both new versions
 -- stay there: no page-move lock record in the WAL, a smaller update record (only the changed
@@ -238,7 +253,10 @@ CREATE TYPE jobs.claimed AS (
     tenant       text,
     group_key    text,
     created_at   timestamptz,
-    run_at       timestamptz
+    run_at       timestamptz,
+    -- Workflows (0.3.0): the signal the job awaited, {"name", "payload", "timed_out"} (NULL for
+    -- a job that never awaited).
+    signal       jsonb
 );
 
 INSERT INTO jobs.queue (name) VALUES ('default');
@@ -406,3 +424,59 @@ COMMENT ON VIEW jobs.schedules IS 'pg_jobs schedules: definition, next slot, las
 -- ---------------------------------------------------------------------------------------------
 -- End of schedules.
 -- ---------------------------------------------------------------------------------------------
+
+-- ==== Workflows (issue 37) =====================================================================
+-- Dependencies, results and durable waits (engine::workflows). The functions are the only
+-- writers; none of these tables is read by a claim or settle of a job that uses none of this.
+
+-- One row per (waiting job, unfinished parent): the child waits until no row of it is left.
+-- A parent's success deletes its rows, and the settle that deletes a child's last one queues
+-- the child in its transaction (engine::workflows says how two last parents settling at once
+-- are told apart without a count that every settle would update). A parent that ends failed or
+-- cancelled cancels its waiting children, whose rows go with them. `parents`: how many rows
+-- the child got when they were made (all at once), so a settle that deletes them all knows it
+-- is the last without asking.
+CREATE TABLE jobs.job_dependency (
+    child   bigint NOT NULL,
+    parent  bigint NOT NULL,
+    parents integer NOT NULL,
+    PRIMARY KEY (child, parent)
+);
+COMMENT ON TABLE jobs.job_dependency IS 'pg_jobs: which unfinished jobs each waiting job still waits for; written by jobs_enqueue(after => ...) and the settles of the parents';
+-- A settle finds its children here.
+CREATE INDEX job_dependency_parent_idx ON jobs.job_dependency (parent);
+SELECT pg_catalog.pg_extension_config_dump('jobs.job_dependency', '');
+
+-- One row per job waiting for a signal (jobs_await): the signal's commit deletes the rows of
+-- its (tenant, signal) and queues their jobs; the worker (or jobs_reclaim) deletes those past
+-- their deadline and queues their jobs timed out. A row goes exactly once, so a signal and a
+-- timeout racing for a job wake it once. Kept apart from jobs.job so that the jobs table has no
+-- index that only awaits need (every claim and settle would maintain it). tenant '' stands for
+-- no tenant, as in jobs.idempotency.
+CREATE TABLE jobs.job_await (
+    job       bigint PRIMARY KEY,
+    tenant    text NOT NULL,
+    signal    text NOT NULL,
+    deadline  timestamptz NOT NULL
+);
+COMMENT ON TABLE jobs.job_await IS 'pg_jobs: the jobs waiting for a signal (jobs_await), with their deadline';
+CREATE INDEX job_await_signal_idx ON jobs.job_await (tenant, signal);
+CREATE INDEX job_await_deadline_idx ON jobs.job_await (deadline);
+SELECT pg_catalog.pg_extension_config_dump('jobs.job_await', '');
+
+-- Recorded signals (jobs_signal with keep > 0): an await of a recorded signal that has not
+-- expired answers at once, so no wake-up is lost whichever of the two commits first. One row
+-- per (tenant, signal): a later signal replaces the payload and the expiry. The worker deletes
+-- expired ones in bounded batches.
+CREATE TABLE jobs.signal (
+    tenant     text NOT NULL,
+    name       text NOT NULL,
+    payload    jsonb,
+    sent_at    timestamptz NOT NULL,
+    expires_at timestamptz NOT NULL,
+    PRIMARY KEY (tenant, name)
+);
+COMMENT ON TABLE jobs.signal IS 'pg_jobs: signals recorded by jobs_signal for late awaits, until they expire';
+CREATE INDEX signal_expires_idx ON jobs.signal (expires_at);
+SELECT pg_catalog.pg_extension_config_dump('jobs.signal', '');
+-- ==== end of workflows =========================================================================

@@ -279,7 +279,7 @@ fn render_metrics(stats: &[QueueStats]) -> String {
         };
     family(
         "pg_jobs_jobs",
-        "Jobs by queue and state (ready: queued and due; scheduled: queued, not yet due); the states add up.",
+        "Jobs by queue and state (ready: queued and due; scheduled: queued, not yet due; waiting: for dependencies or a signal); the states add up.",
         "gauge",
         &mut stats.iter().flat_map(|s| {
             s.by_state.iter().map(move |(state, n)| {

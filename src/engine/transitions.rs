@@ -5,7 +5,8 @@
 //! job's position (see `runtime::floor`), and a waiting claim hears of a job only if its commit
 //! signals the queue. So every path that queues a job (enqueue, a failure retried, a release,
 //! a reclaim, `jobs_retry`, a dead-letter copy, a resume, and any path added later: a replaced
-//! unique job, a group's next job, a schedule's slot) reports it here, in the transaction that
+//! unique job, a group's next job, a schedule's slot, a dependent whose last parent succeeded,
+//! a job woken by its signal or its await's timeout) reports it here, in the transaction that
 //! does it, and nowhere else.
 
 use crate::runtime::totals::{Counts, Key};
@@ -84,5 +85,14 @@ pub fn job_settled(row: &Row<'_>, settled: Settled) {
         Settled::Failed => counts.failed = 1,
         Settled::Retried => counts.retried = 1,
     }
+    if settled != Settled::Retried {
+        jobs_finished();
+    }
     effects::jobs_settled(Key::new(&queue, tenant.as_deref()), counts);
+}
+
+/// This transaction finished jobs (they succeeded, failed for good or were cancelled): the
+/// `jobs_wait` calls asleep look again when it commits.
+pub fn jobs_finished() {
+    effects::jobs_finished();
 }

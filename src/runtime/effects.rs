@@ -108,6 +108,8 @@ thread_local! {
     static QUEUES_CHANGED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     /// Whether this transaction drops the extension.
     static EXTENSION_DROPPED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// Whether this transaction finished jobs (`jobs_wait` calls wake when it commits).
+    static FINISHED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     /// The gid of the PREPARE TRANSACTION this transaction ends with, once the statement ran.
     static PREPARING: RefCell<Option<String>> = const { RefCell::new(None) };
 
@@ -221,6 +223,15 @@ pub fn job_locked(queue: &str) {
     note(queue, |e| e.reset_on_abort = true);
 }
 
+/// Notes that this transaction finished jobs: when it commits, the `jobs_wait` calls asleep
+/// look again. Whether any sleeps is asked then, after the commit is visible, so a call that
+/// starts to sleep meanwhile has already seen the jobs finished.
+pub fn jobs_finished() {
+    if shared().is_some() {
+        FINISHED.with(|f| f.set(true));
+    }
+}
+
 /// Notes that this transaction changed tenant grants: when it commits, every session drops the
 /// grants it cached.
 pub fn tenant_grants_changed() {
@@ -309,6 +320,7 @@ unsafe extern "C-unwind" fn on_xact_event(
             GRANTS_CHANGED.with(|c| c.set(false));
             QUEUES_CHANGED.with(|c| c.set(false));
             EXTENSION_DROPPED.with(|c| c.set(false));
+            FINISHED.with(|f| f.set(false));
             PENDING.with(|p| p.borrow_mut().clear());
             SETTLED.with(|s| s.borrow_mut().clear());
             PREPARING.with(|g| g.borrow_mut().take());
@@ -396,6 +408,9 @@ unsafe extern "C-unwind" fn on_resource_release(
             totals::add(key, *counts);
         }
     }
+    if FINISHED.with(|f| f.replace(false)) && commit {
+        wakeup::wake_finish_waiters();
+    }
     // A commit bumped them at its commit event; a rollback changed nothing.
     GRANTS_CHANGED.with(|c| c.set(false));
     QUEUES_CHANGED.with(|c| c.set(false));
@@ -480,6 +495,9 @@ fn on_two_phase_statement(statement: TwoPhaseStatement, gid: &str) {
             for (key, counts) in record.settled() {
                 totals::add(&key, counts);
             }
+            if record.finished {
+                wakeup::wake_finish_waiters();
+            }
             if let Some(shared) = shared() {
                 for effects in record.queue_effects() {
                     effects.apply(shared.slot(effects.slot), true);
@@ -503,9 +521,10 @@ fn record_for_prepare() {
     if !offered.is_empty() {
         (store.clear_marks)(offered);
     }
-    let record = PENDING.with(|pending| {
+    let mut record = PENDING.with(|pending| {
         SETTLED.with(|settled| PreparedRecord::of(&pending.borrow(), &settled.borrow()))
     });
+    record.finished = FINISHED.with(std::cell::Cell::get);
     if !record.is_empty() {
         (store.save)(&gid, &record.to_json());
     }
@@ -519,6 +538,9 @@ fn record_for_prepare() {
 struct PreparedRecord {
     queues: Vec<RecordedQueue>,
     settled: Vec<RecordedSettles>,
+    /// Whether it finished jobs: `jobs_wait` calls wake when it commits.
+    #[serde(default)]
+    finished: bool,
 }
 
 #[derive(serde::Serialize, serde::Deserialize)]
@@ -564,11 +586,15 @@ impl PreparedRecord {
                 counts,
             })
             .collect();
-        PreparedRecord { queues, settled }
+        PreparedRecord {
+            queues,
+            settled,
+            finished: false,
+        }
     }
 
     fn is_empty(&self) -> bool {
-        self.queues.is_empty() && self.settled.is_empty()
+        self.queues.is_empty() && self.settled.is_empty() && !self.finished
     }
 
     fn to_json(&self) -> String {

@@ -1,6 +1,6 @@
 //! The extension's shared memory: one wake-up slot per queue hash (with the queue's claim floor),
-//! the background workers' status, rate-limit buckets,
-//! the totals of settled jobs and the freed heads of groups. It exists only
+//! the background workers' status, rate-limit buckets, the totals of settled jobs, the freed
+//! heads of groups, and where `jobs_wait` calls sleep. It exists only
 //! when pg_jobs is in `shared_preload_libraries`; without it, waiting claims fall back to
 //! polling, claims start at the head of their queue, and there is no worker.
 
@@ -77,6 +77,8 @@ pub struct Shared {
     totals: TotalsTable,
     freed_heads: FreedHeads,
     queued_changes: QueuedChanges,
+    /// Where `jobs_wait` calls sleep until a commit finishes jobs (its floor is unused).
+    finished: Slot,
 }
 
 impl Shared {
@@ -123,6 +125,11 @@ impl Shared {
     /// The freed heads of groups, offered by settles to the next claims.
     pub(super) fn freed_heads(&self) -> &FreedHeads {
         &self.freed_heads
+    }
+
+    /// The slot `jobs_wait` calls sleep on, woken by commits that finish jobs.
+    pub(super) fn finished(&self) -> &Slot {
+        &self.finished
     }
 
     /// The counts of commits that make jobs queued (`runtime::queued_changes`).
@@ -172,6 +179,11 @@ unsafe extern "C-unwind" fn initialise() {
                 pg_sys::ConditionVariableInit(slot.cv.get());
                 slot.next_due.store(i64::MAX, Ordering::Relaxed);
             }
+            pg_sys::ConditionVariableInit((*shared).finished.cv.get());
+            (*shared)
+                .finished
+                .next_due
+                .store(i64::MAX, Ordering::Relaxed);
         }
         SHARED = shared;
         pg_sys::LWLockRelease(init_lock);

@@ -4,6 +4,7 @@ use pgrx::pg_sys;
 use pgrx::PgTryBuilder;
 
 use crate::engine::tenants::TenantScope;
+use crate::engine::workflows::signals;
 use crate::engine::{claim, groups, idempotency, purge, reclaim, schedules, two_phase};
 use crate::pg::clock::server_now;
 use crate::pg::extension::LIBRARY_VERSION;
@@ -137,6 +138,14 @@ fn tick(started_at: i64) -> TickReport {
 
         // No due job may wait below a claim floor for longer than a tick, whatever made it
         // claimable.
+        // Awaits whose timeout passed go back to the queue (engine::workflows::signals), in
+        // bounded batches as the reclaim.
+        for _ in 0..RECLAIM_BATCHES {
+            if signals::fire_timeouts(client, &TenantScope::All) < signals::BATCH {
+                break;
+            }
+        }
+
         let floors_healed = claim::heal_floors(client);
 
         // Each due schedule slot once: its job and the schedule's progress commit together.
@@ -145,6 +154,7 @@ fn tick(started_at: i64) -> TickReport {
         let purged = purge::sweep(client);
         let idempotency_purged = idempotency::purge_expired(client);
         two_phase::purge_orphans(client);
+        signals::purge_expired(client);
 
         // Last of the steps in subtransactions: a later one rolled back would forget the sweep.
         let (stranded_cleared, sweep_error) = sweep_step(client);

@@ -32,7 +32,9 @@ use pgrx::spi::SpiClient;
 use crate::engine::groups::{self, GroupRef};
 use crate::engine::model::Position;
 use crate::engine::queues::{self, unknown_queue};
+use crate::engine::tenants;
 use crate::engine::transitions;
+use crate::engine::workflows::dependencies;
 use crate::pg::clock::server_now;
 use crate::pg::datum::{Jsonb, JsonbArray};
 use crate::pg::errors::{quote, raise, raise_with_hint, UNIQUE_VIOLATION};
@@ -199,6 +201,8 @@ pub struct JobOptions {
     pub group_keys: Option<Vec<Option<String>>>,
     /// Unique keys, when any job has one.
     pub unique: Option<Uniqueness>,
+    /// The jobs every job of the call waits for (`engine::workflows::dependencies`), if any.
+    pub after: Option<Vec<i64>>,
 }
 
 /// A job an enqueue call asked for: the job's id, and whether it was inserted (false: a
@@ -216,6 +220,12 @@ pub struct Enqueued {
 const UNIQUE_ROUNDS: usize = 8;
 
 impl JobOptions {
+    /// Whether the jobs inserted are reported queued as they go in: not when they wait for
+    /// other jobs, which decides how they are left once they are in.
+    fn announces(&self) -> bool {
+        self.after.is_none()
+    }
+
     /// The first nine arguments of every insert statement.
     fn job_args<'a>(&'a self, queue: &'a str, payload: DatumWithOid<'a>) -> Vec<DatumWithOid<'a>> {
         vec![
@@ -252,11 +262,40 @@ impl JobOptions {
     }
 }
 
-/// Enqueues one job into `queue`; for a unique duplicate, the existing job's id.
+/// Enqueues one job into `queue`; for a unique duplicate, the existing job's id. With `after`,
+/// the job waits for those jobs (or is cancelled at once, or queued when they all succeeded).
 pub fn enqueue(queue: &str, payload: Jsonb, options: &JobOptions) -> Enqueued {
     // Taken before the statement that reads jobs.queue, so that statement's snapshot sees a
     // drop that committed while we waited.
     locks::lock_queue(queue, false);
+    let Some(after) = &options.after else {
+        return enqueue_one(queue, payload, options);
+    };
+    // The parents exist before the job does: its id comes after theirs, so no cycle can be
+    // built (engine::workflows::dependencies).
+    let parents = lock_parents(after, options);
+    let enqueued = enqueue_one(queue, payload, options);
+    if enqueued.inserted {
+        with_client(|client| dependencies::enqueued_after(client, vec![enqueued.id], &parents));
+    }
+    enqueued
+}
+
+/// Locks and checks the parents of jobs enqueued with `options`.
+fn lock_parents(after: &[i64], options: &JobOptions) -> dependencies::Parents {
+    with_client(|client| {
+        dependencies::lock_parents(
+            client,
+            after,
+            options.tenant.as_deref(),
+            &tenants::scope(),
+            false,
+        )
+    })
+}
+
+/// [`enqueue`] of one job, the queue lock held (and its parents locked).
+fn enqueue_one(queue: &str, payload: Jsonb, options: &JobOptions) -> Enqueued {
     let payloads = [payload.into_datum().expect("a payload")];
     let unique_keys = [options.unique_key_of(0)];
     let unique_keys: &[Option<&str>] = if options.unique.is_some() {
@@ -272,7 +311,9 @@ pub fn enqueue(queue: &str, payload: Jsonb, options: &JobOptions) -> Enqueued {
         options,
     ) {
         let id = ids[0];
-        transitions::job_queued(queue, options.position(id));
+        if options.announces() {
+            transitions::job_queued(queue, options.position(id));
+        }
         return Enqueued { id, inserted: true };
     }
     with_client(|client| match options.unique_key_of(0) {
@@ -281,12 +322,14 @@ pub fn enqueue(queue: &str, payload: Jsonb, options: &JobOptions) -> Enqueued {
             let Some(id) = INSERT.first::<i64>(client, &args, "id") else {
                 unknown_queue(queue)
             };
-            transitions::job_queued(queue, options.position(id));
+            if options.announces() {
+                transitions::job_queued(queue, options.position(id));
+            }
             Enqueued { id, inserted: true }
         }
         Some(key) => {
             let enqueued = enqueue_unique(client, queue, payload, key, options);
-            if enqueued.inserted {
+            if enqueued.inserted && options.announces() {
                 transitions::job_queued(queue, options.position(enqueued.id));
             }
             enqueued
@@ -604,9 +647,26 @@ fn key_kept_changing_hands(queue: &str, key: &str) -> ! {
 }
 
 /// Enqueues one job per payload into `queue` in one statement; one answer per payload, in
-/// payload order (for a unique duplicate, the existing job's id).
+/// payload order (for a unique duplicate, the existing job's id). With `after`, every job
+/// inserted waits for those jobs, as [`enqueue`]'s.
 pub fn enqueue_batch(queue: &str, payloads: JsonbArray, options: &JobOptions) -> Vec<Enqueued> {
     locks::lock_queue(queue, false);
+    let Some(after) = &options.after else {
+        return enqueue_many(queue, payloads, options);
+    };
+    let parents = lock_parents(after, options);
+    let enqueued = enqueue_many(queue, payloads, options);
+    let inserted: Vec<i64> = enqueued
+        .iter()
+        .filter(|e| e.inserted)
+        .map(|e| e.id)
+        .collect();
+    with_client(|client| dependencies::enqueued_after(client, inserted, &parents));
+    enqueued
+}
+
+/// [`enqueue_batch`], the queue lock held (and the parents locked).
+fn enqueue_many(queue: &str, payloads: JsonbArray, options: &JobOptions) -> Vec<Enqueued> {
     if count_of(payloads) > 0 {
         let datums: Vec<pg_sys::Datum> = payloads
             .elements()
@@ -633,7 +693,7 @@ pub fn enqueue_batch(queue: &str, payloads: JsonbArray, options: &JobOptions) ->
             None => Vec::new(),
         };
         if let Some(ids) = write_direct(queue, &datums, &group_keys, &unique_keys, options) {
-            if let Some(&first) = ids.iter().min() {
+            if let Some(&first) = ids.iter().min().filter(|_| options.announces()) {
                 transitions::jobs_queued(queue, ids.len(), options.position(first));
             }
             return ids
@@ -672,7 +732,7 @@ pub fn enqueue_batch(queue: &str, payloads: JsonbArray, options: &JobOptions) ->
             .filter(|e| e.inserted)
             .map(|e| e.id)
             .collect();
-        if let Some(&first) = inserted.iter().min() {
+        if let Some(&first) = inserted.iter().min().filter(|_| options.announces()) {
             transitions::jobs_queued(queue, inserted.len(), options.position(first));
         }
         enqueued

@@ -56,6 +56,7 @@ static STATS: Statement = Statement {
         "running_past_lease",
         "oldest_ready_seconds",
         "finished_last_minute",
+        "waiting",
     ],
 };
 
@@ -68,7 +69,7 @@ static QUEUE_NAMES: Statement = Statement {
 
 /// The states `jobs_list` filters on: every job state, plus `ready` and `scheduled` (queued
 /// jobs that are due, and not yet due), as `jobs.queue_stats` counts them.
-pub const LIST_STATES: [&str; 7] = [
+pub const LIST_STATES: [&str; 8] = [
     "queued",
     "ready",
     "scheduled",
@@ -76,6 +77,7 @@ pub const LIST_STATES: [&str; 7] = [
     "succeeded",
     "failed",
     "cancelled",
+    "waiting",
 ];
 
 /// The job with this id, if any (within the caller's tenant scope).
@@ -127,9 +129,9 @@ pub struct QueueStats {
     pub queue: String,
     /// Whether it is paused.
     pub paused: bool,
-    /// Jobs by state: ready, scheduled, running, succeeded, failed, cancelled (they add up to
-    /// the queue's jobs).
-    pub by_state: [(&'static str, i64); 6],
+    /// Jobs by state: ready, scheduled, running, succeeded, failed, cancelled, waiting (they
+    /// add up to the queue's jobs).
+    pub by_state: [(&'static str, i64); 7],
     /// Running jobs whose lease has passed (not yet reclaimed).
     pub running_past_lease: i64,
     /// Age of the oldest ready job, in seconds (0 without one).
@@ -159,6 +161,7 @@ fn read_queue_stats(client: &SpiClient<'_>) -> Vec<QueueStats> {
                     ("succeeded", count("succeeded")),
                     ("failed", count("failed")),
                     ("cancelled", count("cancelled")),
+                    ("waiting", count("waiting")),
                 ],
                 running_past_lease: count("running_past_lease"),
                 oldest_ready_seconds: row.get("oldest_ready_seconds").unwrap_or(0.0),

@@ -9,6 +9,7 @@ use crate::engine::groups::{self, GroupRef};
 use crate::engine::model::JobState;
 use crate::engine::tenants::TenantScope;
 use crate::engine::transitions;
+use crate::engine::workflows::dependencies;
 use crate::pg::clock::server_now;
 use crate::pg::errors::{
     quote, raise, raise_with_hint, UNIQUE_VIOLATION, UNKNOWN_JOB, WRONG_STATE,
@@ -21,7 +22,15 @@ static LOCK_STATE: Statement = Statement {
     name: "operate/lock_state",
     sql: include_str!("lock_state.sql"),
     params: &[param("id", INT8OID), param("tenants", TEXTARRAYOID)],
-    columns: &["state", "queue", "group_key", "tenant", "unique_key"],
+    columns: &[
+        "state",
+        "queue",
+        "group_key",
+        "tenant",
+        "unique_key",
+        "dependents",
+        "after",
+    ],
 };
 
 static CANCEL: Statement = Statement {
@@ -45,6 +54,10 @@ struct Locked {
     group_key: Option<String>,
     tenant: Option<String>,
     unique_key: Option<String>,
+    /// Whether jobs were enqueued after it (`engine::workflows::dependencies`).
+    dependents: bool,
+    /// The jobs it was enqueued after, if any.
+    after: Option<Vec<i64>>,
 }
 
 /// Locks job `id`'s row and returns its latest committed state, raising P0002 when there is
@@ -58,6 +71,10 @@ fn lock_job_row(client: &SpiClient<'_>, id: i64, scope: &TenantScope) -> Locked 
             group_key: row.get("group_key"),
             tenant: row.get("tenant"),
             unique_key: row.get("unique_key"),
+            dependents: row.get("dependents").unwrap_or(false),
+            after: row
+                .get::<Vec<Option<i64>>>("after")
+                .map(|ids| ids.into_iter().flatten().collect()),
         })
     });
     match found {
@@ -66,8 +83,10 @@ fn lock_job_row(client: &SpiClient<'_>, id: i64, scope: &TenantScope) -> Locked 
     }
 }
 
-/// Cancels a queued or running job at once and returns its state afterwards; a finished job
-/// is left as it is. A running holder learns it at its next heartbeat or settle call.
+/// Cancels a queued, running or waiting job at once and returns its state afterwards; a
+/// finished job is left as it is. A running holder learns it at its next heartbeat or settle
+/// call. Its waiting dependents are cancelled too, transitively
+/// (`engine::workflows::dependencies`).
 pub fn cancel(id: i64, scope: &TenantScope) -> JobState {
     // A queued job may be in the middle of being claimed: its job lock makes us wait for that
     // claim (and makes later claims skip the job) instead of a claim waiting on our row lock.
@@ -79,7 +98,19 @@ pub fn cancel(id: i64, scope: &TenantScope) -> JobState {
             return job.state;
         }
         CANCEL.run(client, &[id.into(), timestamptz_arg(server_now())]);
-        if let Some(group) = &job.group_key {
+        transitions::jobs_finished();
+        if job.state == JobState::Waiting {
+            dependencies::child_cancelled(client, id);
+        }
+        if job.dependents {
+            dependencies::parents_ended(client, vec![(id, JobState::Cancelled)]);
+        }
+        // A waiting job holds no slot of its group.
+        if let Some(group) = job
+            .group_key
+            .as_ref()
+            .filter(|_| job.state != JobState::Waiting)
+        {
             // Its group's next job may run (a queued head blocked it too).
             groups::move_on(
                 client,
@@ -95,7 +126,8 @@ pub fn cancel(id: i64, scope: &TenantScope) -> JobState {
 }
 
 /// Brings a failed or cancelled job back to queued at `run_at`, with fresh attempts; its error
-/// history stays.
+/// history stays. A job enqueued after other jobs waits again for those that have not succeeded
+/// since (`waiting`), else is queued; parents that retention purged are not waited for.
 pub fn retry(id: i64, run_at: TimestampWithTimeZone, scope: &TenantScope) -> JobState {
     with_client(|client| {
         let job = lock_job_row(client, id, scope);
@@ -106,7 +138,7 @@ pub fn retry(id: i64, run_at: TimestampWithTimeZone, scope: &TenantScope) -> Job
                 format!("job {id} is succeeded; only failed or cancelled jobs can be retried"),
                 "A succeeded job is finished for good: enqueue a new job to run the work again.",
             ),
-            JobState::Queued | JobState::Running => raise_with_hint(
+            JobState::Queued | JobState::Running | JobState::Waiting => raise_with_hint(
                 WRONG_STATE,
                 format!(
                     "job {id} is {}; only failed or cancelled jobs can be retried",
@@ -146,8 +178,17 @@ pub fn retry(id: i64, run_at: TimestampWithTimeZone, scope: &TenantScope) -> Job
             }
         };
         let row = rows.first().expect("operate/retry updates the locked job");
-        transitions::queued_row(&row);
-        JobState::Queued
+        match job.after.as_deref().filter(|after| !after.is_empty()) {
+            Some(after) => {
+                let parents =
+                    dependencies::lock_parents(client, after, job.tenant.as_deref(), scope, true);
+                dependencies::retried_after(client, id, &parents)
+            }
+            None => {
+                transitions::queued_row(&row);
+                JobState::Queued
+            }
+        }
     })
 }
 

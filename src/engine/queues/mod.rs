@@ -6,7 +6,9 @@ use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
 
 use crate::engine::groups;
+use crate::engine::model::JobState;
 use crate::engine::transitions;
+use crate::engine::workflows::dependencies;
 use crate::pg::datum::QueueRow;
 use crate::pg::errors::{
     quote, raise, raise_with_hint, BAD_ARGUMENT, QUEUE_IN_USE, UNKNOWN_QUEUE, WRONG_STATE,
@@ -76,7 +78,7 @@ static DROP: Statement = Statement {
     name: "queues/drop",
     sql: include_str!("drop.sql"),
     params: &[param("queue", TEXTOID), param("force", BOOLOID)],
-    columns: &["outcome", "active", "referrer"],
+    columns: &["outcome", "active", "referrer", "ended_parents"],
 };
 
 static SCHEDULED_BY: Statement = Statement {
@@ -239,7 +241,7 @@ fn refuse_drop_of_scheduled_queue(client: &SpiClient<'_>, queue: &str) {
     }
 }
 
-/// Drops `queue` and its jobs; refuses while jobs are queued or running unless `force`, while
+/// Drops `queue` and its jobs; refuses while jobs are queued, running or waiting unless `force`, while
 /// another queue uses it as its dead-letter queue, and for the default queue.
 pub fn drop(queue: &str, force: bool) {
     if queue == DEFAULT_QUEUE {
@@ -259,13 +261,29 @@ pub fn drop(queue: &str, force: bool) {
             "dropped" => {
                 settings_changed(queue);
                 groups::forget_freed_heads(queue);
+                // Jobs of other queues that waited for dropped jobs wait for nothing that can
+                // succeed: they are cancelled as after a cancelled dependency.
+                let ended: Vec<i64> = row
+                    .get::<Vec<Option<i64>>>("ended_parents")
+                    .map(|ids| ids.into_iter().flatten().collect())
+                    .unwrap_or_default();
+                dependencies::parents_ended(
+                    client,
+                    ended
+                        .into_iter()
+                        .map(|id| (id, JobState::Cancelled))
+                        .collect(),
+                );
             }
             "unknown" => unknown_queue(queue),
             "busy" => {
                 let active: i64 = row.get("active").unwrap_or(0);
                 raise_with_hint(
                     QUEUE_IN_USE,
-                    format!("queue {} has {active} queued or running jobs", quote(queue)),
+                    format!(
+                        "queue {} has {active} queued, running or waiting jobs",
+                        quote(queue)
+                    ),
                     "Wait for them to finish, cancel them, or pass force => true to drop them too.",
                 )
             }

@@ -10,6 +10,7 @@ use crate::engine::groups::{self, GroupRef};
 use crate::engine::model::{JobState, Position};
 use crate::engine::tenants::TenantScope;
 use crate::engine::transitions::{self, Settled};
+use crate::engine::workflows::{dependencies, signals};
 use crate::pg::clock::server_now;
 use crate::storage::{param, timestamptz_arg, with_client, Statement};
 
@@ -32,6 +33,7 @@ static RECLAIM: Statement = Statement {
         "run_at",
         "group_key",
         "tenant",
+        "dependents",
     ],
 };
 
@@ -47,6 +49,18 @@ pub fn reclaim_batch(client: &SpiClient<'_>, scope: &TenantScope) -> usize {
         ],
     );
     let mut failed = Vec::new();
+    // Dependents of jobs that failed for good are cancelled before any group's lock is waited
+    // for (engine::workflows::dependencies, lock order).
+    dependencies::parents_ended(
+        client,
+        rows.iter()
+            .filter(|row| {
+                row.expect::<String>("state") == JobState::Failed.as_str()
+                    && row.get::<bool>("dependents") == Some(true)
+            })
+            .map(|row| (row.expect::<i64>("id"), JobState::Failed))
+            .collect(),
+    );
     // The groups' slots are free: their next jobs may run.
     groups::move_on(
         client,
@@ -69,10 +83,11 @@ pub fn reclaim_batch(client: &SpiClient<'_>, scope: &TenantScope) -> usize {
     total
 }
 
-/// Reclaims every expired lease within `scope` now and returns how many jobs it took back.
+/// Reclaims every expired lease within `scope` now, and ends every await whose timeout passed
+/// (`engine::workflows::signals`); returns how many jobs it took back.
 pub fn reclaim_all(scope: &TenantScope) -> usize {
     with_client(|client| {
-        let mut total = 0;
+        let mut total = signals::fire_all_timeouts(client, scope);
         loop {
             let reclaimed = reclaim_batch(client, scope);
             total += reclaimed;

@@ -21,6 +21,7 @@ use crate::engine::groups::{self, GroupRef};
 use crate::engine::model::{JobState, Outcome};
 use crate::engine::tenants::TenantScope;
 use crate::engine::transitions::{self, Settled};
+use crate::engine::workflows::dependencies;
 use crate::pg::clock::server_now;
 use crate::pg::datum::Jsonb;
 use crate::runtime::locks::{self, lock_job, try_lock_job};
@@ -37,7 +38,7 @@ static COMPLETE: Statement = Statement {
         param("tenants", TEXTARRAYOID),
         param("state", TEXTOID),
     ],
-    columns: &["queue", "group_key", "tenant"],
+    columns: &["queue", "group_key", "tenant", "dependents"],
 };
 
 static COMPLETE_BATCH: Statement = Statement {
@@ -50,7 +51,7 @@ static COMPLETE_BATCH: Statement = Statement {
         param("tenants", TEXTARRAYOID),
         param("state", TEXTOID),
     ],
-    columns: &["id", "lease", "queue", "group_key", "tenant"],
+    columns: &["id", "lease", "queue", "group_key", "tenant", "dependents"],
 };
 
 static HELD_STATE: Statement = Statement {
@@ -85,6 +86,7 @@ static FAIL: Statement = Statement {
         "id",
         "group_key",
         "tenant",
+        "dependents",
     ],
 };
 
@@ -237,7 +239,7 @@ fn holds_row_lock(client: &SpiClient<'_>, id: i64) -> bool {
 
 /// The grouped jobs in `rows` left `running` (they finished, or went back to the queue): their
 /// groups move on, so the jobs waiting for them may run.
-fn move_groups_on(client: &SpiClient<'_>, rows: &Rows) {
+pub(crate) fn move_groups_on(client: &SpiClient<'_>, rows: &Rows) {
     groups::move_on(
         client,
         rows.iter()
@@ -251,7 +253,7 @@ fn move_groups_on(client: &SpiClient<'_>, rows: &Rows) {
 /// a reclaim put the job back in the queue under this lease and no claim followed, again for
 /// the queued job, under its job lock so no claim is taking it meanwhile ("done wins", Rule 5).
 /// Returns the rows of the run that acted, or the answer to a call that changed nothing.
-fn run_held(
+pub(crate) fn run_held(
     client: &SpiClient<'_>,
     statement: &'static Statement,
     (id, lease): Held,
@@ -322,6 +324,11 @@ pub fn complete(held: Held, result: Option<Jsonb>, scope: &TenantScope) -> Outco
             Ok(rows) => {
                 rows.iter()
                     .for_each(|row| transitions::job_settled(&row, Settled::Completed));
+                // Its dependents first: their rows are deleted before this settle waits for
+                // any group's lock (engine::workflows::dependencies, lock order).
+                if rows.first().and_then(|row| row.get::<bool>("dependents")) == Some(true) {
+                    dependencies::parents_succeeded(client, vec![held.0]);
+                }
                 move_groups_on(client, &rows);
                 Outcome::Succeeded
             }
@@ -344,13 +351,19 @@ pub fn complete_batch(pairs: &[Held], scope: &TenantScope) -> Vec<(i64, Outcome)
                 state.as_str().into(),
             ];
             let rows = COMPLETE_BATCH.run(client, &args);
+            let mut parents = Vec::new();
             let done = rows
                 .iter()
                 .filter_map(|row| {
                     transitions::job_settled(&row, Settled::Completed);
-                    Some((row.get::<i64>("id")?, row.get::<pgrx::Uuid>("lease")?))
+                    let id = row.get::<i64>("id")?;
+                    if row.get::<bool>("dependents") == Some(true) {
+                        parents.push(id);
+                    }
+                    Some((id, row.get::<pgrx::Uuid>("lease")?))
                 })
                 .collect();
+            dependencies::parents_succeeded(client, parents);
             move_groups_on(client, &rows);
             done
         };
@@ -421,9 +434,13 @@ pub fn fail(
             Ok(rows) => rows,
             Err(answer) => return answer,
         };
-        move_groups_on(client, &rows);
         let row = rows.first().expect("settle/fail returned a row");
-        if row.expect::<String>("state") == JobState::Failed.as_str() {
+        let failed = row.expect::<String>("state") == JobState::Failed.as_str();
+        if failed && row.get::<bool>("dependents") == Some(true) {
+            dependencies::parents_ended(client, vec![(held.0, JobState::Failed)]);
+        }
+        move_groups_on(client, &rows);
+        if failed {
             transitions::job_settled(&row, Settled::Failed);
             dead_letter::copy_failed(client, vec![held.0]);
             Outcome::Failed
