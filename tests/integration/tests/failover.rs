@@ -51,6 +51,14 @@ const READING_CALLS: &[(&str, &str)] = &[
         "SELECT * FROM jobs_idempotency_get('request-1')",
     ),
     ("jobs_cron_next", "SELECT jobs_cron_next('*/5 * * * *')"),
+    (
+        "jobs_results",
+        "SELECT * FROM jobs_results(ARRAY[1::bigint])",
+    ),
+    (
+        "jobs_wait",
+        "SELECT * FROM jobs_wait(ARRAY[1::bigint], '0')",
+    ),
 ];
 
 /// The primary's settings: the test settings, with commits that wait for the standby (the
@@ -396,6 +404,11 @@ fn writing_calls(jobs: &Jobs) -> Vec<(&'static str, String)> {
             "SELECT jobs_unschedule('fo-nightly')".into(),
         ),
         ("jobs_run_schedules", "SELECT jobs_run_schedules()".into()),
+        (
+            "jobs_await",
+            format!("SELECT jobs_await({id}, '{lease}', 'fo-signal')"),
+        ),
+        ("jobs_signal", "SELECT jobs_signal('fo-signal')".into()),
     ]
 }
 
