@@ -4,7 +4,7 @@
 use pgrx::prelude::*;
 
 use super::args::{
-    check_interval, check_payload_size, check_text, delay_arg, required_elements, DAY,
+    check_interval, check_payload_size, check_text, delay_arg, limits, required_elements,
 };
 use crate::engine::access::{self, Role};
 use crate::engine::settle::Held;
@@ -21,7 +21,7 @@ const SIGNAL_BYTES: usize = 255;
 /// Most jobs one `jobs_results` or `jobs_wait` call reads.
 const RESULT_IDS: usize = 100_000;
 /// Longest await: how long a job may wait for its signal (100 years, as the longest delay).
-const AWAIT_TIMEOUT: i64 = 100 * 365 * DAY;
+const AWAIT_TIMEOUT: i64 = limits::DELAY;
 
 /// The checked `ids` of a results call.
 fn ids_arg(ids: Option<Vec<Option<i64>>>) -> Vec<i64> {
