@@ -10,6 +10,7 @@ mod counts;
 mod flow;
 mod idempotency;
 mod markdown;
+mod pressure;
 mod schedules;
 mod sections;
 mod targets;
@@ -403,6 +404,8 @@ fn absolute(out: &mut String, run: &Run) {
     sections::dead_rows(out, run);
     sections::scaling_curve(out, run);
     sections::soak_section(out, run);
+    pressure::held_horizon(out, run);
+    pressure::storage_run(out, run);
 }
 
 fn method(out: &mut String, run: &Run) {
@@ -460,6 +463,10 @@ fn method(out: &mut String, run: &Run) {
          - w: every point loads, vacuums and checkpoints its queue afresh.\n\
          - s: see the soak's section; capacity and soak each start with 5 s of the same traffic \
          and an `ANALYZE` of the table.\n\
+         - o and y: see their sections; o starts with 5 s of its traffic and an `ANALYZE` of the \
+         table; the hold, the window before it and the rate are BENCH_HOLD_SECS, \
+         BENCH_HOLD_BEFORE_SECS and BENCH_HOLD_RATE, y's sizes and rate BENCH_STORAGE_JOBS, \
+         BENCH_STORAGE_LIVE and BENCH_STORAGE_RATE.\n\
          - Noise: a, b, c and r run several times (BENCH_REPEATS), every other time with the \
          queues in reverse order; their figures here are the means.\n\n",
     );

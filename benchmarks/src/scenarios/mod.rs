@@ -8,6 +8,7 @@ pub mod burndown;
 pub mod clients;
 pub mod enqueue;
 pub mod flow;
+pub mod horizon;
 pub mod idempotency;
 pub mod idle;
 pub mod kinds;
@@ -19,6 +20,7 @@ pub mod scaling;
 pub mod schedules;
 pub mod snapshot;
 pub mod soak;
+pub mod storage;
 pub mod vacuum;
 pub mod wal;
 
@@ -98,7 +100,7 @@ type AllQueues = fn(&Ctx, &mut Client, &[&dyn Comparator]) -> Vec<Measurement>;
 
 /// Every scenario, in the order a run takes them. A new scenario is a file of this folder with
 /// a `run` function, its `pub mod` line above, and one line here.
-pub const ALL: [Scenario; 18] = [
+pub const ALL: [Scenario; 20] = [
     once(
         'p',
         "pgbench: the machine's commit-rate ceiling",
@@ -118,9 +120,15 @@ pub const ALL: [Scenario; 18] = [
     once('l', "client libraries", clients::run),
     once('i', "idempotency records", idempotency::run),
     once('v', "dead rows held back while workers wait", vacuum::run),
+    pg_jobs_only(
+        'o',
+        "a transaction held open under steady traffic",
+        horizon::run,
+    ),
     pg_jobs_only('t', "schedules", schedules::run),
     pg_jobs_only('u', "flow control", flow::run),
     once('s', "soak", soak::run),
+    pg_jobs_only('y', "storage over a long steady run", storage::run),
 ];
 
 /// What every scenario needs.
