@@ -188,6 +188,30 @@ fn ratios(out: &mut String, run: &Run) {
     );
     out.push('\n');
 
+    if let (Some(tps), Some(b1)) = (
+        run.rate("p", pgbench::VARIANT, "pgbench"),
+        run.rate("b", burndown::VARIANTS[0].0, PG_JOBS),
+    ) {
+        let _ = writeln!(
+            out,
+            "Against the machine's ceiling: `pgbench -N` ran {} transactions/s; pg_jobs's one-per-claim \
+             burn-down ({} jobs/s) commits two transactions per job (claim, complete), i.e. {} commits/s = {:.0}% of pgbench's rate.\n",
+            int(tps),
+            int(b1),
+            int(2.0 * b1),
+            200.0 * b1 / tps
+        );
+        if let Some(one) = run.rate("b", burndown::ONE_COMMIT[0].0, PG_JOBS) {
+            let _ = writeln!(
+                out,
+                "Completing and claiming in one transaction (`jobs_complete_and_claim`), pg_jobs \
+                 burnt down {} jobs/s at 1 per claim: one commit per job, {:.0}% of pgbench's \
+                 rate.\n",
+                int(one),
+                100.0 * one / tps
+            );
+        }
+    }
     // How each queue holds up when the table is big or vacuum is held back.
     if !run.ran("d") && !run.ran("e") {
         return;
@@ -213,30 +237,6 @@ fn ratios(out: &mut String, run: &Run) {
         );
     }
     out.push('\n');
-    if let (Some(tps), Some(b1)) = (
-        run.rate("p", pgbench::VARIANT, "pgbench"),
-        run.rate("b", burndown::VARIANTS[0].0, PG_JOBS),
-    ) {
-        let _ = writeln!(
-            out,
-            "Against the machine's ceiling: `pgbench -N` ran {} transactions/s; pg_jobs's one-per-claim \
-             burn-down ({} jobs/s) commits two transactions per job (claim, complete), i.e. {} commits/s = {:.0}% of pgbench's rate.\n",
-            int(tps),
-            int(b1),
-            int(2.0 * b1),
-            200.0 * b1 / tps
-        );
-        if let Some(one) = run.rate("b", burndown::ONE_COMMIT[0].0, PG_JOBS) {
-            let _ = writeln!(
-                out,
-                "Completing and claiming in one transaction (`jobs_complete_and_claim`), pg_jobs \
-                 burnt down {} jobs/s at 1 per claim: one commit per job, {:.0}% of pgbench's \
-                 rate.\n",
-                int(one),
-                100.0 * one / tps
-            );
-        }
-    }
 }
 
 fn absolute(out: &mut String, run: &Run) {
