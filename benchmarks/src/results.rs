@@ -127,6 +127,12 @@ pub struct Storage {
     pub first_rate: f64,
     pub last_rate: f64,
     pub window_secs: f64,
+    /// Jobs enqueued per second in the same windows: whether the producers kept to their
+    /// schedule (a producer behind it catches up at once).
+    #[serde(default)]
+    pub first_enqueued_rate: f64,
+    #[serde(default)]
+    pub last_enqueued_rate: f64,
     /// Autovacuums of the table during the run, and its dead tuples at the end.
     pub autovacuums: i64,
     pub end_dead_tuples: i64,

@@ -144,8 +144,9 @@ pub fn storage_run(out: &mut String, run: &Run) {
     let _ = writeln!(
         out,
         "{} jobs completed in {:.0} s ({} jobs/s, {} offered; server CPU {} s per 1,000 jobs); \
-         {} jobs/s in the first {:.0} s, {} jobs/s in the last (last ÷ first {}); {} autovacuums of the \
-         table, {} dead tuples at the end. {}\n",
+         {} jobs/s in the first {:.0} s, {} jobs/s in the last (last ÷ first {}), while the \
+         producers enqueued {} and {} jobs/s; {} autovacuums of the table, {} dead tuples at \
+         the end. {}\n",
         int(m.jobs as f64),
         m.seconds,
         opt(m.rate, int),
@@ -155,6 +156,8 @@ pub fn storage_run(out: &mut String, run: &Run) {
         s.window_secs,
         int(s.last_rate),
         opt(s.last_over_first(), ratio),
+        int(s.first_enqueued_rate),
+        int(s.last_enqueued_rate),
         int(s.autovacuums as f64),
         int(s.end_dead_tuples as f64),
         note_cell(m)

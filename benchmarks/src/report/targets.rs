@@ -700,7 +700,13 @@ fn storage_targets(j: &Judge) -> Vec<Target> {
             |r| stored(r)?.last_over_first(),
             |r| {
                 stored(r).map_or(String::new(), |s| {
-                    format!("{}/s, {}/s", int(s.last_rate), int(s.first_rate))
+                    format!(
+                        "{}/s, {}/s; enqueued {}/s, {}/s",
+                        int(s.last_rate),
+                        int(s.first_rate),
+                        int(s.last_enqueued_rate),
+                        int(s.first_enqueued_rate)
+                    )
                 })
             },
         ),
@@ -1473,7 +1479,7 @@ mod tests {
         );
         assert_eq!(t[0].figure, "10.00× (40.0 MiB, 4.0 MiB)");
         assert_eq!(t[0].verdict, Verdict::Missed);
-        assert_eq!(t[1].figure, "0.95× (4,750/s, 5,000/s)");
+        assert_eq!(t[1].figure, "0.95× (4,750/s, 5,000/s; enqueued 0/s, 0/s)");
         assert_eq!(t[1].verdict, Verdict::Met);
     }
 

@@ -77,7 +77,7 @@ fn timing(scale: &Scale) -> (Duration, Duration, Duration) {
 }
 
 /// Jobs per second between sample `a` and sample `b` of (seconds since the start, jobs
-/// completed).
+/// counted).
 fn rate(samples: &[(f64, u64)], a: usize, b: usize) -> f64 {
     let (ta, ca) = samples[a];
     let (tb, cb) = samples[b];
@@ -147,7 +147,9 @@ fn measure(ctx: &Ctx, admin: &mut Client, c: &dyn Comparator) -> Result<Measurem
                 })
                 .collect();
             let sampled = (|| -> Result<_> {
+                // (seconds, jobs completed) and (seconds, jobs enqueued) at each sample.
                 let mut samples: Vec<(f64, u64)> = vec![(0.0, 0)];
+                let mut sent: Vec<(f64, u64)> = vec![(0.0, 0)];
                 let (mut max_table, mut max_index) = (0i64, 0i64);
                 let mut next_sample = start + interval;
                 // A run that falls far behind its schedule is cut off at three times its
@@ -163,12 +165,11 @@ fn measure(ctx: &Ctx, admin: &mut Client, c: &dyn Comparator) -> Result<Measurem
                     next_sample += interval;
                     let (t, i, _, _) = sizes(admin, table)?;
                     (max_table, max_index) = (max_table.max(t), max_index.max(i));
-                    samples.push((
-                        start.elapsed().as_secs_f64(),
-                        completed.load(Ordering::Relaxed),
-                    ));
+                    let t = start.elapsed().as_secs_f64();
+                    samples.push((t, completed.load(Ordering::Relaxed)));
+                    sent.push((t, enqueued.load(Ordering::Relaxed)));
                     if !producing || now >= cutoff {
-                        return Ok((samples, max_table, max_index));
+                        return Ok((samples, sent, max_table, max_index));
                     }
                 }
             })();
@@ -177,7 +178,7 @@ fn measure(ctx: &Ctx, admin: &mut Client, c: &dyn Comparator) -> Result<Measurem
                 t.join()
                     .map_err(|_| anyhow!("a producer thread panicked"))??;
             }
-            let (samples, max_table, max_index) = sampled?;
+            let (samples, sent, max_table, max_index) = sampled?;
             let done = completed.load(Ordering::Relaxed);
             let span = window_open.close(&ctx.server, admin, 0.0)?;
             // The workers finish what is left before they are stopped.
@@ -187,10 +188,10 @@ fn measure(ctx: &Ctx, admin: &mut Client, c: &dyn Comparator) -> Result<Measurem
             {
                 std::thread::sleep(Duration::from_millis(50));
             }
-            Ok((samples, max_table, max_index, done, span))
+            Ok((samples, sent, max_table, max_index, done, span))
         })
     })?;
-    let (samples, max_table, max_index, done, span) = outcome?;
+    let (samples, sent_samples, max_table, max_index, done, span) = outcome?;
     let (end_table, end_index, autovacuums, dead) = sizes(admin, table)?;
     let (sent, finished) = (
         enqueued.load(Ordering::Relaxed),
@@ -216,6 +217,8 @@ fn measure(ctx: &Ctx, admin: &mut Client, c: &dyn Comparator) -> Result<Measurem
         first_rate: rate(&samples, 0, k),
         last_rate: rate(&samples, last - k, last),
         window_secs: samples[k].0 - samples[0].0,
+        first_enqueued_rate: rate(&sent_samples, 0, k),
+        last_enqueued_rate: rate(&sent_samples, last - k, last),
         autovacuums: autovacuums - base_autovacuums,
         end_dead_tuples: dead,
         full_size: full_size(scale),
