@@ -138,6 +138,23 @@ pub fn cases() -> Vec<Case> {
     out
 }
 
+/// The cases whose queue (as the table names it) contains one of the comma-separated words
+/// of `filter` (BENCH_COUNTS_ONLY, for iterating on a few rows); all of them without one.
+pub fn only(cases: Vec<Case>, filter: Option<&str>) -> Vec<Case> {
+    let Some(filter) = filter.filter(|f| !f.trim().is_empty()) else {
+        return cases;
+    };
+    let words: Vec<&str> = filter
+        .split(',')
+        .map(str::trim)
+        .filter(|w| !w.is_empty())
+        .collect();
+    cases
+        .into_iter()
+        .filter(|c| words.iter().any(|w| c.queue.contains(w)))
+        .collect()
+}
+
 /// How many times a case's operation runs before and in its measured stretch.
 #[derive(Clone, Copy, Debug)]
 pub struct Size {
@@ -255,7 +272,11 @@ pub fn run() -> Result<Counts> {
         (row.get(0), row.get(1), row.get(2));
     drop(admin);
     let git = std::env::var("BENCH_GIT").unwrap_or_else(|_| "?".into());
-    let cases = cases();
+    let cases = only(cases(), std::env::var("BENCH_COUNTS_ONLY").ok().as_deref());
+    ensure!(
+        !cases.is_empty(),
+        "BENCH_COUNTS_ONLY names no row: give words of the queue column, comma-separated"
+    );
     let mut rows: Vec<CountRow> = cases
         .iter()
         .map(|case| CountRow {
@@ -570,6 +591,18 @@ mod tests {
         assert!(all
             .iter()
             .any(|c| c.queue == PG_JOBS && c.usage == Usage::Plain));
+    }
+
+    #[test]
+    fn a_filter_keeps_the_rows_whose_queue_it_names() {
+        let all = cases().len();
+        assert_eq!(super::only(cases(), None).len(), all);
+        assert_eq!(super::only(cases(), Some(" ")).len(), all);
+        let mine = super::only(cases(), Some("one commit"));
+        assert_eq!(mine.len(), 2);
+        assert!(mine.iter().all(|c| c.queue == ONE_COMMIT));
+        assert_eq!(super::only(cases(), Some("pgmq, hand-rolled")).len(), 8);
+        assert!(super::only(cases(), Some("nothing")).is_empty());
     }
 
     fn row(instructions: [f64; 2], commits: [f64; 2]) -> CountRow {
