@@ -195,9 +195,10 @@ impl Comparator for PgJobs {
         // (groups, a rate limit, a pause) carries over: every measurement starts from the
         // queue a new user creates. What pg_jobs keeps of it in shared memory (its claim floor
         // and reach, its wake-up slot's due time, its totals) outlives this, as it outlives a
-        // TRUNCATE; none of it can change a later measurement's work: job ids only grow and
-        // every job the suite makes has priority 0 and is due at once, so every position the
-        // caches hold lies below every later job.
+        // TRUNCATE; none of it can change a later measurement's work: the positions the caches
+        // hold are those of jobs claimed before, and every later job sorts after them (the
+        // suite's jobs all have priority 0, a later job's run_at is no earlier than any claim
+        // before it, and ids only grow).
         admin.batch_execute(&format!(
             "TRUNCATE jobs.job;
              SELECT jobs_drop_queue(name) FROM jobs.queue WHERE name = '{QUEUE}';

@@ -421,9 +421,9 @@ fn method(out: &mut String, run: &Run) {
          loaded if the scenario needs a backlog (set-up, not measured), then `VACUUM (ANALYZE)` \
          and `CHECKPOINT`. The server is not restarted between measurements: what pg_jobs \
          caches of the queue in shared memory (claim floor and reach, a wake-up slot's due \
-         time, totals) survives, but only as positions below every later job (ids only grow, \
-         every job is due at once with priority 0), so no later measurement does other work \
-         for it. The counts, which count instructions, start each row from a fresh server \
+         time, totals) survives, but only as positions of jobs claimed before, below every \
+         later job (priority 0 throughout, a later job's `run_at` no earlier than the claims \
+         before it, ids only grow), so no later measurement does other work for it. The counts, which count instructions, start each row from a fresh server \
          instead.\n\
          - b, d and e: 8 workers, each claim in its own transaction and each completion in another \
          (pg_jobs: `jobs_claim(n => 1 | 100)` + `jobs_complete(id, lease)` or \
