@@ -49,6 +49,18 @@ pub struct Scale {
     /// u: seconds of the steady window of the rate-limited queue (its quiet window lasts
     /// `idle_secs`).
     pub flow_rate_secs: u64,
+    /// o: seconds a transaction is held open, seconds measured before it, and jobs per second
+    /// offered throughout (BENCH_HOLD_SECS, BENCH_HOLD_BEFORE_SECS, BENCH_HOLD_RATE override
+    /// them).
+    pub hold_secs: u64,
+    pub hold_before_secs: u64,
+    pub hold_rate: f64,
+    /// y: jobs run through the queue at a steady rate, the live jobs whose size is the
+    /// baseline, and jobs per second offered (BENCH_STORAGE_JOBS, BENCH_STORAGE_LIVE,
+    /// BENCH_STORAGE_RATE override them).
+    pub storage_jobs: u64,
+    pub storage_live: u64,
+    pub storage_rate: f64,
 }
 
 impl Scale {
@@ -76,6 +88,12 @@ impl Scale {
             soak_sample_secs: 10,
             soak_retention_secs: 60,
             flow_rate_secs: 20,
+            hold_secs: 180,
+            hold_before_secs: 60,
+            hold_rate: 400.0,
+            storage_jobs: 2_000_000,
+            storage_live: 100_000,
+            storage_rate: 5_000.0,
         }
     }
 
@@ -103,7 +121,51 @@ impl Scale {
             soak_sample_secs: 5,
             soak_retention_secs: 10,
             flow_rate_secs: 5,
+            hold_secs: 20,
+            hold_before_secs: 10,
+            hold_rate: 400.0,
+            storage_jobs: 200_000,
+            storage_live: 10_000,
+            storage_rate: 5_000.0,
         }
+    }
+}
+
+/// A positive number from the environment variable `name`, if it is set.
+fn positive(name: &str) -> Result<Option<f64>> {
+    match env::var(name) {
+        Err(_) => Ok(None),
+        Ok(text) => match text.trim().parse::<f64>() {
+            Ok(v) if v > 0.0 && v.is_finite() => Ok(Some(v)),
+            _ => bail!("{name} must be a positive number, not {text:?}"),
+        },
+    }
+}
+
+impl Scale {
+    /// Applies the environment's overrides of the sizes of o and y, so that a run of one of
+    /// them can be cut shorter (or made longer) than its scale says.
+    fn overridden(&mut self) -> Result<()> {
+        let whole = |v: f64| v.round().max(1.0) as u64;
+        if let Some(v) = positive("BENCH_HOLD_SECS")? {
+            self.hold_secs = whole(v);
+        }
+        if let Some(v) = positive("BENCH_HOLD_BEFORE_SECS")? {
+            self.hold_before_secs = whole(v);
+        }
+        if let Some(v) = positive("BENCH_HOLD_RATE")? {
+            self.hold_rate = v;
+        }
+        if let Some(v) = positive("BENCH_STORAGE_JOBS")? {
+            self.storage_jobs = whole(v);
+        }
+        if let Some(v) = positive("BENCH_STORAGE_LIVE")? {
+            self.storage_live = whole(v);
+        }
+        if let Some(v) = positive("BENCH_STORAGE_RATE")? {
+            self.storage_rate = v;
+        }
+        Ok(())
     }
 }
 
@@ -188,11 +250,12 @@ pub fn charts_dir(report: &Path) -> PathBuf {
 
 impl Config {
     pub fn from_env() -> Result<Config> {
-        let scale = match var_or("BENCH_SCALE", "full").as_str() {
+        let mut scale = match var_or("BENCH_SCALE", "full").as_str() {
             "full" => Scale::full(),
             "small" => Scale::small(),
             other => bail!("BENCH_SCALE must be full or small, not {other:?}"),
         };
+        scale.overridden()?;
         let repeats = match var_or("BENCH_REPEATS", "2").parse::<u32>() {
             Ok(n) if (1..=10).contains(&n) => n,
             _ => bail!("BENCH_REPEATS must be a whole number from 1 to 10"),

@@ -79,6 +79,78 @@ pub struct Measurement {
     /// s: one sample per interval of the soak.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub samples: Vec<Sample>,
+    /// o: what pg_jobs's sessions held of the xmin horizon in the window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub horizon: Option<Horizon>,
+    /// y: the sizes of the table over a long steady run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage: Option<Storage>,
+}
+
+/// o: pg_jobs's sessions' snapshots (`pg_stat_activity.backend_xmin`), sampled about once a
+/// second through a window, beside the transaction held open (when one was).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Horizon {
+    /// Times `pg_stat_activity` was read.
+    pub samples: u64,
+    /// The largest `age(backend_xmin)` of a pg_jobs session (its producers' and workers'
+    /// role, and its background worker) in any sample; none when none held a snapshot.
+    pub max_xmin_age: Option<i64>,
+    /// `age(backend_xid)` of the transaction held open, at the last sample (none before the
+    /// hold).
+    pub holder_xid_age: Option<i64>,
+    /// Samples in which a pg_jobs session's snapshot was older than the held transaction's
+    /// xid: samples in which pg_jobs, not the held transaction, held the horizon back.
+    pub past_holder: u64,
+    /// Waiting claims seen asleep (wait event type `Extension`) over all samples, and those of
+    /// them that held a snapshot while they slept.
+    pub asleep: u64,
+    pub asleep_with_xmin: u64,
+}
+
+/// y: the table's size at the baseline of live jobs, and over a long steady run.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Storage {
+    /// Jobs the run was to put through the queue.
+    pub run_jobs: u64,
+    /// Live (queued) jobs in the table of the baseline, and its heap and index bytes then.
+    pub live: u64,
+    pub baseline_table_bytes: i64,
+    pub baseline_index_bytes: i64,
+    /// The largest heap and index bytes over the run (sampled), and at its end.
+    pub max_table_bytes: i64,
+    pub max_index_bytes: i64,
+    pub end_table_bytes: i64,
+    pub end_index_bytes: i64,
+    /// Jobs completed per second in the run's first and last window (a minute each at full
+    /// scale), and how long those windows were.
+    pub first_rate: f64,
+    pub last_rate: f64,
+    pub window_secs: f64,
+    /// Jobs enqueued per second in the same windows: whether the producers kept to their
+    /// schedule (a producer behind it catches up at once).
+    #[serde(default)]
+    pub first_enqueued_rate: f64,
+    #[serde(default)]
+    pub last_enqueued_rate: f64,
+    /// Autovacuums of the table during the run, and its dead tuples at the end.
+    pub autovacuums: i64,
+    pub end_dead_tuples: i64,
+    /// Whether the run had the full scale's size (2,000,000 jobs against 100,000 live).
+    pub full_size: bool,
+}
+
+impl Storage {
+    /// The table and its indexes at their largest over the run ÷ at the baseline.
+    pub fn growth(&self) -> Option<f64> {
+        let base = self.baseline_table_bytes + self.baseline_index_bytes;
+        (base > 0).then(|| (self.max_table_bytes + self.max_index_bytes) as f64 / base as f64)
+    }
+
+    /// Throughput in the run's last window ÷ its first.
+    pub fn last_over_first(&self) -> Option<f64> {
+        (self.first_rate > 0.0).then(|| self.last_rate / self.first_rate)
+    }
 }
 
 impl Measurement {

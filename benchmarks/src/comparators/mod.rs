@@ -89,6 +89,13 @@ pub trait Worker: Send {
     fn fail(&mut self, job: &Claimed, retry_in: std::time::Duration) -> Result<()>;
     /// One step of the queue's natural way of waiting for work; may return nothing.
     fn wait_claim(&mut self, n: i32) -> Result<Vec<Claimed>>;
+    /// Completes `done` and claims up to `n` due jobs without waiting, in one call and one
+    /// transaction (issue 39's one commit per job), for queues that can
+    /// ([`Comparator::one_commit_per_job`]); fails when one of `done` was not completed.
+    fn complete_and_claim(&mut self, done: &[Claimed], n: i32) -> Result<Vec<Claimed>> {
+        let _ = (done, n);
+        anyhow::bail!("this queue cannot complete and claim in one transaction")
+    }
     /// Cancels a statement this worker is running (stops a waiting claim).
     fn cancel_token(&self) -> CancelToken;
     /// The session it claims and settles over (the counts mode marks the measured stretch
@@ -105,6 +112,11 @@ pub trait Comparator: Sync {
     /// interval, so their polls are evenly spaced rather than in lockstep (their best case).
     fn poll_interval(&self) -> Option<std::time::Duration> {
         None
+    }
+    /// Whether its workers can complete what they finished and claim their next jobs in one
+    /// transaction ([`Worker::complete_and_claim`]).
+    fn one_commit_per_job(&self) -> bool {
+        false
     }
     /// The table its jobs live in (VACUUM target, read by the held snapshot).
     fn table(&self) -> &'static str;

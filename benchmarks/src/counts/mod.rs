@@ -3,7 +3,8 @@
 //! the same run.
 //!
 //! For each operation (enqueue 1; enqueue 1,000 per call; claim + complete 1; claim 100 +
-//! complete the batch; pg_jobs also with unique keys, over groups, and as a tenant's worker)
+//! complete the batch; pg_jobs also with unique keys, over groups, as a tenant's worker, and
+//! completing and claiming in one transaction)
 //! and each queue, one measured session on the counts cluster, whose postmaster runs under
 //! callgrind (benchmarks/run starts it):
 //!
@@ -70,6 +71,9 @@ pub enum Usage {
     Groups,
     /// Producers and workers log in as the `jobs_worker` role acting for a tenant.
     Tenant,
+    /// The worker completes the jobs it holds and claims its next ones in one call and one
+    /// transaction (`jobs_complete_and_claim`): one commit per claim.
+    OneCommit,
 }
 
 /// The tenant of [`Usage::Tenant`].
@@ -88,6 +92,7 @@ pub const PGMQ: &str = "pgmq";
 pub const UNIQUE: &str = "pg_jobs, distinct unique keys";
 pub const GROUPS: &str = "pg_jobs, 1,000 groups at concurrency 1";
 pub const TENANTS: &str = "pg_jobs, jobs_worker for a tenant";
+pub const ONE_COMMIT: &str = "pg_jobs, one commit per claim (jobs_complete_and_claim)";
 
 /// One row of the table: an operation on a queue.
 #[derive(Clone, Copy, Debug)]
@@ -118,6 +123,9 @@ pub fn cases() -> Vec<Case> {
             Work::ClaimComplete(_) => queues.push((GROUPS, Usage::Groups)),
         }
         queues.push((TENANTS, Usage::Tenant));
+        if let Work::ClaimComplete(_) = work {
+            queues.push((ONE_COMMIT, Usage::OneCommit));
+        }
         for (queue, usage) in queues {
             out.push(Case {
                 operation,
@@ -128,6 +136,23 @@ pub fn cases() -> Vec<Case> {
         }
     }
     out
+}
+
+/// The cases whose queue (as the table names it) contains one of the comma-separated words
+/// of `filter` (BENCH_COUNTS_ONLY, for iterating on a few rows); all of them without one.
+pub fn only(cases: Vec<Case>, filter: Option<&str>) -> Vec<Case> {
+    let Some(filter) = filter.filter(|f| !f.trim().is_empty()) else {
+        return cases;
+    };
+    let words: Vec<&str> = filter
+        .split(',')
+        .map(str::trim)
+        .filter(|w| !w.is_empty())
+        .collect();
+    cases
+        .into_iter()
+        .filter(|c| words.iter().any(|w| c.queue.contains(w)))
+        .collect()
 }
 
 /// How many times a case's operation runs before and in its measured stretch.
@@ -247,7 +272,11 @@ pub fn run() -> Result<Counts> {
         (row.get(0), row.get(1), row.get(2));
     drop(admin);
     let git = std::env::var("BENCH_GIT").unwrap_or_else(|_| "?".into());
-    let cases = cases();
+    let cases = only(cases(), std::env::var("BENCH_COUNTS_ONLY").ok().as_deref());
+    ensure!(
+        !cases.is_empty(),
+        "BENCH_COUNTS_ONLY names no row: give words of the queue column, comma-separated"
+    );
     let mut rows: Vec<CountRow> = cases
         .iter()
         .map(|case| CountRow {
@@ -382,14 +411,30 @@ fn measure(setup: &Setup, case: &Case) -> Result<PerJob> {
         }
         Work::ClaimComplete(n) => {
             let mut w = c.worker(conn)?;
-            let step = |w: &mut dyn Worker| -> Result<()> {
-                let claimed = w.claim(n)?;
+            let full = |claimed: Vec<_>| -> Result<Vec<_>> {
                 ensure!(
                     claimed.len() == n as usize,
                     "a claim of {n} brought {} jobs with {BACKLOG} loaded",
                     claimed.len()
                 );
-                w.complete(&claimed)
+                Ok(claimed)
+            };
+            // One commit per claim: each step completes the jobs the step before claimed and
+            // claims as many, so a step settles n jobs in one transaction, as a steady
+            // worker's does; the first jobs in hand come from a plain claim.
+            let mut held = if case.usage == Usage::OneCommit {
+                full(w.claim(n)?)?
+            } else {
+                Vec::new()
+            };
+            let mut step = |w: &mut dyn Worker| -> Result<()> {
+                if case.usage == Usage::OneCommit {
+                    held = full(w.complete_and_claim(&held, n)?)?;
+                    Ok(())
+                } else {
+                    let claimed = full(w.claim(n)?)?;
+                    w.complete(&claimed)
+                }
             };
             (|| {
                 for _ in 0..size.warm {
@@ -523,15 +568,20 @@ fn wait_flushed(admin: &mut Client, lsn: &str) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::{cases, drifting, Usage, Work, CLAIM_100, GROUPS, PG_JOBS};
+    use super::{cases, drifting, Usage, Work, CLAIM_100, ENQUEUE_1, GROUPS, ONE_COMMIT, PG_JOBS};
     use crate::results::{CountRow, Counts, PerJob};
 
     #[test]
     fn every_operation_runs_on_each_queue_and_pg_jobs_variants_where_they_apply() {
         let all = cases();
-        assert_eq!(all.len(), 4 * 5);
+        assert_eq!(all.len(), 4 * 5 + 2);
         let on = |op: &str| all.iter().filter(|c| c.operation == op).count();
-        assert_eq!(on(CLAIM_100), 5);
+        assert_eq!(on(CLAIM_100), 6);
+        assert_eq!(on(ENQUEUE_1), 5);
+        assert!(all
+            .iter()
+            .filter(|c| c.usage == Usage::OneCommit)
+            .all(|c| matches!(c.work, Work::ClaimComplete(_)) && c.queue == ONE_COMMIT));
         assert!(all
             .iter()
             .any(|c| c.operation == CLAIM_100 && c.queue == GROUPS && c.usage == Usage::Groups));
@@ -541,6 +591,18 @@ mod tests {
         assert!(all
             .iter()
             .any(|c| c.queue == PG_JOBS && c.usage == Usage::Plain));
+    }
+
+    #[test]
+    fn a_filter_keeps_the_rows_whose_queue_it_names() {
+        let all = cases().len();
+        assert_eq!(super::only(cases(), None).len(), all);
+        assert_eq!(super::only(cases(), Some(" ")).len(), all);
+        let mine = super::only(cases(), Some("one commit"));
+        assert_eq!(mine.len(), 2);
+        assert!(mine.iter().all(|c| c.queue == ONE_COMMIT));
+        assert_eq!(super::only(cases(), Some("pgmq, hand-rolled")).len(), 8);
+        assert!(super::only(cases(), Some("nothing")).is_empty());
     }
 
     fn row(instructions: [f64; 2], commits: [f64; 2]) -> CountRow {

@@ -6,8 +6,8 @@ use std::fmt::Write;
 
 use super::markdown::{cell, table_header};
 use crate::counts::{
-    drifting, AGREE, CHECKED, CLAIM_1, CLAIM_100, ENQUEUE_1, ENQUEUE_1000, HANDROLLED, PGMQ,
-    PG_JOBS, TENANTS,
+    drifting, AGREE, CHECKED, CLAIM_1, CLAIM_100, ENQUEUE_1, ENQUEUE_1000, HANDROLLED, ONE_COMMIT,
+    PGMQ, PG_JOBS, TENANTS,
 };
 use crate::format::{int, small};
 use crate::results::{CountRow, Counts, PerJob};
@@ -22,14 +22,34 @@ pub const LIFECYCLES: [(&str, &str, &str); 2] = [
     ),
 ];
 
-/// The queues whose lifecycles the table adds up (pg_jobs's variants touch one operation
-/// each, so only the tenant's has a whole lifecycle).
-const LIFECYCLE_QUEUES: [&str; 4] = [PG_JOBS, HANDROLLED, PGMQ, TENANTS];
+/// The lifecycles the table adds up: the row's queue, the queue of the enqueue's row and that
+/// of the claim's. pg_jobs's variants touch one operation each, so the tenant's is the only
+/// one with a whole lifecycle of its own; one commit per claim is pg_jobs's plain enqueue with
+/// that claim.
+const LIFECYCLE_QUEUES: [(&str, &str, &str); 5] = [
+    (PG_JOBS, PG_JOBS, PG_JOBS),
+    (ONE_COMMIT, PG_JOBS, ONE_COMMIT),
+    (HANDROLLED, HANDROLLED, HANDROLLED),
+    (PGMQ, PGMQ, PGMQ),
+    (TENANTS, TENANTS, TENANTS),
+];
 
 /// A job's lifecycle on `queue`, as a row whose repetitions add up the operations' (each
 /// operation's k-th repetition with the other's k-th).
 pub fn lifecycle(counts: &Counts, name: &str, enqueue: &str, claim: &str, queue: &str) -> CountRow {
-    let find = |op: &str| {
+    lifecycle_of(counts, name, (enqueue, queue), (claim, queue), queue)
+}
+
+/// A lifecycle whose enqueue and claim are the rows of (operation, queue) given, shown as
+/// `queue`'s.
+pub fn lifecycle_of(
+    counts: &Counts,
+    name: &str,
+    enqueue: (&str, &str),
+    claim: (&str, &str),
+    queue: &str,
+) -> CountRow {
+    let find = |(op, queue): (&str, &str)| {
         counts
             .rows
             .iter()
@@ -169,8 +189,15 @@ pub fn report(out: &mut String, counts: &Counts) {
         figures_row(out, row, &int(row.jobs as f64));
     }
     for (name, enqueue, claim) in LIFECYCLES {
-        for queue in LIFECYCLE_QUEUES {
-            figures_row(out, &lifecycle(counts, name, enqueue, claim, queue), "");
+        for (queue, enqueue_queue, claim_queue) in LIFECYCLE_QUEUES {
+            let row = lifecycle_of(
+                counts,
+                name,
+                (enqueue, enqueue_queue),
+                (claim, claim_queue),
+                queue,
+            );
+            figures_row(out, &row, "");
         }
     }
     out.push('\n');
@@ -219,8 +246,8 @@ pub fn report(out: &mut String, counts: &Counts) {
 
 #[cfg(test)]
 mod tests {
-    use super::{lifecycle, report, LIFECYCLES};
-    use crate::counts::{CLAIM_1, ENQUEUE_1, PG_JOBS};
+    use super::{lifecycle, lifecycle_of, report, LIFECYCLES};
+    use crate::counts::{CLAIM_1, ENQUEUE_1, ONE_COMMIT, PG_JOBS};
     use crate::results::{CountRow, Counts, PerJob};
 
     fn row(operation: &str, instructions: [f64; 2], btree: f64) -> CountRow {
@@ -270,6 +297,31 @@ mod tests {
         assert!(lifecycle(&counts(), name, enqueue, claim, PG_JOBS)
             .missing
             .is_some());
+    }
+
+    #[test]
+    fn one_commit_per_claim_adds_pg_jobs_plain_enqueue_to_its_claim() {
+        let mut c = counts();
+        let mut one = row(CLAIM_1, [150_000.0, 150_000.0], 0.5);
+        one.queue = ONE_COMMIT.into();
+        c.rows.push(one);
+        let l = lifecycle_of(
+            &c,
+            "l",
+            (ENQUEUE_1, PG_JOBS),
+            (CLAIM_1, ONE_COMMIT),
+            ONE_COMMIT,
+        );
+        assert_eq!(l.runs[0].instructions, 250_000.0);
+        assert_eq!(l.queue, ONE_COMMIT);
+        let mut out = String::new();
+        report(&mut out, &c);
+        assert!(
+            out.contains(&format!(
+                "| lifecycle, batches of 1 | {ONE_COMMIT} |  | 250,500 | 800 |"
+            )),
+            "{out}"
+        );
     }
 
     #[test]

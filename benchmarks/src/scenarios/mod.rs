@@ -8,6 +8,7 @@ pub mod burndown;
 pub mod clients;
 pub mod enqueue;
 pub mod flow;
+pub mod horizon;
 pub mod idempotency;
 pub mod idle;
 pub mod kinds;
@@ -19,6 +20,7 @@ pub mod scaling;
 pub mod schedules;
 pub mod snapshot;
 pub mod soak;
+pub mod storage;
 pub mod vacuum;
 pub mod wal;
 
@@ -98,7 +100,7 @@ type AllQueues = fn(&Ctx, &mut Client, &[&dyn Comparator]) -> Vec<Measurement>;
 
 /// Every scenario, in the order a run takes them. A new scenario is a file of this folder with
 /// a `run` function, its `pub mod` line above, and one line here.
-pub const ALL: [Scenario; 18] = [
+pub const ALL: [Scenario; 20] = [
     once(
         'p',
         "pgbench: the machine's commit-rate ceiling",
@@ -118,9 +120,15 @@ pub const ALL: [Scenario; 18] = [
     once('l', "client libraries", clients::run),
     once('i', "idempotency records", idempotency::run),
     once('v', "dead rows held back while workers wait", vacuum::run),
+    pg_jobs_only(
+        'o',
+        "a transaction held open under steady traffic",
+        horizon::run,
+    ),
     pg_jobs_only('t', "schedules", schedules::run),
     pg_jobs_only('u', "flow control", flow::run),
     once('s', "soak", soak::run),
+    pg_jobs_only('y', "storage over a long steady run", storage::run),
 ];
 
 /// What every scenario needs.
@@ -238,44 +246,90 @@ const EMPTY_BACKOFF: Duration = Duration::from_millis(1);
 /// No completed job for this long means the queue lost jobs or wedged.
 const STALL: Duration = Duration::from_secs(15);
 
+/// How the workers of a burn-down settle what they claimed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Settle {
+    /// A claim in one transaction, the complete in another: two commits per claim.
+    Apart,
+    /// The complete of what a worker finished and the claim of its next jobs in one call and
+    /// one transaction ([`Worker::complete_and_claim`]): one commit per claim. A worker with
+    /// nothing in hand claims on its own.
+    WithNextClaim,
+}
+
 /// Runs the workers on threads until `target` jobs are done. A claim that returns nothing is
 /// retried after a short back-off (and counted when jobs were surely left), as a worker would
 /// poll again.
 pub fn burn(workers: &mut [Box<dyn Worker>], batch: i32, target: u64) -> Result<Burned> {
+    burn_settling(workers, batch, target, Settle::Apart)
+}
+
+/// [`burn`] whose workers settle as `settle` says.
+pub fn burn_settling(
+    workers: &mut [Box<dyn Worker>],
+    batch: i32,
+    target: u64,
+    settle: Settle,
+) -> Result<Burned> {
     let done = AtomicU64::new(0);
     let empty_claims = AtomicU64::new(0);
     let started = Instant::now();
     let last_progress_ms = AtomicU64::new(0);
     let in_hand = (workers.len() as u64) * batch.max(1) as u64;
+    // A claim that brought nothing: counted when jobs were surely left; an error when nothing
+    // was completed for too long.
+    let came_back_empty = |so_far: u64| -> Result<()> {
+        if target.saturating_sub(so_far) > in_hand {
+            empty_claims.fetch_add(1, Ordering::Relaxed);
+        }
+        let now = started.elapsed().as_millis() as u64;
+        if now.saturating_sub(last_progress_ms.load(Ordering::Relaxed)) > STALL.as_millis() as u64 {
+            bail!(
+                "no job completed for {STALL:?} with {} of {target} done: claims return nothing",
+                done.load(Ordering::Relaxed)
+            );
+        }
+        Ok(())
+    };
+    let completed = |n: usize| {
+        done.fetch_add(n as u64, Ordering::Relaxed);
+        last_progress_ms.store(started.elapsed().as_millis() as u64, Ordering::Relaxed);
+    };
     let outcomes: Vec<Result<()>> = std::thread::scope(|s| {
         let handles: Vec<_> = workers
             .iter_mut()
             .map(|w| {
-                let (done, empty_claims, last_progress_ms) = (&done, &empty_claims, &last_progress_ms);
+                let (done, came_back_empty, completed) = (&done, &came_back_empty, &completed);
                 s.spawn(move || -> Result<()> {
+                    let mut held: Vec<Claimed> = Vec::new();
                     loop {
+                        if !held.is_empty() {
+                            // Settle::WithNextClaim: finish what is in hand, take the next.
+                            let next = w.complete_and_claim(&held, batch)?;
+                            completed(held.len());
+                            if next.is_empty() {
+                                came_back_empty(done.load(Ordering::Relaxed))?;
+                            }
+                            held = next;
+                            continue;
+                        }
                         let so_far = done.load(Ordering::Relaxed);
                         if so_far >= target {
                             return Ok(());
                         }
                         let jobs = w.claim(batch)?;
                         if jobs.is_empty() {
-                            if target - so_far > in_hand {
-                                empty_claims.fetch_add(1, Ordering::Relaxed);
-                            }
-                            let now = started.elapsed().as_millis() as u64;
-                            if now.saturating_sub(last_progress_ms.load(Ordering::Relaxed)) > STALL.as_millis() as u64 {
-                                bail!(
-                                    "no job completed for {STALL:?} with {} of {target} done: claims return nothing",
-                                    done.load(Ordering::Relaxed)
-                                );
-                            }
+                            came_back_empty(so_far)?;
                             std::thread::sleep(EMPTY_BACKOFF);
                             continue;
                         }
-                        w.complete(&jobs)?;
-                        done.fetch_add(jobs.len() as u64, Ordering::Relaxed);
-                        last_progress_ms.store(started.elapsed().as_millis() as u64, Ordering::Relaxed);
+                        match settle {
+                            Settle::Apart => {
+                                w.complete(&jobs)?;
+                                completed(jobs.len());
+                            }
+                            Settle::WithNextClaim => held = jobs,
+                        }
                     }
                 })
             })
@@ -305,6 +359,22 @@ pub fn drain(
     batch: i32,
     limit: Option<u64>,
 ) -> Result<(Burned, Span)> {
+    drain_settling(ctx, admin, c, expected, batch, limit, Settle::Apart)
+}
+
+/// [`drain`] whose workers settle as `settle` says (only queues consumed from this process).
+pub fn drain_settling(
+    ctx: &Ctx,
+    admin: &mut Client,
+    c: &dyn Comparator,
+    expected: u64,
+    batch: i32,
+    limit: Option<u64>,
+    settle: Settle,
+) -> Result<(Burned, Span)> {
+    if settle == Settle::WithNextClaim && !c.one_commit_per_job() {
+        bail!("{} cannot complete and claim in one transaction", c.name());
+    }
     if let Some(g) = c.external() {
         let target = limit.unwrap_or(expected);
         let opts = graphile_options(batch, WORKERS, target);
@@ -326,7 +396,7 @@ pub fn drain(
     }
     let mut workers = connect_workers(ctx, c, WORKERS)?;
     let window = Window::open(&ctx.server, admin)?;
-    let burned = burn(&mut workers, batch, limit.unwrap_or(expected))?;
+    let burned = burn_settling(&mut workers, batch, limit.unwrap_or(expected), settle)?;
     let span = window.close(&ctx.server, admin, 0.0)?;
     Ok((burned, span))
 }
