@@ -10,7 +10,6 @@ use pgrx::spi::SpiClient;
 
 use super::filter::ClaimFilter;
 use crate::engine::model::Position;
-use crate::engine::transitions;
 use crate::runtime::floor::{self, Seen};
 use crate::runtime::locks;
 use crate::runtime::shmem::Slot;
@@ -237,9 +236,9 @@ impl Picking<'_> {
             .filter(|key| first_dropped.is_none_or(|dropped| **key < dropped))
             .max();
         if let Some(furthest) = furthest {
-            // Should this transaction roll back, the jobs come back below the reach: the
-            // rollback must reset the floor, and the reach with it.
-            transitions::job_locked(self.queue);
+            // Should this transaction roll back, the jobs it took come back below the reach: the
+            // claim notes them taken (`transitions::jobs_claimed`), so the rollback resets the
+            // floor and the reach with it. What it kept but did not take, another claim took.
             floor::extend_reach(slot, self.queue, seen, scope, *furthest);
         }
     }

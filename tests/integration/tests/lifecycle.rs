@@ -979,6 +979,53 @@ fn jobs_of_a_claim_rolled_back_to_a_savepoint_are_claimable_again() {
     );
 }
 
+/// A rolled-back part of a transaction that took no job (a waiting claim's empty attempt, a
+/// savepoint around a claim that found nothing) leaves the claim floor where it is, even when
+/// the transaction took jobs before it; one that took jobs resets it (the jobs come back).
+/// Resetting it for nothing made every claim after a busy queue's contended wake-ups start at
+/// the head of the queue, walking every dead index entry an old snapshot keeps.
+#[test]
+fn a_rolled_back_part_that_took_nothing_leaves_the_floor() {
+    let mut client = Cluster::shared().connect();
+    let queue = unique_queue(&mut client, "floor-kept", "");
+    let ids: Vec<i64> = (1..=5)
+        .map(|n| enqueue(&mut client, &queue, json!({ "n": n })))
+        .collect();
+    let floor = |client: &mut postgres::Transaction<'_>| -> Option<i64> {
+        client
+            .query_one("SELECT floor_id FROM jobs.runtime_state($1)", &[&queue])
+            .unwrap()
+            .get(0)
+    };
+    let mut tx = client.transaction().unwrap();
+    let taken: Vec<i64> = claim(&mut tx, &queue, 2, "").iter().map(|c| c.id).collect();
+    assert_eq!(taken, ids[..2]);
+    let raised = floor(&mut tx);
+    assert!(raised.is_some(), "the claim raised the floor");
+    tx.batch_execute("SAVEPOINT nothing").unwrap();
+    assert!(claim(&mut tx, &queue, 1, ", kinds => ARRAY['no-such-kind']").is_empty());
+    tx.batch_execute("ROLLBACK TO SAVEPOINT nothing").unwrap();
+    assert_eq!(
+        floor(&mut tx),
+        raised,
+        "a part that took nothing reset the floor"
+    );
+    tx.batch_execute("SAVEPOINT something").unwrap();
+    assert_eq!(claim(&mut tx, &queue, 1, "")[0].id, ids[2]);
+    tx.batch_execute("ROLLBACK TO SAVEPOINT something").unwrap();
+    assert_eq!(
+        floor(&mut tx),
+        None,
+        "a part that took a job must reset the floor"
+    );
+    tx.commit().unwrap();
+    let again: Vec<i64> = claim(&mut client, &queue, 10, "")
+        .iter()
+        .map(|c| c.id)
+        .collect();
+    assert_eq!(again, ids[2..]);
+}
+
 /// Claims start past the jobs that claims in flight hold (the queue's reach), but a job
 /// enqueued before them in claim order, and the jobs of such a claim that rolls back, are
 /// claimed first.
