@@ -80,8 +80,9 @@ async function burnDown(oneCommitPerJob: boolean) {
 }
 
 describe('one commit per job', () => {
-  it('a steady worker commits once per job: each completion rides on the next claim', { timeout: 180_000 }, async () => {
+  it('a steady worker commits once per job: each completion rides on the next claim', { timeout: 180_000 }, async (t) => {
     const { commits, sent, events } = await burnDown(true);
+    t.diagnostic(`${commits} commits for ${JOBS} jobs`);
     // A waiting claim for the first job, one jobs_complete_and_claim per job after it (the
     // last one claims nothing), the queue's lease read; autovacuum may add a few.
     assert.ok(commits >= JOBS, `${commits} commits for ${JOBS} jobs`);
@@ -90,11 +91,14 @@ describe('one commit per job', () => {
     assert.deepEqual(new Set(events.map(([e]) => e)), new Set(['picked', 'completed', 'stopped']));
   });
 
-  it('with oneCommitPerJob: false the worker completes and claims in separate calls', { timeout: 180_000 }, async () => {
+  it('with oneCommitPerJob: false the worker completes and claims in separate calls', { timeout: 180_000 }, async (t) => {
     const { commits, sent, events } = await burnDown(false);
+    t.diagnostic(`${commits} commits for ${JOBS} jobs`);
     assert.equal(calls(sent, 'jobs_complete_and_claim'), 0);
-    assert.ok(calls(sent, 'jobs_complete_batch') >= JOBS / 2);
-    assert.ok(commits >= 1.5 * JOBS, `${commits} commits for ${JOBS} jobs: a claim and a completion each`);
+    // A claim per job, and a completion per job or two (jobs that finish while the previous
+    // completion is on its way go together): above what one commit per job allows.
+    assert.ok(calls(sent, 'jobs_complete_batch') >= JOBS / 4);
+    assert.ok(commits > JOBS + JOBS / 10 + 10, `${commits} commits for ${JOBS} jobs: a claim and a completion each`);
     assert.deepEqual(new Set(events.map(([e]) => e)), new Set(['picked', 'completed', 'stopped']));
   });
 

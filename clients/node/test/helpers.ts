@@ -94,24 +94,23 @@ export interface Sent {
 }
 
 /**
- * A pool whose query() and connect()ed clients record every statement sent through them, in
- * `sent` (what the worker sends, as it sends it).
+ * A pool whose clients record every statement sent through them, in `sent` (what the worker
+ * sends, as it sends it): pool.query() runs on a client of connect() too.
  */
 export function spyPool(connectionString: string, max = 20): { pool: pg.Pool; sent: Sent[] } {
   const sent: Sent[] = [];
   const spy = pool(connectionString, max);
-  const record = (target: any) => {
-    if (target.__spied) return target;
-    target.__spied = true;
-    const query = target.query.bind(target);
-    target.query = (...args: any[]) => {
+  const record = (client: any) => {
+    if (client.__spied) return client;
+    client.__spied = true;
+    const query = client.query.bind(client);
+    client.query = (...args: any[]) => {
       const [text, values] = args;
       sent.push({ text: typeof text === 'string' ? text : text.text, values: Array.isArray(values) ? values : [] });
       return query(...args);
     };
-    return target;
+    return client;
   };
-  record(spy);
   const connect = spy.connect.bind(spy) as any;
   (spy as any).connect = (callback?: (err: Error | undefined, client: any, done: any) => void) =>
     callback
