@@ -17,31 +17,10 @@ import psycopg
 import pytest
 
 import pg_jobs
-from conftest import Recorder, eventually, job_row, new_queue, url
+from conftest import Recorder, calls, eventually, job_row, new_queue, spying, url
 
 JOBS = 200
 _databases = itertools.count()
-
-
-def calls(sent: list[str], name: str) -> int:
-    """How many of the statements sent call the function ``name``."""
-    return sum(1 for query in sent if re.search(rf"\b{name}\(", query))
-
-
-def spying(sent: list[str]):
-    """Connection classes that record each statement's text in ``sent``."""
-
-    class Sync(psycopg.Connection):
-        def execute(self, query, params=None, **kwargs):
-            sent.append(str(query))
-            return super().execute(query, params, **kwargs)
-
-    class Async(psycopg.AsyncConnection):
-        async def execute(self, query, params=None, **kwargs):
-            sent.append(str(query))
-            return await super().execute(query, params, **kwargs)
-
-    return Sync, Async
 
 
 class Started:
