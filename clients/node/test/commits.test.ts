@@ -213,6 +213,45 @@ describe('one commit per job', () => {
     assert.deepEqual(events.filter(([e]) => e === 'completed').map(([, event]) => event.job.id).sort(), [x, y].sort());
   });
 
+  it('stop() does not cancel a jobs_complete_and_claim: it waits for its completions', { timeout: 60_000 }, async () => {
+    const queue = await newQueue(db, "lease => '1 minute'");
+    const x = await enqueue(producer, queue, { n: 'x' });
+    const gate = gates();
+    const app = `held-${process.pid}`;
+    const { pool: workers, sent } = spyPool(`${url('worker')}?application_name=${app}`);
+    const { worker, events } = recordingWorker({
+      pool: workers,
+      queue,
+      concurrency: 1,
+      handlers: { default: async (job) => (await gate.wait(job.id), 'kept') },
+    });
+    await eventually('x to run', async () => (await jobRow(db, x)).state === 'running');
+    const locker = new pg.Client({ connectionString: DSN() });
+    await locker.connect();
+    let stopped: Promise<void>;
+    try {
+      await locker.query('BEGIN');
+      await locker.query('SELECT 1 FROM jobs.job WHERE id = $1 FOR UPDATE', [x]);
+      gate.open(x);
+      await eventually('the combined call to wait for the lock', () => calls(sent, 'jobs_complete_and_claim') === 1);
+      stopped = worker.stop();
+      // Past several of the stop's cancel rounds (every 200 ms): the call still waits.
+      await new Promise((resolve) => setTimeout(resolve, 1_000));
+      const { rows } = await db.query(
+        `SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = $1 AND state = 'active' AND query LIKE '%jobs_complete_and_claim(%'`,
+        [app],
+      );
+      assert.equal(rows[0].n, 1);
+    } finally {
+      await locker.query('ROLLBACK');
+      await locker.end();
+    }
+    await stopped!;
+    assert.equal((await jobRow(db, x)).state, 'succeeded');
+    assert.equal((await jobRow(db, x)).result, 'kept');
+    assert.deepEqual(events.map(([e]) => e), ['picked', 'completed', 'stopped']);
+  });
+
   it('refuses a oneCommitPerJob that is not a boolean', () => {
     assert.throws(
       () => recordingWorker({ pool: db, queue: 'any', handlers: {}, oneCommitPerJob: 'yes' as any }),

@@ -279,6 +279,36 @@ def test_a_job_that_finishes_while_the_claim_loop_is_held_up_is_completed_within
     assert sorted(e.job.id for e in worker.recorder.of("completed")) == sorted([x, y])
 
 
+def test_stop_does_not_cancel_a_complete_and_claim(db, dsn, admin_dsn, producer, start):
+    queue = new_queue(db, "lease => '1 minute'")
+    x = pg_jobs.enqueue(producer, queue, {"n": "x"})
+    gates = Gates()
+    app = f"held-{os.getpid()}"
+
+    def handler(job):
+        gates.wait(job.id)
+        return "kept"
+
+    worker = start(f"{dsn}?application_name={app}", queue, {"default": handler}, concurrency=1)
+    eventually("x to run", lambda: job_row(db, x)["state"] == "running")
+    with psycopg.connect(admin_dsn) as locker:
+        locker.execute("SELECT 1 FROM jobs.job WHERE id = %s FOR UPDATE", [x])
+        gates.open(x)
+        eventually("the combined call to wait for the lock", lambda: calls(worker.sent, "jobs_complete_and_claim") == 1)
+        stopper = threading.Thread(target=worker.stop)
+        stopper.start()
+        # Past several of the stop's cancel rounds (every 0.2 s): the call still waits.
+        stopper.join(1.0)
+        assert stopper.is_alive()
+        assert db.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s AND state = 'active'"
+                          " AND query LIKE '%%jobs_complete_and_claim(%%'", [app]).fetchone()[0] == 1
+        locker.rollback()
+    stopper.join(30)
+    row = job_row(db, x)
+    assert (row["state"], row["result"]) == ("succeeded", "kept")
+    assert worker.recorder.types() == ["picked", "completed", "stopped"]
+
+
 @pytest.mark.parametrize("worker_class", [pg_jobs.Worker, pg_jobs.AsyncWorker])
 def test_one_commit_per_job_must_be_a_boolean(dsn, worker_class):
     with pytest.raises(ValueError, match="one_commit_per_job must be True or False, not 'yes'"):
