@@ -578,14 +578,37 @@ describe('untyped parameters', () => {
       return rows[0].n === 0 && ['jobs_complete', 'jobs_fail', 'jobs_release', 'jobs_heartbeat'].every((k) => kinds.has(k));
     });
     await worker.stop();
+    // One job at a time, each completed with the next claim (one with a result, one without).
+    await enqueueBatch(spy, queue, [{ c: 1 }, { c: 2 }, { c: 3 }], { kind: 'cycle' });
+    const cycler = recordingWorker({
+      pool: spy,
+      queue,
+      concurrency: 1,
+      kinds: 'handled',
+      handlers: { cycle: (job) => (job.payload.c === 2 ? null : { c: job.payload.c }) },
+    });
+    await eventually('the cycle jobs to succeed', () => cycler.events.filter(([name]) => name === 'completed').length === 3);
+    await cycler.worker.stop();
     const functions = new Set(seen.map((s) => s.text.match(/jobs_\w+/)?.[0]));
-    for (const f of ['jobs_enqueue', 'jobs_enqueue_batch', 'jobs_claim', 'jobs_heartbeat', 'jobs_complete', 'jobs_fail', 'jobs_release']) {
+    for (const f of [
+      'jobs_enqueue',
+      'jobs_enqueue_batch',
+      'jobs_claim',
+      'jobs_heartbeat',
+      'jobs_complete',
+      'jobs_complete_and_claim',
+      'jobs_fail',
+      'jobs_release',
+    ]) {
       assert.ok(functions.has(f), `${f} was not called`);
     }
     for (const { text, values } of seen) {
       assert.doesNotMatch(text, /\$\d+\s*::/, `a parameter is cast in: ${text}`);
       for (const v of values) {
-        const ok = v === null || ['string', 'number', 'boolean'].includes(typeof v) || (Array.isArray(v) && v.every((e) => typeof e === 'string'));
+        const ok =
+          v === null ||
+          ['string', 'number', 'boolean'].includes(typeof v) ||
+          (Array.isArray(v) && v.every((e) => e === null || typeof e === 'string'));
         assert.ok(ok, `a parameter is not a plain value (node-postgres sends those untyped): ${JSON.stringify(v)} in ${text}`);
       }
     }

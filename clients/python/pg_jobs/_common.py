@@ -38,6 +38,18 @@ COMPLETE_BATCH_SQL = "SELECT id, outcome FROM jobs_complete_batch(%s, %s)"
 FAIL_SQL = "SELECT jobs_fail(%s, %s, %s, retry => %s)"
 RELEASE_SQL = "SELECT jobs_release(%s, %s, %s, retry_in => %s)"
 SUCCEEDED_UNDER_SQL = "SELECT (j).state::text = 'succeeded' AND (j).lease::text = %s FROM jobs_get(%s) AS j"
+# One commit per job: completes the jobs that succeeded (each with its result) and claims the
+# next ones, never waiting. Rows: one per settled job (settled, outcome), then one per claimed
+# job (settled NULL, the claim's columns).
+COMPLETE_AND_CLAIM_SQL = ("SELECT settled, outcome, (claimed).* FROM jobs_complete_and_claim("
+                          "%s, %s, %s, %s, worker => %s, n => %s, lease => %s, kinds => %s)")
+#: How long a job that succeeded may wait for the claim loop to complete it with its next
+#: claim (the loop is busy with a claim, a reconnect or a retry's backoff) before it is
+#: completed on its own, in seconds.
+COMPLETE_WITH_CLAIM_WITHIN = 0.1
+#: The SQLSTATE of a call to a function the server lacks: a server before 0.3.0 has no
+#: jobs_complete_and_claim, and the workers then complete and claim in separate calls.
+UNDEFINED_FUNCTION = "42883"
 
 #: Outcomes of a heartbeat or settle call that mean "this job is no longer ours".
 GONE = ("lost", "cancelled")
@@ -235,6 +247,30 @@ class JobRow:
 
 
 _JOB_COLUMNS = tuple(f.name for f in dataclasses.fields(JobRow))
+
+
+def complete_and_claim_params(worker: Any, finished: list[tuple[Any, Any]], n: int, lease: float | None) -> list:
+    """The parameters of :data:`COMPLETE_AND_CLAIM_SQL` for ``finished`` (pairs of a job and
+    its handler's result), claiming up to ``n`` jobs with a lease of ``lease`` seconds. Without
+    any result the results are NULL (the server then completes them as one batch)."""
+    results = None
+    if any(result is not None for _, result in finished):
+        results = [jsonb(result) for _, result in finished]
+    return [worker.queue, [str(job.id) for job, _ in finished], [job.lease for job, _ in finished], results,
+            worker.name, str(n), interval(lease), worker.kinds]
+
+
+def split_complete_and_claim(names: list[str], rows: list[tuple]) -> tuple[dict[int, str], list[tuple]]:
+    """The rows of :data:`COMPLETE_AND_CLAIM_SQL`: the outcomes by job id, and the claimed
+    jobs' rows (for :func:`claimed_job`, with the same ``names``)."""
+    outcomes: dict[int, str] = {}
+    claimed: list[tuple] = []
+    for row in rows:
+        if row[0] is None:
+            claimed.append(row)
+        else:
+            outcomes[row[0]] = row[1]
+    return outcomes, claimed
 
 
 def claimed_job(names: list[str], row: tuple, lease_seconds: float) -> tuple[JobRow, datetime]:
