@@ -20,4 +20,5 @@ pub mod reclaim;
 pub mod schedules;
 pub mod settle;
 pub mod tenants;
+pub mod throughput;
 pub mod transitions;

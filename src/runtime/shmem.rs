@@ -15,6 +15,7 @@ use super::freed_heads::FreedHeads;
 use super::queued_changes::QueuedChanges;
 use super::rate::RateTable;
 use super::totals::TotalsTable;
+use super::waiting_claims::WaitingClaims;
 use super::worker_status::WorkerStatus;
 use crate::pg::version;
 
@@ -79,6 +80,7 @@ pub struct Shared {
     totals: TotalsTable,
     freed_heads: FreedHeads,
     queued_changes: QueuedChanges,
+    waiting_claims: WaitingClaims,
 }
 
 impl Shared {
@@ -132,14 +134,19 @@ impl Shared {
         &self.queued_changes
     }
 
+    /// The claims waiting for work now (`runtime::waiting_claims`).
+    pub(super) fn waiting_claims(&self) -> &WaitingClaims {
+        &self.waiting_claims
+    }
+
     /// The effects of prepared transactions, applied when they are committed or rolled back.
     pub(super) fn prepared(&self) -> &PreparedStash {
         &self.prepared
     }
 }
 
-// SAFETY: see Slot; WorkerStatus and QueuedChanges are atomics only; PreparedStash, RateTable
-// and FreedHeads are
+// SAFETY: see Slot; WorkerStatus and QueuedChanges are atomics only; PreparedStash, RateTable,
+// WaitingClaims and FreedHeads are
 // spin-locked;
 // TotalsTable publishes its keys under its own lock (see its note).
 unsafe impl Sync for Shared {}

@@ -273,6 +273,7 @@ pub fn enqueue(queue: &str, payload: Jsonb, options: &JobOptions) -> Enqueued {
     ) {
         let id = ids[0];
         transitions::job_queued(queue, options.position(id));
+        transitions::jobs_enqueued(queue, options.tenant.as_deref(), 1);
         return Enqueued { id, inserted: true };
     }
     with_client(|client| match options.unique_key_of(0) {
@@ -282,12 +283,14 @@ pub fn enqueue(queue: &str, payload: Jsonb, options: &JobOptions) -> Enqueued {
                 unknown_queue(queue)
             };
             transitions::job_queued(queue, options.position(id));
+            transitions::jobs_enqueued(queue, options.tenant.as_deref(), 1);
             Enqueued { id, inserted: true }
         }
         Some(key) => {
             let enqueued = enqueue_unique(client, queue, payload, key, options);
             if enqueued.inserted {
                 transitions::job_queued(queue, options.position(enqueued.id));
+                transitions::jobs_enqueued(queue, options.tenant.as_deref(), 1);
             }
             enqueued
         }
@@ -636,6 +639,7 @@ pub fn enqueue_batch(queue: &str, payloads: JsonbArray, options: &JobOptions) ->
             if let Some(&first) = ids.iter().min() {
                 transitions::jobs_queued(queue, ids.len(), options.position(first));
             }
+            transitions::jobs_enqueued(queue, options.tenant.as_deref(), ids.len());
             return ids
                 .into_iter()
                 .map(|id| Enqueued { id, inserted: true })
@@ -675,6 +679,7 @@ pub fn enqueue_batch(queue: &str, payloads: JsonbArray, options: &JobOptions) ->
         if let Some(&first) = inserted.iter().min() {
             transitions::jobs_queued(queue, inserted.len(), options.position(first));
         }
+        transitions::jobs_enqueued(queue, options.tenant.as_deref(), inserted.len());
         enqueued
     })
 }

@@ -134,7 +134,7 @@ fn call_every_function_in_the_gap(client: &mut Client) -> Vec<String> {
                 match code {
                     "55000" => {
                         assert!(
-                            db.message().contains("version 0.2.0")
+                            db.message().contains("version 0.3.0")
                                 && db.message().contains("version 0.1.0")
                                 && db.hint().unwrap_or("").contains("ALTER EXTENSION pg_jobs UPDATE"),
                             "{call}: the refusal must name both versions and what to run: {} / {:?}",
@@ -261,7 +261,7 @@ fn upgrade_from_0_1_0_with_jobs_in_flight() {
         "the worker to say it waits for ALTER EXTENSION pg_jobs UPDATE",
         || {
             cluster.log().contains(
-                "the database has the SQL definitions of pg_jobs 0.1.0 but the library is 0.2.0; the worker idles until ALTER EXTENSION pg_jobs UPDATE",
+                "the database has the SQL definitions of pg_jobs 0.1.0 but the library is 0.3.0; the worker idles until ALTER EXTENSION pg_jobs UPDATE",
             )
         },
     );
@@ -308,7 +308,7 @@ fn upgrade_from_0_1_0_with_jobs_in_flight() {
     admin
         .batch_execute("ALTER EXTENSION pg_jobs UPDATE")
         .unwrap();
-    assert_eq!(extension_version(&mut admin), "0.2.0");
+    assert_eq!(extension_version(&mut admin), "0.3.0");
     wait_until(Duration::from_secs(30), "the worker to serve", || {
         scalar::<bool>(
             &mut admin,
@@ -323,7 +323,7 @@ fn upgrade_from_0_1_0_with_jobs_in_flight() {
     );
     assert!(cluster
         .log()
-        .contains("the SQL definitions are now version 0.2.0; the worker serves the database"));
+        .contains("the SQL definitions are now version 0.3.0; the worker serves the database"));
 
     // The sessions that held leases come back and settle with their old leases.
     let mut holder = cluster.connect();
@@ -422,7 +422,7 @@ fn upgrade_from_0_1_0_with_jobs_in_flight() {
         upgraded.len()
     );
     if let Some(diff) = catalog::difference("upgraded", &upgraded, "fresh", &installed) {
-        panic!("the upgraded database's catalogs differ from a fresh 0.2.0 install: {diff}");
+        panic!("the upgraded database's catalogs differ from a fresh 0.3.0 install: {diff}");
     }
 
     drop(fresh);
@@ -467,7 +467,7 @@ fn the_version_check_follows_pg_extension_in_every_session() {
     assert_eq!(db.code().code(), "55000");
     assert_eq!(
         db.message(),
-        "cannot read the queues' metrics: the pg_jobs library is version 0.2.0 but this database has the SQL definitions of version 0.1.0"
+        "cannot read the queues' metrics: the pg_jobs library is version 0.3.0 but this database has the SQL definitions of version 0.1.0"
     );
     wait_until(Duration::from_secs(30), "the worker to idle", || {
         cluster
@@ -475,12 +475,12 @@ fn the_version_check_follows_pg_extension_in_every_session() {
             .contains("the worker idles until ALTER EXTENSION pg_jobs UPDATE")
     });
     changer
-        .batch_execute("UPDATE pg_extension SET extversion = '0.2.0' WHERE extname = 'pg_jobs'")
+        .batch_execute("UPDATE pg_extension SET extversion = '0.3.0' WHERE extname = 'pg_jobs'")
         .unwrap();
     metrics(&mut caller).expect("works again at the next call");
     wait_until(Duration::from_secs(30), "the worker to serve again", || {
         cluster
             .log()
-            .contains("the SQL definitions are now version 0.2.0; the worker serves the database")
+            .contains("the SQL definitions are now version 0.3.0; the worker serves the database")
     });
 }
