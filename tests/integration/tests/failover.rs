@@ -352,7 +352,10 @@ fn writing_calls(jobs: &Jobs) -> Vec<(&'static str, String)> {
             format!("SELECT jobs_cancel({})", jobs.queued[0]),
         ),
         ("jobs_retry", format!("SELECT jobs_retry({})", jobs.failed)),
-        ("jobs_run_now", format!("SELECT jobs_run_now({})", jobs.queued[0])),
+        (
+            "jobs_run_now",
+            format!("SELECT jobs_run_now({})", jobs.queued[0]),
+        ),
         ("jobs_reclaim", "SELECT jobs_reclaim()".into()),
         (
             "jobs_create_queue",
