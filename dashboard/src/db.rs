@@ -94,6 +94,8 @@ pub struct QueueLive {
     pub running: i64,
     /// The oldest ready job's age, in seconds.
     pub oldest_ready_seconds: f64,
+    /// Whether the queued jobs were counted only up to the limit (there are more).
+    pub capped: bool,
 }
 
 /// Finished jobs of one queue the table holds: succeeded, failed, cancelled.
@@ -239,9 +241,13 @@ fn opt_str(value: &Option<String>) -> Option<&str> {
 impl Db {
     /// Connects (checking the connection string and that pg_jobs is there).
     pub async fn connect(conninfo: &str, size: usize) -> Result<Db, String> {
-        let config: tokio_postgres::Config = conninfo
+        let mut config: tokio_postgres::Config = conninfo
             .parse()
             .map_err(|e| format!("the connection string is not valid: {e}"))?;
+        // So its sessions are recognisable in pg_stat_activity.
+        if config.get_application_name().is_none() {
+            config.application_name("pg_jobs_dashboard");
+        }
         let manager = Manager::from_config(
             config,
             NoTls,
@@ -292,9 +298,9 @@ impl Db {
         })
     }
 
-    /// Every queue's live counts.
-    pub async fn live(&self) -> DbResult<Vec<QueueLive>> {
-        let rows = self.query(include_str!("sql/live.sql"), &[]).await?;
+    /// Every queue's live counts, its queued jobs counted up to `limit`.
+    pub async fn live(&self, limit: i32) -> DbResult<Vec<QueueLive>> {
+        let rows = self.query(include_str!("sql/live.sql"), &[&limit]).await?;
         Ok(rows
             .iter()
             .map(|row| QueueLive {
@@ -305,6 +311,7 @@ impl Db {
                 scheduled: row.get("scheduled"),
                 running: row.get("running"),
                 oldest_ready_seconds: row.get("oldest_ready_seconds"),
+                capped: row.get("capped"),
             })
             .collect())
     }
@@ -348,12 +355,19 @@ impl Db {
             .collect())
     }
 
-    /// A page of `queue`'s jobs: at most `limit`, older than `before`.
+    /// The newest job's id.
+    pub async fn max_id(&self) -> DbResult<i64> {
+        let rows = self.query(include_str!("sql/max_id.sql"), &[]).await?;
+        Ok(rows[0].get("id"))
+    }
+
+    /// A page of `queue`'s jobs: at most `limit`, older than `before` and not below `lowest`.
     pub async fn jobs(
         &self,
         queue: &str,
         filter: &JobFilter,
         before: Option<i64>,
+        lowest: i64,
         limit: i32,
     ) -> DbResult<Vec<JobLine>> {
         let rows = self
@@ -369,6 +383,7 @@ impl Db {
                     &opt_str(&filter.to),
                     &before,
                     &limit,
+                    &lowest,
                 ],
             )
             .await?;

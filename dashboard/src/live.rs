@@ -92,7 +92,7 @@ pub fn spawn_refresher(app: Shared, every: Duration) {
             if app.live.sender.receiver_count() == 0 {
                 continue;
             }
-            let snapshot = match app.db.live().await {
+            let snapshot = match app.db.live(app.options.count_limit as i32).await {
                 Ok(queues) => {
                     let finished = app.live.finished(&app, finished_every).await;
                     Snapshot {

@@ -56,13 +56,18 @@ pub struct Options {
     pub token: Option<String>,
 
     /// How often the open pages' counts refresh, in milliseconds.
-    #[arg(long, env = "PG_JOBS_DASHBOARD_REFRESH_MS", default_value_t = 2000)]
+    #[arg(long, env = "PG_JOBS_DASHBOARD_REFRESH_MS", default_value_t = 5000)]
     pub refresh_ms: u64,
 
     /// How often the counts of finished jobs (a read of the whole table) are taken again while
     /// someone watches, in seconds.
-    #[arg(long, env = "PG_JOBS_DASHBOARD_FINISHED_EVERY", default_value_t = 60)]
+    #[arg(long, env = "PG_JOBS_DASHBOARD_FINISHED_EVERY", default_value_t = 300)]
     pub finished_every: u64,
+
+    /// Queued jobs counted at most per queue each refresh; a larger backlog shows as "at
+    /// least" this many, so a refresh costs the same however long the backlog grows.
+    #[arg(long, env = "PG_JOBS_DASHBOARD_COUNT_LIMIT", default_value_t = 10000)]
+    pub count_limit: u32,
 
     /// Most jobs a bulk action (on a filtered set) acts on.
     #[arg(long, env = "PG_JOBS_DASHBOARD_BULK_LIMIT", default_value_t = 1000)]

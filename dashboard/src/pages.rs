@@ -16,6 +16,10 @@ use crate::Shared;
 
 /// Jobs on one page of a queue's jobs.
 const PAGE: i32 = 50;
+/// Job ids one page searches at most (newest first, from where the last page ended): a filter
+/// that matches few jobs shows what it found in them and a link to search on, instead of
+/// reading the whole history for one page.
+const WINDOW: i64 = 50_000;
 
 /// An error page: a status and what to say.
 pub struct PageError {
@@ -171,7 +175,7 @@ fn now_epoch() -> i64 {
 /// `/`: every queue, its counts (live) and throughput charts.
 pub async fn queues(State(app): State<Shared>) -> PageResult {
     let who = app.db.identity().await?;
-    let queues = app.db.live().await?;
+    let queues = app.db.live(app.options.count_limit as i32).await?;
     let finished = app
         .live
         .finished(
@@ -220,8 +224,8 @@ pub async fn queues(State(app): State<Shared>) -> PageResult {
                     tr data-queue=(q.queue) {
                         td { a href=(format!("/queues/{}", urlencode(&q.queue))) { (q.queue) } }
                         td data-live="paused" { @if q.paused { span.paused { "paused" } } @else { "active" } }
-                        td.n data-live="ready" { (q.ready) }
-                        td.n data-live="scheduled" { (q.scheduled) }
+                        td.n data-live="ready" { (q.ready) @if q.capped { "+" } }
+                        td.n data-live="scheduled" { (q.scheduled) @if q.capped { "+" } }
                         td.n data-live="running" { (q.running) }
                         td.n data-live="succeeded" { (finished_counts(&q.queue, 0)) }
                         td.n data-live="failed" {
@@ -247,7 +251,8 @@ pub async fn queues(State(app): State<Shared>) -> PageResult {
         }
         p.note #finished-note {
             "Ready, scheduled and running refresh every "
-            (app.options.refresh_ms) " ms; succeeded, failed and cancelled (the jobs the table still holds) every "
+            (app.options.refresh_ms) " ms (queued jobs are counted up to " (app.options.count_limit)
+            " a queue: \"+\" marks more); succeeded, failed and cancelled (the jobs the table still holds) every "
             (app.options.finished_every) " s"
             @if let Some((_, age)) = &finished { " (taken " (age) " s ago)" }
             "."
@@ -353,9 +358,26 @@ pub async fn jobs(
         None => None,
     };
     let who = app.db.identity().await?;
-    let mut jobs = app.db.jobs(&queue, &filter, before, PAGE + 1).await?;
-    let more = jobs.len() > PAGE as usize;
+    let top = match before {
+        Some(before) => before,
+        None => app.db.max_id().await? + 1,
+    };
+    let lowest = (top - WINDOW).max(0);
+    let mut jobs = app
+        .db
+        .jobs(&queue, &filter, before, lowest, PAGE + 1)
+        .await?;
+    let full = jobs.len() > PAGE as usize;
     jobs.truncate(PAGE as usize);
+    // Where the next page starts: after the last job shown, or, when the window ran out before
+    // the page filled, below the window.
+    let next = if full {
+        jobs.last().map(|job| job.id)
+    } else if lowest > 0 {
+        Some(lowest)
+    } else {
+        None
+    };
     let kept = filter_query(&filter);
     let base = format!("/queues/{}", urlencode(&queue));
     let with = |extra: &str| {
@@ -408,13 +430,17 @@ pub async fn jobs(
                 @for job in &jobs { (job_row(job)) }
             }
         }
-        @if jobs.is_empty() { p.empty { "No jobs match." } }
+        @if !full {
+            p.empty #window {
+                @if jobs.is_empty() { "No jobs match" } @else { "No more jobs match" }
+                " among ids " (lowest) " to " (top - 1)
+                @if next.is_some() { "; older jobs are not searched yet." } @else { "." }
+            }
+        }
         nav.pages {
             @if before.is_some() { a #newest href=(with("")) { "« Newest" } " " }
-            @if more {
-                @if let Some(last) = jobs.last() {
-                    a #older href=(with(&format!("before={}", last.id))) { "Older »" }
-                }
+            @if let Some(next) = next {
+                a #older href=(with(&format!("before={next}"))) { @if full { "Older »" } @else { "Search older »" } }
             }
         }
     };

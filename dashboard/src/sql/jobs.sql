@@ -1,8 +1,10 @@
--- A page of a queue's jobs, newest first, after keyset position $8, filtered by the bound
--- parameters (NULL: no filter). State 'ready' and 'scheduled' are the queued jobs due and not
--- yet due. Row-level security limits it to the role's tenants.
+-- A page of a queue's jobs, newest first, after keyset position $8 and not below id $10 (the
+-- window a page searches, so a filter that matches few jobs never reads the whole history for
+-- one page), filtered by the bound parameters (NULL: no filter). State 'ready' and
+-- 'scheduled' are the queued jobs due and not yet due. Row-level security limits it to the
+-- role's tenants.
 -- $1 queue, $2 state, $3 kind, $4 tenant, $5 group, $6 created from, $7 created before,
--- $8 before id, $9 limit
+-- $8 before id, $9 limit, $10 lowest id
 SELECT j.id, j.kind, j.state::text AS state, j.attempt, j.max_attempts, j.priority, j.tenant,
        j.group_key, to_char(j.created_at, 'YYYY-MM-DD HH24:MI:SS') AS created,
        to_char(j.run_at, 'YYYY-MM-DD HH24:MI:SS') AS run_at, j.run_at > now() AS later,
@@ -21,5 +23,6 @@ SELECT j.id, j.kind, j.state::text AS state, j.attempt, j.max_attempts, j.priori
    AND ($6::text IS NULL OR j.created_at >= $6::text::timestamptz)
    AND ($7::text IS NULL OR j.created_at < $7::text::timestamptz)
    AND ($8::bigint IS NULL OR j.id < $8::bigint)
+   AND j.id >= $10::bigint
  ORDER BY j.id DESC
  LIMIT $9::int

@@ -31,8 +31,9 @@ function follow() {
     for (const q of snapshot.queues || []) {
       const row = Array.from(table.querySelectorAll("tr[data-queue]")).find((r) => r.dataset.queue === q.queue);
       if (!row) continue;
-      setText(row, "ready", q.ready);
-      setText(row, "scheduled", q.scheduled);
+      const more = q.capped ? "+" : "";
+      setText(row, "ready", q.ready + more);
+      setText(row, "scheduled", q.scheduled + more);
       setText(row, "running", q.running);
       setText(row, "oldest", formatAge(q.oldest_ready_seconds));
       const paused = row.querySelector('[data-live="paused"]');
