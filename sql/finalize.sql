@@ -181,3 +181,108 @@ BEGIN
     END IF;
 END
 $checks$;
+
+-- ---------------------------------------------------------------------------------------------
+-- Dashboard (pg_jobs issue 38): the views of client workers and of throughput. Both run as
+-- their owner and filter by the session's tenant scope themselves, as jobs.queue_stats does.
+-- ---------------------------------------------------------------------------------------------
+
+-- Client workers, by the worker name their claims gave (jobs_claim's worker): what they run
+-- (the running jobs), their claims waiting for work now (jobs.waiting_claims, from shared
+-- memory), their backends (the waiting ones and the sessions whose application_name is the
+-- name), their last claim and heartbeat, and the leases about to run out (less than a
+-- quarter of the lease left, or passed: a worker whose heartbeats stopped). last_seen is now
+-- while a claim waits, else the latest claim or heartbeat. Built from what the server has, so
+-- a worker that neither runs a job nor waits is not listed.
+CREATE VIEW jobs.workers AS
+WITH running AS (
+    SELECT coalesce(j.worker, '') AS worker,
+           pg_catalog.array_agg(DISTINCT j.queue) AS queues,
+           pg_catalog.count(*) AS running,
+           (pg_catalog.array_agg(j.id ORDER BY j.id))[1:100] AS running_jobs,
+           pg_catalog.max(j.started_at) AS last_claim,
+           pg_catalog.max(j.heartbeat_at) AS last_heartbeat,
+           pg_catalog.min(j.lease_until) AS next_lease_end,
+           pg_catalog.count(*) FILTER (WHERE j.lease_until OPERATOR(pg_catalog.<)
+                   (pg_catalog.now() OPERATOR(pg_catalog.+) (j.lease_duration OPERATOR(pg_catalog./) 4::pg_catalog.float8)))
+               AS leases_expiring
+      FROM jobs.job j
+     WHERE j.state OPERATOR(pg_catalog.=) 'running'
+       AND j.lease_until IS NOT NULL
+       AND ((SELECT jobs.tenant_scope()) IS NULL
+            OR (j.tenant IS NULL AND pg_catalog.cardinality((SELECT jobs.tenant_scope())) OPERATOR(pg_catalog.=) 0)
+            OR j.tenant OPERATOR(pg_catalog.=) ANY ((SELECT jobs.tenant_scope())::pg_catalog.text[]))
+     GROUP BY 1
+), waiting AS (
+    SELECT w.worker,
+           pg_catalog.array_agg(DISTINCT w.queue) AS queues,
+           pg_catalog.array_agg(w.pid ORDER BY w.pid) AS pids,
+           pg_catalog.count(*) AS waiting,
+           pg_catalog.min(w.since) AS waiting_since
+      FROM jobs.waiting_claims() w
+     GROUP BY w.worker
+), named AS (
+    SELECT coalesce(r.worker, w.worker) AS worker, r.queues AS running_queues,
+           w.queues AS waiting_queues, w.pids AS waiting_pids, w.waiting, w.waiting_since,
+           r.running, r.running_jobs, r.last_claim, r.last_heartbeat, r.next_lease_end,
+           r.leases_expiring
+      FROM running r
+      FULL JOIN waiting w ON w.worker OPERATOR(pg_catalog.=) r.worker
+)
+SELECT n.worker,
+       ARRAY(SELECT DISTINCT q.queue
+               FROM pg_catalog.unnest(pg_catalog.array_cat(n.running_queues, n.waiting_queues)) AS q(queue)
+              ORDER BY 1) AS queues,
+       ARRAY(SELECT DISTINCT b.pid
+               FROM (SELECT pg_catalog.unnest(n.waiting_pids)
+                     UNION ALL
+                     SELECT a.pid FROM pg_catalog.pg_stat_activity a
+                      WHERE a.application_name OPERATOR(pg_catalog.=) n.worker
+                        AND a.datname OPERATOR(pg_catalog.=) pg_catalog.current_database()) AS b(pid)
+              ORDER BY 1) AS pids,
+       coalesce(n.waiting, 0) AS waiting,
+       n.waiting_since,
+       coalesce(n.running, 0) AS running,
+       coalesce(n.running_jobs, '{}') AS running_jobs,
+       greatest(n.last_claim, n.waiting_since) AS last_claim,
+       n.last_heartbeat,
+       n.next_lease_end,
+       coalesce(n.leases_expiring, 0) AS leases_expiring,
+       CASE WHEN n.waiting IS NOT NULL THEN pg_catalog.now()
+            ELSE greatest(n.last_claim, n.last_heartbeat) END AS last_seen
+  FROM named n;
+COMMENT ON VIEW jobs.workers IS
+    'pg_jobs client workers by name: running jobs, waiting claims, backends, last claim and heartbeat, leases about to run out';
+
+-- Throughput per queue and minute over the last 24 hours: jobs enqueued, completed, failed
+-- and retried. The minutes the background worker wrote (jobs.throughput_minute) and the
+-- current one, still in shared memory (jobs.throughput_pending); within the caller's tenant
+-- scope.
+CREATE VIEW jobs.throughput AS
+SELECT h.queue,
+       h.minute,
+       pg_catalog.sum(h.enqueued)::bigint  AS enqueued,
+       pg_catalog.sum(h.completed)::bigint AS completed,
+       pg_catalog.sum(h.failed)::bigint    AS failed,
+       pg_catalog.sum(h.retried)::bigint   AS retried
+  FROM (SELECT t.queue, t.minute, t.enqueued, t.completed, t.failed, t.retried
+          FROM jobs.throughput_minute t
+         WHERE t.minute OPERATOR(pg_catalog.>=) (pg_catalog.now() OPERATOR(pg_catalog.-) interval '24 hours')
+           AND ((SELECT jobs.tenant_scope()) IS NULL
+                OR (t.tenant_hash OPERATOR(pg_catalog.=) 0
+                    AND pg_catalog.cardinality((SELECT jobs.tenant_scope())) OPERATOR(pg_catalog.=) 0)
+                OR t.tenant_hash OPERATOR(pg_catalog.=) ANY (ARRAY(
+                       SELECT jobs.tenant_hash(s.tenant)
+                         FROM pg_catalog.unnest((SELECT jobs.tenant_scope())) AS s(tenant))))
+        UNION ALL
+        SELECT p.queue, p.minute, p.enqueued, p.completed, p.failed, p.retried
+          FROM jobs.throughput_pending() p) h
+ GROUP BY h.queue, h.minute;
+COMMENT ON VIEW jobs.throughput IS
+    'pg_jobs: per queue and minute over the last 24 hours, jobs enqueued, completed, failed and retried';
+
+REVOKE ALL ON jobs.throughput_minute FROM PUBLIC;
+GRANT SELECT ON jobs.workers, jobs.throughput TO jobs_client;
+-- ---------------------------------------------------------------------------------------------
+-- End of the dashboard's views.
+-- ---------------------------------------------------------------------------------------------

@@ -480,3 +480,26 @@ COMMENT ON TABLE jobs.signal IS 'pg_jobs: signals recorded by jobs_signal for la
 CREATE INDEX signal_expires_idx ON jobs.signal (expires_at);
 SELECT pg_catalog.pg_extension_config_dump('jobs.signal', '');
 -- ==== end of workflows =========================================================================
+
+-- ---------------------------------------------------------------------------------------------
+-- Dashboard (pg_jobs issue 38): the throughput history behind the view jobs.throughput. Per
+-- minute, queue and tenant (by hash: shared memory counts tenants by the hash of their name,
+-- jobs.tenant_hash(tenant); 0 for jobs without one), the jobs enqueued, completed, failed and
+-- retried. The background worker writes one row per active queue and tenant a minute, from the
+-- counts shared memory keeps (no write per job), and drops rows older than 24 hours
+-- (engine::throughput). Runtime state, not dumped.
+-- ---------------------------------------------------------------------------------------------
+CREATE TABLE jobs.throughput_minute (
+    minute      timestamptz NOT NULL,
+    queue       text COLLATE pg_catalog."C" NOT NULL,
+    tenant_hash bigint NOT NULL,
+    enqueued    bigint NOT NULL,
+    completed   bigint NOT NULL,
+    failed      bigint NOT NULL,
+    retried     bigint NOT NULL,
+    PRIMARY KEY (minute, queue, tenant_hash)
+);
+COMMENT ON TABLE jobs.throughput_minute IS 'pg_jobs: per minute, queue and tenant hash, jobs enqueued, completed, failed and retried (24 hours; read jobs.throughput)';
+-- ---------------------------------------------------------------------------------------------
+-- End of the dashboard's schema.
+-- ---------------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-//! Operating on jobs by id: `jobs_cancel`, `jobs_retry`, `jobs_reclaim`.
+//! Operating on jobs by id: `jobs_cancel`, `jobs_retry`, `jobs_run_now`, `jobs_reclaim`.
 
 use pgrx::prelude::*;
 
@@ -30,6 +30,15 @@ fn jobs_retry(
     let run_at = required(run_at, "run_at");
     check_finite(run_at, "run_at");
     operate::retry(id, run_at, &tenants::scope()).as_str()
+}
+
+/// Makes a queued job due now (a delayed one, or one waiting out a retry's backoff), keeping
+/// its priority, and returns its state afterwards; a job that is not queued is left as it is.
+#[pg_extern(volatile, parallel_unsafe, security_definer)]
+#[search_path(pg_catalog, pg_temp)]
+fn jobs_run_now(id: Option<i64>) -> &'static str {
+    access::require(Role::Admin, "run jobs now");
+    operate::run_now(required(id, "id"), &tenants::scope()).as_str()
 }
 
 /// Reclaims every expired lease now, and ends every await whose timeout passed; returns how

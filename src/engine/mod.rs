@@ -20,6 +20,7 @@ pub mod reclaim;
 pub mod schedules;
 pub mod settle;
 pub mod tenants;
+pub mod throughput;
 pub mod transitions;
 pub mod two_phase;
 pub mod workflows;

@@ -72,6 +72,12 @@ pub enum Settled {
     Failed,
     /// Its attempt failed (or its lease expired) and it runs again.
     Retried,
+    /// Its holder handed it back without spending the attempt.
+    Released,
+    /// A heartbeat or settle call presented a lease that was no longer the job's.
+    Lost,
+    /// It was cancelled while queued or running.
+    Cancelled,
 }
 
 /// The job in `row` was settled this way by this transaction: the totals count it when the
@@ -79,16 +85,39 @@ pub enum Settled {
 pub fn job_settled(row: &Row<'_>, settled: Settled) {
     let queue: String = row.expect("queue");
     let tenant: Option<String> = row.get("tenant");
+    job_counted(&queue, tenant.as_deref(), settled);
+}
+
+/// A job of `queue` and `tenant` was settled this way by this transaction (see
+/// [`job_settled`]); an empty queue name counts in the totals' overflow line (a lost lease
+/// whose job is gone).
+pub fn job_counted(queue: &str, tenant: Option<&str>, settled: Settled) {
     let mut counts = Counts::default();
     match settled {
         Settled::Completed => counts.completed = 1,
         Settled::Failed => counts.failed = 1,
         Settled::Retried => counts.retried = 1,
+        Settled::Released => counts.released = 1,
+        Settled::Lost => counts.lost = 1,
+        Settled::Cancelled => counts.cancelled = 1,
     }
-    if settled != Settled::Retried {
+    if matches!(
+        settled,
+        Settled::Completed | Settled::Failed | Settled::Cancelled
+    ) {
         jobs_finished();
     }
-    effects::jobs_settled(Key::new(&queue, tenant.as_deref()), counts);
+    effects::jobs_settled(Key::new(queue, tenant), counts);
+}
+
+/// This transaction inserted `count` jobs of `queue` and `tenant`: the totals (and the
+/// throughput history) count them when it commits.
+pub fn jobs_enqueued(queue: &str, tenant: Option<&str>, count: usize) {
+    let counts = Counts {
+        enqueued: count as u64,
+        ..Counts::default()
+    };
+    effects::jobs_settled(Key::new(queue, tenant), counts);
 }
 
 /// This transaction finished jobs (they succeeded, failed for good or were cancelled): the

@@ -14,6 +14,7 @@ use super::freed_heads::FreedHeads;
 use super::queued_changes::QueuedChanges;
 use super::rate::RateTable;
 use super::totals::TotalsTable;
+use super::waiting_claims::WaitingClaims;
 use super::worker_status::WorkerStatus;
 use crate::pg::version;
 
@@ -79,6 +80,7 @@ pub struct Shared {
     queued_changes: QueuedChanges,
     /// Where `jobs_wait` calls sleep until a commit finishes jobs (its floor is unused).
     finished: Slot,
+    waiting_claims: WaitingClaims,
 }
 
 impl Shared {
@@ -136,10 +138,16 @@ impl Shared {
     pub(super) fn queued_changes(&self) -> &QueuedChanges {
         &self.queued_changes
     }
+
+    /// The claims waiting for work now (`runtime::waiting_claims`).
+    pub(super) fn waiting_claims(&self) -> &WaitingClaims {
+        &self.waiting_claims
+    }
 }
 
-// SAFETY: see Slot; WorkerStatus and QueuedChanges are atomics only; RateTable and FreedHeads
-// are spin-locked; TotalsTable publishes its keys under its own lock (see its note).
+// SAFETY: see Slot; WorkerStatus and QueuedChanges are atomics only; RateTable, WaitingClaims
+// and FreedHeads are spin-locked; TotalsTable publishes its keys under its own lock (see its
+// note).
 unsafe impl Sync for Shared {}
 
 static mut SHARED: *mut Shared = std::ptr::null_mut();

@@ -1,7 +1,8 @@
 //! The background worker: one per database in `pg_jobs.databases`, registered while the library
 //! is preloaded. Every `pg_jobs.tick` it runs one tick ([`tick`]): reclaim expired leases, check
 //! the claim floors, purge finished jobs past their queue's retention, and wake claims waiting
-//! on queues whose delayed jobs came due. A database without the extension is skipped until
+//! on queues whose delayed jobs came due. Once a minute it writes the minute's counts into the
+//! throughput history (`engine::throughput`). A database without the extension is skipped until
 //! `CREATE EXTENSION pg_jobs` runs there. A failing tick is logged, recorded in
 //! `jobs_worker_status()` and retried at the next tick; the postmaster restarts a worker that
 //! dies.
@@ -27,9 +28,11 @@ use pgrx::bgworkers::{
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
+use crate::engine::throughput;
 use crate::pg::clock::server_now;
 use crate::pg::{recovery, settings};
 use crate::runtime::shmem::{self, MAX_DATABASES};
+use crate::runtime::totals;
 use crate::runtime::worker_status::WorkerStatus;
 
 /// Registers one worker per configured database; called from `_PG_init` while preloading.
@@ -74,6 +77,8 @@ pub extern "C-unwind" fn pg_jobs_worker_main(argument: pg_sys::Datum) {
 
     let mut standby = false;
     let mut outdated: Option<String> = None;
+    // The minute of the throughput history the counts since the last write belong to.
+    let mut history_minute = throughput::minute_of(server_now());
     while BackgroundWorker::wait_latch(Some(Duration::from_millis(settings::TICK_MS.get() as u64)))
     {
         if BackgroundWorker::sighup_received() {
@@ -101,6 +106,12 @@ pub extern "C-unwind" fn pg_jobs_worker_main(argument: pg_sys::Datum) {
             );
         }
         let outcome = tick::run(started_at);
+        // Once a minute, the minute that ended goes into the history.
+        let minute = throughput::minute_of(server_now());
+        if minute > history_minute {
+            flush_throughput(status, &database, history_minute);
+            history_minute = minute;
+        }
         if let Ok(report) = &outcome {
             note_version(&database, report, &mut outdated);
         }
@@ -110,6 +121,10 @@ pub extern "C-unwind" fn pg_jobs_worker_main(argument: pg_sys::Datum) {
     }
 
     tick::stopping();
+    // A clean stop keeps the current minute: the next worker's writes add to it.
+    if !recovery::in_recovery() {
+        flush_throughput(status, &database, history_minute);
+    }
     // Leave with status 1 so the postmaster starts us again unless it is shutting down:
     // pg_terminate_backend on the worker restarts it rather than stopping the queue for good.
     if let Some(status) = status {
@@ -149,6 +164,19 @@ fn note_version(database: &str, report: &tick::TickReport, outdated: &mut Option
         None => {}
     }
     *outdated = report.outdated.clone();
+}
+
+/// Writes the counts since the last write into `minute` of the throughput history; on an
+/// ERROR they stay in shared memory for the next write (into a later minute).
+fn flush_throughput(status: Option<&WorkerStatus>, database: &str, minute: i64) {
+    match tick::flush_throughput(minute) {
+        Ok(written) => totals::mark_flushed(&written),
+        Err(message) => {
+            if let Some(status) = status {
+                step_failed(status, database, "writing the throughput history", &message);
+            }
+        }
+    }
 }
 
 /// Logs and records a step of a tick that failed and was rolled back alone.

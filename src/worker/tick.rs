@@ -226,3 +226,20 @@ pub fn stopping() {
         })
     });
 }
+
+/// Writes what this database counted since the last write into minute `minute` of the
+/// throughput history (and drops the minutes older than 24 hours), in a transaction of its
+/// own; returns what it wrote, to be marked written now that the transaction committed.
+/// Nothing while the database lacks the extension at this library's version.
+pub fn flush_throughput(minute: i64) -> Result<Vec<crate::runtime::totals::Unflushed>, String> {
+    run_transaction(|| {
+        with_client(|client| {
+            let installed = EXTENSION_EXISTS.first::<String>(client, &[], "installed");
+            if installed.as_deref() != Some(LIBRARY_VERSION) {
+                return Vec::new();
+            }
+            TICK_SETTINGS.run(client, &[]);
+            crate::engine::throughput::write(client, minute, server_now())
+        })
+    })
+}

@@ -22,6 +22,7 @@ use crate::pg::errors::{raise_with_hint, VERSION_MISMATCH, WAIT_NEEDS_READ_COMMI
 use crate::pg::extension;
 use crate::pg::snapshot;
 use crate::pg::subtransaction::in_subtransaction;
+use crate::runtime::waiting_claims;
 use crate::runtime::wakeup::{self, Waiter};
 use crate::storage::{with_client, Statement};
 
@@ -78,6 +79,19 @@ pub(super) fn claim_waiting(request: &ClaimRequest<'_>) -> Vec<ClaimedRow> {
     // Whether this claim has slept: its client may have gone meanwhile.
     let mut slept = false;
     let waiter = Waiter::new(request.queue);
+    // Listed in jobs.workers from its first sleep until it returns.
+    let mut listed: Option<waiting_claims::Registration> = None;
+    let mut list = || {
+        if listed.is_none() {
+            let tenants = request.filter.scope().as_array();
+            listed = Some(waiting_claims::register(
+                request.queue,
+                &request.worker,
+                tenants.as_deref(),
+                server_now(),
+            ));
+        }
+    };
     let mut passed_on: Option<u64> = None;
     // A token of the queue's rate limit this claim reserved, and from when it may spend it.
     let mut reserved_at: Option<pg_sys::TimestampTz> = None;
@@ -92,6 +106,7 @@ pub(super) fn claim_waiting(request: &ClaimRequest<'_>) -> Vec<ClaimedRow> {
             }
             // Woken before the reserved token is paid for: spending it now would beat the
             // limit, so sleep on until then (or the end of the wait).
+            list();
             waiter.sleep(at.min(deadline), waiter.generation());
             continue;
         }
@@ -165,6 +180,7 @@ pub(super) fn claim_waiting(request: &ClaimRequest<'_>) -> Vec<ClaimedRow> {
         }) {
             snapshot::stop_advertising_xmin();
         }
+        list();
         waiter.sleep(wake_at, seen);
         slept = true;
     }

@@ -314,6 +314,7 @@ fn enqueue_one(queue: &str, payload: Jsonb, options: &JobOptions) -> Enqueued {
         if options.announces() {
             transitions::job_queued(queue, options.position(id));
         }
+        transitions::jobs_enqueued(queue, options.tenant.as_deref(), 1);
         return Enqueued { id, inserted: true };
     }
     with_client(|client| match options.unique_key_of(0) {
@@ -325,12 +326,16 @@ fn enqueue_one(queue: &str, payload: Jsonb, options: &JobOptions) -> Enqueued {
             if options.announces() {
                 transitions::job_queued(queue, options.position(id));
             }
+            transitions::jobs_enqueued(queue, options.tenant.as_deref(), 1);
             Enqueued { id, inserted: true }
         }
         Some(key) => {
             let enqueued = enqueue_unique(client, queue, payload, key, options);
-            if enqueued.inserted && options.announces() {
-                transitions::job_queued(queue, options.position(enqueued.id));
+            if enqueued.inserted {
+                if options.announces() {
+                    transitions::job_queued(queue, options.position(enqueued.id));
+                }
+                transitions::jobs_enqueued(queue, options.tenant.as_deref(), 1);
             }
             enqueued
         }
@@ -696,6 +701,7 @@ fn enqueue_many(queue: &str, payloads: JsonbArray, options: &JobOptions) -> Vec<
             if let Some(&first) = ids.iter().min().filter(|_| options.announces()) {
                 transitions::jobs_queued(queue, ids.len(), options.position(first));
             }
+            transitions::jobs_enqueued(queue, options.tenant.as_deref(), ids.len());
             return ids
                 .into_iter()
                 .map(|id| Enqueued { id, inserted: true })
@@ -735,6 +741,7 @@ fn enqueue_many(queue: &str, payloads: JsonbArray, options: &JobOptions) -> Vec<
         if let Some(&first) = inserted.iter().min().filter(|_| options.announces()) {
             transitions::jobs_queued(queue, inserted.len(), options.position(first));
         }
+        transitions::jobs_enqueued(queue, options.tenant.as_deref(), inserted.len());
         enqueued
     })
 }

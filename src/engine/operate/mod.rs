@@ -1,4 +1,5 @@
-//! Operating on jobs by id: cancelling them (Rule 7) and retrying finished ones (Rule 8).
+//! Operating on jobs by id: cancelling them (Rule 7), retrying finished ones (Rule 8), and
+//! making a queued job due now.
 
 use pgrx::pg_sys::{INT8OID, TEXTARRAYOID, TIMESTAMPTZOID};
 use pgrx::prelude::*;
@@ -8,7 +9,7 @@ use crate::engine::enqueue;
 use crate::engine::groups::{self, GroupRef};
 use crate::engine::model::JobState;
 use crate::engine::tenants::TenantScope;
-use crate::engine::transitions;
+use crate::engine::transitions::{self, Settled};
 use crate::engine::workflows::dependencies;
 use crate::pg::clock::server_now;
 use crate::pg::errors::{
@@ -44,6 +45,13 @@ static RETRY: Statement = Statement {
     name: "operate/retry",
     sql: include_str!("retry.sql"),
     params: &[param("id", INT8OID), param("run_at", TIMESTAMPTZOID)],
+    columns: &["queue", "priority", "run_at", "id"],
+};
+
+static RUN_NOW: Statement = Statement {
+    name: "operate/run_now",
+    sql: include_str!("run_now.sql"),
+    params: &[param("id", INT8OID), param("now", TIMESTAMPTZOID)],
     columns: &["queue", "priority", "run_at", "id"],
 };
 
@@ -98,7 +106,7 @@ pub fn cancel(id: i64, scope: &TenantScope) -> JobState {
             return job.state;
         }
         CANCEL.run(client, &[id.into(), timestamptz_arg(server_now())]);
-        transitions::jobs_finished();
+        transitions::job_counted(&job.queue, job.tenant.as_deref(), Settled::Cancelled);
         if job.state == JobState::Waiting {
             dependencies::child_cancelled(client, id);
         }
@@ -214,4 +222,23 @@ fn check_key_free(client: &SpiClient<'_>, id: i64, job: &Locked, key: &str) {
         ),
         "Cancel that job first, or enqueue the work anew.",
     );
+}
+
+/// Makes a queued job due now (a delayed one, or one waiting for a retry's backoff), keeping
+/// its priority, and returns its state afterwards; a job in another state is left as it is.
+pub fn run_now(id: i64, scope: &TenantScope) -> JobState {
+    // As cancel: a claim in the middle of taking the job finishes first, later claims skip it
+    // until we end.
+    locks::lock_job(id);
+    with_client(|client| {
+        let job = lock_job_row(client, id, scope);
+        transitions::job_locked(&job.queue);
+        if job.state != JobState::Queued {
+            return job.state;
+        }
+        // Its claim position moved: the floor must come down to it, and waiting claims look.
+        let rows = RUN_NOW.run(client, &[id.into(), timestamptz_arg(server_now())]);
+        transitions::queued_rows(&rows);
+        JobState::Queued
+    })
 }

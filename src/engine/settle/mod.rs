@@ -127,6 +127,40 @@ static HEARTBEAT: Statement = Statement {
     columns: &["renewed"],
 };
 
+static LOST_JOBS: Statement = Statement {
+    name: "settle/lost_jobs",
+    sql: include_str!("lost_jobs.sql"),
+    params: &[param("ids", INT8ARRAYOID), param("tenants", TEXTARRAYOID)],
+    columns: &["id", "queue", "tenant"],
+};
+
+/// Counts the calls on `ids` that answered `lost` in the totals, under each job's queue and
+/// tenant (a job that is gone, or outside the caller's scope, in the overflow line).
+fn count_lost(client: &SpiClient<'_>, ids: &[i64], scope: &TenantScope) {
+    if ids.is_empty() {
+        return;
+    }
+    let rows = LOST_JOBS.run(client, &[ids.to_vec().into(), scope.param()]);
+    let mut found = 0;
+    for row in rows.iter() {
+        let queue: String = row.expect("queue");
+        let tenant: Option<String> = row.get("tenant");
+        transitions::job_counted(&queue, tenant.as_deref(), Settled::Lost);
+        found += 1;
+    }
+    for _ in found..ids.len() {
+        transitions::job_counted("", None, Settled::Lost);
+    }
+}
+
+/// `answer`, the outcome of a call on job `id` that changed nothing, counted when it is `lost`.
+fn unchanged(client: &SpiClient<'_>, id: i64, answer: Outcome, scope: &TenantScope) -> Outcome {
+    if answer == Outcome::Lost {
+        count_lost(client, &[id], scope);
+    }
+    answer
+}
+
 /// A settle call's handle on a job: its id and the lease the caller presents.
 pub type Held = (i64, pgrx::Uuid);
 
@@ -306,7 +340,7 @@ pub fn heartbeat(
         ];
         match run_held(client, &HEARTBEAT, held, scope, args) {
             Ok(_) => Outcome::Running,
-            Err(answer) => answer,
+            Err(answer) => unchanged(client, held.0, answer, scope),
         }
     })
 }
@@ -332,7 +366,7 @@ pub fn complete(held: Held, result: Option<Jsonb>, scope: &TenantScope) -> Outco
                 move_groups_on(client, &rows);
                 Outcome::Succeeded
             }
-            Err(answer) => answer,
+            Err(answer) => unchanged(client, held.0, answer, scope),
         }
     })
 }
@@ -393,7 +427,7 @@ pub fn complete_batch(pairs: &[Held], scope: &TenantScope) -> Vec<(i64, Outcome)
             done.extend(complete(&reclaimed, JobState::Queued));
             states = held_states(client, &missed(&done), scope);
         }
-        pairs
+        let outcomes: Vec<(i64, Outcome)> = pairs
             .iter()
             .map(|pair| {
                 let outcome = if done.contains(pair) {
@@ -408,7 +442,14 @@ pub fn complete_batch(pairs: &[Held], scope: &TenantScope) -> Vec<(i64, Outcome)
                 };
                 (pair.0, outcome)
             })
-            .collect()
+            .collect();
+        let lost: Vec<i64> = outcomes
+            .iter()
+            .filter(|(_, outcome)| *outcome == Outcome::Lost)
+            .map(|(id, _)| *id)
+            .collect();
+        count_lost(client, &lost, scope);
+        outcomes
     })
 }
 
@@ -432,7 +473,7 @@ pub fn fail(
         ];
         let rows = match run_held(client, &FAIL, held, scope, args) {
             Ok(rows) => rows,
-            Err(answer) => return answer,
+            Err(answer) => return unchanged(client, held.0, answer, scope),
         };
         let row = rows.first().expect("settle/fail returned a row");
         let failed = row.expect::<String>("state") == JobState::Failed.as_str();
@@ -470,11 +511,13 @@ pub fn release(
         ];
         match run_held(client, &RELEASE, held, scope, args) {
             Ok(rows) => {
+                rows.iter()
+                    .for_each(|row| transitions::job_settled(&row, Settled::Released));
                 move_groups_on(client, &rows);
                 transitions::queued_rows(&rows);
                 Outcome::Queued
             }
-            Err(answer) => answer,
+            Err(answer) => unchanged(client, held.0, answer, scope),
         }
     })
 }

@@ -320,6 +320,7 @@ fn bad_calls_raise_documented_errors_and_change_nothing() {
         bad(format!("SELECT * FROM jobs_complete_batch(ARRAY[{id}, NULL]::bigint[], ARRAY['{lease}', '{lease}']::uuid[])"), "22004", "ids[2] must not be NULL"),
         bad(format!("SELECT * FROM jobs_complete_batch(ARRAY[{id}]::bigint[], ARRAY[NULL]::uuid[])"), "22004", "leases[1] must not be NULL"),
         bad("SELECT jobs_cancel(NULL)", "22004", "id must not be NULL"),
+        bad("SELECT jobs_run_now(NULL)", "22004", "id must not be NULL"),
         bad("SELECT * FROM jobs_get(NULL)", "22004", "id must not be NULL"),
         bad("SELECT jobs_grant_tenant(NULL, 'acme')", "22004", "role must not be NULL"),
         bad("SELECT jobs_grant_tenant('postgres', NULL)", "22004", "tenant must not be NULL"),
@@ -450,6 +451,7 @@ fn bad_calls_raise_documented_errors_and_change_nothing() {
         // Unknown job ids: P0002.
         bad(format!("SELECT jobs_cancel({stale})"), "P0002", format!("no job has id {stale}")),
         bad(format!("SELECT jobs_retry({stale})"), "P0002", format!("no job has id {stale}")),
+        bad(format!("SELECT jobs_run_now({stale})"), "P0002", format!("no job has id {stale}")),
         // Retry of a job that is not failed or cancelled: 55000.
         bad(format!("SELECT jobs_retry({id})"), "55000", format!("job {id} is running")),
         bad(format!("SELECT jobs_retry({})", f.queued), "55000", format!("job {} is queued", f.queued)),
@@ -904,7 +906,7 @@ fn monitoring_survives_a_row_with_infinite_times() {
     );
     let metrics: String = scalar(&mut client, "SELECT jobs_metrics()", &[]);
     assert!(metrics.contains(&format!(
-        "pg_jobs_jobs{{queue=\"{queue}\",state=\"scheduled\"}} 1"
+        "pg_jobs_queue_jobs{{queue=\"{queue}\",state=\"scheduled\"}} 1"
     )));
     client
         .execute("DELETE FROM jobs.job WHERE id = ANY($1)", &[&ids])

@@ -360,6 +360,10 @@ fn writing_calls(jobs: &Jobs) -> Vec<(&'static str, String)> {
             format!("SELECT jobs_cancel({})", jobs.queued[0]),
         ),
         ("jobs_retry", format!("SELECT jobs_retry({})", jobs.failed)),
+        (
+            "jobs_run_now",
+            format!("SELECT jobs_run_now({})", jobs.queued[0]),
+        ),
         ("jobs_reclaim", "SELECT jobs_reclaim()".into()),
         (
             "jobs_create_queue",
@@ -565,7 +569,7 @@ fn standby_reads(standby: &mut Client, jobs: &Jobs) {
     assert_eq!(running, 4, "jobs.queue_stats on the standby");
     let metrics: String = scalar(standby, "SELECT jobs_metrics()", &[]);
     assert!(
-        metrics.contains("pg_jobs_jobs{queue=\"fo\",state=\"running\"} 4"),
+        metrics.contains("pg_jobs_queue_jobs{queue=\"fo\",state=\"running\"} 4"),
         "jobs_metrics on the standby: {metrics}"
     );
     // Nothing settled on this server yet: its totals are its own.

@@ -1540,7 +1540,7 @@ fn get_list_stats_and_metrics_report_the_jobs() {
         ("failed", 1),
         ("cancelled", 1),
     ] {
-        let line = format!("pg_jobs_jobs{{queue=\"{queue}\",state=\"{state}\"}} {n}");
+        let line = format!("pg_jobs_queue_jobs{{queue=\"{queue}\",state=\"{state}\"}} {n}");
         assert!(
             metrics.lines().any(|l| l == line),
             "jobs_metrics() lacks {line:?}:\n{metrics}"

@@ -507,7 +507,7 @@ fn waiting_jobs_are_never_claimed_and_are_counted_everywhere_a_state_is() {
     let metrics: String = scalar(&mut client, "SELECT jobs_metrics()", &[]);
     assert!(
         metrics.contains(&format!(
-            "pg_jobs_jobs{{queue=\"{queue}\",state=\"waiting\"}} 8"
+            "pg_jobs_queue_jobs{{queue=\"{queue}\",state=\"waiting\"}} 8"
         )),
         "{metrics}"
     );
