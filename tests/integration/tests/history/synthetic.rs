@@ -55,6 +55,8 @@ impl Synthetic {
             Call::Enqueue {
                 tags: vec![tag],
                 max_attempts: 3,
+                unique: vec![None],
+                unique_for: None,
             },
             OpResult::Ok(Reply::Ids {
                 ids: vec![id],
@@ -210,6 +212,10 @@ fn final_job(
         release_reason: None,
         lease: None,
         group: None,
+        unique_key: None,
+        unique_hold: false,
+        unique_for: None,
+        finished_at: None,
     }
 }
 
@@ -268,6 +274,8 @@ fn the_checker_passes_clean_histories_with_reclaims_unknown_outcomes_and_late_su
         Call::Enqueue {
             tags: vec![2],
             max_attempts: 3,
+            unique: vec![None],
+            unique_for: None,
         },
         0,
         200,
@@ -303,6 +311,8 @@ fn the_checker_passes_clean_histories_with_reclaims_unknown_outcomes_and_late_su
         Call::Enqueue {
             tags: vec![5],
             max_attempts: 3,
+            unique: vec![None],
+            unique_for: None,
         },
         8 * S,
         9 * S,
