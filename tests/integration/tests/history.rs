@@ -1,40 +1,63 @@
-//! A history checker (issue 5, item 3; issue 16): a seeded random workload records every
-//! operation with its outcome, while backends are terminated, the server crashes and the
-//! background worker is killed, and a checker then judges the whole history, Jepsen style.
+//! A history checker (issue 5, item 3; issue 16; issue 35): a seeded random workload records
+//! every operation with its outcome, while backends are terminated, the server crashes and
+//! restarts, the background worker is killed, transactions are prepared and ended later, and
+//! clients vanish while their claims wait; a checker then judges the whole history, Jepsen
+//! style.
 //!
 //! # The workload
 //!
 //! A private cluster runs with the background worker on (`TEST_SETTINGS`: reclaim every 100
-//! ms, but `synchronous_commit = on`, so that an acknowledged commit survives a crash), one
-//! queue `history` with short leases (each claim asks for 300 ms, 500 ms or 1 s), three
-//! attempts and a backoff of 10–100 ms. Against it run, each thread on its own connection
-//! (workers log in as a `jobs_worker`, producers as a `jobs_client`, the admin as a
-//! `jobs_admin` role; only the fault injector and the checks are superuser):
+//! ms, but `synchronous_commit = on`, so that an acknowledged commit survives a crash, and
+//! `max_prepared_transactions` set), one queue `history` with short leases (each claim asks for
+//! 300 ms, 500 ms or 1 s), three attempts and a backoff of 10–100 ms, and a second queue for the
+//! vanishing clients. Against it run, each thread on its own connection (workers log in as a
+//! `jobs_worker` that is also a `jobs_client`, producers as a `jobs_client`, the admin as a
+//! `jobs_admin` role; only the fault injector, the resolver and the checks are superuser):
 //!
 //! * 2 producers: single and batch enqueues of jobs whose payload carries a unique tag, some
 //!   with `max_attempts` 1 or 2, half of them in one of 8 groups (the queue's
-//!   `group_concurrency` is 1, and 2 in a second, smaller run), paced to keep a few hundred
-//!   jobs outstanding;
+//!   `group_concurrency` is 1, and 2 in a second, smaller run), 8% with one of 24 unique keys
+//!   (half of those calls keeping the key 100 ms after success), paced to keep a few hundred
+//!   jobs outstanding. 12% of the calls run inside `BEGIN ... PREPARE TRANSACTION`, and are
+//!   committed (85%) or rolled back, by the producer at once or by the resolver up to 300 ms
+//!   later;
 //! * 8 workers, each holding up to 12 jobs at a time: claims of 1–5 jobs (waiting claims when
 //!   they hold nothing), then per job a random plan: settle at once (complete, the batch
 //!   complete, fail with retry, fail with `retry => false`, release), work for longer than the
 //!   lease while heartbeating every third of it, stall past the lease and settle late (often
 //!   after a reclaim: "done wins" or `lost`), or abandon the job; now and then a worker stalls
-//!   outright past all its leases;
+//!   outright past all its leases. 5% of the claims (never waiting) and 10% of the settles run
+//!   inside a prepared transaction: a claim is committed (85%) or rolled back by its worker
+//!   within 20 ms (its jobs are worked only once committed), a settle (80% committed) by the
+//!   worker or the resolver. Now and then a worker lets a client vanish: a raw connection sends
+//!   a waiting claim on the second queue, which is empty, is seen asleep in it, and closes its
+//!   socket without a Terminate message, as a killed process's would; the worker then enqueues
+//!   the job that wakes the orphaned claim, watches its backend end, reads the rows that name
+//!   the claim's worker (its lease is 5 s: nothing it took can have moved on meanwhile), and
+//!   claims the job itself;
 //! * 1 admin: random cancels (of queued, running and finished jobs) and `pg_terminate_backend`
 //!   of a random worker's or producer's backend every 50–250 ms. A client whose connection
 //!   dies reconnects, keeps the leases it holds, and retries the settle call that failed once,
 //!   as the README advises;
+//! * 1 resolver: ends the prepared transactions handed to it when their time comes, all that
+//!   are left once everything stops;
 //! * 1 fault injector: at evenly spaced points of the production, in turn, a SIGTERM of the
 //!   background worker (it alone restarts), a server crash (`pg_ctl stop -m immediate`, then a
-//!   start with crash recovery) and a SIGKILL of the background worker (the postmaster then
-//!   ends every backend and restarts, as after any crash of a child). Three faults by default;
-//!   `PG_JOBS_HISTORY_FAULTS` sets how many.
+//!   start with crash recovery), a clean restart (`pg_ctl restart -m fast`) and a SIGKILL of
+//!   the background worker (the postmaster then ends every backend and restarts, as after any
+//!   crash of a child). Before the three that end every backend it waits (up to 3 s) until a
+//!   few transactions are prepared, so that the fault lands between their PREPARE and their
+//!   end. Four faults by default; `PG_JOBS_HISTORY_FAULTS` sets how many.
 //!
 //! Each thread draws from its own generator seeded from `PG_JOBS_HISTORY_SEED` (printed), so the
 //! decisions are reproducible; the interleaving is up to the scheduler. When every job has been
-//! produced and every fault injected, the chaos stops and the workers drain the queue
-//! (complete everything) until every job is finished.
+//! produced and every fault injected, the chaos stops and the workers drain both queues
+//! (complete everything) until every job is finished. Then, beside the final rows, the history
+//! reads what is still in `pg_prepared_xacts` (nothing may be: a lingering prepared
+//! transaction holds its locks and rows), enqueues one job into every group (each must be
+//! claimed at once: nothing of the group is open), and, once every `unique_for` has run out,
+//! probes every unique key with an enqueue it rolls back (it must insert its own job exactly
+//! when no row holds the key).
 //!
 //! # The record
 //!
@@ -49,6 +72,17 @@
 //! whose call had an unknown outcome reads the server's clock on its new connection: the call
 //! took effect, if at all, before that.
 //!
+//! A call inside a prepared transaction is recorded as `Prepared` (its gid and the call): `Ok`
+//! means prepared, with the call's reply. Its gid's `COMMIT PREPARED` or `ROLLBACK PREPARED`
+//! (the workload tries one ending per gid, maybe again after an unknown outcome, never the
+//! other) is a `Finish` op between two readings of the server's clock. After an unknown
+//! outcome of either, the process waits for the old backend to end and records an `Inspect`:
+//! whether the gid is in `pg_prepared_xacts`, which settles it (a prepare that is not there
+//! never took; an end whose gid is gone took). A vanished client's claim is one
+//! `VanishedClaim` op with an unknown outcome, carrying what the worker saw: its backend, when
+//! it was seen asleep, a server time read after its socket closed (`gone_by`), when its backend
+//! was seen gone, and the jobs whose rows named its worker then.
+//!
 //! # The checker
 //!
 //! [`checker::check`] reports, in the categories of Jepsen's queue checker:
@@ -62,6 +96,27 @@
 //! * **unexpected**: a delivered or stored job that was never enqueued, whose enqueue failed,
 //!   or that exists twice;
 //! * **recovered**: a job whose enqueue had an unknown outcome but that showed up (fine);
+//!
+//! and, for this round's reliability work (issue 35):
+//!
+//! * **prepared**: a gid ended twice, never ended, seen prepared after its end, ended without
+//!   having been prepared, or still prepared after the drain. Before anything else is judged,
+//!   each prepared call becomes the plain call it carried: committed, with its reply and its
+//!   effect somewhere between the call and the commit (a prepared claim's lease runs from the
+//!   claim, whose row lock kept everyone else off the job until the commit; what the commit
+//!   made visible counts as done only from the commit's answer); rolled back or never
+//!   prepared, a call that did nothing, so a rolled-back enqueue whose job exists is
+//!   unexpected and a rolled-back settle whose effect shows is a state error;
+//! * **attempts spent by a gone client**: a job a vanished client's claim took (its row's
+//!   `started_at`) after `gone_by`, or a backend still running long after its client was
+//!   gone. Such a claim's unknown outcome explains attempts only until `gone_by`;
+//! * **unique keys**: a duplicate answered by a job that no longer held the key by the time
+//!   the enqueue began (a key held by nothing), a job inserted while another surely held its
+//!   key, a row holding a key its state says it should not (or not holding one it should), a
+//!   key stored otherwise than enqueued, a probe after the drain that inserted while a row
+//!   holds the key;
+//! * **stuck**: a group whose probe job no claim took after the drain, a key whose probe was
+//!   answered by a job that does not hold it;
 //!
 //! and verifies each job's final row against its history:
 //!
@@ -105,7 +160,9 @@
 //!
 //! The checker is tested on synthetic histories (`history/synthetic.rs`): one or more per
 //! anomaly it claims to find, and clean histories with reclaims, late "done wins" completes,
-//! unknown outcomes and claims with unknown outcomes that must pass; and end to end by a
+//! unknown outcomes, claims with unknown outcomes, prepared transactions ended across a crash
+//! and from other sessions, and a vanished client's claim that took a job while its client
+//! was still there, that must pass; and end to end by a
 //! negative control: a small run in which a saboteur breaks the rules behind the extension's
 //! back (putting running jobs back in the queue under live leases, deleting queued jobs) and
 //! lets groups run four jobs at once must come out with duplicated and lost jobs and groups
@@ -113,17 +170,20 @@
 //!
 //! # Running it
 //!
-//! `cargo test -p pg_jobs_tests --test history` runs 2,000 jobs with three faults
-//! (`PG_JOBS_HISTORY_JOBS` and `PG_JOBS_HISTORY_FAULTS` override them). The large history,
-//! 100,000 jobs with 20 faults, runs on demand with one command (after `cargo pgrx install`,
-//! as for every integration test):
+//! `cargo test -p pg_jobs_tests --test history` runs 2,000 jobs with four faults, and 1,000
+//! with groups of two slots, and the negative control (`PG_JOBS_HISTORY_JOBS` and
+//! `PG_JOBS_HISTORY_FAULTS` override the sizes): about half a minute on a 2-core machine. The
+//! large history, 100,000 jobs with 20 faults, runs on demand with one command (after `cargo
+//! pgrx install`, as for every integration test):
 //!
 //! ```sh
 //! PG_JOBS_HISTORY_JOBS=100000 cargo test --release -p pg_jobs_tests --test history -- --ignored --nocapture
 //! ```
 //!
-//! Every run prints the seed, the operations by kind and outcome, the final states and the
-//! checker's counts.
+//! Every run prints the seed, the operations by kind and outcome, the final states, the
+//! checker's counts, and a one-line summary: lost, run twice at once (or by a stale lease),
+//! attempts spent by a gone client, groups or keys stuck, prepared transactions left or
+//! unsquared, unique-key violations.
 
 // A test target's root looks for modules beside itself; these live in `history/`.
 #[path = "history/checker.rs"]
