@@ -975,7 +975,9 @@ impl Worker {
             OpResult::Unknown("the client vanished while its claim waited".into()),
             (pid, connected_at, ended_by.unwrap_or(gone_by)),
         );
-        self.claim(VANISH_QUEUE);
+        if self.holding.len() < HOLD_AT_MOST {
+            self.claim(VANISH_QUEUE);
+        }
     }
 
     /// Claims a few jobs of `queue` (waiting a little when it holds none; now and then inside
