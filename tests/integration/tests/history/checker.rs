@@ -416,6 +416,9 @@ pub struct Report {
     pub unique_counts: (usize, usize),
     /// Groups and keys stuck after the drain: a group whose new job no claim took.
     pub stuck: Vec<String>,
+    /// For the first jobs an anomaly names: every op that touched each, as recorded (prepared
+    /// calls, their ends and inspections included), and its final row.
+    pub excerpts: Vec<String>,
 }
 
 /// How the prepared transactions of a history ended.
@@ -540,7 +543,144 @@ impl Report {
                 }
             }
         }
+        if !self.excerpts.is_empty() {
+            eprintln!("  the history of the jobs named above (the first few):");
+            for line in &self.excerpts {
+                eprintln!("    {line}");
+            }
+        }
     }
+
+    /// Every anomaly, of every category.
+    fn anomalies(&self) -> impl Iterator<Item = &String> {
+        [
+            &self.lost,
+            &self.duplicated,
+            &self.unexpected,
+            &self.state_errors,
+            &self.answers,
+            &self.call_errors,
+            &self.groups,
+            &self.prepared,
+            &self.gone,
+            &self.unique,
+            &self.stuck,
+        ]
+        .into_iter()
+        .flatten()
+    }
+}
+
+/// The job ids an anomaly names ("job 12", "jobs [10, 11]", "before job 10").
+fn named_jobs(line: &str) -> Vec<i64> {
+    let mut ids = Vec::new();
+    for (i, _) in line.match_indices("job") {
+        let rest = line[i + 3..].trim_start_matches('s').trim_start();
+        let rest = rest.trim_start_matches('[');
+        for part in rest.split(", ") {
+            let digits: String = part.chars().take_while(char::is_ascii_digit).collect();
+            match digits.parse() {
+                Ok(id) => ids.push(id),
+                Err(_) => break,
+            }
+            if digits.len() < part.len() {
+                break;
+            }
+        }
+    }
+    ids
+}
+
+/// Whether `op` touched job `id` (whose tag is `tag`): enqueued it, delivered it, presented
+/// a lease of it, cancelled it, or is a prepared call that did.
+fn touches(op: &Call, result: &OpResult, id: i64, tag: Option<u64>) -> bool {
+    match op {
+        Call::Enqueue { tags, .. } => tag.is_some_and(|t| tags.contains(&t)),
+        Call::Claim { .. } => match result {
+            OpResult::Ok(Reply::Claimed { jobs, .. }) => jobs.iter().any(|j| j.id == id),
+            _ => false,
+        },
+        Call::Heartbeat { id: of, .. }
+        | Call::Complete { id: of, .. }
+        | Call::Fail { id: of, .. }
+        | Call::Release { id: of, .. }
+        | Call::Cancel { id: of } => *of == id,
+        Call::CompleteMany { pairs } => pairs.iter().any(|(of, _)| *of == id),
+        Call::Prepared { call, .. } => touches(call, result, id, tag),
+        Call::VanishedClaim { vanish, .. } => vanish.took.iter().any(|t| t.id == id),
+        _ => false,
+    }
+}
+
+/// Every op of `ops` that touched one of the first jobs the report's anomalies name, with
+/// the ends and inspections of its prepared transactions, and each job's final row.
+fn excerpts(ops: &[Op], finals: &[FinalJob], report: &Report) -> Vec<String> {
+    let mut ids: Vec<i64> = Vec::new();
+    for line in report.anomalies() {
+        for id in named_jobs(line) {
+            if !ids.contains(&id) && ids.len() < 6 {
+                ids.push(id);
+            }
+        }
+    }
+    let mut lines = Vec::new();
+    for id in ids {
+        let job = finals.iter().find(|j| j.id == id);
+        let tag = job.and_then(|j| j.tag);
+        lines.push(format!("job {id}, finally: {job:?}"));
+        let mine: Vec<&Op> = ops
+            .iter()
+            .filter(|op| touches(&op.call, &op.result, id, tag))
+            .collect();
+        let gids: HashSet<&str> = mine
+            .iter()
+            .filter_map(|op| match &op.call {
+                Call::Prepared { gid, .. } => Some(gid.as_str()),
+                _ => None,
+            })
+            .collect();
+        for op in ops.iter().filter(|op| {
+            touches(&op.call, &op.result, id, tag)
+                || matches!(&op.call, Call::Finish { gid, .. } | Call::Inspect { gid } if gids.contains(gid.as_str()))
+                || op.call.is_fault()
+        }) {
+            let result = match &op.result {
+                // A claim's reply, but only this job of it.
+                OpResult::Ok(Reply::Claimed {
+                    jobs,
+                    before,
+                    after,
+                }) => format!(
+                    "claimed {:?} of {} job(s) between {before} and {after}",
+                    jobs.iter().find(|j| j.id == id),
+                    jobs.len()
+                ),
+                other => format!("{other:?}"),
+            };
+            let call = match &op.call {
+                Call::Enqueue { tags, unique, .. } if tags.len() > 1 => {
+                    let i = tags.iter().position(|t| Some(*t) == tag);
+                    format!(
+                        "Enqueue of {} tags (this one at {i:?}, key {:?})",
+                        tags.len(),
+                        i.and_then(|i| unique.get(i))
+                    )
+                }
+                other => format!("{other:?}"),
+            };
+            lines.push(format!(
+                "  op {} by process {} (client {}..{} µs, backend {}, server floor {:?}, ceiling {:?}): {call} → {result}",
+                op.index,
+                op.process,
+                op.invoke,
+                op.complete,
+                op.backend,
+                op.server_floor,
+                op.server_ceiling
+            ));
+        }
+    }
+    lines
 }
 
 /// How an enqueue of a tag ended.
@@ -1736,6 +1876,9 @@ pub fn check_with_end(
             report.phantom_attempts,
             phantoms.len()
         ));
+    }
+    if !report.is_clean() {
+        report.excerpts = excerpts(recorded, finals, &report);
     }
     report
 }
