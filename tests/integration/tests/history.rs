@@ -29,12 +29,13 @@
 //!   outright past all its leases. 5% of the claims (never waiting) and 10% of the settles run
 //!   inside a prepared transaction: a claim is committed (85%) or rolled back by its worker
 //!   within 20 ms (its jobs are worked only once committed), a settle (80% committed) by the
-//!   worker or the resolver. Now and then a worker lets a client vanish: a raw connection sends
-//!   a waiting claim on the second queue, which is empty, is seen asleep in it, and closes its
-//!   socket without a Terminate message, as a killed process's would; the worker then enqueues
-//!   the job that wakes the orphaned claim, watches its backend end, reads the rows that name
-//!   the claim's worker (its lease is 5 s: nothing it took can have moved on meanwhile), and
-//!   claims the job itself;
+//!   worker or the resolver. Early on, and now and then after, a worker lets a client vanish:
+//!   a raw connection sends a waiting claim on the second queue for a kind of its own (nothing
+//!   of it is queued), is seen asleep in it, and closes its socket without a Terminate
+//!   message, as a killed process's would; the worker then enqueues a job of that kind, which
+//!   wakes the orphaned claim, watches its backend end, reads the rows that name the claim's
+//!   worker (its lease is 5 s: nothing it took can have moved on meanwhile), and claims the
+//!   job itself;
 //! * 1 admin: random cancels (of queued, running and finished jobs) and `pg_terminate_backend`
 //!   of a random worker's or producer's backend every 50–250 ms. A client whose connection
 //!   dies reconnects, keeps the leases it holds, and retries the settle call that failed once,
@@ -803,7 +804,9 @@ impl Worker {
                 self.act_on_due(now);
                 continue;
             }
-            if !self.draining() && self.rng.below(1000) < 4 {
+            // Every worker lets a client vanish early on, and now and then after.
+            let first = self.vanished == 0 && self.claims >= 10;
+            if !self.draining() && (first || self.rng.below(1000) < 4) {
                 self.vanishing_claim();
                 continue;
             }
@@ -860,10 +863,10 @@ impl Worker {
     }
 
     /// A client killed while its claim waits (issue 35): a raw connection sends a waiting
-    /// claim on the vanishing queue (empty but for jobs this worker put there), is seen asleep
-    /// in it, and closes its socket without a word. The worker then enqueues a job there,
-    /// which wakes the orphaned claim: it must notice its client is gone and end without
-    /// taking it. The worker watches the backend end, reads the rows that name the claim's
+    /// claim on the vanishing queue for a kind of its own (of which nothing is queued), is seen
+    /// asleep in it, and closes its socket without a word. The worker then enqueues a job of
+    /// that kind, which wakes the orphaned claim: it must notice its client is gone and end
+    /// without taking it. The worker watches the backend end, reads the rows that name the claim's
     /// worker (its lease is long: nobody else can have taken them meanwhile), records it all
     /// as one [`Call::VanishedClaim`], and claims the job itself.
     fn vanishing_claim(&mut self) {
@@ -880,6 +883,7 @@ impl Worker {
         let wait_ms = 1000 + self.rng.below(2000);
         let sent = raw.send(&format!(
             "SELECT id FROM jobs_claim('{VANISH_QUEUE}', worker => '{name}', n => {n},
+                                       kinds => ARRAY['{name}'],
                                        lease => '{VANISH_LEASE_MS} milliseconds',
                                        wait => '{wait_ms} milliseconds')"
         ));
@@ -918,7 +922,7 @@ impl Worker {
                     client,
                     &format!(
                         "SELECT {SERVER_NOW};
-                         SELECT jobs_enqueue('{VANISH_QUEUE}', '{{\"tag\": {tag}}}');
+                         SELECT jobs_enqueue('{VANISH_QUEUE}', '{{\"tag\": {tag}}}', kind => '{name}');
                          SELECT {SERVER_NOW}"
                     ),
                 )?;
