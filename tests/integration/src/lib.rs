@@ -19,6 +19,7 @@ pub mod catalog;
 pub mod manifest;
 pub mod markdown;
 pub mod released;
+pub mod vanishing;
 
 /// Where the PostgreSQL binaries live: `PG_JOBS_PG_BIN` (scripts/test points it at each
 /// version's installation in turn: Debian's PostgreSQL 15, or a server build it fetched), else
@@ -340,6 +341,19 @@ impl Cluster {
     /// Starts the server again after [`Cluster::crash`]; it runs crash recovery first.
     pub fn restart(&self) {
         self.pg_ctl_start();
+    }
+
+    /// Restarts the running server cleanly (`pg_ctl restart -m fast`): sessions are ended, a
+    /// shutdown checkpoint is written, and the server starts again with no recovery to do.
+    pub fn restart_fast(&self) {
+        let mut restart = pg_command_in(&self.bin, "pg_ctl");
+        restart.envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        restart
+            .args(["restart", "-m", "fast", "-w", "-t", "60", "-D"])
+            .arg(&self.data)
+            .arg("-l")
+            .arg(self.base.join("log"));
+        run(restart, "pg_ctl restart -m fast");
     }
 
     /// The server log so far.
