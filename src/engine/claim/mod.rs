@@ -32,6 +32,7 @@ use crate::engine::groups::{sweep_stranded, unmark};
 use crate::engine::model::Position;
 use crate::engine::queues::{self, unknown_queue};
 use crate::engine::transitions;
+use crate::pg::client;
 use crate::pg::clock::server_now;
 use crate::pg::datum::ClaimedRow;
 use crate::runtime::effects;
@@ -154,10 +155,18 @@ struct Probe {
 /// Claims up to `request.n` due jobs (waiting for work when it asks to) and returns them in
 /// claim order.
 pub fn claim(request: &ClaimRequest<'_>) -> Vec<ClaimedRow> {
-    if request.wait_micros == 0 {
-        return attempt(request, server_now(), 0).0;
+    let claimed = if request.wait_micros == 0 {
+        attempt(request, server_now(), 0).0
+    } else {
+        wait::claim_waiting(request)
+    };
+    if !claimed.is_empty() {
+        // A client gone before the claim returns (killed right after sending it, or while it
+        // waited) would never get the jobs: they would sit running for a whole lease, an
+        // attempt spent on nothing. Ending the session rolls the claim back.
+        client::end_if_gone();
     }
-    wait::claim_waiting(request)
+    claimed
 }
 
 /// Most candidates one attempt examines (picked and let go again because their group was

@@ -138,11 +138,6 @@ pub(super) fn claim_waiting(request: &ClaimRequest<'_>) -> Vec<ClaimedRow> {
             if reserved_at.is_some() {
                 rate::give_back_reservation(request.queue);
             }
-            if slept && !rows.is_empty() {
-                // Gone while the attempt ran: ending the session rolls the claim back, so the
-                // jobs stay queued with their attempts.
-                client::end_if_gone();
-            }
             return rows;
         }
         let mut wake_at = deadline;

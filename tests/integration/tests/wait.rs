@@ -1090,3 +1090,47 @@ fn a_waiting_claim_ends_with_a_clear_error_when_the_extension_is_dropped() {
         Some("jobs_claim stopped waiting: pg_jobs was dropped from this database")
     );
 }
+
+/// A client gone before its claim returns takes nothing, also when the claim does not wait
+/// (or has not slept yet): the claim checks the connection before it returns what it took, and
+/// the session ends with the claim rolled back.
+#[test]
+fn a_claim_whose_client_left_before_it_ran_takes_nothing() {
+    let cluster = quiet_cluster();
+    let mut observer = cluster.connect();
+    for wait in ["0", "5 seconds"] {
+        let queue = unique_queue(&mut observer, "left-early", "");
+        let id = enqueue(&mut observer, &queue, json!({ "wait": wait }));
+        let mut vanishing = VanishingClient::connect(cluster, "left-early");
+        let pid = vanishing.pid();
+        // The sleep runs first, while the socket closes; the claim then finds the job.
+        vanishing
+            .send(&format!(
+                "SELECT pg_sleep(0.3); SELECT * FROM jobs_claim('{queue}', wait => '{wait}')"
+            ))
+            .unwrap();
+        vanishing.vanish();
+        wait_until(
+            Duration::from_secs(20),
+            "the orphaned backend to end",
+            || {
+                !scalar::<bool>(
+                    &mut observer,
+                    "SELECT EXISTS (SELECT FROM pg_stat_activity WHERE pid = $1)",
+                    &[&pid],
+                )
+            },
+        );
+        let row = observer
+            .query_one(
+                "SELECT state::text, attempt FROM jobs.job WHERE id = $1",
+                &[&id],
+            )
+            .unwrap();
+        assert_eq!(
+            (row.get::<_, String>(0).as_str(), row.get::<_, i32>(1)),
+            ("queued", 0),
+            "wait => '{wait}': the job a gone client's claim found"
+        );
+    }
+}
