@@ -565,7 +565,17 @@ pub fn enqueue(client: &mut Client, queue: &str, payload: serde_json::Value) -> 
         .get(0)
 }
 
-/// The job's state.
+/// The freed heads a test expects once settles moved groups of concurrency 1 on: `heads` with
+/// the fast paths on; none with them off, where a settle clears each head's mark instead of
+/// handing it over (so claims find it through the claim index all the same).
+pub fn offered(heads: impl IntoIterator<Item = i64>) -> Vec<i64> {
+    if fast_paths() {
+        heads.into_iter().collect()
+    } else {
+        Vec::new()
+    }
+}
+
 /// The ids of `queue`'s freed heads that claims may take now (`jobs.runtime_state`), in claim
 /// order: the waiting group heads settles handed to the next claims.
 pub fn freed_heads(client: &mut Client, queue: &str) -> Vec<i64> {
@@ -576,6 +586,7 @@ pub fn freed_heads(client: &mut Client, queue: &str) -> Vec<i64> {
     )
 }
 
+/// The job's state.
 pub fn state(client: &mut Client, id: i64) -> String {
     client
         .query_one("SELECT state::text FROM jobs.job WHERE id = $1", &[&id])

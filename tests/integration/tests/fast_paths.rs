@@ -21,7 +21,9 @@
 
 use std::collections::HashMap;
 
-use pg_jobs_tests::{Client, Cluster, ExplainingSession, TEST_SETTINGS};
+use pg_jobs_tests::{
+    claim, freed_heads, unique_queue, Claimed, Client, Cluster, ExplainingSession, TEST_SETTINGS,
+};
 use serde_json::json;
 use uuid::Uuid;
 
@@ -644,4 +646,91 @@ fn the_fast_paths_and_their_sql_twins_agree_row_by_row() {
             off.lines[on.lines.len()..].join("\n")
         }
     );
+}
+
+/// Only a superuser changes `pg_jobs.fast_paths` (a worker's `SET` is refused, and changes
+/// nothing); a group head a settle handed over while the fast paths were on is not lost when
+/// they go off: the next claim clears its mark and takes it from the claim index, and the
+/// settles after that clear marks instead of handing heads over.
+#[test]
+fn only_a_superuser_switches_and_heads_offered_before_are_not_lost() {
+    let cluster = Cluster::shared();
+    let mut admin = cluster.connect();
+    admin
+        .batch_execute(
+            "CREATE ROLE fast_paths_worker LOGIN; GRANT jobs_worker TO fast_paths_worker",
+        )
+        .expect("create a worker role");
+    let mut worker = cluster.connect_as("fast_paths_worker");
+    let shown = |client: &mut Client| -> String {
+        client
+            .query_one("SHOW pg_jobs.fast_paths", &[])
+            .unwrap()
+            .get(0)
+    };
+    let before = shown(&mut worker);
+    let refused = worker
+        .batch_execute("SET pg_jobs.fast_paths = off")
+        .expect_err("a worker switched the fast paths");
+    assert_eq!(
+        refused.as_db_error().map(|e| e.code().code()),
+        Some("42501"),
+        "{refused}"
+    );
+    assert_eq!(
+        shown(&mut worker),
+        before,
+        "the refused SET changed the setting"
+    );
+
+    admin.batch_execute("SET pg_jobs.fast_paths = on").unwrap();
+    let queue = unique_queue(&mut admin, "switched", "");
+    let jobs: Vec<i64> = (0..3)
+        .map(|_| {
+            admin
+                .query_one("SELECT jobs_enqueue($1, '{}', group_key => 'g')", &[&queue])
+                .unwrap()
+                .get(0)
+        })
+        .collect();
+    let ids = |claimed: Vec<Claimed>| -> Vec<i64> { claimed.iter().map(|c| c.id).collect() };
+    let running = claim(&mut admin, &queue, 1, "");
+    assert_eq!(ids(running.clone()), [jobs[0]]);
+    assert!(
+        claim(&mut admin, &queue, 10, "").is_empty(),
+        "the group runs one"
+    );
+    let complete = |client: &mut Client, job: &Claimed| -> String {
+        client
+            .query_one("SELECT jobs_complete($1, $2)", &[&job.id, &job.lease])
+            .unwrap()
+            .get(0)
+    };
+    assert_eq!(complete(&mut admin, &running[0]), "succeeded");
+    assert_eq!(freed_heads(&mut admin, &queue), [jobs[1]], "handed over");
+    let marked = |client: &mut Client| -> Vec<i64> {
+        client
+            .query(
+                "SELECT id FROM jobs.job WHERE queue = $1 AND group_wait ORDER BY id",
+                &[&queue],
+            )
+            .unwrap()
+            .iter()
+            .map(|row| row.get(0))
+            .collect()
+    };
+    assert_eq!(marked(&mut admin), jobs[1..]);
+
+    admin.batch_execute("SET pg_jobs.fast_paths = off").unwrap();
+    let next = claim(&mut admin, &queue, 10, "");
+    assert_eq!(ids(next.clone()), [jobs[1]], "the offered head was lost");
+    assert!(freed_heads(&mut admin, &queue).is_empty());
+    assert_eq!(marked(&mut admin), [jobs[2]]);
+    assert_eq!(complete(&mut admin, &next[0]), "succeeded");
+    assert!(
+        freed_heads(&mut admin, &queue).is_empty(),
+        "a settle handed a head over with the fast paths off"
+    );
+    assert!(marked(&mut admin).is_empty(), "the settle left the mark");
+    assert_eq!(ids(claim(&mut admin, &queue, 10, "")), [jobs[2]]);
 }
