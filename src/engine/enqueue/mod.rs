@@ -23,8 +23,8 @@ use std::collections::{HashMap, HashSet};
 
 use pgrx::datum::{DatumWithOid, Interval};
 use pgrx::pg_sys::{
-    self, INT2OID, INT4OID, INT8ARRAYOID, INT8OID, INTERVALOID, JSONBARRAYOID, JSONBOID,
-    TEXTARRAYOID, TEXTOID, TIMESTAMPTZOID,
+    self, BOOLARRAYOID, INT2OID, INT4OID, INT8ARRAYOID, INT8OID, INTERVALOID, JSONBARRAYOID,
+    JSONBOID, TEXTARRAYOID, TEXTOID, TIMESTAMPTZOID,
 };
 use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
@@ -38,6 +38,7 @@ use crate::engine::workflows::dependencies;
 use crate::pg::clock::server_now;
 use crate::pg::datum::{Jsonb, JsonbArray};
 use crate::pg::errors::{quote, raise, raise_with_hint, UNIQUE_VIOLATION};
+use crate::pg::settings;
 use crate::pg::subtransaction::unless_it_raises;
 use crate::runtime::locks;
 use crate::storage::job_writer::{Inserted, JobWriter, NewJobs, PerJob};
@@ -101,6 +102,7 @@ static INSERT_BATCH: Statement = Statement {
         JOB_PARAMS[7],
         JOB_PARAMS[8],
         param("group_keys", TEXTARRAYOID),
+        param("group_waits", BOOLARRAYOID),
     ],
     columns: &["id"],
 };
@@ -342,11 +344,6 @@ fn enqueue_one(queue: &str, payload: Jsonb, options: &JobOptions) -> Enqueued {
     })
 }
 
-/// How many payloads `payloads` holds.
-fn count_of(payloads: JsonbArray) -> usize {
-    payloads.elements().len()
-}
-
 thread_local! {
     /// This session's record of how the direct writer fares with unique keys.
     static UNIQUE_FAST_PATH: Cell<UniqueFastPath> = const { Cell::new(UniqueFastPath::new()) };
@@ -395,7 +392,8 @@ impl UniqueFastPath {
 /// when the writer cannot stand in for the insert statement here, or (for jobs with unique
 /// keys, `unique_keys` one per payload) when a key is held by another job or repeated in the
 /// batch, or the session skips the try (see [`UniqueFastPath`]): the caller then runs its
-/// statements, which resolve those.
+/// statements, which resolve those. With `pg_jobs.fast_paths` off, always `None`, before a batch
+/// with unique keys opens its subtransaction.
 fn write_direct(
     queue: &str,
     payloads: &[pg_sys::Datum],
@@ -403,6 +401,9 @@ fn write_direct(
     unique_keys: &[Option<&str>],
     options: &JobOptions,
 ) -> Option<Vec<i64>> {
+    if !settings::fast_paths() {
+        return None;
+    }
     if unique_keys.iter().all(Option::is_none) {
         return match write_jobs(queue, payloads, group_keys, &[], options)? {
             Written::Ids(ids) => Some(ids),
@@ -672,23 +673,25 @@ pub fn enqueue_batch(queue: &str, payloads: JsonbArray, options: &JobOptions) ->
 
 /// [`enqueue_batch`], the queue lock held (and the parents locked).
 fn enqueue_many(queue: &str, payloads: JsonbArray, options: &JobOptions) -> Vec<Enqueued> {
-    if count_of(payloads) > 0 {
+    let count = payloads.elements().len();
+    // Each job's group.
+    let group_keys: Vec<Option<&str>> = (0..count)
+        .map(|i| {
+            options
+                .group_keys
+                .as_ref()
+                .and_then(|keys| keys.get(i))
+                .and_then(|key| key.as_deref())
+                .or(options.group_key.as_deref())
+        })
+        .collect();
+    if count > 0 {
         let datums: Vec<pg_sys::Datum> = payloads
             .elements()
             .into_iter()
             .map(|p| {
                 p.and_then(|p| p.into_datum())
                     .expect("payloads were checked for NULL")
-            })
-            .collect();
-        let group_keys: Vec<Option<&str>> = (0..datums.len())
-            .map(|i| {
-                options
-                    .group_keys
-                    .as_ref()
-                    .and_then(|keys| keys.get(i))
-                    .and_then(|key| key.as_deref())
-                    .or(options.group_key.as_deref())
             })
             .collect();
         let unique_keys: Vec<Option<&str>> = match options.unique {
@@ -708,12 +711,24 @@ fn enqueue_many(queue: &str, payloads: JsonbArray, options: &JobOptions) -> Vec<
                 .collect();
         }
     }
-    let count = payloads.elements().len();
+    // The statements mark the jobs that wait for the batch's own jobs of their group, as the
+    // direct writer does (`groups::waits_in_batch`).
+    let concurrency = || queues::flow_settings(queue).map_or(1, |flow| flow.group_concurrency);
+    let (group_waits, unique_concurrency) = match options.unique {
+        None => (groups::waits_in_batch(&group_keys, concurrency), None),
+        // Which wait is known once the statement has skipped the keys held; the setting is
+        // read now, outside the statements' SPI connection, when two jobs have groups.
+        Some(_) => (
+            None,
+            group_keys.iter().flatten().nth(1).map(|_| concurrency()),
+        ),
+    };
     with_client(|client| {
         let mut args = options.job_args(queue, payloads.into());
         args.push(options.group_keys.clone().into());
         let enqueued = match &options.unique {
             None => {
+                args.push(group_waits.into());
                 // SAFETY: reading the current context pointer (SPI's, which lives long enough:
                 // the ids are plain numbers).
                 let context = unsafe { pg_sys::CurrentMemoryContext };
@@ -727,7 +742,11 @@ fn enqueue_many(queue: &str, payloads: JsonbArray, options: &JobOptions) -> Vec<
                 args.push(unique.key.as_deref().into());
                 args.push(unique.keys.clone().into());
                 args.push(unique.unique_for.into());
-                batch_unique(client, queue, payloads, count, options, &args)
+                let enqueued = batch_unique(client, queue, payloads, count, options, &args);
+                mark_waiting_in_batch(client, &enqueued, &group_keys, || {
+                    unique_concurrency.unwrap_or(1)
+                });
+                enqueued
             }
         };
         if enqueued.is_empty() && count > 0 && !queues::exists(client, queue) {
@@ -744,6 +763,38 @@ fn enqueue_many(queue: &str, payloads: JsonbArray, options: &JobOptions) -> Vec<
         transitions::jobs_enqueued(queue, options.tenant.as_deref(), inserted.len());
         enqueued
     })
+}
+
+/// Marks the jobs a batch inserted (those of `enqueued` with `inserted`, whose groups are
+/// `group_keys`, one per payload) that wait for the batch's own jobs of their group, as the
+/// direct writer marks them as they go in (`groups::waits_in_batch`, which says why that is
+/// safe without the groups' locks), in the order of their ids: the order their groups run them
+/// in (a payload whose key's holder had expired goes in after the batch's statement).
+/// `concurrency` gives the queue's `group_concurrency`.
+fn mark_waiting_in_batch(
+    client: &SpiClient<'_>,
+    enqueued: &[Enqueued],
+    group_keys: &[Option<&str>],
+    concurrency: impl FnOnce() -> i32,
+) {
+    let mut inserted: Vec<(i64, Option<&str>)> = enqueued
+        .iter()
+        .zip(group_keys)
+        .filter(|(job, _)| job.inserted)
+        .map(|(job, key)| (job.id, *key))
+        .collect();
+    inserted.sort_unstable_by_key(|(id, _)| *id);
+    let keys: Vec<Option<&str>> = inserted.iter().map(|(_, key)| *key).collect();
+    let Some(waits) = groups::waits_in_batch(&keys, concurrency) else {
+        return;
+    };
+    let ids: Vec<i64> = inserted
+        .iter()
+        .zip(waits)
+        .filter(|(_, waits)| *waits)
+        .map(|((id, _), _)| *id)
+        .collect();
+    groups::mark_waiting(client, ids);
 }
 
 /// The unique half of [`enqueue_batch`]: inserts what holds no key yet, then answers each

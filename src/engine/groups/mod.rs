@@ -224,7 +224,8 @@ pub fn running_jobs(
 }
 
 /// Marks the queued jobs `ids` as waiting for their groups; the caller holds their groups'
-/// locks and found each one behind its group's head or in a full group.
+/// locks and found each one behind its group's head or in a full group, or inserted them
+/// behind jobs of their group in the same batch ([`waits_in_batch`]).
 pub fn mark_waiting(client: &SpiClient<'_>, ids: Vec<i64>) {
     if ids.is_empty() {
         return;

@@ -755,9 +755,10 @@ fn without_the_preload_everything_but_the_worker_works() {
     let (cluster, mut client) = private_cluster("worker-no-preload", &settings);
     let preload: String = scalar(&mut client, "SHOW shared_preload_libraries", &[]);
     assert_eq!(preload, "");
+    // The unserved database shows as a row of its own, without a pid.
     let workers: i64 = scalar(
         &mut client,
-        "SELECT count(*) FROM jobs_worker_status()",
+        "SELECT count(*) FROM jobs_worker_status() WHERE pid IS NOT NULL",
         &[],
     );
     assert_eq!(workers, 0);
