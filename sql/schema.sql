@@ -69,8 +69,8 @@ COMMENT ON TABLE jobs.queue IS 'pg_jobs queues and their settings; change them w
 -- enqueue and turn concurrent producers into MultiXact traffic. The enqueue statement reads the
 -- queue row in the same statement instead, and jobs_drop_queue locks this table out.
 -- No CHECK constraint: PostgreSQL parses and prepares a table's checks again in every
--- statement that writes it: 31,000 instructions in each claim's and settle's update, 6% of a
--- claim and complete of one job (callgrind). Rule 3's bound on attempts is kept where attempts are
+-- statement that writes it, a cost every claim's and settle's update would pay. Rule 3's bound
+-- on attempts is kept where attempts are
 -- spent: a claim takes only a job with attempts left (claim/take.sql), a release gives one back
 -- only above 0 (settle/release.sql).
 -- Column order matters for WAL: an update logs only the bytes between the longest unchanged
@@ -141,8 +141,8 @@ COMMENT ON TABLE jobs.job IS 'pg_jobs jobs, one row per job for its whole life, 
 -- running jobs are not in it, so a table full of history does not slow claims down.
 -- Its keys end with the job's id, so no two live entries are equal and deduplication never saves
 -- a byte: without it a full leaf page splits at once instead of first comparing every entry
--- on it with its neighbour (for this index and the kinds index, 7% of the instructions of a
--- batch enqueue of 1,000 jobs). The same holds for the kinds and group indexes.
+-- on it with its neighbour, work a batch enqueue pays for every entry. The same holds for the
+-- kinds and group indexes.
 -- It leads with a hash of the queue's name, not the name: a key whose first column is text has
 -- no cached offsets, so every comparison an insertion makes re-walked the entry column by
 -- column, and a batch's jobs share queue, priority and run_at, so every comparison went on to
@@ -163,8 +163,8 @@ CREATE INDEX job_kind_claim_idx
 -- Unique jobs: at most one job holds a unique key in a queue (per tenant; '' stands for no
 -- tenant, which no tenant can be called). Only jobs that hold a key are in it. The key comes
 -- first: keys differ where queues and tenants repeat, so a comparison stops at the first
--- column (the columns after a text one have no cached offset; 9% less CPU per batch of 1,000
--- unique jobs than with the queue first).
+-- column (the columns after a text one have no cached offset, so each later column a
+-- comparison reaches costs a walk of the entry).
 CREATE UNIQUE INDEX job_unique_idx ON jobs.job (unique_key, queue, (COALESCE(tenant, '')))
     WHERE unique_hold;
 -- Groups: the unfinished jobs of each group, its running jobs first (their place is 0), then
@@ -175,9 +175,8 @@ CREATE UNIQUE INDEX job_unique_idx ON jobs.job (unique_key, queue, (COALESCE(ten
 -- are in it.
 -- Keyed by one hash of the queue's name and the group key, not by the two texts: a probe reads
 -- every entry of its range on the leaf page it lands on, and with text keys each entry cost
--- two string comparisons and an uncached walk to the id (a claim of 100 jobs from 100 groups
--- and its jobs_complete_batch spent 15% of its instructions checking those keys; 39.7 M
--- instructions with text keys, 29.0 M with the hash, callgrind). The statements compare the
+-- two string comparisons and an uncached walk to the id, a large part of a claim and settle of
+-- many groups' jobs. The statements compare the
 -- hash and then the names: two groups whose keys hash alike only read each other's entries.
 -- The place is one column, not the state and the id: PostgreSQL ends a scan at a bound on a
 -- single column, and a row comparison over two read on past the job. Running jobs used to have
@@ -190,8 +189,8 @@ CREATE INDEX job_group_idx
       AND (state OPERATOR(pg_catalog.=) 'queued' OR state OPERATOR(pg_catalog.=) 'running');
 -- Groups: their waiting jobs (marked by a claim or an enqueue), in enqueue order. A settle
 -- that moves a group on asks this small index whether anything waits for the group, which is
--- seldom, and so seldom reads the group itself (a settle of 100 jobs of 100 groups with
--- nothing waiting: 4 M instructions when it read each group's head, callgrind). Only
+-- seldom, and so seldom reads the group itself (reading each settled group's head was most of
+-- a settle's work when nothing waited). Only
 -- statements that name a group may read it (group_key IS NOT NULL): the settle's statement
 -- once read every waiting job of every queue through it, to find the few it clears, when its
 -- plan was made while nothing waited.

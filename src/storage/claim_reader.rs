@@ -3,8 +3,8 @@
 //! id) is scanned from a position on, and each row version the statement's snapshot sees is
 //! checked and read while its buffer is pinned. No SPI, no kept plan to check, no executor to
 //! start and end: around the index scan itself, the candidate statement (its scan node and
-//! quals set up, the tenant scope's ORs evaluated, its rows copied through SPI) cost a claim
-//! and complete of one job 47,000 instructions, 8% of it (callgrind).
+//! quals set up, the tenant scope's ORs evaluated, its rows copied through SPI) was a large
+//! part of what a claim of one job costs.
 //!
 //! It answers what the statement `engine/claim/candidates_in_priority.sql` answers, no less:
 //! the jobs of the queue (its name compared, not only its hash) that are queued and not

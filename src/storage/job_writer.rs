@@ -132,8 +132,8 @@ pub struct NewJobs<'a> {
 }
 
 /// How an insert may use the queue rows the session keeps (the queue's existence and its
-/// `max_attempts`), instead of reading `jobs.queue` (an index scan under a fresh snapshot,
-/// 15% of a single enqueue's instructions).
+/// `max_attempts`), instead of reading `jobs.queue` (an index scan under a fresh snapshot in
+/// every enqueue).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum QueueRowUse {
     /// Read the row, keep nothing.
@@ -579,8 +579,8 @@ unsafe fn evaluate(
 /// `qual` comes from `ExecInitQual`; `econtext` is live, its scan tuple set. The predicates of
 /// `jobs.job`'s indexes compare columns with constants and raise nothing.
 unsafe fn admits(qual: *mut pg_sys::ExprState, econtext: *mut pg_sys::ExprContext) -> bool {
-    // Called straight, not through ExecQual's guarded wrapper: that cost a batch of 1,000
-    // jobs 1.6% more instructions than the executor's own check.
+    // Called straight, not through ExecQual's guarded wrapper, which only adds a memory
+    // context switch and a reset per row to the executor's own check.
     // SAFETY: as the caller promises.
     let (value, is_null) = unsafe { evaluate(qual, econtext) };
     !is_null && value.value() != 0
@@ -674,8 +674,8 @@ unsafe fn insert_with(kept: &Kept, jobs: &NewJobs<'_>) -> Option<Inserted> {
         // A single job with a unique key goes in as `INSERT ... ON CONFLICT` puts a row in:
         // speculatively, so that a held key is noted, not raised, and the row killed again.
         // Batches go in at once and a held key raises (the caller's subtransaction catches
-        // it); for one job that subtransaction cost about 8,500 instructions, most of what
-        // the unique index's own entry costs.
+        // it); for one job that subtransaction would cost nearly as much as the unique index's
+        // own entry.
         let speculative = jobs.unique_keys.iter().any(Option::is_some) && slots.len() == 1;
         let mut speculation = None;
         if let ([slot], true) = (&slots[..], speculative) {
@@ -711,8 +711,8 @@ unsafe fn insert_with(kept: &Kept, jobs: &NewJobs<'_>) -> Option<Inserted> {
 
         // Each row goes into the indexes whose predicates admit it, as the executor does; the
         // writer checks the predicates itself, so an index no row goes into is not opened (a
-        // plain job goes into three of the seven; opening and locking the other four cost a
-        // single enqueue about 9,000 instructions, a tenth of its own). The descriptions
+        // plain job goes into three of the seven, and opening and locking the others would be
+        // a good part of a single enqueue's work). The descriptions
         // the session keeps have no predicates, so ExecInsertIndexTuples does not check again.
         let result = pg_sys::palloc0(std::mem::size_of::<pg_sys::ResultRelInfo>())
             .cast::<pg_sys::ResultRelInfo>();

@@ -59,8 +59,8 @@ static TAKE: Statement = Statement {
 };
 
 /// The lease length of a claim's jobs: the request's, or its queue's (from the settings the
-/// session keeps: reading it in the take statement cost a claim and complete of one job 5% of
-/// its instructions, the set-up of the subquery and its index scan on every call).
+/// session keeps: reading it in the take statement set up a subquery and its index scan on
+/// every call).
 fn lease_length(request: &ClaimRequest<'_>, flow: Option<queues::FlowSettings>) -> Interval {
     match (request.lease, flow) {
         (Some(lease), _) => lease,
@@ -194,7 +194,7 @@ fn attempt(
     with_client(|client| {
         // A paused queue hands out nothing, and one not found is reported by the probe. The
         // candidate statements do not read the queue row for it: the session keeps the
-        // setting (that read was 4% of a claim and complete of one job).
+        // setting (a read of the queue row in every claim is not free).
         if flow.is_none_or(|f| f.paused) {
             return (Vec::new(), Some(probe(client, queue)));
         }
@@ -328,8 +328,7 @@ fn attempt(
                     // the floor and the reach, so it cannot raise the floor past it. Left at
                     // that, the floor rose only after the worker forgot the reach at its tick,
                     // and the first claims after each tick walked a tick's worth of claimed
-                    // jobs' index entries (benchmark d after b: the floor 3,678 jobs behind the
-                    // first queued one, twice the server CPU per job).
+                    // jobs' index entries.
                     None if !taken.is_empty() => {
                         advance_floor(client, queue, seen, now, slot, taken.len())
                     }
@@ -485,8 +484,8 @@ thread_local! {
 /// The advance costs a statement, so a session makes it once per [`JOBS_PER_FLOOR_ADVANCE`]
 /// jobs its filtered claims took (a claim that took none counts as one), its first claim
 /// included: the floor then lags behind such claims by a few jobs at most, and claims of one
-/// job pay for the advance one time in sixteen instead of each time (benchmark r: a tenant's
-/// workers at one job per claim ran 0.92x the owner's with it each time).
+/// job pay for the advance one time in sixteen instead of each time (a tenant's workers, whose
+/// claims are all filtered, would otherwise pay a statement more per job than the owner's).
 fn advance_floor(
     client: &SpiClient<'_>,
     queue: &str,

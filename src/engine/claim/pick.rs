@@ -280,12 +280,9 @@ impl Picking<'_> {
     ) -> (Vec<Candidate>, Option<Position>, Option<Position>) {
         // Read a few more candidates than needed, in case other claims in flight hold some.
         // Few: claims start at the queue's reach, past the jobs the claims in flight hold, so
-        // they seldom meet one, and each row read costs about 3,000 instructions (callgrind, a
-        // claim and complete of one job: 873,000 reading 16 spare rows, 823,000 reading 2).
-        // With eight sessions claiming one job each, 13% of claims then read a second batch,
-        // against 8% with 16 spare rows.
-        // Each further batch is twice as large, so a claim behind many held jobs catches up in
-        // a few statements.
+        // they seldom meet one, and every spare row read is paid by every claim, while a second
+        // batch is paid only by the few claims that need one. Each further batch is twice as
+        // large, so a claim behind many held jobs catches up in a few statements.
         let mut limit = (wanted + 2 + wanted / 8) as i32;
         let mut picked = Vec::with_capacity(wanted);
         let mut first_skipped = None;

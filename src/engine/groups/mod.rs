@@ -242,7 +242,7 @@ pub fn move_on(client: &SpiClient<'_>, groups: Vec<GroupRef>) {
     }
     // One lock order for every caller, against deadlocks between settles of several groups.
     // Each key is computed once: a sort that hashed and cloned both groups on every
-    // comparison cost a settle of 100 groups 680,000 instructions.
+    // comparison made a settle of many groups spend more on sorting than on settling.
     let mut keyed: Vec<(u64, GroupRef)> = groups.into_iter().map(|g| (g.lock_key(), g)).collect();
     keyed.sort_unstable();
     keyed.dedup();
