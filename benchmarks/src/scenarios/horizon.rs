@@ -89,8 +89,15 @@ struct Bounds {
     completed: u64,
 }
 
-/// Reads pg_stat_activity once and adds what it shows to `h`; `holder` is the held
-/// transaction's backend.
+/// Reads pg_stat_activity and adds what it shows to `h`; `holder` is the held transaction's
+/// backend.
+///
+/// pg_stat_activity reads a backend's xmin and its wait event at slightly different moments, so
+/// a claim seen asleep with a snapshot may have been caught between the two (taking its
+/// attempt's snapshot just before it went to sleep and dropped it): such a claim counts only
+/// when a second reading 20 ms later still shows it asleep with the same xmin. And a pg_jobs
+/// statement that began before the hold has a snapshot older than the held xid until it ends:
+/// one counts as holding the horizon only once the hold is two seconds old.
 fn sample(admin: &mut Client, holder: Option<i32>, h: &mut Horizon) -> Result<()> {
     let row = admin.query_one(
         "WITH a AS (
@@ -99,19 +106,39 @@ fn sample(admin: &mut Client, holder: Option<i32>, h: &mut Horizon) -> Result<()
                     backend_type = $2 AS worker
                FROM pg_stat_activity
               WHERE pid <> pg_backend_pid()),
-         held AS (SELECT age(backend_xid) AS age FROM pg_stat_activity WHERE pid = $3)
+         held AS (SELECT age(backend_xid) AS age, now() - xact_start > interval '2 seconds' AS settled
+                    FROM pg_stat_activity WHERE pid = $3)
          SELECT (SELECT age FROM held)::bigint,
                 max(age(backend_xmin)) FILTER (WHERE ours)::bigint,
-                count(*) FILTER (WHERE ours AND age(backend_xmin) > (SELECT age FROM held)),
+                count(*) FILTER (WHERE ours AND age(backend_xmin) > (SELECT age FROM held)
+                                   AND (SELECT settled FROM held)),
                 count(*) FILTER (WHERE ours AND NOT worker AND wait_event_type = 'Extension'),
-                count(*) FILTER (WHERE ours AND NOT worker AND wait_event_type = 'Extension'
-                                   AND backend_xmin IS NOT NULL)
+                coalesce(array_agg(pid) FILTER (WHERE ours AND NOT worker
+                                                  AND wait_event_type = 'Extension'
+                                                  AND backend_xmin IS NOT NULL), '{}'),
+                coalesce(array_agg(backend_xmin::text) FILTER (WHERE ours AND NOT worker
+                                                  AND wait_event_type = 'Extension'
+                                                  AND backend_xmin IS NOT NULL), '{}')
            FROM a",
         &[&WORKER_ROLE, &BACKGROUND_WORKER, &holder.unwrap_or(0)],
     )?;
     let holder_age: Option<i64> = row.get(0);
     let max_age: Option<i64> = row.get(1);
-    let (past, asleep, asleep_with_xmin): (i64, i64, i64) = (row.get(2), row.get(3), row.get(4));
+    let (past, asleep): (i64, i64) = (row.get(2), row.get(3));
+    let pids: Vec<i32> = row.get(4);
+    let xmins: Vec<String> = row.get(5);
+    let mut asleep_with_xmin = 0;
+    if !pids.is_empty() {
+        std::thread::sleep(Duration::from_millis(20));
+        asleep_with_xmin = admin
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity a
+                   JOIN unnest($1::int[], $2::text[]) AS s(pid, xmin) ON s.pid = a.pid
+                  WHERE a.wait_event_type = 'Extension' AND a.backend_xmin::text = s.xmin",
+                &[&pids, &xmins],
+            )?
+            .get::<_, i64>(0);
+    }
     h.samples += 1;
     if holder_age.is_some() {
         h.holder_xid_age = holder_age;
