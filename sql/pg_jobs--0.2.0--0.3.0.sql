@@ -230,43 +230,6 @@ CREATE FUNCTION "jobs_await"(
 	"lease" uuid, /* Option < pgrx :: Uuid > */
 	"signal" TEXT, /* Option < & str > */
 	"timeout" interval DEFAULT '1 day' /* Option < Interval > */
-
--- ---------------------------------------------------------------------------------------------
--- Dashboard (pg_jobs issue 38): jobs_run_now; jobs_totals counts released, lost, cancelled and
--- enqueued jobs too; the client workers (jobs.workers) and the throughput history
--- (jobs.throughput_minute, jobs.throughput).
--- ---------------------------------------------------------------------------------------------
-CREATE TABLE jobs.throughput_minute (
-    minute      timestamptz NOT NULL,
-    queue       text COLLATE pg_catalog."C" NOT NULL,
-    tenant_hash bigint NOT NULL,
-    enqueued    bigint NOT NULL,
-    completed   bigint NOT NULL,
-    failed      bigint NOT NULL,
-    retried     bigint NOT NULL,
-    PRIMARY KEY (minute, queue, tenant_hash)
-);
-COMMENT ON TABLE jobs.throughput_minute IS 'pg_jobs: per minute, queue and tenant hash, jobs enqueued, completed, failed and retried (24 hours; read jobs.throughput)';
-
--- The result grew by four columns: a function's result type cannot change in place.
-DROP FUNCTION jobs_totals();
-CREATE FUNCTION "jobs_totals"() RETURNS TABLE (
-	"queue" TEXT,  /* Option < String > */
-	"completed" bigint,  /* i64 */
-	"failed" bigint,  /* i64 */
-	"retried" bigint,  /* i64 */
-	"released" bigint,  /* i64 */
-	"lost" bigint,  /* i64 */
-	"cancelled" bigint,  /* i64 */
-	"enqueued" bigint  /* i64 */
-)
-STRICT VOLATILE SECURITY DEFINER PARALLEL RESTRICTED
-SET search_path TO pg_catalog, pg_temp
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'jobs_totals_wrapper';
-
-CREATE FUNCTION "jobs_run_now"(
-	"id" bigint /* Option < i64 > */
 ) RETURNS TEXT /* & '_ str */
 VOLATILE SECURITY DEFINER PARALLEL UNSAFE
 SET search_path TO pg_catalog, pg_temp
@@ -404,6 +367,46 @@ GRANT EXECUTE ON FUNCTION jobs_complete_and_claim(pg_catalog.text, pg_catalog.in
     pg_catalog.jsonb[], pg_catalog.text, pg_catalog.int4, pg_catalog.interval, pg_catalog.text[])
     TO jobs_client;
 
+-- ---------------------------------------------------------------------------------------------
+-- Dashboard (pg_jobs issue 38): jobs_run_now; jobs_totals counts released, lost, cancelled and
+-- enqueued jobs too; the client workers (jobs.workers) and the throughput history
+-- (jobs.throughput_minute, jobs.throughput).
+-- ---------------------------------------------------------------------------------------------
+CREATE TABLE jobs.throughput_minute (
+    minute      timestamptz NOT NULL,
+    queue       text COLLATE pg_catalog."C" NOT NULL,
+    tenant_hash bigint NOT NULL,
+    enqueued    bigint NOT NULL,
+    completed   bigint NOT NULL,
+    failed      bigint NOT NULL,
+    retried     bigint NOT NULL,
+    PRIMARY KEY (minute, queue, tenant_hash)
+);
+COMMENT ON TABLE jobs.throughput_minute IS 'pg_jobs: per minute, queue and tenant hash, jobs enqueued, completed, failed and retried (24 hours; read jobs.throughput)';
+
+-- The result grew by four columns: a function's result type cannot change in place.
+DROP FUNCTION jobs_totals();
+CREATE FUNCTION "jobs_totals"() RETURNS TABLE (
+	"queue" TEXT,  /* Option < String > */
+	"completed" bigint,  /* i64 */
+	"failed" bigint,  /* i64 */
+	"retried" bigint,  /* i64 */
+	"released" bigint,  /* i64 */
+	"lost" bigint,  /* i64 */
+	"cancelled" bigint,  /* i64 */
+	"enqueued" bigint  /* i64 */
+)
+STRICT VOLATILE SECURITY DEFINER PARALLEL RESTRICTED
+SET search_path TO pg_catalog, pg_temp
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'jobs_totals_wrapper';
+
+CREATE FUNCTION "jobs_run_now"(
+	"id" bigint /* Option < i64 > */
+) RETURNS TEXT /* & '_ str */
+VOLATILE SECURITY DEFINER PARALLEL UNSAFE
+SET search_path TO pg_catalog, pg_temp
+LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'jobs_run_now_wrapper';
 
 CREATE FUNCTION jobs."waiting_claims"() RETURNS TABLE (

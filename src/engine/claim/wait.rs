@@ -22,6 +22,7 @@ use crate::pg::errors::{raise_with_hint, VERSION_MISMATCH, WAIT_NEEDS_READ_COMMI
 use crate::pg::extension;
 use crate::pg::snapshot;
 use crate::pg::subtransaction::in_subtransaction;
+use crate::pg::version;
 use crate::runtime::waiting_claims;
 use crate::runtime::wakeup::{self, Waiter};
 use crate::storage::{with_client, Statement};
@@ -184,9 +185,8 @@ pub(super) fn claim_waiting(request: &ClaimRequest<'_>) -> Vec<ClaimedRow> {
 /// Raises a clear error when pg_jobs was dropped (or changed version) while the claim slept:
 /// its next attempt would otherwise fail on tables that no longer exist.
 fn still_installed() {
-    // SAFETY: reads the catalog invalidations other sessions sent while this one slept, as any
-    // lock acquisition does.
-    unsafe { pg_sys::AcceptInvalidationMessages() };
+    // A DROP EXTENSION committed while this claim slept is seen only once its invalidations are read.
+    version::accept_invalidation_messages();
     match extension::is_current() {
         Ok(()) => {}
         Err(None) => raise_with_hint(

@@ -22,6 +22,8 @@ const RUNTIME_TABLES: &[&str] = &[
     "jobs.prepared_effects",
     "jobs.rate_bucket",
     "jobs.schedule_clock",
+    // Monitoring history, like PostgreSQL's statistics: a restore starts it afresh.
+    "jobs.throughput_minute",
 ];
 
 /// The rows of a table that pg_dump dumps (those `condition` selects, as
