@@ -87,7 +87,8 @@ def test_the_queries_follow_a_queue(queries: dict, exporter: psycopg.Connection)
         admin.execute("SELECT jobs_create_queue(%s, max_attempts => 1)", (queue,))
         for _ in range(3):
             admin.execute("SELECT jobs_enqueue(%s, '{}')", (queue,))
-        admin.execute("SELECT jobs_enqueue(%s, '{}', run_at => now() + interval '1 hour')", (queue,))
+        (later,) = admin.execute("SELECT jobs_enqueue(%s, '{}', run_at => now() + interval '1 hour')", (queue,)).fetchone()
+        admin.execute("SELECT jobs_enqueue(%s, '{}', after => ARRAY[%s]::bigint[])", (queue, later))
         held = admin.execute("SELECT id, lease FROM jobs_claim(%s, n => 2)", (queue,)).fetchall()
         assert len(held) == 2
         admin.execute("SELECT jobs_complete(%s, %s)", held[0])
@@ -95,7 +96,7 @@ def test_the_queries_follow_a_queue(queries: dict, exporter: psycopg.Connection)
 
     by_queue = {row["queue"]: row for row in scrape(exporter, queries["pg_jobs_queue"])}
     stats = by_queue[queue]
-    assert (stats["ready"], stats["scheduled"], stats["running"]) == (1, 1, 0)
+    assert (stats["ready"], stats["scheduled"], stats["running"], stats["waiting"]) == (1, 1, 0, 1)
     assert (stats["succeeded"], stats["failed"], stats["cancelled"]) == (1, 1, 0)
     assert stats["running_past_lease"] == 0 and stats["paused"] == 0
     assert stats["finished_last_minute"] == 2
