@@ -32,4 +32,4 @@ export {
   type LostOutcome,
 } from './worker.js';
 export { enqueue, enqueueBatch, interval, json, type EnqueueOptions, type Enqueued, type JobId, type Queryable } from './enqueue.js';
-export { FINISHED_STATES, results, signal, wait, type JobResult, type JobState, type SignalOptions } from './workflows.js';
+export { FINISHED_STATES, results, signal, STATES, wait, type JobResult, type JobState, type SignalOptions } from './workflows.js';

@@ -8,6 +8,9 @@ import { ids, interval, json, type JobId, type Queryable } from './enqueue.js';
 /** A job's state (`waiting`: for its dependencies or a signal, holding no lease and no attempt). */
 export type JobState = 'queued' | 'running' | 'waiting' | 'succeeded' | 'failed' | 'cancelled';
 
+/** Every state a job can be in. */
+export const STATES: readonly JobState[] = ['queued', 'running', 'waiting', 'succeeded', 'failed', 'cancelled'];
+
 /** The states a job has ended in: `wait()` returns once every job is in one of them. */
 export const FINISHED_STATES: readonly JobState[] = ['succeeded', 'failed', 'cancelled'];
 

@@ -16,6 +16,7 @@ import {
   PermanentError,
   results,
   signal,
+  STATES,
   wait,
   type AwaitOutcome,
   type Job,
@@ -126,6 +127,7 @@ for (const via of ['direct', 'bouncer'] as Via[]) {
         [b, 'queued', null, true],
         [a, 'succeeded', { ok: true }, false],
       ]);
+      assert.ok(read.every((r) => STATES.includes(r.state)));
     });
 
     it('wait() is woken by the commit that finishes the last job, holding no snapshot while it sleeps', { timeout: 30_000 }, async () => {
