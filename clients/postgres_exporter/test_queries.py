@@ -96,7 +96,8 @@ def test_the_queries_follow_a_queue(queries: dict, exporter: psycopg.Connection)
         admin.execute("SELECT jobs_create_queue(%s, max_attempts => 1)", (queue,))
         for _ in range(3):
             admin.execute("SELECT jobs_enqueue(%s, '{}')", (queue,))
-        admin.execute("SELECT jobs_enqueue(%s, '{}', run_at => now() + interval '1 hour')", (queue,))
+        (later,) = admin.execute("SELECT jobs_enqueue(%s, '{}', run_at => now() + interval '1 hour')", (queue,)).fetchone()
+        admin.execute("SELECT jobs_enqueue(%s, '{}', after => ARRAY[%s]::bigint[])", (queue, later))
         held = admin.execute("SELECT id, lease FROM jobs_claim(%s, n => 2)", (queue,)).fetchall()
         assert len(held) == 2
         admin.execute("SELECT jobs_complete(%s, %s)", held[0])
@@ -106,7 +107,7 @@ def test_the_queries_follow_a_queue(queries: dict, exporter: psycopg.Connection)
         (row["queue"], row["state"]): row["jobs"]
         for row in scrape(exporter, queries["pg_jobs_queue"])
     }
-    assert [jobs[(queue, state)] for state in ("ready", "scheduled", "running")] == [1, 1, 0]
+    assert [jobs[(queue, state)] for state in ("ready", "scheduled", "running", "waiting")] == [1, 1, 0, 1]
     assert [jobs[(queue, state)] for state in ("succeeded", "failed", "cancelled")] == [1, 1, 0]
 
     by_queue = {row["queue"]: row for row in scrape(exporter, queries["pg_jobs"])}
@@ -115,7 +116,7 @@ def test_the_queries_follow_a_queue(queries: dict, exporter: psycopg.Connection)
     assert stats["finished_last_minute"] == 2
     assert 0 <= stats["oldest_ready_age_seconds"] < 60
     counters = [stats[f"{c}_total"] for c in ("completed", "failed", "retried", "released", "lost", "cancelled", "enqueued")]
-    assert counters == [1, 1, 0, 0, 0, 0, 4]
+    assert counters == [1, 1, 0, 0, 0, 0, 5]
 
     workers = scrape(exporter, queries["pg_jobs_worker"])
     assert len(workers) == 1, "one worker serves the database"

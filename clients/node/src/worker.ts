@@ -30,6 +30,29 @@ export interface Job<P = any> {
   lease: string;
   createdAt: Date;
   runAt: Date;
+  /**
+   * The signal this run was woken by, when an earlier run of the job awaited one
+   * (`awaitSignal`): its name, the payload `jobs_signal` sent, and whether the await timed out
+   * instead (then the payload is null). Null on every other run.
+   */
+  signal: JobSignal | null;
+}
+
+/** The signal a job was woken by (`jobs.claimed.signal`). */
+export interface JobSignal<P = any> {
+  name: string;
+  payload: P | null;
+  /** The await's timeout passed before the signal came. */
+  timedOut: boolean;
+}
+
+/** What `awaitSignal` answers: see {@link JobContext.awaitSignal}. */
+export type AwaitOutcome = 'waiting' | 'queued' | 'cancelled' | 'lost';
+
+/** Options of `awaitSignal`. */
+export interface AwaitOptions {
+  /** How long to wait for the signal, in milliseconds (default: the server's, a day); then the job runs again with `signal.timedOut`. */
+  timeoutMs?: number;
 }
 
 /** What a handler gets beside the job. */
@@ -41,6 +64,16 @@ export interface JobContext {
    * `'running'`, or `'cancelled'`/`'lost'` (then `signal` has fired too).
    */
   progress(value: unknown): Promise<string>;
+  /**
+   * Ends this run to wait for the signal `name` (`jobs_await`) without spending the attempt:
+   * the job is `waiting`, holding no lease and no slot, until a `jobs_signal` of that name
+   * commits (or `timeoutMs` passes), and then runs again with `job.signal` set. Resolves to
+   * `'waiting'`, `'queued'` (the signal was recorded already: the job is queued at once),
+   * `'cancelled'` or `'lost'` (nothing was recorded). Return from the handler right after:
+   * the run has ended (`signal` has fired), and what the handler returns is ignored. An await
+   * the server refuses (a name out of range) rejects, and the attempt fails with that error.
+   */
+  awaitSignal(name: string, options?: AwaitOptions): Promise<AwaitOutcome>;
 }
 
 /** A handler function: its return value becomes the job's result. */
@@ -228,6 +261,18 @@ export interface ReleasedEvent {
   outcome: 'queued';
   reason: string;
 }
+/**
+ * The handler awaited a signal: the job waits for it (`outcome` `'waiting'`), or was queued
+ * at once because the signal was recorded already (`'queued'`); its attempt was given back.
+ */
+export interface AwaitingEvent {
+  type: 'awaiting';
+  job: Job;
+  durationMs: number;
+  outcome: 'waiting' | 'queued';
+  /** The signal's name. */
+  signal: string;
+}
 /** The job was cancelled or its lease lost: nothing was recorded. */
 export interface LostEvent {
   type: 'lost';
@@ -241,7 +286,7 @@ export interface RetryingEvent {
   type: 'retrying';
   /** The job the call was about, or null (a claim, an idle connection). */
   job: Job | null;
-  /** `'claim'`, `'heartbeat'`, `'complete'`, `'fail'`, `'release'` or `'idle'`. */
+  /** `'claim'`, `'heartbeat'`, `'complete'`, `'fail'`, `'release'`, `'await'` or `'idle'`. */
   during: string;
   error: unknown;
   message: string;
@@ -267,6 +312,7 @@ export type WorkerEvent =
   | CompletedEvent
   | FailedEvent
   | ReleasedEvent
+  | AwaitingEvent
   | LostEvent
   | RetryingEvent
   | ErrorEvent
@@ -282,6 +328,7 @@ export interface WorkerEvents {
   completed: [CompletedEvent];
   failed: [FailedEvent];
   released: [ReleasedEvent];
+  awaiting: [AwaitingEvent];
   lost: [LostEvent];
   retrying: [RetryingEvent];
   /** Without a listener a claim's error throws, as Node's 'error' events do. */
@@ -298,6 +345,8 @@ interface Running {
   timeout?: NodeJS.Timeout;
   /** Set once the job's fate is decided: later outcomes of its handler are ignored. */
   done: boolean;
+  /** Why the job is no longer ours, once a heartbeat or settle said so. */
+  gone?: LostOutcome;
   /** Resolves when the job is settled, released or given up. */
   finished: Promise<void>;
   finish: () => void;
@@ -330,6 +379,12 @@ const COMPLETE_BATCH_SQL = 'SELECT id, outcome FROM jobs_complete_batch($1, $2)'
 const FAIL_SQL = 'SELECT jobs_fail($1, $2, $3, retry => $4) AS outcome';
 const RELEASE_SQL = 'SELECT jobs_release($1, $2, $3, retry_in => $4) AS outcome';
 const SUCCEEDED_UNDER_SQL = "SELECT (j).state::text = 'succeeded' AND (j).lease = $2 AS ours FROM jobs_get($1) AS j";
+const AWAIT_SQL = 'SELECT jobs_await($1, $2, $3) AS outcome';
+const AWAIT_TIMEOUT_SQL = 'SELECT jobs_await($1, $2, $3, timeout => $4) AS outcome';
+// A retried jobs_await answers lost when the first attempt did commit (the await clears the
+// lease): the job then waits for our signal, or was queued with it, under no lease.
+const AWAITED_SQL =
+  "SELECT (j).state::text AS state FROM jobs_get($1) AS j WHERE (j).state::text IN ('waiting', 'queued') AND (j).lease IS NULL AND (j).signal->>'name' = $2";
 // One commit per job: completes the jobs that succeeded (each with its result) and claims the
 // next ones, never waiting. Rows: one per settled job (settled, outcome), then one per claimed
 // job (settled NULL, the claim's columns).
@@ -373,6 +428,8 @@ function toJob(row: any): Job {
     lease: row.lease,
     createdAt: row.created_at,
     runAt: row.run_at,
+    // Servers before workflows have no signal column.
+    signal: row.signal ? { name: row.signal.name, payload: row.signal.payload ?? null, timedOut: row.signal.timed_out === true } : null,
   };
 }
 
@@ -787,7 +844,11 @@ export class Worker extends EventEmitter<WorkerEvents> {
         void this.fail(r, error, false);
       }, limit);
     }
-    const ctx: JobContext = { signal: r.controller.signal, progress: (value) => this.heartbeat(r, value) };
+    const ctx: JobContext = {
+      signal: r.controller.signal,
+      progress: (value) => this.heartbeat(r, value),
+      awaitSignal: (name, options) => this.awaitSignal(r, name, options),
+    };
     Promise.resolve()
       .then(() => handler.run(job, ctx))
       .then(
@@ -845,9 +906,44 @@ export class Worker extends EventEmitter<WorkerEvents> {
     return outcome;
   }
 
+  /**
+   * The handler's awaitSignal: hands the job back to wait for the signal (jobs_await) and ends
+   * the run. Its slot is free at once, as for a lost job: the job is out of our hands.
+   */
+  private async awaitSignal(r: Running, name: string, options: AwaitOptions = {}): Promise<AwaitOutcome> {
+    const values: unknown[] = [r.job.id, r.job.lease, name];
+    if (options.timeoutMs !== undefined) values.push(interval(options.timeoutMs));
+    if (r.done) return r.gone ?? 'lost';
+    // Concluded first: no heartbeat, time limit or settle of the handler acts on the job meanwhile.
+    this.conclude(r);
+    let answer: { outcome: string; retried: boolean } | null;
+    try {
+      answer = await this.settle(r.job, 'await', values.length > 3 ? AWAIT_TIMEOUT_SQL : AWAIT_SQL, values);
+      if (answer && answer.outcome === 'lost' && answer.retried) {
+        const { rows } = await this.pool.query(AWAITED_SQL, [r.job.id, name]);
+        if (rows.length > 0) answer = { outcome: rows[0].state, retried: true };
+      }
+    } catch (error) {
+      // The server refused the await (a name out of range): the attempt fails with its error.
+      r.done = false;
+      await this.fail(r, error, false);
+      throw error;
+    }
+    const outcome = (answer?.outcome ?? 'lost') as AwaitOutcome;
+    if (outcome === 'waiting' || outcome === 'queued') {
+      if (!r.controller.signal.aborted) r.controller.abort(new Error(`the job awaits signal ${JSON.stringify(name)}: this run has ended`));
+      this.emit('awaiting', { type: 'awaiting', job: r.job, durationMs: Date.now() - r.started, outcome, signal: name });
+      this.forget(r);
+    } else {
+      this.giveUp(r, outcome, 'settle');
+    }
+    return outcome;
+  }
+
   /** The job is no longer ours (cancelled or lost): stop its handler, record nothing. */
   private giveUp(r: Running, outcome: LostOutcome, during: 'heartbeat' | 'settle'): void {
     const first = !r.done;
+    r.gone ??= outcome;
     this.conclude(r);
     if (!r.controller.signal.aborted) r.controller.abort(new Error(`the job was ${outcome === 'lost' ? 'lost (its lease is no longer ours)' : 'cancelled'}`));
     if (first || during === 'settle') {

@@ -80,7 +80,7 @@ export async function eventually<T>(what: string, check: () => Promise<T> | T, t
 export function recordingWorker(options: WorkerOptions): { worker: Worker; events: Array<[string, any]> } {
   const worker = new Worker({ signals: [], ...options });
   const events: Array<[string, any]> = [];
-  for (const name of ['picked', 'completed', 'failed', 'released', 'lost', 'retrying', 'error', 'stopped'] as const) {
+  for (const name of ['picked', 'completed', 'failed', 'released', 'awaiting', 'lost', 'retrying', 'error', 'stopped'] as const) {
     worker.on(name, (event: any) => events.push([name, event]));
   }
   worker.start();

@@ -6,7 +6,18 @@ import { after, describe, it } from 'node:test';
 
 import type pg from 'pg';
 
-import { enqueue, enqueueBatch, JobTimeoutError, PermanentError, UnknownKindError, Worker, type Job } from '../src/index.js';
+import {
+  enqueue,
+  enqueueBatch,
+  JobTimeoutError,
+  PermanentError,
+  results,
+  signal,
+  UnknownKindError,
+  wait,
+  Worker,
+  type Job,
+} from '../src/index.js';
 import { closePools, eventually, jobRow, newQueue, pool, recordingWorker, sleep, url } from './helpers.js';
 
 const db = pool(); // set-up and checks
@@ -589,6 +600,28 @@ describe('untyped parameters', () => {
     });
     await eventually('the cycle jobs to succeed', () => cycler.events.filter(([name]) => name === 'completed').length === 3);
     await cycler.worker.stop();
+    // Workflows: a job after another (single and batch), signals recorded before the awaits
+    // (with a keep and without), a handler's awaitSignal (with a timeout and without),
+    // results() and wait().
+    const first = await enqueue(spy, queue, { timeoutMs: 60_000 }, { kind: 'awaits' });
+    const [second] = await enqueueBatch(spy, queue, [{}], { kind: 'awaits', after: [first] });
+    const third = await enqueue(spy, queue, {}, { kind: 'awaits', after: [first, second.id] });
+    await signal(spy, `untyped-${first}`, { p: 1 }, { keepMs: 60_000 });
+    await signal(spy, `untyped-${second.id}`);
+    await signal(spy, `untyped-${third}`, 'text');
+    const awaiter = recordingWorker({
+      pool: spy,
+      queue,
+      kinds: 'handled',
+      handlers: {
+        awaits: (job, ctx) =>
+          job.signal ? job.signal.payload : ctx.awaitSignal(`untyped-${job.id}`, job.payload.timeoutMs ? { timeoutMs: job.payload.timeoutMs } : undefined),
+      },
+    });
+    const done = await wait(spy, [first, second.id, third], 20_000);
+    await awaiter.worker.stop();
+    assert.deepEqual(done.map((r) => r.state), ['succeeded', 'succeeded', 'succeeded']);
+    assert.deepEqual((await results(spy, [first, third])).map((r) => r.result), [{ p: 1 }, 'text']);
     const functions = new Set(seen.map((s) => s.text.match(/jobs_\w+/)?.[0]));
     for (const f of [
       'jobs_enqueue',
@@ -599,6 +632,10 @@ describe('untyped parameters', () => {
       'jobs_complete_and_claim',
       'jobs_fail',
       'jobs_release',
+      'jobs_await',
+      'jobs_signal',
+      'jobs_results',
+      'jobs_wait',
     ]) {
       assert.ok(functions.has(f), `${f} was not called`);
     }

@@ -23,6 +23,9 @@ from typing import Any, Awaitable, Callable, Mapping
 import psycopg
 
 from ._common import (
+    AWAIT_SQL,
+    AWAIT_TIMEOUT_SQL,
+    AWAITED_SQL,
     CLAIM_SQL,
     COMPLETE_AND_CLAIM_SQL,
     COMPLETE_BATCH_SQL,
@@ -58,8 +61,9 @@ log = logging.getLogger("pg_jobs")
 
 
 class AsyncJob(JobRow):
-    """A claimed job for an async handler: the job's columns, ``cancelled`` (an
-    ``asyncio.Event``) and :meth:`progress`."""
+    """A claimed job for an async handler: the job's columns (``signal``: what woke this run,
+    see :meth:`await_signal`), ``cancelled`` (an ``asyncio.Event``), :meth:`progress` and
+    :meth:`await_signal`."""
 
     def __init__(self, row: JobRow, worker: "AsyncWorker", lease_seconds: float, claimed_at: datetime):
         super().__init__(**row.__dict__)
@@ -79,6 +83,13 @@ class AsyncJob(JobRow):
         """Stores progress on the job (and renews its lease); returns ``'running'``, or
         ``'cancelled'``/``'lost'`` (then the handler's task is being cancelled)."""
         return await self._worker._heartbeat(self, value)
+
+    async def await_signal(self, name: str, timeout: float | None = None) -> str:
+        """Ends this run to wait for the signal ``name`` (``jobs_await``) without spending the
+        attempt, as :meth:`pg_jobs.Job.await_signal` does: returns ``'waiting'``,
+        ``'queued'``, ``'cancelled'`` or ``'lost'``; return from the handler right after (its
+        slot is free at once, and what it returns is ignored)."""
+        return await self._worker._await_signal(self, name, timeout)
 
     def _conclude(self) -> bool:
         if self._done:
@@ -532,6 +543,39 @@ class AsyncWorker:
                 return None
             raise
         return rows[0][0], retried
+
+    async def _await_signal(self, job: AsyncJob, name: str, timeout: float | None) -> str:
+        """The handler's await_signal: hands the job back to wait for the signal (jobs_await)
+        and ends the run. Its slot is free at once, as for a lost job: the job is out of our
+        hands (the handler's task is not cancelled: it is the one awaiting this)."""
+        params = [str(job.id), job.lease, name]
+        if timeout is not None:
+            params.append(interval(timeout))
+        if not job._conclude():
+            return job.reason if job.reason in GONE else "lost"
+        try:
+            answer = await self._settle(job, AWAIT_TIMEOUT_SQL if timeout is not None else AWAIT_SQL, params, "await")
+            if answer and answer[0] == "lost" and answer[1]:
+                rows, _ = await self._call(job, AWAITED_SQL, [str(job.id), name], "await")
+                if rows:
+                    answer = (rows[0][0], True)
+        except asyncio.CancelledError:
+            self._finish(job)  # the await may or may not have committed: its lease decides
+            raise
+        except Exception as error:
+            # The server refused the await (a name out of range): the attempt fails with its error.
+            job._done = False
+            await self._fail(job, error, False)
+            raise
+        outcome = answer[0] if answer else "lost"
+        if outcome in ("waiting", "queued"):
+            job.reason = "awaiting"
+            job.cancelled.set()
+            self._emit(Event("awaiting", job=job, duration=job._elapsed, outcome=outcome, signal=name))
+        elif answer:
+            self._gone(job, outcome, "settle")
+        self._finish(job)
+        return outcome
 
     async def _complete(self, job: AsyncJob, result: Any) -> None:
         if not job._conclude():

@@ -27,6 +27,9 @@ from typing import Any, Callable, Mapping
 import psycopg
 
 from ._common import (
+    AWAIT_SQL,
+    AWAIT_TIMEOUT_SQL,
+    AWAITED_SQL,
     CLAIM_SQL,
     COMPLETE_AND_CLAIM_SQL,
     COMPLETE_BATCH_SQL,
@@ -62,9 +65,10 @@ log = logging.getLogger("pg_jobs")
 
 
 class Job(JobRow):
-    """A claimed job as a handler sees it: the job's columns, ``cancelled`` (a
-    ``threading.Event`` set when the job is cancelled, lost, timed out or handed back at
-    shutdown: stop then) and :meth:`progress`."""
+    """A claimed job as a handler sees it: the job's columns (``signal``: what woke this run,
+    see :meth:`await_signal`), ``cancelled`` (a ``threading.Event`` set when the job is
+    cancelled, lost, timed out, handed back at shutdown or awaiting a signal: stop then),
+    :meth:`progress` and :meth:`await_signal`."""
 
     def __init__(self, row: JobRow, worker: "Worker", lease_seconds: float, claimed_at: datetime):
         super().__init__(**row.__dict__)
@@ -82,6 +86,8 @@ class Job(JobRow):
         # A call carrying its completion failed in transit (it may have committed): a lost
         # completion sent again is checked.
         self._uncertain = False
+        # The handler called await_signal: its run has ended, and its slot is free once it returns.
+        self._awaited = False
 
     def progress(self, value: Any) -> str:
         """Stores progress on the job (and renews its lease) from the handler's thread;
@@ -90,6 +96,20 @@ class Job(JobRow):
         if runner is None:
             raise RuntimeError("progress() is for the handler's own thread")
         return self._worker._heartbeat(self, runner.conn, value)
+
+    def await_signal(self, name: str, timeout: float | None = None) -> str:
+        """Ends this run to wait for the signal ``name`` (``jobs_await``) without spending the
+        attempt: the job is ``waiting``, holding no lease, until a ``jobs_signal`` of that name
+        commits (or ``timeout`` seconds pass; default: the server's, a day), and then runs
+        again with ``job.signal`` set. Returns ``'waiting'``, ``'queued'`` (the signal was
+        recorded already: the job is queued at once), ``'cancelled'`` or ``'lost'`` (nothing
+        was recorded). Return from the handler right after: the run has ended (``cancelled``
+        is set) and what the handler returns is ignored. An await the server refuses (a name
+        over 255 bytes) raises, and the attempt fails with that error."""
+        runner = self._runner
+        if runner is None:
+            raise RuntimeError("await_signal() is for the handler's own thread")
+        return self._worker._await_signal(self, runner.conn, name, timeout)
 
     def _conclude(self) -> bool:
         """Marks the job's fate decided; False when it already was."""
@@ -516,9 +536,45 @@ class Worker:
         try:
             result = handler.run(job)
         except Exception as error:
-            self._fail(job, conn, error, isinstance(error, PermanentError))
+            if job._awaited:
+                self._finish(job)  # the run ended at its await: what it raised after is ignored
+            else:
+                self._fail(job, conn, error, isinstance(error, PermanentError))
         else:
-            self._complete(job, conn, result)
+            if job._awaited:
+                self._finish(job)  # the run ended at its await: what it returned is ignored
+            else:
+                self._complete(job, conn, result)
+
+    def _await_signal(self, job: Job, conn: _Connection, name: str, timeout: float | None) -> str:
+        """The handler's await_signal: hands the job back to wait for the signal (jobs_await)
+        and ends the run; its slot is freed once the handler returns."""
+        params = [str(job.id), job.lease, name]
+        if timeout is not None:
+            params.append(interval(timeout))
+        if not job._conclude():
+            return job.reason if job.reason in GONE else "lost"
+        try:
+            answer = self._settle(job, conn, AWAIT_TIMEOUT_SQL if timeout is not None else AWAIT_SQL, params, "await")
+            if answer and answer[0] == "lost" and answer[1]:
+                rows = conn.execute(AWAITED_SQL, [str(job.id), name], during="await", job=job)
+                if rows:
+                    answer = (rows[0][0], True)
+        except Exception as error:
+            # The server refused the await (a name out of range): the attempt fails with its error.
+            with job._lock:
+                job._done = False
+            self._fail(job, conn, error, False)
+            raise
+        job._awaited = True
+        outcome = answer[0] if answer else "lost"
+        if outcome in ("waiting", "queued"):
+            job.reason = "awaiting"
+            job.cancelled.set()
+            self._emit(Event("awaiting", job=job, duration=job._elapsed, outcome=outcome, signal=name))
+        elif answer:
+            self._gone(job, outcome, "settle")
+        return outcome
 
     def _settle(self, job: Job, conn: _Connection, sql: str, params: list, during: str) -> tuple[str, bool] | None:
         """Runs a settle call until it answers; transport errors are retried with the same

@@ -59,11 +59,35 @@ def test_every_statement_sends_untyped_parameters_without_casts(db, dsn):
             eventually("the cycle jobs to succeed", lambda: sum(done) == 3)
         finally:
             cycler.stop()
+        # Workflows: a job after another (single and batch), signals recorded before the awaits
+        # (with a keep and without), a handler's await_signal (with a timeout and without),
+        # results and wait.
+        first = pg_jobs.enqueue(conn, queue, {"timeout": 60}, kind="awaits")
+        ((second, _),) = pg_jobs.enqueue_batch(conn, queue, [{}], kind="awaits", after=[first])
+        third = pg_jobs.enqueue(conn, queue, {}, kind="awaits", after=[first, second])
+        pg_jobs.signal(conn, f"untyped-{first}", {"p": 1}, keep=60)
+        pg_jobs.signal(conn, f"untyped-{second}")
+        pg_jobs.signal(conn, f"untyped-{third}", "text")
+
+        def awaits(job):
+            if job.signal is not None:
+                return job.signal.payload
+            return job.await_signal(f"untyped-{job.id}", timeout=job.payload.get("timeout"))
+
+        awaiter = pg_jobs.Worker(dsn, queue, {"awaits": awaits}, kinds="handled",
+                                 connect=lambda: RecordingConnection.connect(dsn, **pg_jobs.connect_kwargs())).start()
+        try:
+            done = pg_jobs.wait(conn, [first, second, third], 20)
+        finally:
+            awaiter.stop()
+        assert [r.state for r in done] == ["succeeded"] * 3
+        assert [r.result for r in pg_jobs.results(conn, [first, third])] == [{"p": 1}, "text"]
     finally:
         conn.close()
     functions = {m.group(0) for query, _ in RecordingConnection.seen for m in [re.search(r"jobs_\w+", str(query))] if m}
     for name in ("jobs_enqueue", "jobs_enqueue_batch", "jobs_claim", "jobs_heartbeat", "jobs_complete",
-                 "jobs_complete_and_claim", "jobs_fail", "jobs_release"):
+                 "jobs_complete_and_claim", "jobs_fail", "jobs_release", "jobs_await", "jobs_signal", "jobs_results",
+                 "jobs_wait"):
         assert name in functions, f"{name} was not called"
     for query, params in RecordingConnection.seen:
         assert not re.search(r"%s\s*::", str(query)), f"a parameter is cast in: {query}"
