@@ -10,8 +10,8 @@
 //! without a group.
 //!
 //! Where a statement would do more (row-level security applies to the function's owner) or the
-//! table and index are not as expected, [`group_head`] reads nothing and answers `None`, and
-//! the caller runs its statement.
+//! table and index are not as expected, or `pg_jobs.fast_paths` is off, [`group_heads`] reads
+//! nothing and answers `None`, and the caller runs its statement.
 
 use std::cell::Cell;
 use std::ffi::CStr;
@@ -23,6 +23,7 @@ use super::direct::{
     StatementScan,
 };
 use super::job_writer::attribute;
+use crate::pg::settings::fast_paths;
 
 /// The first unfinished job of a group: a running one if any runs, else its first queued one.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -82,6 +83,9 @@ struct Columns {
 /// # Safety
 /// Inside a transaction.
 pub unsafe fn group_heads(groups: &[GroupName<'_>]) -> Option<Vec<Option<GroupHead>>> {
+    if !fast_paths() {
+        return None;
+    }
     // SAFETY: catalog lookups, and relations opened here and closed before returning (their
     // locks kept until the transaction ends, as a statement's are); each scan's snapshot is
     // registered for it and unregistered after it. On an ERROR, transaction abort releases them.

@@ -17,8 +17,8 @@
 //! is waited for), as a plain INSERT would; the caller, which wants `ON CONFLICT` behaviour,
 //! runs the batch in a subtransaction. Either way it then takes the SQL path. Where the executor
 //! would do more than that (the table has triggers, or
-//! row-level security applies to the function's owner), [`JobWriter::insert`] answers `None`
-//! and the caller runs its SQL statement instead.
+//! row-level security applies to the function's owner), or where `pg_jobs.fast_paths` is off,
+//! [`JobWriter::insert`] answers `None` and the caller runs its SQL statement instead.
 //!
 //! What is kept is dropped when PostgreSQL invalidates the relcache entry of `jobs.job`,
 //! `jobs.queue` or any of their indexes (an upgrade, a new index, `ALTER TABLE`), and rebuilt
@@ -31,6 +31,7 @@ use pgrx::pg_sys::{self, Datum, Oid};
 use pgrx::{IntoDatum, PgTupleDesc};
 
 use super::direct::{jobs_relation, Generational};
+use crate::pg::settings::fast_paths;
 use crate::pg::version;
 
 /// The columns of `jobs.job` an enqueue sets; the others take their defaults.
@@ -231,8 +232,8 @@ unsafe extern "C-unwind" fn relcache_invalidated(_arg: Datum, relid: Oid) {
 pub struct JobWriter;
 
 impl JobWriter {
-    /// Inserts `jobs`; `None` when this path cannot stand in for the SQL statement here (the
-    /// caller then runs the statement).
+    /// Inserts `jobs`; `None` when this path cannot stand in for the SQL statement here, or
+    /// `pg_jobs.fast_paths` is off (the caller then runs the statement).
     ///
     /// # Safety
     /// Inside a transaction, with the queue lock held (shared) as the enqueue statements
@@ -249,6 +250,9 @@ impl JobWriter {
                 && jobs.group_waits.fits(count)
         );
         debug_assert!(jobs.unique_keys.is_empty() || jobs.unique_keys.len() == jobs.payloads.len());
+        if !fast_paths() {
+            return None;
+        }
         if !CALLBACK_REGISTERED.with(Cell::get) {
             // SAFETY: a plain function registered once per backend.
             unsafe { crate::pg::version::register_relcache_callback(relcache_invalidated) };

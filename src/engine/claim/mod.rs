@@ -34,6 +34,7 @@ use crate::engine::queues::{self, unknown_queue};
 use crate::engine::transitions;
 use crate::pg::clock::server_now;
 use crate::pg::datum::ClaimedRow;
+use crate::pg::settings;
 use crate::runtime::effects;
 use crate::runtime::floor::{self, Seen};
 use crate::runtime::freed_heads;
@@ -357,15 +358,17 @@ fn take_freed(
 ) -> Vec<pick::Candidate> {
     // SAFETY: reads a backend global.
     let read_committed = unsafe { pg_sys::XactIsoLevel } < pg_sys::XACT_REPEATABLE_READ as i32;
-    // Under REPEATABLE READ the take would fail on a job marked after the snapshot: the marks
-    // are cleared (with the latest snapshot), and claims with newer snapshots find the jobs.
-    if concurrency != 1 || !read_committed {
-        unmark(client, freed_heads::take_all(queue));
-        return Vec::new();
-    }
-    if freed_heads::sweep_needed() {
+    if concurrency == 1 && read_committed && freed_heads::sweep_needed() {
         // No settle offers freed heads until a sweep committed; the worker's tick sweeps too.
         sweep_stranded(client);
+        return Vec::new();
+    }
+    // Under REPEATABLE READ the take would fail on a job marked after the snapshot: the marks
+    // are cleared (with the latest snapshot), and claims with newer snapshots find the jobs.
+    // With the fast paths off, settles offer none and clear marks instead: any left from
+    // before the setting changed have theirs cleared too.
+    if concurrency != 1 || !read_committed || !settings::fast_paths() {
+        unmark(client, freed_heads::take_all(queue));
         return Vec::new();
     }
     freed::pick(client, queue, &request.filter, now, allowed)

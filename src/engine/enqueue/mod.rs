@@ -36,6 +36,7 @@ use crate::engine::transitions;
 use crate::pg::clock::server_now;
 use crate::pg::datum::{Jsonb, JsonbArray};
 use crate::pg::errors::{quote, raise, raise_with_hint, UNIQUE_VIOLATION};
+use crate::pg::settings;
 use crate::pg::subtransaction::unless_it_raises;
 use crate::runtime::locks;
 use crate::storage::job_writer::{Inserted, JobWriter, NewJobs, PerJob};
@@ -347,7 +348,8 @@ impl UniqueFastPath {
 /// when the writer cannot stand in for the insert statement here, or (for jobs with unique
 /// keys, `unique_keys` one per payload) when a key is held by another job or repeated in the
 /// batch, or the session skips the try (see [`UniqueFastPath`]): the caller then runs its
-/// statements, which resolve those.
+/// statements, which resolve those. With `pg_jobs.fast_paths` off, always `None`, before a batch
+/// with unique keys opens its subtransaction.
 fn write_direct(
     queue: &str,
     payloads: &[pg_sys::Datum],
@@ -355,6 +357,9 @@ fn write_direct(
     unique_keys: &[Option<&str>],
     options: &JobOptions,
 ) -> Option<Vec<i64>> {
+    if !settings::fast_paths() {
+        return None;
+    }
     if unique_keys.iter().all(Option::is_none) {
         return match write_jobs(queue, payloads, group_keys, &[], options)? {
             Written::Ids(ids) => Some(ids),

@@ -11,6 +11,7 @@ use crate::pg::datum::QueueRow;
 use crate::pg::errors::{
     quote, raise, raise_with_hint, BAD_ARGUMENT, QUEUE_IN_USE, UNKNOWN_QUEUE, WRONG_STATE,
 };
+use crate::pg::settings;
 use std::cell::RefCell;
 use std::sync::atomic::Ordering;
 
@@ -304,9 +305,10 @@ thread_local! {
 /// waited for a drop's lock reads the bumped generation. A transaction that changed a queue
 /// itself neither uses nor keeps (its change bumps nothing until it commits, and a rollback
 /// bumps nothing), and a snapshot older than the generation (REPEATABLE READ) keeps nothing.
-/// Call it after the queue lock is taken and before the reads it covers.
+/// Call it after the queue lock is taken and before the reads it covers. With
+/// `pg_jobs.fast_paths` off, `None`: every call reads its queue row.
 pub fn kept_settings() -> Option<KeptSettings> {
-    if effects::queue_settings_changed_here() {
+    if effects::queue_settings_changed_here() || !settings::fast_paths() {
         return None;
     }
     let generation = shared()?.queue_settings().load(Ordering::Acquire);

@@ -186,6 +186,25 @@ pub const TEST_SETTINGS: &[&str] = &[
     "restart_after_crash = on",
 ];
 
+/// Whether the test clusters run pg_jobs's fast paths (`pg_jobs.fast_paths`, on by default):
+/// `PG_JOBS_TEST_FAST_PATHS=off` (scripts/test's second pass on 15) starts every cluster with
+/// them off, so each path takes its SQL statement, and tests that look at a fast path expect
+/// the statement instead.
+pub fn fast_paths() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| match std::env::var("PG_JOBS_TEST_FAST_PATHS") {
+        Err(_) => true,
+        Ok(value) => match value.trim().to_ascii_lowercase().as_str() {
+            "" | "on" | "true" | "1" => true,
+            "off" | "false" | "0" => false,
+            other => panic!("PG_JOBS_TEST_FAST_PATHS is {other:?}; set it to on or off"),
+        },
+    })
+}
+
+/// The line [`Cluster::start`] adds to every cluster's postgresql.conf for [`fast_paths`].
+const FAST_PATHS_OFF: &str = "pg_jobs.fast_paths = off";
+
 impl Cluster {
     /// The cluster shared by every test of this binary, started on first use with
     /// [`TEST_SETTINGS`] and the extension created in database `postgres`.
@@ -266,6 +285,12 @@ impl Cluster {
         );
         for setting in settings {
             conf.push_str(setting);
+            conf.push('\n');
+        }
+        // After the test's own settings: the run's choice holds for every cluster (a test that
+        // compares both ways sets it per session, which a superuser may).
+        if !fast_paths() {
+            conf.push_str(FAST_PATHS_OFF);
             conf.push('\n');
         }
         append_as_owner(&data.join("postgresql.conf"), &conf);
