@@ -27,6 +27,22 @@ unsafe extern "C-unwind" fn count_invalidation(_arg: pg_sys::Datum, _relid: Oid)
     INVALIDATIONS.with(|count| count.set(count.get().wrapping_add(1)));
 }
 
+/// Relcache invalidations this process has taken in: what a session read of Citus's placements
+/// of `jobs.job` stays true while this stays the same (Citus invalidates the table's relcache
+/// entry whenever one of its placements changes, on every node with metadata).
+pub fn invalidations() -> u64 {
+    register();
+    INVALIDATIONS.with(Cell::get)
+}
+
+fn register() {
+    if !REGISTERED.with(Cell::get) {
+        // SAFETY: a plain function registered once per process.
+        unsafe { version::register_relcache_callback(count_invalidation) };
+        REGISTERED.with(|registered| registered.set(true));
+    }
+}
+
 /// Whether `jobs.job` is distributed by Citus in this database. Outside a transaction (no
 /// catalog access), false.
 pub fn distributed() -> bool {
@@ -34,11 +50,7 @@ pub fn distributed() -> bool {
     if !unsafe { pg_sys::IsTransactionState() } {
         return false;
     }
-    if !REGISTERED.with(Cell::get) {
-        // SAFETY: a plain function registered once per process.
-        unsafe { version::register_relcache_callback(count_invalidation) };
-        REGISTERED.with(|registered| registered.set(true));
-    }
+    register();
     let generation = INVALIDATIONS.with(Cell::get);
     if let Some((seen, answer)) = KNOWN.with(Cell::get) {
         if seen == generation {

@@ -9,6 +9,7 @@
 //! runs as on a single server. The background worker does the same for each shard on its node.
 
 use std::cell::RefCell;
+use std::collections::HashMap;
 use std::rc::Rc;
 
 use pgrx::pg_sys::{INT4OID, INT8OID};
@@ -36,14 +37,8 @@ static LAYOUT: Statement = Statement {
         "queue_shard",
         "grant_shard",
         "local_group",
+        "colocation",
     ],
-};
-
-static LOCK: Statement = Statement {
-    name: "distribute/lock",
-    sql: include_str!("lock.sql"),
-    params: &[param("shard", INT8OID)],
-    columns: &["locked"],
 };
 
 static PLACED: Statement = Statement {
@@ -62,6 +57,8 @@ static LOCAL_SHARDS: Statement = Statement {
 
 /// One shard of `jobs.job`: its hash range and the tables its calls run on.
 struct Shard {
+    /// Its place in hash order (Citus's shard index).
+    index: u32,
     min_hash: i32,
     max_hash: i32,
     tables: Rc<ShardTables>,
@@ -76,10 +73,15 @@ struct Layout {
     shards: Vec<Shard>,
     /// This node's Citus group.
     local_group: i32,
+    /// The colocation group of `jobs.job` (for its placement locks).
+    colocation: u32,
 }
 
 thread_local! {
     static LAYOUT_CACHE: RefCell<Option<Rc<Layout>>> = const { RefCell::new(None) };
+    /// Whether each shard's placement was on this node, by shard id, as read under
+    /// `pg::citus::invalidations()`'s count then (a newer count empties it).
+    static PLACEMENTS: RefCell<(u64, HashMap<i64, bool>)> = RefCell::new((u64::MAX, HashMap::new()));
 }
 
 /// The layout, read on first use in the session (or after the extension was created again).
@@ -92,10 +94,12 @@ fn layout(client: &SpiClient<'_>) -> Rc<Layout> {
         }
     }
     let mut local_group = 0;
+    let mut colocation = 0;
     let shards = LAYOUT
         .run(client, &[])
         .iter()
-        .map(|row| {
+        .enumerate()
+        .map(|(index, row)| {
             let job_shard: i64 = row.get("job_shard").expect("a shard id");
             let rate_shard: i64 = row.get("rate_shard").expect("a shard id");
             let queue_shard: i64 = row
@@ -105,7 +109,9 @@ fn layout(client: &SpiClient<'_>) -> Rc<Layout> {
                 .get("grant_shard")
                 .expect("jobs.tenant_grant is a reference table");
             local_group = row.get("local_group").expect("this node's group");
+            colocation = row.get::<i32>("colocation").expect("a colocation group") as u32;
             Shard {
+                index: index as u32,
                 min_hash: row.get("min_hash").expect("a hash range"),
                 max_hash: row.get("max_hash").expect("a hash range"),
                 tables: Rc::new(ShardTables {
@@ -124,6 +130,7 @@ fn layout(client: &SpiClient<'_>) -> Rc<Layout> {
         job_table,
         shards,
         local_group,
+        colocation,
     });
     LAYOUT_CACHE.with(|cache| *cache.borrow_mut() = Some(layout.clone()));
     layout
@@ -211,7 +218,7 @@ fn on_hash<R>(hash: i32, what: impl FnOnce() -> String, work: impl FnOnce() -> R
             // Already on it (a call within a call, or a tick's shard).
             return Some(shard.tables.clone());
         }
-        here(client, &layout, shard.tables.key).then(|| shard.tables.clone())
+        here(client, &layout, shard).then(|| shard.tables.clone())
     });
     let Some(tables) = tables else {
         raise_with_hint(
@@ -226,17 +233,54 @@ fn on_hash<R>(hash: i32, what: impl FnOnce() -> String, work: impl FnOnce() -> R
     shard::with_shard(tables, work)
 }
 
-/// Whether the placement of shard `job_shard` is on this node, checked under the placement's
-/// shared lock (taken for the rest of the transaction).
-fn here(client: &SpiClient<'_>, layout: &Layout, job_shard: i64) -> bool {
-    LOCK.run(client, &[job_shard.into()]);
-    PLACED
+/// Whether the placement of `shard` is on this node, checked under the placement's shared
+/// lock (taken for the rest of the transaction): the lock Citus's writes take and a shard move
+/// takes exclusively before it switches the shard to another node (`LockShardDistributionMetadata`
+/// of a hash-distributed table: the colocated shards' lock, advisory class 8). The answer is
+/// kept until a relcache invalidation arrives; the ones committed before the lock was granted
+/// are taken in right after it, so a move that committed is always seen.
+fn here(client: &SpiClient<'_>, layout: &Layout, shard: &Shard) -> bool {
+    const COLOCATED_SHARDS_METADATA: u16 = 8;
+    let tag = pg_sys::LOCKTAG {
+        // SAFETY: MyDatabaseId is fixed for the life of a connected backend.
+        locktag_field1: u32::from(unsafe { pg_sys::MyDatabaseId }),
+        locktag_field2: shard.index,
+        locktag_field3: layout.colocation,
+        locktag_field4: COLOCATED_SHARDS_METADATA,
+        locktag_type: pg_sys::LockTagType::LOCKTAG_ADVISORY as u8,
+        locktag_lockmethodid: pg_sys::USER_LOCKMETHOD as u8,
+    };
+    // SAFETY: a transaction-level lock, waiting as Citus's own writers do; then the
+    // invalidations, as LockRelationOid takes them in after its lock.
+    unsafe {
+        pg_sys::LockAcquire(&tag, pg_sys::ShareLock as pg_sys::LOCKMODE, false, false);
+        pg_sys::AcceptInvalidationMessages();
+    }
+    let generation = citus::invalidations();
+    let known = PLACEMENTS.with(|placements| {
+        let placements = placements.borrow();
+        (placements.0 == generation)
+            .then(|| placements.1.get(&shard.tables.key).copied())
+            .flatten()
+    });
+    if let Some(here) = known {
+        return here;
+    }
+    let here = PLACED
         .first::<bool>(
             client,
-            &[job_shard.into(), layout.local_group.into()],
+            &[shard.tables.key.into(), layout.local_group.into()],
             "here",
         )
-        .unwrap_or(false)
+        .unwrap_or(false);
+    PLACEMENTS.with(|placements| {
+        let mut placements = placements.borrow_mut();
+        if placements.0 != generation {
+            *placements = (generation, HashMap::new());
+        }
+        placements.1.insert(shard.tables.key, here);
+    });
+    here
 }
 
 /// Runs `work` once on each shard of `jobs.job` placed on this node, each under its placement
@@ -261,7 +305,7 @@ pub fn on_each_local_shard(mut work: impl FnMut()) -> Option<usize> {
         .filter(|shard| placed.contains(&shard.tables.key))
     {
         // A shard moved away since the list was read is no longer ours.
-        if with_client(|client| here(client, &layout, shard.tables.key)) {
+        if with_client(|client| here(client, &layout, shard)) {
             shard::with_shard(shard.tables.clone(), &mut work);
             ran += 1;
         }
