@@ -550,3 +550,24 @@ $privileges$;
 -- ---------------------------------------------------------------------------------------------
 -- End of the dashboard's part.
 -- ---------------------------------------------------------------------------------------------
+
+-- ==== Scale-out on Citus (0.3.0, issue 40) =================================================
+-- jobs_distribute() turns a Citus cluster's pg_jobs distributed (docs/src/internals/citus.md);
+-- the trigger function gives jobs ids that route to their shards there. Nothing changes on a
+-- single server.
+CREATE  FUNCTION "jobs_distribute"(
+	"shard_count" INT DEFAULT 32 /* Option < i32 > */
+) RETURNS TEXT /* String */
+VOLATILE SECURITY DEFINER PARALLEL UNSAFE
+SET search_path TO pg_catalog, pg_temp
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'jobs_distribute_wrapper';
+REVOKE ALL ON FUNCTION jobs_distribute(pg_catalog.int4) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobs_distribute(pg_catalog.int4) TO jobs_client;
+CREATE FUNCTION jobs."distributed_job_id"()
+	RETURNS TRIGGER
+	LANGUAGE c
+	AS 'MODULE_PATHNAME', 'distributed_job_id_wrapper';
+REVOKE ALL ON FUNCTION jobs.distributed_job_id() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobs.distributed_job_id() TO jobs_client;
+-- ==== end of scale-out on Citus ==============================================================

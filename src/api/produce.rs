@@ -7,6 +7,7 @@ use super::args::{
     queue_arg, required_elements,
 };
 use crate::engine::access::{self, Role};
+use crate::engine::distribute;
 use crate::engine::enqueue::{self, JobOptions, OnConflict, Uniqueness};
 use crate::engine::tenants;
 use crate::engine::workflows::dependencies;
@@ -197,7 +198,7 @@ fn jobs_enqueue(
         },
         1,
     );
-    enqueue::enqueue(queue, payload, &options).id
+    distribute::on_queue(queue, || enqueue::enqueue(queue, payload, &options).id)
 }
 
 /// Enqueues one job per payload in one statement; one `(id, inserted)` row per payload, in
@@ -258,7 +259,7 @@ fn jobs_enqueue_batch(
         elements.len(),
     );
     SetOfIterator::new(
-        enqueue::enqueue_batch(queue, payloads, &options)
+        distribute::on_queue(queue, || enqueue::enqueue_batch(queue, payloads, &options))
             .into_iter()
             .map(|e| EnqueuedRow::new(e.id, e.inserted)),
     )

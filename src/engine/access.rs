@@ -143,7 +143,7 @@ pub fn require_to_read(role: Role, what: &str) {
 /// Refuses, with 25006, a call that would write on a standby or in a read-only transaction,
 /// saying where it can run instead.
 #[track_caller]
-fn require_writable(what: &str) {
+pub fn require_writable(what: &str) {
     if recovery::in_recovery() {
         raise_with_hint(
             READ_ONLY,

@@ -8,6 +8,7 @@ pub mod access;
 pub mod backoff;
 pub mod claim;
 pub mod dead_letter;
+pub mod distribute;
 pub mod enqueue;
 pub mod groups;
 pub mod idempotency;

@@ -8,6 +8,7 @@ pub mod group_reader;
 pub mod job_writer;
 pub mod key_reader;
 pub mod progress_writer;
+pub mod shard;
 mod statement;
 
 pub use statement::{param, timestamptz_arg, with_client, Param, Row, Rows, Statement};

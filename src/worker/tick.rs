@@ -5,7 +5,7 @@ use pgrx::PgTryBuilder;
 
 use crate::engine::tenants::TenantScope;
 use crate::engine::workflows::signals;
-use crate::engine::{claim, groups, idempotency, purge, reclaim, schedules, two_phase};
+use crate::engine::{claim, distribute, groups, idempotency, purge, reclaim, schedules, two_phase};
 use crate::pg::clock::server_now;
 use crate::pg::extension::LIBRARY_VERSION;
 use crate::pg::subtransaction::in_subtransaction;
@@ -126,40 +126,39 @@ fn tick(started_at: i64) -> TickReport {
             floor::forget_reaches(shared);
         }
 
-        // Rule 5: expired leases back to queued (or failed), within a tick of expiring.
-        let mut reclaimed = 0;
-        for _ in 0..RECLAIM_BATCHES {
-            let batch = reclaim::reclaim_batch(client, &TenantScope::All);
-            reclaimed += batch;
-            if batch < reclaim::BATCH {
-                break;
-            }
-        }
-
-        // No due job may wait below a claim floor for longer than a tick, whatever made it
-        // claimable.
-        // Awaits whose timeout passed go back to the queue (engine::workflows::signals), in
-        // bounded batches as the reclaim.
-        for _ in 0..RECLAIM_BATCHES {
-            if signals::fire_timeouts(client, &TenantScope::All) < signals::BATCH {
-                break;
-            }
-        }
-
-        let floors_healed = claim::heal_floors(client);
-
-        // Each due schedule slot once: its job and the schedule's progress commit together.
-        let (scheduled, schedule_error) = schedule_step(client, started_at);
-
-        let purged = purge::sweep(client);
-        let idempotency_purged = idempotency::purge_expired(client);
-        two_phase::purge_orphans(client);
-        signals::purge_expired(client);
-
-        // Last of the steps in subtransactions: a later one rolled back would forget the sweep.
-        let (stranded_cleared, sweep_error) = sweep_step(client);
-
-        claim::wake_due_waiters(client);
+        let mut jobs = JobSteps::default();
+        let (scheduled, schedule_error) = if crate::pg::citus::distributed() {
+            // On a Citus cluster (docs/src/internals/citus.md) the steps on jobs run once for
+            // each shard on this node, on the shard's tables; the schedules on the coordinator.
+            distribute::on_each_local_shard(|| {
+                jobs.reclaim_and_heal(client);
+                jobs.purge(client);
+                jobs.sweep_and_wake(client);
+            });
+            let scheduled = if distribute::on_coordinator() {
+                schedule_step(client, started_at)
+            } else {
+                (0, None)
+            };
+            purge_node_tables(&mut jobs, client);
+            scheduled
+        } else {
+            jobs.reclaim_and_heal(client);
+            // Each due schedule slot once: its job and the schedule's progress commit together.
+            let scheduled = schedule_step(client, started_at);
+            jobs.purge(client);
+            purge_node_tables(&mut jobs, client);
+            jobs.sweep_and_wake(client);
+            scheduled
+        };
+        let JobSteps {
+            reclaimed,
+            floors_healed,
+            purged,
+            idempotency_purged,
+            stranded_cleared,
+            sweep_error,
+        } = jobs;
         TickReport {
             serving,
             outdated: None,
@@ -173,6 +172,62 @@ fn tick(started_at: i64) -> TickReport {
             sweep_error,
         }
     })
+}
+
+/// What a tick does to jobs (on each shard of this node, on a Citus cluster), and its counts.
+#[derive(Default)]
+struct JobSteps {
+    reclaimed: usize,
+    floors_healed: usize,
+    purged: usize,
+    idempotency_purged: usize,
+    stranded_cleared: usize,
+    sweep_error: Option<String>,
+}
+
+impl JobSteps {
+    /// Rule 5: expired leases back to queued (or failed), within a tick of expiring, and awaits
+    /// whose timeout passed; then no due job may wait below a claim floor for longer than a
+    /// tick, whatever made it claimable.
+    fn reclaim_and_heal(&mut self, client: &pgrx::spi::SpiClient<'_>) {
+        for _ in 0..RECLAIM_BATCHES {
+            let batch = reclaim::reclaim_batch(client, &TenantScope::All);
+            self.reclaimed += batch;
+            if batch < reclaim::BATCH {
+                break;
+            }
+        }
+        // Awaits whose timeout passed go back to the queue (engine::workflows::signals), in
+        // bounded batches as the reclaim.
+        for _ in 0..RECLAIM_BATCHES {
+            if signals::fire_timeouts(client, &TenantScope::All) < signals::BATCH {
+                break;
+            }
+        }
+        self.floors_healed += claim::heal_floors(client);
+    }
+
+    /// Retention.
+    fn purge(&mut self, client: &pgrx::spi::SpiClient<'_>) {
+        self.purged += purge::sweep(client);
+    }
+
+    /// The sweep of stranded group heads, last of the steps in subtransactions (a later one
+    /// rolled back would forget the sweep), then the wake-up backstop.
+    fn sweep_and_wake(&mut self, client: &pgrx::spi::SpiClient<'_>) {
+        let (cleared, error) = sweep_step(client);
+        self.stranded_cleared += cleared;
+        self.sweep_error = self.sweep_error.take().or(error);
+        claim::wake_due_waiters(client);
+    }
+}
+
+/// Expired idempotency records, orphaned prepared-transaction records and expired signals, of
+/// this node's own tables.
+fn purge_node_tables(jobs: &mut JobSteps, client: &pgrx::spi::SpiClient<'_>) {
+    jobs.idempotency_purged += idempotency::purge_expired(client);
+    two_phase::purge_orphans(client);
+    signals::purge_expired(client);
 }
 
 /// Enqueues the due slots of schedules in a subtransaction of the tick: a failure there is

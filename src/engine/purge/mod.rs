@@ -6,7 +6,7 @@
 use pgrx::pg_sys::{INT4OID, INT8OID};
 use pgrx::spi::SpiClient;
 
-use crate::storage::{param, Statement};
+use crate::storage::{param, shard, Statement};
 
 /// Jobs the retention sweep looks at per statement.
 pub const WINDOW: usize = 2_000;
@@ -21,8 +21,20 @@ static PURGE: Statement = Statement {
 };
 
 thread_local! {
-    /// The last job id the retention sweep looked at.
-    static POSITION: std::cell::Cell<i64> = const { std::cell::Cell::new(0) };
+    /// The last job id the retention sweep looked at, per shard (`storage::shard`; 0: the plain
+    /// table).
+    static POSITION: std::cell::RefCell<std::collections::HashMap<i64, i64>> =
+        std::cell::RefCell::new(std::collections::HashMap::new());
+}
+
+/// The sweep's position on the current table.
+fn position() -> i64 {
+    POSITION.with(|p| p.borrow().get(&shard::current_key()).copied().unwrap_or(0))
+}
+
+/// Moves the sweep's position on the current table.
+fn set_position(last: i64) {
+    POSITION.with(|p| p.borrow_mut().insert(shard::current_key(), last));
 }
 
 /// One tick's share of the sweep: one window, and further ones (up to [`WINDOWS_PER_TICK`])
@@ -36,18 +48,15 @@ thread_local! {
 pub fn sweep(client: &SpiClient<'_>) -> usize {
     let mut purged = 0;
     for _ in 0..WINDOWS_PER_TICK {
-        let rows = PURGE.run(
-            client,
-            &[POSITION.with(|p| p.get()).into(), (WINDOW as i32).into()],
-        );
+        let rows = PURGE.run(client, &[position().into(), (WINDOW as i32).into()]);
         let row = rows.first().expect("purge/purge returns one row");
         let purged_here = row.get::<i64>("purged").unwrap_or(0) as usize;
         purged += purged_here;
         let looked = row.get::<i64>("looked").unwrap_or(0);
         match row.get::<i64>("last_id") {
-            Some(last) if looked >= WINDOW as i64 => POSITION.with(|p| p.set(last)),
+            Some(last) if looked >= WINDOW as i64 => set_position(last),
             _ => {
-                POSITION.with(|p| p.set(0));
+                set_position(0);
                 break;
             }
         }
