@@ -280,6 +280,12 @@ GRANT EXECUTE ON FUNCTION jobs_signal(pg_catalog.text, pg_catalog.jsonb, pg_cata
 UPDATE jobs.queue SET rate_limit = 0.000000001
  WHERE rate_limit OPERATOR(pg_catalog.<) 0.000000001;
 
+-- Reliability (0.3.0): a batch payload whose unique key's holder had run out of its window went
+-- in without its group and could be marked behind it: a waiting job of no group, which nothing
+-- ever made claimable again. Such jobs are made claimable.
+UPDATE jobs.job SET group_wait = false
+ WHERE group_wait AND group_key IS NULL AND state OPERATOR(pg_catalog.=) 'queued';
+
 -- Prepared transactions (0.3.0): their effects on shared memory are recorded in the transaction
 -- itself (sql/schema.sql has why). 0.2.0 kept them in shared memory, which a restart between
 -- PREPARE TRANSACTION and COMMIT PREPARED lost: a transaction prepared by 0.2.0 and committed
