@@ -123,7 +123,7 @@ fn tick(started_at: i64) -> TickReport {
         }
         TICK_SETTINGS.run(client, &[]);
         if let Some(shared) = shared() {
-            floor::forget_reaches(shared);
+            floor::forget_reaches(shared.floor_cells());
         }
 
         let mut jobs = JobSteps::default();

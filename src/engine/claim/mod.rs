@@ -216,7 +216,7 @@ fn attempt(
         // reach never move for them. Taken before the floor is read: a sweep or unmark here
         // makes jobs queued that this claim's pick must find.
         let mut freed = take_freed(client, queue, concurrency, request, now, allowed);
-        let seen = floor::read(slot, queue, request.filter.reach_scope())
+        let seen = floor::read(slot.map(Slot::floor), queue, request.filter.reach_scope())
             .map(|seen| seen.lowered_to(effects::pending_lowest(queue)));
         let picking = Picking {
             queue,
@@ -323,7 +323,7 @@ fn attempt(
                     .filter(|key| !freed_taken.contains(&key.id))
                     .collect();
                 match new_floor(client, queue, seen, &taken, first_skipped) {
-                    Some(to) => floor::raise(slot, queue, seen, to),
+                    Some(to) => floor::raise(slot.floor(), queue, seen, to),
                     // Every job it took lay past the reach: it cannot tell what lies between
                     // the floor and the reach, so it cannot raise the floor past it. Left at
                     // that, the floor rose only after the worker forgot the reach at its tick,
@@ -407,7 +407,7 @@ fn settle_freed(
 /// What the queue looks like to an attempt that got nothing.
 fn probe(client: &SpiClient<'_>, queue: &str) -> Probe {
     // From the queue's floor when it is known (see probe_from.sql).
-    let floor = floor::read(wakeup::slot(queue), queue, None)
+    let floor = floor::read(wakeup::slot(queue).map(Slot::floor), queue, None)
         .and_then(|seen| seen.lowered_to(effects::pending_lowest(queue)).key);
     let rows = match floor {
         Some(at) => PROBE_FROM.run(
@@ -523,7 +523,7 @@ fn advance_floor(
             return;
         }
     }
-    floor::raise(slot, queue, seen, first);
+    floor::raise(slot.floor(), queue, seen, first);
 }
 
 /// The worker's check that every claim floor of this database is sound: a floor with a due
@@ -533,8 +533,10 @@ pub fn heal_floors(client: &SpiClient<'_>) -> usize {
     let Some(shared) = shared() else { return 0 };
     let now = server_now();
     let mut healed = 0;
-    for (index, queue, key) in floor::owned_floors(shared) {
-        if stranded_below(client, &queue, key, now) && floor::heal(shared, index, &queue, key) {
+    for (index, queue, key) in floor::owned_floors(shared.floor_cells()) {
+        if stranded_below(client, &queue, key, now)
+            && floor::heal(shared.slot(index).floor(), &queue, key)
+        {
             healed += 1;
             wakeup::wake_queue(&queue);
         }

@@ -359,7 +359,7 @@ pub struct RuntimeState {
 /// The queue's state in shared memory; `None` without shared memory.
 pub fn runtime_state(queue: &str) -> Option<RuntimeState> {
     let slot = wakeup::slot(queue)?;
-    let floor = floor::view(slot, queue);
+    let floor = floor::view(slot.floor(), queue);
     let wake = wakeup::view(slot);
     Some(RuntimeState {
         floor: floor.key,
