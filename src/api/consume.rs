@@ -12,10 +12,11 @@ use crate::engine::claim::{self, ClaimFilter, ClaimRequest};
 use crate::engine::distribute;
 use crate::engine::settle::{self, Held};
 use crate::engine::tenants;
-use crate::pg::datum::{ClaimedRow, Jsonb};
+use crate::pg::datum::Jsonb;
 use crate::pg::errors::{raise, required, BAD_ARGUMENT};
 use crate::pg::settings;
 use crate::pg::srf::{SetOfIterator, TableIterator};
+use crate::storage::rows::ClaimedRow;
 
 /// The worker name a claim records when none is given: `application_name`, else the pid.
 fn default_worker_name() -> String {

@@ -13,9 +13,9 @@ use crate::engine::observe::{
 };
 use crate::engine::tenants;
 use crate::pg::clock::server_now;
-use crate::pg::datum::JobRow;
 use crate::pg::errors::{raise, required, BAD_ARGUMENT};
 use crate::pg::srf::{SetOfIterator, TableIterator};
+use crate::storage::rows::JobRow;
 
 /// The job with this id, or NULL.
 #[pg_extern(volatile, parallel_restricted, security_definer)]

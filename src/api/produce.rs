@@ -11,9 +11,10 @@ use crate::engine::distribute;
 use crate::engine::enqueue::{self, JobOptions, OnConflict, Uniqueness};
 use crate::engine::tenants;
 use crate::engine::workflows::dependencies;
-use crate::pg::datum::{EnqueuedRow, Jsonb, JsonbArray};
+use crate::pg::datum::{Jsonb, JsonbArray};
 use crate::pg::errors::{raise, required, BAD_ARGUMENT, NULL_ARGUMENT};
 use crate::pg::srf::SetOfIterator;
+use crate::storage::rows::EnqueuedRow;
 
 /// What a call asked of unique keys and groups, before checking.
 struct FlowArguments<'a> {

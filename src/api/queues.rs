@@ -6,8 +6,8 @@ use super::args::{check_queue_name, check_range, delay_arg, lease_arg, limits, q
 use crate::engine::access::{self, Role};
 use crate::engine::distribute;
 use crate::engine::queues::{self, QueueSettings};
-use crate::pg::datum::QueueRow;
 use crate::pg::errors::{raise, raise_with_hint, required, BAD_ARGUMENT};
+use crate::storage::rows::QueueRow;
 
 /// Creates a queue, or updates the settings given of an existing one. `NULL` leaves a setting
 /// as it is (or at its default for a new queue); `rate_limit => 0`, `rate_burst => 0` and

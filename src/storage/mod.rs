@@ -8,6 +8,7 @@ pub mod group_reader;
 pub mod job_writer;
 pub mod key_reader;
 pub mod progress_writer;
+pub mod rows;
 pub mod shard;
 mod statement;
 

@@ -34,7 +34,6 @@ use crate::engine::queues::{self, unknown_queue};
 use crate::engine::transitions;
 use crate::pg::client;
 use crate::pg::clock::server_now;
-use crate::pg::datum::ClaimedRow;
 use crate::pg::settings;
 use crate::runtime::effects;
 use crate::runtime::floor::{self, Seen};
@@ -42,6 +41,7 @@ use crate::runtime::freed_heads;
 use crate::runtime::locks;
 use crate::runtime::shmem::{shared, Slot};
 use crate::runtime::wakeup;
+use crate::storage::rows::ClaimedRow;
 use crate::storage::{param, timestamptz_arg, with_client, Statement};
 use pick::{earliest, Picking, Resume};
 

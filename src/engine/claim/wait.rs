@@ -17,7 +17,6 @@ use super::{attempt, rate, ClaimRequest, Probe, PROBE};
 use crate::engine::access;
 use crate::pg::client;
 use crate::pg::clock::server_now;
-use crate::pg::datum::ClaimedRow;
 use crate::pg::errors::{raise_with_hint, VERSION_MISMATCH, WAIT_NEEDS_READ_COMMITTED};
 use crate::pg::extension;
 use crate::pg::snapshot;
@@ -25,6 +24,7 @@ use crate::pg::subtransaction::in_subtransaction;
 use crate::pg::version;
 use crate::runtime::waiting_claims;
 use crate::runtime::wakeup::{self, Waiter};
+use crate::storage::rows::ClaimedRow;
 use crate::storage::{with_client, Statement};
 
 static OWN_FUNCTION: Statement = Statement {

@@ -19,10 +19,11 @@ use pgrx::{FromDatum, Uuid};
 use crate::engine::claim::token::lease_token;
 use crate::engine::tenants::TenantScope;
 use crate::pg::clock::server_now;
-use crate::pg::datum::{IdempotencyRecordRow, IdempotencySavedRow, Jsonb};
+use crate::pg::datum::Jsonb;
 use crate::pg::errors::{
     quote, raise_with_hint, BAD_ARGUMENT, IDEMPOTENCY_CONFLICT, IDEMPOTENCY_MISMATCH,
 };
+use crate::storage::rows::{IdempotencyRecordRow, IdempotencySavedRow};
 use crate::storage::{key_reader, param, timestamptz_arg, with_client, Statement};
 
 static SAVE: Statement = Statement {

@@ -11,13 +11,13 @@ use pgrx::spi::SpiClient;
 use crate::engine::model::Position;
 use crate::engine::tenants::TenantScope;
 use crate::pg::database::current_database_name;
-use crate::pg::datum::JobRow;
 use crate::runtime::floor;
 use crate::runtime::freed_heads;
 use crate::runtime::shmem::shared;
 use crate::runtime::totals::{self, Counts, Visible};
 use crate::runtime::waiting_claims;
 use crate::runtime::wakeup;
+use crate::storage::rows::JobRow;
 use crate::storage::{param, with_client, Statement};
 
 static GET: Statement = Statement {

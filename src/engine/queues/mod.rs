@@ -9,11 +9,11 @@ use crate::engine::groups;
 use crate::engine::model::JobState;
 use crate::engine::transitions;
 use crate::engine::workflows::dependencies;
-use crate::pg::datum::QueueRow;
 use crate::pg::errors::{
     quote, raise, raise_with_hint, BAD_ARGUMENT, QUEUE_IN_USE, UNKNOWN_QUEUE, WRONG_STATE,
 };
 use crate::pg::settings;
+use crate::storage::rows::QueueRow;
 use std::cell::RefCell;
 use std::sync::atomic::Ordering;
 
