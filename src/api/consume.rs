@@ -7,6 +7,7 @@ use super::args::{
     check_interval, check_payload_size, check_range, check_text, cut_text, delay_arg, lease_arg,
     limits, queue_arg, required_elements,
 };
+use crate::config::settings;
 use crate::engine::access::{self, Role};
 use crate::engine::claim::{self, ClaimFilter, ClaimRequest};
 use crate::engine::distribute;
@@ -14,7 +15,6 @@ use crate::engine::settle::{self, Held};
 use crate::engine::tenants;
 use crate::pg::datum::Jsonb;
 use crate::pg::errors::{raise, required, BAD_ARGUMENT};
-use crate::pg::settings;
 use crate::pg::srf::{SetOfIterator, TableIterator};
 use crate::storage::rows::ClaimedRow;
 

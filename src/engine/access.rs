@@ -21,7 +21,8 @@ use std::cell::Cell;
 
 use pgrx::pg_sys;
 
-use crate::pg::errors::{raise_with_hint, INSUFFICIENT_PRIVILEGE, READ_ONLY, VERSION_MISMATCH};
+use crate::engine::errors::VERSION_MISMATCH;
+use crate::pg::errors::{raise_with_hint, INSUFFICIENT_PRIVILEGE, READ_ONLY};
 use crate::pg::extension::{self, LIBRARY_VERSION};
 use crate::pg::{recovery, roles};
 

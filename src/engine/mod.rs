@@ -10,6 +10,7 @@ pub mod claim;
 pub mod dead_letter;
 pub mod distribute;
 pub mod enqueue;
+pub mod errors;
 pub mod groups;
 pub mod idempotency;
 pub mod model;

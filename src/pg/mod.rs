@@ -12,7 +12,6 @@ pub mod errors;
 pub mod extension;
 pub mod recovery;
 pub mod roles;
-pub mod settings;
 pub mod snapshot;
 pub mod srf;
 pub mod subtransaction;

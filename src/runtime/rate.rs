@@ -123,7 +123,7 @@ fn with_bucket<R>(
 /// is none. `None` without shared memory, or with `pg_jobs.fast_paths` off: the caller takes
 /// them from `jobs.rate_bucket`.
 pub fn acquire(queue: &str, limit: Limit, want: u32, reserve: bool, now: i64) -> Option<Admission> {
-    if TABLE.get().is_none() || queue.len() > 63 || !crate::pg::settings::fast_paths() {
+    if TABLE.get().is_none() || queue.len() > 63 || !crate::config::settings::fast_paths() {
         return None;
     }
     let admission = with_bucket(queue, limit, now, |bucket| {

@@ -21,7 +21,7 @@ use pgrx::pg_sys::{self, Datum, Oid};
 
 use super::direct::{enum_value, jobs_relation, key, text_of, value, Compare, StatementScan};
 use super::job_writer::attribute;
-use crate::pg::settings::fast_paths;
+use crate::config::settings::fast_paths;
 
 /// A due job the scan found.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -22,7 +22,7 @@ use super::direct::{
     StatementScan,
 };
 use super::job_writer::attribute;
-use crate::pg::settings::fast_paths;
+use crate::config::settings::fast_paths;
 
 /// The first unfinished job of a group: a running one if any runs, else its first queued one.
 #[derive(Clone, Debug, PartialEq, Eq)]

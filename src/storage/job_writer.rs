@@ -31,7 +31,7 @@ use pgrx::pg_sys::{self, Datum, Oid};
 use pgrx::{IntoDatum, PgTupleDesc};
 
 use super::direct::{jobs_relation, Generational};
-use crate::pg::settings::fast_paths;
+use crate::config::settings::fast_paths;
 use crate::pg::version;
 
 /// The columns of `jobs.job` an enqueue sets; the others take their defaults.

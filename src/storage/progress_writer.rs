@@ -17,7 +17,7 @@ use std::ffi::CStr;
 use pgrx::pg_sys::{self, Datum, Oid};
 
 use super::direct::jobs_relation;
-use crate::pg::settings::fast_paths;
+use crate::config::settings::fast_paths;
 use crate::pg::version;
 
 /// The new progress of one schedule whose row the caller holds locked.

@@ -28,9 +28,10 @@ use pgrx::bgworkers::{
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
+use crate::config::settings;
 use crate::engine::throughput;
 use crate::pg::clock::server_now;
-use crate::pg::{recovery, settings};
+use crate::pg::recovery;
 use crate::runtime::shmem::{self, MAX_DATABASES};
 use crate::runtime::totals;
 use crate::runtime::worker_status::WorkerStatus;

@@ -28,13 +28,13 @@ use pgrx::spi::SpiClient;
 pub use filter::ClaimFilter;
 pub use wait::wake_due_waiters;
 
+use crate::config::settings;
 use crate::engine::groups::{sweep_stranded, unmark};
 use crate::engine::model::Position;
 use crate::engine::queues::{self, unknown_queue};
 use crate::engine::transitions;
 use crate::pg::client;
 use crate::pg::clock::server_now;
-use crate::pg::settings;
 use crate::runtime::effects;
 use crate::runtime::floor::{self, Seen};
 use crate::runtime::freed_heads;

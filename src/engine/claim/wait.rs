@@ -15,9 +15,10 @@ use pgrx::spi::SpiClient;
 
 use super::{attempt, rate, ClaimRequest, Probe, PROBE};
 use crate::engine::access;
+use crate::engine::errors::{VERSION_MISMATCH, WAIT_NEEDS_READ_COMMITTED};
 use crate::pg::client;
 use crate::pg::clock::server_now;
-use crate::pg::errors::{raise_with_hint, VERSION_MISMATCH, WAIT_NEEDS_READ_COMMITTED};
+use crate::pg::errors::raise_with_hint;
 use crate::pg::extension;
 use crate::pg::snapshot;
 use crate::pg::subtransaction::in_subtransaction;

@@ -29,6 +29,8 @@ use pgrx::pg_sys::{
 use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
 
+use crate::config::settings;
+use crate::engine::errors::UNIQUE_VIOLATION;
 use crate::engine::groups::{self, GroupRef};
 use crate::engine::model::Position;
 use crate::engine::queues::{self, unknown_queue};
@@ -37,8 +39,7 @@ use crate::engine::transitions;
 use crate::engine::workflows::dependencies;
 use crate::pg::clock::server_now;
 use crate::pg::datum::{Jsonb, JsonbArray};
-use crate::pg::errors::{quote, raise, raise_with_hint, UNIQUE_VIOLATION};
-use crate::pg::settings;
+use crate::pg::errors::{quote, raise, raise_with_hint};
 use crate::pg::subtransaction::unless_it_raises;
 use crate::runtime::locks;
 use crate::storage::job_writer::{Inserted, JobWriter, NewJobs, PerJob};

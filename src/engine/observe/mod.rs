@@ -301,7 +301,7 @@ pub fn unserved_because() -> Option<String> {
                 .to_owned(),
         );
     }
-    if crate::pg::settings::configured_databases().contains(&database) {
+    if crate::config::settings::configured_databases().contains(&database) {
         return None;
     }
     Some(format!(

@@ -5,14 +5,13 @@ use pgrx::pg_sys::{BOOLOID, FLOAT8OID, INT4OID, INTERVALOID, TEXTOID};
 use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
 
+use crate::config::settings;
+use crate::engine::errors::{QUEUE_IN_USE, UNKNOWN_QUEUE, WRONG_STATE};
 use crate::engine::groups;
 use crate::engine::model::JobState;
 use crate::engine::transitions;
 use crate::engine::workflows::dependencies;
-use crate::pg::errors::{
-    quote, raise, raise_with_hint, BAD_ARGUMENT, QUEUE_IN_USE, UNKNOWN_QUEUE, WRONG_STATE,
-};
-use crate::pg::settings;
+use crate::pg::errors::{quote, raise, raise_with_hint, BAD_ARGUMENT};
 use crate::storage::rows::QueueRow;
 use std::cell::RefCell;
 use std::sync::atomic::Ordering;
