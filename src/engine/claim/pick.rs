@@ -13,7 +13,7 @@ use crate::engine::model::Position;
 use crate::runtime::floor::{self, Seen};
 use crate::runtime::locks;
 use crate::runtime::shmem::Slot;
-use crate::storage::claim_reader::{self, DueJob, DueQuery};
+use crate::storage::direct::claim_reader::{self, DueJob, DueQuery};
 use crate::storage::{param, timestamptz_arg, Param, Rows, Statement};
 
 /// The parameters both candidate statements take.

@@ -42,7 +42,7 @@ use crate::pg::datum::{Jsonb, JsonbArray};
 use crate::pg::errors::{quote, raise, raise_with_hint};
 use crate::pg::subtransaction::unless_it_raises;
 use crate::runtime::locks;
-use crate::storage::job_writer::{Inserted, JobWriter, NewJobs, PerJob};
+use crate::storage::direct::job_writer::{Inserted, JobWriter, NewJobs, PerJob};
 use crate::storage::{param, timestamptz_arg, with_client, Statement};
 
 /// The parameters every insert statement starts with.

@@ -21,7 +21,7 @@ use crate::engine::queues::{self, unknown_queue};
 use crate::engine::transitions;
 use crate::pg::datum::Jsonb;
 use crate::runtime::locks;
-use crate::storage::job_writer::{Inserted, JobWriter, NewJobs, PerJob};
+use crate::storage::direct::job_writer::{Inserted, JobWriter, NewJobs, PerJob};
 use crate::storage::{param, Statement};
 
 static INSERT_SLOTS: Statement = Statement {

@@ -22,8 +22,9 @@ use crate::engine::tenants::TenantScope;
 use crate::pg::clock::server_now;
 use crate::pg::datum::Jsonb;
 use crate::pg::errors::{quote, raise_with_hint, BAD_ARGUMENT};
+use crate::storage::direct::key_reader;
 use crate::storage::rows::{IdempotencyRecordRow, IdempotencySavedRow};
-use crate::storage::{key_reader, param, timestamptz_arg, with_client, Statement};
+use crate::storage::{param, timestamptz_arg, with_client, Statement};
 
 static SAVE: Statement = Statement {
     name: "idempotency/save",

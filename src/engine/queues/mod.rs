@@ -20,8 +20,8 @@ use crate::runtime::effects;
 use crate::runtime::locks;
 use crate::runtime::rate::{self, Limit};
 use crate::runtime::shmem::shared;
+use crate::storage::direct::job_writer::QueueRowUse;
 use crate::storage::direct::Generational;
-use crate::storage::job_writer::QueueRowUse;
 use crate::storage::{param, with_client, Statement};
 
 /// The queue `CREATE EXTENSION` makes, which the contract says always exists.

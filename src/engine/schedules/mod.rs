@@ -43,7 +43,7 @@ use crate::engine::queues::{self, unknown_queue};
 use crate::pg::clock::server_now;
 use crate::pg::datum::Jsonb;
 use crate::pg::errors::{quote, raise, BAD_ARGUMENT};
-use crate::storage::progress_writer::{self, Progress};
+use crate::storage::direct::progress_writer::{self, Progress};
 use crate::storage::rows::ScheduleRow;
 use crate::storage::{param, timestamptz_arg, with_client, Statement};
 use plan::{CatchUp, Plan};

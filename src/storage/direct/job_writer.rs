@@ -30,7 +30,7 @@ use std::ffi::CStr;
 use pgrx::pg_sys::{self, Datum, Oid};
 use pgrx::{IntoDatum, PgTupleDesc};
 
-use super::direct::{jobs_relation, Generational};
+use super::{jobs_relation, Generational};
 use crate::config::settings::fast_paths;
 use crate::pg::version;
 

@@ -16,7 +16,7 @@ use std::ffi::CStr;
 
 use pgrx::pg_sys::{self, Datum, Oid};
 
-use super::direct::jobs_relation;
+use super::jobs_relation;
 use crate::config::settings::fast_paths;
 use crate::pg::version;
 

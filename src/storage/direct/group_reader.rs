@@ -17,11 +17,11 @@ use std::ffi::CStr;
 
 use pgrx::pg_sys::{self, Datum, Oid};
 
-use super::direct::{
+use super::job_writer::attribute;
+use super::{
     enum_value, jobs_relation, key, relcache_invalidations, text_is, text_of, value, Compare,
     StatementScan,
 };
-use super::job_writer::attribute;
 use crate::config::settings::fast_paths;
 
 /// The first unfinished job of a group: a running one if any runs, else its first queued one.

@@ -19,8 +19,8 @@ use std::ffi::CStr;
 
 use pgrx::pg_sys::{self, Datum, Oid};
 
-use super::direct::{enum_value, jobs_relation, key, text_of, value, Compare, StatementScan};
 use super::job_writer::attribute;
+use super::{enum_value, jobs_relation, key, text_of, value, Compare, StatementScan};
 use crate::config::settings::fast_paths;
 
 /// A due job the scan found.

@@ -14,7 +14,7 @@ use std::ffi::CStr;
 
 use pgrx::pg_sys::{self, Datum, Oid};
 
-use super::direct::{jobs_relation, StatementScan};
+use super::{jobs_relation, StatementScan};
 use crate::config::settings::fast_paths;
 
 /// The columns of one row version, by name, while [`read`] holds its buffer.
