@@ -69,6 +69,10 @@ impl StatementScan {
         unsafe { Self::begin_under(heap, index, keys, true) }
     }
 
+    /// Begins the scan under the statement's snapshot, or the latest one when `latest`.
+    ///
+    /// # Safety
+    /// As for [`StatementScan::begin`].
     unsafe fn begin_under(
         heap: pg_sys::Relation,
         index: pg_sys::Relation,
