@@ -135,6 +135,9 @@ fn enqueue_graph(client: &mut Client, rng: &mut Rng) -> Graph {
     graph
 }
 
+/// A claimed job: id, lease, attempt, the signal it carries, payload.
+type Held = (i64, uuid::Uuid, i32, Option<Value>, Value);
+
 /// One worker: claims up to 3 jobs, records each claim, and settles each as its plan says;
 /// reconnects whenever its session is ended.
 fn worker(cluster: &Cluster, index: u64, seed: u64, stop: &AtomicBool) {
@@ -149,30 +152,29 @@ fn worker(cluster: &Cluster, index: u64, seed: u64, stop: &AtomicBool) {
             }
             continue;
         };
-        let claimed =
-            (|| -> Result<Vec<(i64, uuid::Uuid, i32, Option<Value>, Value)>, postgres::Error> {
-                let mut tx = session.transaction()?;
-                let rows = tx.query(
-                    "SELECT id, lease, attempt, signal, payload
+        let claimed = (|| -> Result<Vec<Held>, postgres::Error> {
+            let mut tx = session.transaction()?;
+            let rows = tx.query(
+                "SELECT id, lease, attempt, signal, payload
                    FROM jobs_claim('wf', worker => 'chaos', n => 3, lease => '1 second')",
-                    &[],
-                )?;
-                let jobs: Vec<(i64, uuid::Uuid, i32, Option<Value>, Value)> = rows
-                    .iter()
-                    .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4)))
-                    .collect();
-                for (id, _, attempt, signal, _) in &jobs {
-                    tx.execute(
-                        "INSERT INTO wf_claim (job, attempt, signal, parents_succeeded)
+                &[],
+            )?;
+            let jobs: Vec<Held> = rows
+                .iter()
+                .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4)))
+                .collect();
+            for (id, _, attempt, signal, _) in &jobs {
+                tx.execute(
+                    "INSERT INTO wf_claim (job, attempt, signal, parents_succeeded)
                      SELECT $1, $2, $3, NOT EXISTS (
                             SELECT FROM wf_parent p JOIN jobs.job j ON j.id = p.parent
                              WHERE p.child = $1 AND j.state <> 'succeeded')",
-                        &[id, attempt, signal],
-                    )?;
-                }
-                tx.commit()?;
-                Ok(jobs)
-            })();
+                    &[id, attempt, signal],
+                )?;
+            }
+            tx.commit()?;
+            Ok(jobs)
+        })();
         let jobs = match claimed {
             Ok(jobs) => jobs,
             Err(_) => {
