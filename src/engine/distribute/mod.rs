@@ -17,8 +17,8 @@ use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
 use pgrx::PgSqlErrorCode;
 
-use crate::pg::citus;
 use crate::pg::errors::{quote, raise_with_hint};
+use crate::pg::{citus, version};
 use crate::storage::shard::{self, Rename, ShardTables};
 use crate::storage::{param, with_client, Statement};
 
@@ -254,8 +254,8 @@ fn here(client: &SpiClient<'_>, layout: &Layout, shard: &Shard) -> bool {
     // invalidations, as LockRelationOid takes them in after its lock.
     unsafe {
         pg_sys::LockAcquire(&tag, pg_sys::ShareLock as pg_sys::LOCKMODE, false, false);
-        pg_sys::AcceptInvalidationMessages();
     }
+    version::accept_invalidation_messages();
     let generation = citus::invalidations();
     let known = PLACEMENTS.with(|placements| {
         let placements = placements.borrow();
