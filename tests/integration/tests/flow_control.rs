@@ -1040,6 +1040,106 @@ fn a_settle_racing_a_claim_that_marks_its_groups_next_job_clears_the_mark() {
     }
 }
 
+/// Done wins for a grouped job too (Rule 5): a late holder completes its reclaimed head while a
+/// claim that picked the head (holding the job's and the group's locks) waits for the job's
+/// row, which the settle holds (its first statement met the row while the reclaim changed it;
+/// here a `FOR UPDATE` holds it on purpose). No claim took the job before the settle, so the
+/// complete succeeds, whether the claim then rolls back or commits (it took nothing of the
+/// head; its rollback was how the history checker saw a `lost` answer with no claim after it).
+/// The settle cannot wait for the group's lock (the claim holding it waits for the settle), so
+/// the group moves on without it: the next job of the group is claimable afterwards, also when
+/// the waiting claim marked it in its own transaction (then the claim moves the group on).
+#[test]
+fn a_late_complete_of_a_reclaimed_grouped_head_wins_over_a_claim_waiting_for_its_row() {
+    let cluster = Cluster::shared();
+    let mut client = cluster.connect();
+    for (ending, marked_before) in [
+        ("ROLLBACK", true),
+        ("COMMIT", true),
+        ("ROLLBACK", false),
+        ("COMMIT", false),
+    ] {
+        let queue = unique_queue(&mut client, "group-late", "");
+        let mut jobs = enqueue_in_group(&mut client, &queue, 1);
+        if marked_before {
+            jobs.extend(enqueue_in_group(&mut client, &queue, 1));
+        }
+        let held = claim(&mut client, &queue, 10, "");
+        assert_eq!(held.iter().map(|c| c.id).collect::<Vec<_>>(), [jobs[0]]);
+        if !marked_before {
+            // Enqueued behind the running head: the claim below marks it.
+            jobs.extend(enqueue_in_group(&mut client, &queue, 1));
+        }
+        let case = format!(
+            "{ending}, marked {}",
+            if marked_before {
+                "before"
+            } else {
+                "by the claim"
+            }
+        );
+        assert_eq!(
+            marked(&mut client, &queue),
+            if marked_before { vec![jobs[1]] } else { vec![] },
+            "{case}"
+        );
+        client
+            .execute(
+                "UPDATE jobs.job SET lease_until = now() - interval '1 second' WHERE id = $1",
+                &[&jobs[0]],
+            )
+            .unwrap();
+        let _: i32 = scalar(&mut client, "SELECT jobs_reclaim()", &[]);
+        assert_eq!(state(&mut client, jobs[0]), "queued", "{case}");
+
+        let mut settler = cluster.connect();
+        settler.batch_execute("BEGIN").unwrap();
+        settler
+            .execute("SELECT FROM jobs.job WHERE id = $1 FOR UPDATE", &[&jobs[0]])
+            .unwrap();
+        let mut claimer = cluster.connect();
+        let claimer_pid: i32 = scalar(&mut claimer, "SELECT pg_backend_pid()", &[]);
+        let claiming = {
+            let queue = queue.clone();
+            thread::spawn(move || {
+                claimer.batch_execute("BEGIN").unwrap();
+                let taken: Vec<i64> = claim(&mut claimer, &queue, 10, "")
+                    .iter()
+                    .map(|c| c.id)
+                    .collect();
+                claimer.batch_execute(ending).unwrap();
+                taken
+            })
+        };
+        wait_for_a_lock(
+            &mut client,
+            claimer_pid,
+            "the claim to wait for the head's row",
+        );
+        let answer: String = scalar(
+            &mut settler,
+            "SELECT jobs_complete($1, $2)",
+            &[&jobs[0], &held[0].lease],
+        );
+        assert_eq!(answer, "succeeded", "{case}: no claim took the job before");
+        settler.batch_execute("COMMIT").unwrap();
+        let taken = claiming.join().unwrap();
+        assert!(
+            !taken.contains(&jobs[0]),
+            "{case}: the claim took the finished head"
+        );
+        assert_eq!(state(&mut client, jobs[0]), "succeeded", "{case}");
+        // The group moved on: its next job was taken by the claim (if it committed), or is
+        // claimable now.
+        if ending == "COMMIT" && taken.contains(&jobs[1]) {
+            assert_eq!(state(&mut client, jobs[1]), "running");
+        } else {
+            assert_eq!(claim_id(&mut client, &queue), Some(jobs[1]), "{case}");
+        }
+        assert!(marked(&mut client, &queue).is_empty(), "{case}");
+    }
+}
+
 /// A settle that frees its group's slots while another transaction holds the row of a job
 /// waiting for the group, and waits for the group's lock: the history checker found the
 /// deadlock (a late settle of a reclaimed job against a settle moving the group on, at
