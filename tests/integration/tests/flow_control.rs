@@ -1196,6 +1196,104 @@ fn a_group_moving_on_passes_over_a_waiting_job_another_transaction_holds() {
     assert_eq!(claim_id(&mut client, &queue), None, "jobs[3] was cancelled");
 }
 
+/// Two producers enqueue batches into one group of concurrency 1 at once (their ids
+/// interleave, and a batch marks its own later jobs waiting), while three claimers take and
+/// complete its jobs: no job is claimed before an earlier one of the group whose enqueue had
+/// committed when that claim began (a claim cannot see a job not committed yet, so a later job
+/// may run first only then). The times are this process's clock around each call: a commit is
+/// done when its call returns, a claim decides after its call is sent.
+#[test]
+fn concurrent_batches_into_one_group_run_in_id_order() {
+    let cluster = Cluster::shared();
+    let mut admin = cluster.connect();
+    let queue = unique_queue(&mut admin, "group-batches", "");
+    let start = Instant::now();
+    let at = move || start.elapsed();
+    let rounds = 60;
+    let producing = Arc::new(std::sync::atomic::AtomicUsize::new(2));
+    let producers: Vec<_> = (0..2usize)
+        .map(|p| {
+            let queue = queue.clone();
+            let mut client = cluster.connect();
+            let producing = producing.clone();
+            thread::spawn(move || {
+                let mut committed: Vec<(i64, Duration)> = Vec::new();
+                for round in 0..rounds {
+                    let count = 2 + (round * 7 + p * 3) % 12;
+                    let rows = client
+                        .query(
+                            "SELECT id FROM jobs_enqueue_batch($1, array_fill('{}'::jsonb, ARRAY[$2::int]),
+                                 group_keys => array_fill('g'::text, ARRAY[$2::int]))",
+                            &[&queue, &(count as i32)],
+                        )
+                        .unwrap();
+                    let by = at();
+                    committed.extend(rows.iter().map(|r| (r.get::<_, i64>(0), by)));
+                }
+                producing.fetch_sub(1, std::sync::atomic::Ordering::Release);
+                committed
+            })
+        })
+        .collect();
+    let claimers: Vec<_> = (0..3)
+        .map(|_| {
+            let queue = queue.clone();
+            let mut client = cluster.connect();
+            let producing = producing.clone();
+            thread::spawn(move || {
+                // Each job's claim: when the call was sent, when it returned.
+                let mut claims: Vec<(i64, Duration, Duration)> = Vec::new();
+                loop {
+                    let done = producing.load(std::sync::atomic::Ordering::Acquire) == 0;
+                    let began = at();
+                    let held = claim(&mut client, &queue, 4, "");
+                    let taken = at();
+                    if held.is_empty() {
+                        if done {
+                            let left: i64 = scalar(
+                                &mut client,
+                                "SELECT count(*) FROM jobs.job WHERE queue = $1 AND state <> 'succeeded'",
+                                &[&queue],
+                            );
+                            if left == 0 {
+                                return claims;
+                            }
+                        }
+                        thread::sleep(Duration::from_millis(1));
+                        continue;
+                    }
+                    for job in &held {
+                        claims.push((job.id, began, taken));
+                        assert_eq!(complete(&mut client, job), "succeeded");
+                    }
+                }
+            })
+        })
+        .collect();
+    let committed: HashMap<i64, Duration> = producers
+        .into_iter()
+        .flat_map(|p| p.join().unwrap())
+        .collect();
+    let mut claims: Vec<(i64, Duration, Duration)> = Vec::new();
+    for claimer in claimers {
+        claims.extend(claimer.join().unwrap());
+    }
+    claims.sort_unstable_by_key(|(id, _, _)| *id);
+    assert_eq!(claims.len(), committed.len(), "each job claimed once");
+    let mut out_of_order = Vec::new();
+    for (i, (later, began, taken)) in claims.iter().enumerate() {
+        for (earlier, earlier_began, _) in &claims[..i] {
+            if committed[earlier] < *began && taken < earlier_began {
+                out_of_order.push((*later, *earlier));
+            }
+        }
+    }
+    assert!(
+        out_of_order.is_empty(),
+        "(job, earlier job of its group committed before its claim began and claimed after it): {out_of_order:?}"
+    );
+}
+
 /// Eight workers burn down 30 groups of 8 jobs at concurrency 1 (and, in a second queue, 2),
 /// failing some attempts, releasing others and dying now and then, while a monitor reads the
 /// queue's jobs over and over (each read one consistent snapshot): never more running jobs in a
