@@ -221,6 +221,9 @@ pub struct Enqueued {
 /// cancelled) retries before giving up.
 const UNIQUE_ROUNDS: usize = 8;
 
+/// Where [`JobOptions::job_args`] puts the group key.
+const GROUP_KEY_ARG: usize = 8;
+
 impl JobOptions {
     /// Whether the jobs inserted are reported queued as they go in: not when they wait for
     /// other jobs, which decides how they are left once they are in.
@@ -228,7 +231,8 @@ impl JobOptions {
         self.after.is_none()
     }
 
-    /// The first nine arguments of every insert statement.
+    /// The first nine arguments of every insert statement (the group key at
+    /// [`GROUP_KEY_ARG`]).
     fn job_args<'a>(&'a self, queue: &'a str, payload: DatumWithOid<'a>) -> Vec<DatumWithOid<'a>> {
         vec![
             queue.into(),
@@ -261,6 +265,15 @@ impl JobOptions {
             .and_then(|keys| keys.get(index))
             .and_then(|key| key.as_deref())
             .or(unique.key.as_deref())
+    }
+
+    /// The group key of payload `index` (0-based), if it has one.
+    fn group_key_of(&self, index: usize) -> Option<&str> {
+        self.group_keys
+            .as_ref()
+            .and_then(|keys| keys.get(index))
+            .and_then(|key| key.as_deref())
+            .or(self.group_key.as_deref())
     }
 }
 
@@ -332,7 +345,7 @@ fn enqueue_one(queue: &str, payload: Jsonb, options: &JobOptions) -> Enqueued {
             Enqueued { id, inserted: true }
         }
         Some(key) => {
-            let enqueued = enqueue_unique(client, queue, payload, key, options);
+            let enqueued = enqueue_unique(client, queue, payload, key, 0, options);
             if enqueued.inserted {
                 if options.announces() {
                     transitions::job_queued(queue, options.position(enqueued.id));
@@ -504,12 +517,14 @@ fn write_jobs(
     }
 }
 
-/// [`enqueue`] of a job with unique key `key`, without announcing the job (the caller does).
+/// [`enqueue`] of a job with unique key `key`, payload `index` of its call (0 for a single
+/// enqueue: it takes that payload's group), without announcing the job (the caller does).
 fn enqueue_unique(
     client: &SpiClient<'_>,
     queue: &str,
     payload: Jsonb,
     key: &str,
+    index: usize,
     options: &JobOptions,
 ) -> Enqueued {
     let unique = options
@@ -518,6 +533,8 @@ fn enqueue_unique(
         .expect("a unique key comes with its options");
     for _ in 0..UNIQUE_ROUNDS {
         let mut args = options.job_args(queue, payload.into());
+        // A batch's payload goes in with its own group.
+        args[GROUP_KEY_ARG] = options.group_key_of(index).into();
         args.push(key.into());
         args.push(unique.unique_for.into());
         if let Some(id) = INSERT_UNIQUE.first::<i64>(client, &args, "id") {
@@ -675,16 +692,7 @@ pub fn enqueue_batch(queue: &str, payloads: JsonbArray, options: &JobOptions) ->
 fn enqueue_many(queue: &str, payloads: JsonbArray, options: &JobOptions) -> Vec<Enqueued> {
     let count = payloads.elements().len();
     // Each job's group.
-    let group_keys: Vec<Option<&str>> = (0..count)
-        .map(|i| {
-            options
-                .group_keys
-                .as_ref()
-                .and_then(|keys| keys.get(i))
-                .and_then(|key| key.as_deref())
-                .or(options.group_key.as_deref())
-        })
-        .collect();
+    let group_keys: Vec<Option<&str>> = (0..count).map(|i| options.group_key_of(i)).collect();
     if count > 0 {
         let datums: Vec<pg_sys::Datum> = payloads
             .elements()
@@ -892,7 +900,7 @@ fn batch_unique(
                 if let Some(holder) = other {
                     release(client, &[holder.id]);
                 }
-                let single = enqueue_unique(client, queue, payload, key, options);
+                let single = enqueue_unique(client, queue, payload, key, index, options);
                 if single.inserted {
                     taken_here.insert(key.to_owned(), single.id);
                 }

@@ -1196,6 +1196,58 @@ fn a_group_moving_on_passes_over_a_waiting_job_another_transaction_holds() {
     assert_eq!(claim_id(&mut client, &queue), None, "jobs[3] was cancelled");
 }
 
+/// A payload of a unique batch whose key's holder had expired goes in after the batch's
+/// statement, on the single enqueue's path: with its own group (it went in without one, so it
+/// ran beside its group's jobs, and the history checker met it).
+#[test]
+fn a_unique_batchs_payload_that_goes_in_late_keeps_its_group() {
+    let cluster = Cluster::shared();
+    let mut client = cluster.connect();
+    let queue = unique_queue(&mut client, "group-late-key", "");
+    let holder: i64 = scalar(
+        &mut client,
+        "SELECT jobs_enqueue($1, '{}', unique_key => 'k', unique_for => '10 milliseconds')",
+        &[&queue],
+    );
+    let held = claim(&mut client, &queue, 10, "");
+    assert_eq!(held.iter().map(|c| c.id).collect::<Vec<_>>(), [holder]);
+    assert_eq!(complete(&mut client, &held[0]), "succeeded");
+    wait_until(Duration::from_secs(10), "the key's window to pass", || {
+        scalar::<bool>(
+            &mut client,
+            "SELECT finished_at + unique_for < clock_timestamp() FROM jobs.job WHERE id = $1",
+            &[&holder],
+        )
+    });
+    let ids: Vec<i64> = client
+        .query(
+            "SELECT id FROM jobs_enqueue_batch($1, ARRAY['{}', '{}']::jsonb[],
+                 group_keys => ARRAY['g', 'g'], unique_keys => ARRAY[NULL, 'k'],
+                 unique_for => '10 milliseconds')",
+            &[&queue],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(ids.len(), 2);
+    assert!(
+        ids[1] > ids[0] + 1,
+        "the keyed payload went in late: {ids:?}"
+    );
+    let group: Option<String> = scalar(
+        &mut client,
+        "SELECT group_key FROM jobs.job WHERE id = $1",
+        &[&ids[1]],
+    );
+    assert_eq!(group.as_deref(), Some("g"));
+    // It waits for the batch's first job of its group.
+    let first = claim(&mut client, &queue, 10, "");
+    assert_eq!(first.iter().map(|c| c.id).collect::<Vec<_>>(), [ids[0]]);
+    assert_eq!(complete(&mut client, &first[0]), "succeeded");
+    assert_eq!(claim_id(&mut client, &queue), Some(ids[1]));
+}
+
 /// Two producers enqueue batches into one group of concurrency 1 at once (their ids
 /// interleave, and a batch marks its own later jobs waiting), while three claimers take and
 /// complete its jobs: no job is claimed before an earlier one of the group whose enqueue had
