@@ -337,8 +337,9 @@ pub fn move_on(client: &SpiClient<'_>, groups: Vec<GroupRef>) {
 
 /// Takes the group's lock `key`, waiting for its holder, unless this transaction holds the row
 /// of a queued job without the job's lock (a late settle of a reclaimed job) and the holder
-/// waits for this transaction: a claim that picked that job and holds its group's lock waits
-/// for the row, and waiting for each other is a deadlock. Answers whether it took the lock.
+/// waits for this transaction (directly or behind others): a claim that picked that job and
+/// holds its group's lock waits for the row, and waiting for each other is a deadlock. Answers
+/// whether it took the lock.
 /// Polled then, never waited for: the holder may start waiting for us after we looked.
 fn lock_group_unless_its_holder_waits(client: &SpiClient<'_>, key: u64) -> bool {
     if !locks::claims_may_wait_for_this_transaction() {
