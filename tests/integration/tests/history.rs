@@ -1667,12 +1667,20 @@ fn inject_faults(shared: Arc<Shared>, cluster: Arc<Cluster>, plan: Vec<(u64, Fau
         }
         if !matches!(fault, Fault::TermWorker) {
             // A fault that ends every backend lands between some PREPARE TRANSACTION and its
-            // end: wait (a little) until a few are pending.
+            // end: wait (a little) until a few are pending, one of them for a while. Most are
+            // ended at once, by calls that may well come before the fault or meet it (then
+            // their end is settled by pg_prepared_xacts, which cannot tell on which side of the
+            // fault it took); one that waits for the resolver is ended after the restart.
             let deadline = Instant::now() + Duration::from_secs(3);
             while Instant::now() < deadline
-                && simple(&mut client, "SELECT count(*) FROM pg_prepared_xacts")
-                    .map(|rows| int(&rows[0][0]) < 3)
-                    .unwrap_or(true)
+                && simple(
+                    &mut client,
+                    "SELECT count(*) >= 3 AND count(*) FILTER (
+                                WHERE prepared < clock_timestamp() - interval '50 milliseconds') > 0
+                       FROM pg_prepared_xacts",
+                )
+                .map(|rows| text(&rows[0][0]) != "t")
+                .unwrap_or(true)
             {
                 thread::sleep(Duration::from_millis(2));
             }
