@@ -13,6 +13,8 @@
 //!   `jobs_signal`, so whichever comes second sees what the first committed
 //!   (`engine::workflows::signals`).
 
+use std::cell::Cell;
+
 use pgrx::pg_sys;
 
 use super::queue_id::{current_database, queue_hash};
@@ -109,6 +111,41 @@ pub fn try_lock_group(key: u64) -> bool {
 /// which may change the group's head).
 pub fn lock_group(key: u64) {
     acquire(GROUP_LOCK, key, pg_sys::ExclusiveLock, true);
+}
+
+/// The lock's fields as `pg_locks` shows them for a group's lock `key`: `classid`, `objid` and
+/// `objsubid` (its database is this one).
+pub fn group_lock_fields(key: u64) -> (i64, i64, i32) {
+    let tag = tag(GROUP_LOCK, key);
+    (
+        i64::from(tag.locktag_field2),
+        i64::from(tag.locktag_field3),
+        i32::from(tag.locktag_field4),
+    )
+}
+
+thread_local! {
+    /// The top transaction id of the transaction that holds the row of a queued job without
+    /// the job's lock ([`holding_a_row_claims_may_wait_for`]); invalid when none does.
+    static ROW_HOLDER: Cell<u32> = const { Cell::new(0) };
+}
+
+/// Notes that this transaction holds the row of a queued job without the job's lock (a late
+/// settle of a reclaimed job whose first statement locked the row): a claim may be taking the
+/// job, holding the job's lock and its group's, while it waits for that row. Until this
+/// transaction ends it must not wait for a group lock whose holder waits for it
+/// (`engine::groups::move_on`).
+pub fn holding_a_row_claims_may_wait_for() {
+    // SAFETY: reads this backend's transaction id (the row lock assigned one).
+    let top = unsafe { pg_sys::GetTopTransactionIdIfAny() };
+    ROW_HOLDER.with(|holder| holder.set(u32::from(top)));
+}
+
+/// Whether this transaction noted [`holding_a_row_claims_may_wait_for`].
+pub fn claims_may_wait_for_this_transaction() -> bool {
+    // SAFETY: reads this backend's transaction id.
+    let top = u32::from(unsafe { pg_sys::GetTopTransactionIdIfAny() });
+    top != 0 && ROW_HOLDER.with(|holder| holder.get()) == top
 }
 
 /// Takes this database's sweep lock until the transaction (or the subtransaction it is taken

@@ -29,7 +29,7 @@ pub use filter::ClaimFilter;
 pub use wait::wake_due_waiters;
 
 use crate::config::settings;
-use crate::engine::groups::{sweep_stranded, unmark};
+use crate::engine::groups::{self as engine_groups, sweep_stranded, unmark, GroupRef};
 use crate::engine::model::Position;
 use crate::engine::queues::{self, unknown_queue};
 use crate::engine::transitions;
@@ -282,7 +282,9 @@ fn attempt(
                 .chain(&freed_kept)
                 .map(|c| c.position.id)
                 .collect();
+            let picked_count = picked.len();
             let mut taken_count = 0;
+            let mut taken_ids: HashSet<i64> = HashSet::new();
             if !picked.is_empty() {
                 let leases: Vec<pgrx::Uuid> = picked.iter().map(|_| token::lease_token()).collect();
                 let take_args: [DatumWithOid; 5] = [
@@ -295,10 +297,14 @@ fn attempt(
                 let taken = TAKE.run(client, &take_args);
                 taken_count = taken.len();
                 for row in taken.iter() {
+                    taken_ids.extend(row.get::<i64>("id"));
                     if let Some(claimed) = row.get_in::<ClaimedRow>("claimed", result_context) {
                         claimed_rows.push((Position::from_row(&row), claimed));
                     }
                 }
+            }
+            if taken_count < picked_count {
+                move_missed_groups_on(client, queue, kept.iter().chain(&freed_kept), &taken_ids);
             }
             if !freed_kept.is_empty() {
                 settle_freed(client, &freed_kept, &claimed_rows, &mut freed_taken);
@@ -348,6 +354,32 @@ fn attempt(
         probe.capped = capped;
         (Vec::new(), Some(probe))
     })
+}
+
+/// After a take that missed some of the jobs it meant to take (`picked`, of `queue`; `taken`
+/// the ones it took): moves on the groups of the grouped ones it missed, under their locks,
+/// which this claim holds. A late holder's settle finished such a job while this claim waited
+/// for its row, and moved the group on without the group's lock, which this claim held
+/// (`engine::groups::move_on`): the jobs this claim marked waiting behind it, in this
+/// transaction, were not seen then; they are now.
+fn move_missed_groups_on<'a>(
+    client: &SpiClient<'_>,
+    queue: &str,
+    picked: impl Iterator<Item = &'a pick::Candidate>,
+    taken: &HashSet<i64>,
+) {
+    let missed: Vec<GroupRef> = picked
+        .filter(|c| !taken.contains(&c.position.id))
+        .filter_map(|c| {
+            let (key, tenant) = c.group.clone()?;
+            Some(GroupRef {
+                queue: queue.to_owned(),
+                key,
+                tenant,
+            })
+        })
+        .collect();
+    engine_groups::move_on(client, missed);
 }
 
 /// The freed heads of `queue` an attempt may take first (`engine::claim::freed`), up to

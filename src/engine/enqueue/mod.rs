@@ -274,6 +274,15 @@ impl JobOptions {
             .and_then(|key| key.as_deref())
             .or(unique.key.as_deref())
     }
+
+    /// The group key of payload `index` (0-based), if it has one.
+    fn group_key_of(&self, index: usize) -> Option<&str> {
+        self.group_keys
+            .as_ref()
+            .and_then(|keys| keys.get(index))
+            .and_then(|key| key.as_deref())
+            .or(self.group_key.as_deref())
+    }
 }
 
 /// Enqueues one job into `queue`; for a unique duplicate, the existing job's id. With `after`,
@@ -696,16 +705,7 @@ pub fn enqueue_batch(queue: &str, payloads: JsonbArray, options: &JobOptions) ->
 fn enqueue_many(queue: &str, payloads: JsonbArray, options: &JobOptions) -> Vec<Enqueued> {
     let count = payloads.elements().len();
     // Each job's group.
-    let group_keys: Vec<Option<&str>> = (0..count)
-        .map(|i| {
-            options
-                .group_keys
-                .as_ref()
-                .and_then(|keys| keys.get(i))
-                .and_then(|key| key.as_deref())
-                .or(options.group_key.as_deref())
-        })
-        .collect();
+    let group_keys: Vec<Option<&str>> = (0..count).map(|i| options.group_key_of(i)).collect();
     if count > 0 {
         let datums: Vec<pg_sys::Datum> = payloads
             .elements()

@@ -39,9 +39,11 @@
 //!   a job whose row another transaction holds (that transaction may wait for the group's lock
 //!   the claim holds); an unmarked job is merely walked and decided again by the next claim.
 //! * A late settle of a reclaimed job of a group that holds the job's row while a claim holds
-//!   the job's lock does not wait for the group's lock, which that claim may hold while it
-//!   waits for the row to take the job: it acts once it gets the job's or the group's lock,
-//!   and otherwise answers `lost` (`engine::settle`).
+//!   the job's lock settles the job ("done wins": no claim took it since) and does not wait
+//!   for the group's lock when its holder waits for the settle (the claim, taking the job): it
+//!   clears the marks it sees without the lock ([`move_on`]), and the claim, which then misses
+//!   the job, moves the group on under its lock, seeing the marks it made itself
+//!   (`engine::claim`).
 //! * A reclaimed job of a group is not made running again by its old holder's heartbeat (which
 //!   answers `lost`): the reclaim freed its slot, which a claim may have filled since.
 //! * An enqueue marks a job only behind jobs of its own batch ([`waits_in_batch`]), which
@@ -59,7 +61,7 @@
 use std::collections::{HashMap, HashSet};
 
 use pgrx::datum::DatumWithOid;
-use pgrx::pg_sys::{self, INT8ARRAYOID, TEXTARRAYOID, TEXTOID};
+use pgrx::pg_sys::{self, INT4OID, INT8ARRAYOID, INT8OID, TEXTARRAYOID, TEXTOID};
 use pgrx::spi::SpiClient;
 
 use crate::engine::model::Position;
@@ -111,6 +113,17 @@ static MOVE_ON: Statement = Statement {
         param("tenants", TEXTARRAYOID),
     ],
     columns: &["queue", "priority", "run_at", "id"],
+};
+
+static HOLDER_WAITS: Statement = Statement {
+    name: "groups/holder_waits",
+    sql: include_str!("holder_waits.sql"),
+    params: &[
+        param("classid", INT8OID),
+        param("objid", INT8OID),
+        param("objsubid", INT4OID),
+    ],
+    columns: &["waits"],
 };
 
 static UNMARK: Statement = Statement {
@@ -246,12 +259,23 @@ pub fn move_on(client: &SpiClient<'_>, groups: Vec<GroupRef>) {
     let mut keyed: Vec<(u64, GroupRef)> = groups.into_iter().map(|g| (g.lock_key(), g)).collect();
     keyed.sort_unstable();
     keyed.dedup();
-    for (lock_key, group) in &keyed {
-        locks::lock_group(*lock_key);
+    let mut unlocked: Vec<GroupRef> = Vec::new();
+    let mut groups: Vec<GroupRef> = Vec::with_capacity(keyed.len());
+    for (lock_key, group) in keyed {
         // A waiting claim should look: the group has room once this transaction commits.
         transitions::group_freed(&group.queue);
+        if lock_group_unless_its_holder_waits(client, lock_key) {
+            groups.push(group);
+        } else {
+            unlocked.push(group);
+        }
     }
-    let groups: Vec<GroupRef> = keyed.into_iter().map(|(_, group)| group).collect();
+    if !unlocked.is_empty() {
+        move_on_unlocked(client, unlocked);
+    }
+    if groups.is_empty() {
+        return;
+    }
     // Read before the groups are, for the claims that take the heads (`runtime::queued_changes`).
     let mut stamps: Vec<(&str, Stamp)> = Vec::with_capacity(1);
     for group in &groups {
@@ -308,6 +332,57 @@ pub fn move_on(client: &SpiClient<'_>, groups: Vec<GroupRef>) {
             MOVE_ON.run_latest(client, &args)
         }
     };
+    transitions::queued_rows(&cleared);
+}
+
+/// Takes the group's lock `key`, waiting for its holder, unless this transaction holds the row
+/// of a queued job without the job's lock (a late settle of a reclaimed job) and the holder
+/// waits for this transaction (directly or behind others): a claim that picked that job and
+/// holds its group's lock waits for the row, and waiting for each other is a deadlock. Answers
+/// whether it took the lock.
+/// Polled then, never waited for: the holder may start waiting for us after we looked.
+fn lock_group_unless_its_holder_waits(client: &SpiClient<'_>, key: u64) -> bool {
+    if !locks::claims_may_wait_for_this_transaction() {
+        locks::lock_group(key);
+        return true;
+    }
+    let (classid, objid, objsubid) = locks::group_lock_fields(key);
+    let mut pause = 1;
+    loop {
+        if locks::try_lock_group(key) {
+            return true;
+        }
+        let args: [DatumWithOid; 3] = [classid.into(), objid.into(), objsubid.into()];
+        if HOLDER_WAITS.first::<bool>(client, &args, "waits") == Some(true) {
+            return false;
+        }
+        // SAFETY: a plain sleep of this backend; interrupts are served right after it.
+        unsafe { pg_sys::pg_usleep(pause * 1000) };
+        pgrx::check_for_interrupts!();
+        pause = (pause * 2).min(16);
+    }
+}
+
+/// Moves on `groups` whose locks this transaction could not take: their holders are claims
+/// taking jobs whose rows this transaction holds ([`lock_group_unless_its_holder_waits`]). It
+/// clears the marks the statement finds to clear under the latest snapshot, without the lock,
+/// which is safe because a claim decides every job it takes under its group's lock and marks
+/// again what must still wait. The marks it cannot see are those the waiting claims made in
+/// their own transactions (uncommitted, their rows held, so passed over): each of those claims
+/// misses the job this transaction finished and moves the group on itself, in the transaction
+/// that made the marks (`engine::claim`). No other claim decides for the group before those
+/// claims end, by then after this transaction, and so sees what it changed.
+fn move_on_unlocked(client: &SpiClient<'_>, groups: Vec<GroupRef>) {
+    let mut queues: Vec<String> = Vec::with_capacity(groups.len());
+    let mut keys: Vec<String> = Vec::with_capacity(groups.len());
+    let mut tenants: Vec<Option<String>> = Vec::with_capacity(groups.len());
+    for group in groups {
+        queues.push(group.queue);
+        keys.push(group.key);
+        tenants.push(group.tenant);
+    }
+    let args: [DatumWithOid; 3] = [queues.into(), keys.into(), tenants.into()];
+    let cleared = MOVE_ON.run_latest(client, &args);
     transitions::queued_rows(&cleared);
 }
 

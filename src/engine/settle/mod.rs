@@ -170,8 +170,6 @@ struct HeldJob {
     state: JobState,
     /// Its queue.
     queue: String,
-    /// Its group, if it has one.
-    group: Option<GroupRef>,
 }
 
 /// Each job among `held` whose current lease is the one presented (within the caller's tenant
@@ -192,7 +190,6 @@ fn held_states(
                 HeldJob {
                     state,
                     queue: row.get::<String>("queue")?,
-                    group: GroupRef::of_row(&row),
                 },
             ))
         })
@@ -200,57 +197,26 @@ fn held_states(
 }
 
 /// Takes the job lock of a job a reclaim put back in the queue, before acting on it, so claims
-/// skip the job meanwhile instead of waiting for us. Answers whether the call may act on the
-/// job; `false` means a claim is taking it, so the lease is no longer the holder's.
+/// skip the job meanwhile instead of waiting for us.
 ///
 /// Unless this transaction holds the job's row lock already: the first settle statement, meeting
 /// the row while the reclaim changed it, waited for the reclaim and then locked the row's new
 /// version when its recheck failed. A claim holding the job lock may then be waiting for that
 /// row lock, and waiting for its job lock would deadlock; no claim can change the row before we
-/// end, so an ungrouped job is ours to settle without it. A grouped one is not: settling it
-/// means waiting for its group's lock afterwards, which the claim holds while it waits for our
-/// row (a deadlock the history checker found). See [`claim_or_group_lock`].
-fn lock_reclaimed(client: &SpiClient<'_>, id: i64, job: &HeldJob) -> bool {
-    let may_act = try_lock_job(id)
-        || match (holds_row_lock(client, id), &job.group) {
-            (false, _) => {
-                lock_job(id);
-                true
-            }
-            (true, None) => true,
-            (true, Some(group)) => claim_or_group_lock(id, group),
-        };
-    if may_act {
-        transitions::job_locked(&job.queue);
-    }
-    may_act
-}
-
-/// How long a settle holding a reclaimed grouped job's row waits for the job's lock or its
-/// group's before it decides a claim is taking the job: a claim deciding for the group, or one
-/// that let the job go, holds them for well under a millisecond.
-const CLAIM_WAIT: std::time::Duration = std::time::Duration::from_millis(100);
-
-/// For a settle that holds reclaimed grouped job `id`'s row while another transaction holds
-/// its job lock: whether the settle may act. It may once it gets the job lock (whoever held it
-/// let the job go) or the group's lock (no claim is deciding for the group, so the holder is
-/// not a claim taking the job, which holds both until it ends: a `jobs_cancel` waiting for our
-/// row, which settles nothing if we finish the job first). Neither for [`CLAIM_WAIT`]: a
-/// claim holds both and waits for our row to take the job, so the newer claim wins and the
-/// call answers `lost` (Rule 4). Polled, never waited for, since waiting is the deadlock.
-fn claim_or_group_lock(id: i64, group: &GroupRef) -> bool {
-    let until = std::time::Instant::now() + CLAIM_WAIT;
-    loop {
-        if try_lock_job(id) || locks::try_lock_group(group.lock_key()) {
-            return true;
+/// end, so the job is ours to settle without it ("done wins": no claim took it since, and one
+/// waiting for the row takes nothing once we finished it). Whether that claim commits or rolls
+/// back does not matter, so the settle never waits for it: a grouped job's group moves on
+/// without the group's lock when the claim holding it waits for us (`engine::groups::move_on`),
+/// and the claim, missing the job, moves the group on itself (`engine::claim`).
+fn lock_reclaimed(client: &SpiClient<'_>, id: i64, job: &HeldJob) {
+    if !try_lock_job(id) {
+        if holds_row_lock(client, id) {
+            locks::holding_a_row_claims_may_wait_for();
+        } else {
+            lock_job(id);
         }
-        if std::time::Instant::now() >= until {
-            return false;
-        }
-        // SAFETY: a plain sleep of this backend; interrupts are served right after it.
-        unsafe { pg_sys::pg_usleep(1000) };
-        pgrx::check_for_interrupts!();
     }
+    transitions::job_locked(&job.queue);
 }
 
 /// Whether this transaction (or the subtransaction it is in) holds the lock of job `id`'s row.
@@ -303,9 +269,7 @@ pub(crate) fn run_held(
     let held = held_states(client, &[(id, lease)], scope).remove(&(id, lease));
     match held {
         Some(job) if job.state == JobState::Queued => {
-            if !lock_reclaimed(client, id, &job) {
-                return Err(Outcome::Lost);
-            }
+            lock_reclaimed(client, id, &job);
             *args.last_mut().expect("the state argument") = JobState::Queued.as_str().into();
             let rows = statement.run(client, &args);
             if !rows.is_empty() {
@@ -419,11 +383,10 @@ pub fn complete_batch(pairs: &[Held], scope: &TenantScope) -> Vec<(i64, Outcome)
             .collect();
         if !reclaimed.is_empty() {
             reclaimed.sort_unstable_by_key(|(pair, _)| *pair);
-            let reclaimed: Vec<Held> = reclaimed
-                .into_iter()
-                .filter(|((id, _), job)| lock_reclaimed(client, *id, job))
-                .map(|(pair, _)| pair)
-                .collect();
+            for ((id, _), job) in &reclaimed {
+                lock_reclaimed(client, *id, job);
+            }
+            let reclaimed: Vec<Held> = reclaimed.into_iter().map(|(pair, _)| pair).collect();
             done.extend(complete(&reclaimed, JobState::Queued));
             states = held_states(client, &missed(&done), scope);
         }

@@ -958,70 +958,6 @@ fn a_batch_marks_the_jobs_behind_its_own_jobs_of_a_group_and_no_others() {
     }
 }
 
-/// A batch payload whose unique key's holder has run out of its window goes in on its own, after
-/// the batch's statement: it keeps its own group, so the mark that puts it behind the batch's
-/// earlier job of that group is cleared when that job ends (it was once inserted without its
-/// group, marked, and never claimable again).
-#[test]
-fn a_batch_job_whose_keys_holder_ran_out_keeps_its_group() {
-    let mut client = Cluster::shared().connect();
-    let queue = unique_queue(&mut client, "group-batch-key", "group_concurrency => 1");
-    // The key's holder: succeeded, its window of 1 ms long past once the batch comes.
-    client
-        .execute(
-            "SELECT jobs_enqueue($1, '{}', unique_key => 'k', unique_for => '1 millisecond')",
-            &[&queue],
-        )
-        .unwrap();
-    let held = claim(&mut client, &queue, 1, "");
-    assert_eq!(complete(&mut client, &held[0]), "succeeded");
-    thread::sleep(Duration::from_millis(20));
-    let ids: Vec<i64> = client
-        .query(
-            "SELECT id FROM jobs_enqueue_batch($1, ARRAY['{}', '{}', '{}']::jsonb[],
-                                               unique_keys => ARRAY[NULL, 'k', NULL],
-                                               group_keys => ARRAY['g', 'g', NULL],
-                                               unique_for => '1 hour')",
-            &[&queue],
-        )
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
-    assert_eq!(ids.len(), 3);
-    let rows: Vec<(i64, Option<String>, bool)> = client
-        .query(
-            "SELECT id, group_key, group_wait FROM jobs.job WHERE id = ANY ($1) ORDER BY id",
-            &[&ids],
-        )
-        .unwrap()
-        .iter()
-        .map(|r| (r.get(0), r.get(1), r.get(2)))
-        .collect();
-    let keyed = rows.iter().find(|(id, _, _)| *id == ids[1]).unwrap();
-    assert_eq!(
-        (keyed.1.as_deref(), keyed.2),
-        (Some("g"), true),
-        "the keyed payload is in group g, behind the batch's first job of g: {rows:?}"
-    );
-    // Claims that complete what they got run all three.
-    let mut done = Vec::new();
-    for _ in 0..10 {
-        let held = claim(&mut client, &queue, 10, "");
-        if held.is_empty() {
-            break;
-        }
-        for job in &held {
-            assert_eq!(complete(&mut client, job), "succeeded");
-            done.push(job.id);
-        }
-    }
-    done.sort_unstable();
-    let mut expected = ids.clone();
-    expected.sort_unstable();
-    assert_eq!(done, expected, "every job of the batch ran");
-}
-
 #[test]
 fn a_larger_group_frees_one_waiting_job_per_free_slot_and_a_new_concurrency_frees_all() {
     let mut client = Cluster::shared().connect();
@@ -1104,6 +1040,106 @@ fn a_settle_racing_a_claim_that_marks_its_groups_next_job_clears_the_mark() {
     }
 }
 
+/// Done wins for a grouped job too (Rule 5): a late holder completes its reclaimed head while a
+/// claim that picked the head (holding the job's and the group's locks) waits for the job's
+/// row, which the settle holds (its first statement met the row while the reclaim changed it;
+/// here a `FOR UPDATE` holds it on purpose). No claim took the job before the settle, so the
+/// complete succeeds, whether the claim then rolls back or commits (it took nothing of the
+/// head; its rollback was how the history checker saw a `lost` answer with no claim after it).
+/// The settle cannot wait for the group's lock (the claim holding it waits for the settle), so
+/// the group moves on without it: the next job of the group is claimable afterwards, also when
+/// the waiting claim marked it in its own transaction (then the claim moves the group on).
+#[test]
+fn a_late_complete_of_a_reclaimed_grouped_head_wins_over_a_claim_waiting_for_its_row() {
+    let cluster = Cluster::shared();
+    let mut client = cluster.connect();
+    for (ending, marked_before) in [
+        ("ROLLBACK", true),
+        ("COMMIT", true),
+        ("ROLLBACK", false),
+        ("COMMIT", false),
+    ] {
+        let queue = unique_queue(&mut client, "group-late", "");
+        let mut jobs = enqueue_in_group(&mut client, &queue, 1);
+        if marked_before {
+            jobs.extend(enqueue_in_group(&mut client, &queue, 1));
+        }
+        let held = claim(&mut client, &queue, 10, "");
+        assert_eq!(held.iter().map(|c| c.id).collect::<Vec<_>>(), [jobs[0]]);
+        if !marked_before {
+            // Enqueued behind the running head: the claim below marks it.
+            jobs.extend(enqueue_in_group(&mut client, &queue, 1));
+        }
+        let case = format!(
+            "{ending}, marked {}",
+            if marked_before {
+                "before"
+            } else {
+                "by the claim"
+            }
+        );
+        assert_eq!(
+            marked(&mut client, &queue),
+            if marked_before { vec![jobs[1]] } else { vec![] },
+            "{case}"
+        );
+        client
+            .execute(
+                "UPDATE jobs.job SET lease_until = now() - interval '1 second' WHERE id = $1",
+                &[&jobs[0]],
+            )
+            .unwrap();
+        let _: i32 = scalar(&mut client, "SELECT jobs_reclaim()", &[]);
+        assert_eq!(state(&mut client, jobs[0]), "queued", "{case}");
+
+        let mut settler = cluster.connect();
+        settler.batch_execute("BEGIN").unwrap();
+        settler
+            .execute("SELECT FROM jobs.job WHERE id = $1 FOR UPDATE", &[&jobs[0]])
+            .unwrap();
+        let mut claimer = cluster.connect();
+        let claimer_pid: i32 = scalar(&mut claimer, "SELECT pg_backend_pid()", &[]);
+        let claiming = {
+            let queue = queue.clone();
+            thread::spawn(move || {
+                claimer.batch_execute("BEGIN").unwrap();
+                let taken: Vec<i64> = claim(&mut claimer, &queue, 10, "")
+                    .iter()
+                    .map(|c| c.id)
+                    .collect();
+                claimer.batch_execute(ending).unwrap();
+                taken
+            })
+        };
+        wait_for_a_lock(
+            &mut client,
+            claimer_pid,
+            "the claim to wait for the head's row",
+        );
+        let answer: String = scalar(
+            &mut settler,
+            "SELECT jobs_complete($1, $2)",
+            &[&jobs[0], &held[0].lease],
+        );
+        assert_eq!(answer, "succeeded", "{case}: no claim took the job before");
+        settler.batch_execute("COMMIT").unwrap();
+        let taken = claiming.join().unwrap();
+        assert!(
+            !taken.contains(&jobs[0]),
+            "{case}: the claim took the finished head"
+        );
+        assert_eq!(state(&mut client, jobs[0]), "succeeded", "{case}");
+        // The group moved on: its next job was taken by the claim (if it committed), or is
+        // claimable now.
+        if ending == "COMMIT" && taken.contains(&jobs[1]) {
+            assert_eq!(state(&mut client, jobs[1]), "running");
+        } else {
+            assert_eq!(claim_id(&mut client, &queue), Some(jobs[1]), "{case}");
+        }
+        assert!(marked(&mut client, &queue).is_empty(), "{case}");
+    }
+}
+
 /// A settle that frees its group's slots while another transaction holds the row of a job
 /// waiting for the group, and waits for the group's lock: the history checker found the
 /// deadlock (a late settle of a reclaimed job against a settle moving the group on, at
@@ -1158,6 +1194,156 @@ fn a_group_moving_on_passes_over_a_waiting_job_another_transaction_holds() {
     assert!(waiting(&mut client, &queue).is_empty());
     assert_eq!(claim_id(&mut client, &queue), Some(jobs[2]));
     assert_eq!(claim_id(&mut client, &queue), None, "jobs[3] was cancelled");
+}
+
+/// A payload of a unique batch whose key's holder had expired goes in after the batch's
+/// statement, on the single enqueue's path: with its own group (it went in without one, so it
+/// ran beside its group's jobs, and the history checker met it).
+#[test]
+fn a_unique_batchs_payload_that_goes_in_late_keeps_its_group() {
+    let cluster = Cluster::shared();
+    let mut client = cluster.connect();
+    let queue = unique_queue(&mut client, "group-late-key", "");
+    let holder: i64 = scalar(
+        &mut client,
+        "SELECT jobs_enqueue($1, '{}', unique_key => 'k', unique_for => '10 milliseconds')",
+        &[&queue],
+    );
+    let held = claim(&mut client, &queue, 10, "");
+    assert_eq!(held.iter().map(|c| c.id).collect::<Vec<_>>(), [holder]);
+    assert_eq!(complete(&mut client, &held[0]), "succeeded");
+    wait_until(Duration::from_secs(10), "the key's window to pass", || {
+        scalar::<bool>(
+            &mut client,
+            "SELECT finished_at + unique_for < clock_timestamp() FROM jobs.job WHERE id = $1",
+            &[&holder],
+        )
+    });
+    let ids: Vec<i64> = client
+        .query(
+            "SELECT id FROM jobs_enqueue_batch($1, ARRAY['{}', '{}']::jsonb[],
+                 group_keys => ARRAY['g', 'g'], unique_keys => ARRAY[NULL, 'k'],
+                 unique_for => '10 milliseconds')",
+            &[&queue],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(ids.len(), 2);
+    assert!(
+        ids[1] > ids[0] + 1,
+        "the keyed payload went in late: {ids:?}"
+    );
+    let group: Option<String> = scalar(
+        &mut client,
+        "SELECT group_key FROM jobs.job WHERE id = $1",
+        &[&ids[1]],
+    );
+    assert_eq!(group.as_deref(), Some("g"));
+    // It waits for the batch's first job of its group.
+    let first = claim(&mut client, &queue, 10, "");
+    assert_eq!(first.iter().map(|c| c.id).collect::<Vec<_>>(), [ids[0]]);
+    assert_eq!(complete(&mut client, &first[0]), "succeeded");
+    assert_eq!(claim_id(&mut client, &queue), Some(ids[1]));
+}
+
+/// Two producers enqueue batches into one group of concurrency 1 at once (their ids
+/// interleave, and a batch marks its own later jobs waiting), while three claimers take and
+/// complete its jobs: no job is claimed before an earlier one of the group whose enqueue had
+/// committed when that claim began (a claim cannot see a job not committed yet, so a later job
+/// may run first only then). The times are this process's clock around each call: a commit is
+/// done when its call returns, a claim decides after its call is sent.
+#[test]
+fn concurrent_batches_into_one_group_run_in_id_order() {
+    let cluster = Cluster::shared();
+    let mut admin = cluster.connect();
+    let queue = unique_queue(&mut admin, "group-batches", "");
+    let start = Instant::now();
+    let at = move || start.elapsed();
+    let rounds = 60;
+    let producing = Arc::new(std::sync::atomic::AtomicUsize::new(2));
+    let producers: Vec<_> = (0..2usize)
+        .map(|p| {
+            let queue = queue.clone();
+            let mut client = cluster.connect();
+            let producing = producing.clone();
+            thread::spawn(move || {
+                let mut committed: Vec<(i64, Duration)> = Vec::new();
+                for round in 0..rounds {
+                    let count = 2 + (round * 7 + p * 3) % 12;
+                    let rows = client
+                        .query(
+                            "SELECT id FROM jobs_enqueue_batch($1, array_fill('{}'::jsonb, ARRAY[$2::int]),
+                                 group_keys => array_fill('g'::text, ARRAY[$2::int]))",
+                            &[&queue, &(count as i32)],
+                        )
+                        .unwrap();
+                    let by = at();
+                    committed.extend(rows.iter().map(|r| (r.get::<_, i64>(0), by)));
+                }
+                producing.fetch_sub(1, std::sync::atomic::Ordering::Release);
+                committed
+            })
+        })
+        .collect();
+    let claimers: Vec<_> = (0..3)
+        .map(|_| {
+            let queue = queue.clone();
+            let mut client = cluster.connect();
+            let producing = producing.clone();
+            thread::spawn(move || {
+                // Each job's claim: when the call was sent, when it returned.
+                let mut claims: Vec<(i64, Duration, Duration)> = Vec::new();
+                loop {
+                    let done = producing.load(std::sync::atomic::Ordering::Acquire) == 0;
+                    let began = at();
+                    let held = claim(&mut client, &queue, 4, "");
+                    let taken = at();
+                    if held.is_empty() {
+                        if done {
+                            let left: i64 = scalar(
+                                &mut client,
+                                "SELECT count(*) FROM jobs.job WHERE queue = $1 AND state <> 'succeeded'",
+                                &[&queue],
+                            );
+                            if left == 0 {
+                                return claims;
+                            }
+                        }
+                        thread::sleep(Duration::from_millis(1));
+                        continue;
+                    }
+                    for job in &held {
+                        claims.push((job.id, began, taken));
+                        assert_eq!(complete(&mut client, job), "succeeded");
+                    }
+                }
+            })
+        })
+        .collect();
+    let committed: HashMap<i64, Duration> = producers
+        .into_iter()
+        .flat_map(|p| p.join().unwrap())
+        .collect();
+    let mut claims: Vec<(i64, Duration, Duration)> = Vec::new();
+    for claimer in claimers {
+        claims.extend(claimer.join().unwrap());
+    }
+    claims.sort_unstable_by_key(|(id, _, _)| *id);
+    assert_eq!(claims.len(), committed.len(), "each job claimed once");
+    let mut out_of_order = Vec::new();
+    for (i, (later, began, taken)) in claims.iter().enumerate() {
+        for (earlier, earlier_began, _) in &claims[..i] {
+            if committed[earlier] < *began && taken < earlier_began {
+                out_of_order.push((*later, *earlier));
+            }
+        }
+    }
+    assert!(
+        out_of_order.is_empty(),
+        "(job, earlier job of its group committed before its claim began and claimed after it): {out_of_order:?}"
+    );
 }
 
 /// Eight workers burn down 30 groups of 8 jobs at concurrency 1 (and, in a second queue, 2),

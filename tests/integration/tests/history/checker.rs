@@ -206,7 +206,8 @@ pub struct Delivered {
 /// What a call that completed returned.
 #[derive(Clone, Debug)]
 pub enum Reply {
-    /// Enqueue: the ids, in payload order, between two readings of the server's clock.
+    /// Enqueue: the ids, in payload order, between two readings of the server's clock, the
+    /// second after the enqueue committed (or, prepared, before its `COMMIT PREPARED`).
     Ids {
         ids: Vec<i64>,
         before: Micros,
