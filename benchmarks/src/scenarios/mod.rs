@@ -523,23 +523,42 @@ pub fn with_waiting_workers_n<R>(
     body: impl FnOnce() -> R,
 ) -> Result<R> {
     let tokens: Vec<_> = workers.iter().map(|w| w.cancel_token()).collect();
-    let stop = AtomicBool::new(false);
-    let running = AtomicUsize::new(workers.len());
     let stagger = stagger(c, workers.len());
+    with_each_stepping(
+        workers,
+        tokens,
+        stagger,
+        |w, _| w.wait_claim(n).and_then(|jobs| handle(w.as_mut(), &jobs)),
+        body,
+    )
+}
+
+/// Runs `step` over and over on each of `items`, each on a thread of its own (the i-th started
+/// `stagger` × i after the first), while `body` runs. Then stops them, cancelling through
+/// `tokens` whatever statement each is in (a waiting claim, a settle), and returns what `body`
+/// returned, or the first worker's error.
+pub fn with_each_stepping<T: Send, R>(
+    items: &mut [T],
+    tokens: Vec<postgres::CancelToken>,
+    stagger: Duration,
+    step: impl Fn(&mut T, &AtomicBool) -> Result<()> + Sync,
+    body: impl FnOnce() -> R,
+) -> Result<R> {
+    let stop = AtomicBool::new(false);
+    let running = AtomicUsize::new(items.len());
     std::thread::scope(|s| {
-        let handles: Vec<_> = workers
+        let handles: Vec<_> = items
             .iter_mut()
             .enumerate()
-            .map(|(i, w)| {
-                let (stop, running, handle) = (&stop, &running, &handle);
+            .map(|(i, item)| {
+                let (stop, running, step) = (&stop, &running, &step);
                 s.spawn(move || -> Result<()> {
                     std::thread::sleep(stagger * i as u32);
                     let outcome = (|| loop {
                         if stop.load(Ordering::Relaxed) {
                             return Ok(());
                         }
-                        let step = w.wait_claim(n).and_then(|jobs| handle(w.as_mut(), &jobs));
-                        match step {
+                        match step(item, stop) {
                             Ok(()) => {}
                             // Stopping cancels whatever statement the worker is in.
                             Err(e) if stop.load(Ordering::Relaxed) && db::is_cancel(&e) => {

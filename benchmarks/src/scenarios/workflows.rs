@@ -26,10 +26,10 @@ use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, ensure, Context, Result};
-use postgres::{Client, NoTls, SimpleQueryMessage, Statement};
+use postgres::{Client, SimpleQueryMessage, Statement};
 use uuid::Uuid;
 
-use super::{attempt, percentile, Ctx};
+use super::{attempt, percentile, with_each_stepping, Ctx};
 use crate::comparators::pg_jobs::{PgJobs, QUEUE};
 use crate::comparators::Comparator;
 use crate::config::WORKERS;
@@ -336,46 +336,7 @@ fn with_sessions<R>(
     body: impl FnOnce() -> Result<R>,
 ) -> Result<R> {
     let tokens: Vec<_> = sessions.iter().map(|s| s.conn.cancel_token()).collect();
-    let stop = AtomicBool::new(false);
-    let running = AtomicUsize::new(sessions.len());
-    std::thread::scope(|scope| {
-        let handles: Vec<_> = sessions
-            .iter_mut()
-            .map(|s| {
-                let (stop, running, step) = (&stop, &running, &step);
-                scope.spawn(move || -> Result<()> {
-                    let outcome = (|| loop {
-                        if stop.load(Ordering::Relaxed) {
-                            return Ok(());
-                        }
-                        match step(s, stop) {
-                            Ok(()) => {}
-                            // Stopping cancels whatever statement the worker is in.
-                            Err(e) if stop.load(Ordering::Relaxed) && db::is_cancel(&e) => {
-                                return Ok(())
-                            }
-                            Err(e) => return Err(e),
-                        }
-                    })();
-                    running.fetch_sub(1, Ordering::Relaxed);
-                    outcome
-                })
-            })
-            .collect();
-        let result = body();
-        stop.store(true, Ordering::Relaxed);
-        while running.load(Ordering::Relaxed) > 0 {
-            for token in &tokens {
-                let _ = token.cancel_query(NoTls);
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        for h in handles {
-            h.join()
-                .map_err(|_| anyhow!("a worker thread panicked"))??;
-        }
-        result
-    })
+    with_each_stepping(sessions, tokens, Duration::ZERO, step, body)?
 }
 
 /// One side of a fan-in round: the parents loaded, with or without their child, burnt down.
