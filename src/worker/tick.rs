@@ -1,20 +1,39 @@
-//! One tick of the background worker, in its own transaction: what the worker does, in order.
+//! One tick of a worker: what it does, in order ([`STEPS`]), each step in short transactions of
+//! its own.
+//!
+//! A transaction holds back vacuum for as long as it runs (its snapshot's xmin), everywhere
+//! in the server. So no step holds one for long: every step runs in a transaction of its own,
+//! and a step that works through a backlog (reclaim, the retention purge, the idempotency
+//! purge) commits each bounded batch in its own transaction, the next batch starting with a
+//! fresh snapshot. Between transactions the worker holds no snapshot at all. And no statement
+//! walks an unbounded stretch of an index: dead index entries, which a held-back horizon keeps
+//! by the thousand (every job claimed since), are walked in bounded windows too.
+//!
+//! A step that fails is rolled back alone, logged and recorded in `jobs_worker_status()`; the
+//! tick goes on with the next step, except after a lock timeout (DDL holds a table, and the
+//! next steps would each wait for it in turn): then the tick ends, and the next one starts over.
+//!
+//! Adding a step: write a `fn(&mut Tick) -> Result<(), Failure>` that does its work through
+//! [`Tick::transaction`] (once, or once per batch), counts what it did in [`Tick::report`]
+//! if `jobs_worker_status()` shows it, and add it to [`STEPS`] where it belongs in the order.
 
-use pgrx::pg_sys;
-use pgrx::PgTryBuilder;
+use pgrx::spi::SpiClient;
 
+use super::transaction::{self, Failure};
 use crate::engine::tenants::TenantScope;
 use crate::engine::{claim, groups, idempotency, purge, reclaim, schedules, two_phase};
 use crate::pg::clock::server_now;
 use crate::pg::extension::LIBRARY_VERSION;
-use crate::pg::subtransaction::in_subtransaction;
 use crate::runtime::shmem::shared;
 use crate::runtime::{floor, freed_heads};
 use crate::storage::{with_client, Statement};
 
-/// Reclaim statements per tick, so one tick stays short however far behind it is: with
-/// `reclaim::BATCH` jobs each, at most 10,000 jobs a tick.
+/// Reclaim batches (transactions) per tick, so a tick stays short however far behind it is:
+/// with `reclaim::BATCH` jobs each, at most 10,000 jobs a tick.
 pub const RECLAIM_BATCHES: usize = 10;
+
+/// What `pg_stat_activity.query` shows while a tick's transaction runs.
+const ACTIVITY: &std::ffi::CStr = c"pg_jobs tick";
 
 static EXTENSION_EXISTS: Statement = Statement {
     name: "worker/extension_exists",
@@ -30,7 +49,53 @@ static TICK_SETTINGS: Statement = Statement {
     columns: &["lock_timeout", "statement_timeout"],
 };
 
-/// What one successful tick did.
+/// A step of the tick.
+struct Step {
+    /// What it does, for the log and `jobs_worker_status()` when it fails ("reclaiming
+    /// expired leases failed, retrying next tick: ...").
+    doing: &'static str,
+    /// The step.
+    run: fn(&mut Tick) -> Result<(), Failure>,
+}
+
+/// The steps of a tick, in order.
+const STEPS: &[Step] = &[
+    Step {
+        doing: "reclaiming expired leases",
+        run: reclaim_step,
+    },
+    Step {
+        doing: "checking the claim floors",
+        run: floors_step,
+    },
+    Step {
+        doing: "enqueueing schedules",
+        run: schedules_step,
+    },
+    Step {
+        doing: "purging finished jobs past retention",
+        run: purge_step,
+    },
+    Step {
+        doing: "purging expired idempotency records",
+        run: idempotency_step,
+    },
+    Step {
+        doing: "deleting the records of ended prepared transactions",
+        run: prepared_step,
+    },
+    Step {
+        doing: "clearing the marks of stranded group heads",
+        run: stranded_step,
+    },
+    Step {
+        doing: "waking claims whose jobs came due",
+        run: wake_step,
+    },
+];
+
+/// What one tick did.
+#[derive(Default)]
 pub struct TickReport {
     /// Whether the extension exists in the database, with this library's version.
     pub serving: bool,
@@ -47,166 +112,155 @@ pub struct TickReport {
     pub idempotency_purged: usize,
     /// Jobs enqueued for schedules' slots.
     pub scheduled: usize,
-    /// Why the schedules' step failed (rolled back alone; the rest of the tick commits).
-    pub schedule_error: Option<String>,
     /// Waiting jobs whose marks the tick cleared because shared memory lost their freed heads
     /// (the first tick after a start or a crash restart; `engine::groups::sweep_stranded`).
     pub stranded_cleared: usize,
-    /// Why clearing them failed (rolled back alone; a later tick or claim tries again).
-    pub sweep_error: Option<String>,
+    /// The steps that failed (each rolled back alone): what the step does, and why.
+    pub failures: Vec<(&'static str, String)>,
 }
 
-/// Runs one tick in its own transaction; an ERROR rolls the tick back and is returned.
-/// `started_at` is when this worker started (server clock).
-pub fn run(started_at: i64) -> Result<TickReport, String> {
-    run_transaction(|| tick(started_at))
+/// A tick under way: what the steps share.
+pub struct Tick {
+    /// When this worker started (server clock).
+    started_at: i64,
+    /// What the tick did so far.
+    pub report: TickReport,
 }
 
-/// Runs `work` in a transaction of its own, committed when it returns and rolled back on an
-/// ERROR, whose message is returned.
-fn run_transaction<R>(work: impl FnOnce() -> R) -> Result<R, String> {
-    // SAFETY: the standard transaction bracket of a background worker.
-    unsafe {
-        pg_sys::SetCurrentStatementStartTimestamp();
-        pg_sys::StartTransactionCommand();
-        pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot());
-        pg_sys::pgstat_report_activity(
-            pg_sys::BackendState::STATE_RUNNING,
-            c"pg_jobs tick".as_ptr(),
-        );
+impl Tick {
+    /// Runs `work` in a transaction of its own, under the tick's lock and statement timeouts;
+    /// commits when it returns, rolls back on an ERROR.
+    pub fn transaction<R>(&self, work: impl FnOnce(&SpiClient<'_>) -> R) -> Result<R, Failure> {
+        transaction::run(ACTIVITY, || {
+            with_client(|client| {
+                TICK_SETTINGS.run(client, &[]);
+                work(client)
+            })
+        })
     }
-    let outcome = PgTryBuilder::new(std::panic::AssertUnwindSafe(|| Ok(work())))
-        .catch_others(|error| Err(error_message(error)))
-        .execute();
-    // SAFETY: closes the transaction opened above, committing or rolling back.
-    unsafe {
-        match outcome {
-            Ok(_) => {
-                pg_sys::PopActiveSnapshot();
-                pg_sys::CommitTransactionCommand();
-            }
-            Err(_) => pg_sys::AbortCurrentTransaction(),
-        }
-        // A background worker must flush its own statistics: without them autovacuum would
-        // never hear of the rows reclaim and purge leave dead.
-        pg_sys::pgstat_report_stat(false);
-        pg_sys::pgstat_report_activity(pg_sys::BackendState::STATE_IDLE, std::ptr::null());
-    }
-    outcome
 }
 
-/// The work of one tick, inside its transaction.
-fn tick(started_at: i64) -> TickReport {
-    with_client(|client| {
-        let installed = EXTENSION_EXISTS.first::<String>(client, &[], "installed");
-        // The library of a newer (or older) version than the SQL definitions would run its
-        // statements against tables they do not describe: idle until ALTER EXTENSION UPDATE.
-        let outdated = installed
-            .as_ref()
-            .filter(|version| version.as_str() != LIBRARY_VERSION)
-            .cloned();
-        let serving = installed.is_some() && outdated.is_none();
-        if !serving {
-            return TickReport {
-                serving,
-                outdated,
-                reclaimed: 0,
-                purged: 0,
-                floors_healed: 0,
-                idempotency_purged: 0,
-                scheduled: 0,
-                schedule_error: None,
-                stranded_cleared: 0,
-                sweep_error: None,
-            };
+/// Runs one tick. `started_at` is when this worker started (server clock).
+pub fn run(started_at: i64) -> TickReport {
+    let mut tick = Tick {
+        started_at,
+        report: TickReport::default(),
+    };
+    let installed = transaction::run(ACTIVITY, || {
+        with_client(|client| EXTENSION_EXISTS.first::<String>(client, &[], "installed"))
+    });
+    let installed = match installed {
+        Ok(installed) => installed,
+        Err(failure) => {
+            tick.report
+                .failures
+                .push(("looking for the extension", failure.message));
+            return tick.report;
         }
-        TICK_SETTINGS.run(client, &[]);
-        if let Some(shared) = shared() {
-            floor::forget_reaches(shared);
-        }
-
-        // Rule 5: expired leases back to queued (or failed), within a tick of expiring.
-        let mut reclaimed = 0;
-        for _ in 0..RECLAIM_BATCHES {
-            let batch = reclaim::reclaim_batch(client, &TenantScope::All);
-            reclaimed += batch;
-            if batch < reclaim::BATCH {
+    };
+    // The library of a newer (or older) version than the SQL definitions would run its
+    // statements against tables they do not describe: idle until ALTER EXTENSION UPDATE.
+    tick.report.outdated = installed
+        .as_ref()
+        .filter(|version| version.as_str() != LIBRARY_VERSION)
+        .cloned();
+    tick.report.serving = installed.is_some() && tick.report.outdated.is_none();
+    if !tick.report.serving {
+        return tick.report;
+    }
+    if let Some(shared) = shared() {
+        floor::forget_reaches(shared);
+    }
+    for step in STEPS {
+        if let Err(failure) = (step.run)(&mut tick) {
+            tick.report.failures.push((step.doing, failure.message));
+            if failure.lock_timeout {
                 break;
             }
         }
-
-        // No due job may wait below a claim floor for longer than a tick, whatever made it
-        // claimable.
-        let floors_healed = claim::heal_floors(client);
-
-        // Each due schedule slot once: its job and the schedule's progress commit together.
-        let (scheduled, schedule_error) = schedule_step(client, started_at);
-
-        let purged = purge::sweep(client);
-        let idempotency_purged = idempotency::purge_expired(client);
-        two_phase::purge_orphans(client);
-
-        // Last of the steps in subtransactions: a later one rolled back would forget the sweep.
-        let (stranded_cleared, sweep_error) = sweep_step(client);
-
-        claim::wake_due_waiters(client);
-        TickReport {
-            serving,
-            outdated: None,
-            reclaimed,
-            purged,
-            floors_healed,
-            idempotency_purged,
-            scheduled,
-            schedule_error,
-            stranded_cleared,
-            sweep_error,
-        }
-    })
+    }
+    tick.report
 }
 
-/// Enqueues the due slots of schedules in a subtransaction of the tick: a failure there is
-/// rolled back alone and reported, so it cannot hold back reclaim and purge.
-fn schedule_step(client: &pgrx::spi::SpiClient<'_>, started_at: i64) -> (usize, Option<String>) {
-    step_alone(|| schedules::run_for_worker(client, server_now(), started_at))
+/// Rule 5: expired leases back to queued (or failed), within a tick of expiring; a batch a
+/// transaction.
+fn reclaim_step(tick: &mut Tick) -> Result<(), Failure> {
+    for _ in 0..RECLAIM_BATCHES {
+        let batch = tick.transaction(|client| reclaim::reclaim_batch(client, &TenantScope::All))?;
+        tick.report.reclaimed += batch;
+        if batch < reclaim::BATCH {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// No due job may wait below a claim floor for longer than a tick, whatever made it
+/// claimable.
+fn floors_step(tick: &mut Tick) -> Result<(), Failure> {
+    tick.report.floors_healed += tick.transaction(claim::heal_floors)?;
+    Ok(())
+}
+
+/// Each due schedule slot once: its job and the schedule's progress commit together.
+fn schedules_step(tick: &mut Tick) -> Result<(), Failure> {
+    let started_at = tick.started_at;
+    tick.report.scheduled +=
+        tick.transaction(|client| schedules::run_for_worker(client, server_now(), started_at))?;
+    Ok(())
+}
+
+/// Finished jobs past their queue's retention: a window of the table a transaction.
+fn purge_step(tick: &mut Tick) -> Result<(), Failure> {
+    for _ in 0..purge::WINDOWS_PER_TICK {
+        let window = tick.transaction(purge::sweep_window)?;
+        tick.report.purged += window.purged;
+        if !window.go_on {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// Expired idempotency records: a batch a transaction.
+fn idempotency_step(tick: &mut Tick) -> Result<(), Failure> {
+    for _ in 0..idempotency::PURGE_BATCHES_PER_TICK {
+        let deleted = tick.transaction(idempotency::purge_batch)?;
+        tick.report.idempotency_purged += deleted;
+        if deleted < idempotency::PURGE_BATCH {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// The records of prepared transactions that no `COMMIT PREPARED` will take.
+fn prepared_step(tick: &mut Tick) -> Result<(), Failure> {
+    tick.transaction(two_phase::purge_orphans)
 }
 
 /// Once per database after shared memory was made: clears the marks of the waiting jobs whose
 /// freed heads it lost, so that settles may hand heads over again and no claim pays for it (a
 /// waiting claim's empty attempt would roll its sweep back, and sweep again at every wake-up).
 /// Nothing when a claim is sweeping meanwhile.
-fn sweep_step(client: &pgrx::spi::SpiClient<'_>) -> (usize, Option<String>) {
+fn stranded_step(tick: &mut Tick) -> Result<(), Failure> {
     if !freed_heads::sweep_needed() {
-        return (0, None);
+        return Ok(());
     }
-    step_alone(|| groups::sweep_stranded(client).unwrap_or(0))
+    tick.report.stranded_cleared +=
+        tick.transaction(|client| groups::sweep_stranded(client).unwrap_or(0))?;
+    Ok(())
 }
 
-/// Runs `step` in a subtransaction of the tick, rolled back alone on an ERROR, whose message
-/// is returned beside the default answer.
-fn step_alone<T: Default>(step: impl FnOnce() -> T) -> (T, Option<String>) {
-    PgTryBuilder::new(std::panic::AssertUnwindSafe(|| {
-        (in_subtransaction(|| (step(), true)), None)
-    }))
-    .catch_others(|error| (T::default(), Some(error_message(error))))
-    .execute()
-}
-
-/// The message of an ERROR caught in the tick.
-fn error_message(error: pg_sys::panic::CaughtError) -> String {
-    match error {
-        pg_sys::panic::CaughtError::PostgresError(report)
-        | pg_sys::panic::CaughtError::ErrorReport(report)
-        | pg_sys::panic::CaughtError::RustPanic {
-            ereport: report, ..
-        } => report.message().to_owned(),
-    }
+/// The wake-up backstop: claims waiting on queues whose earliest queued job came due.
+fn wake_step(tick: &mut Tick) -> Result<(), Failure> {
+    tick.transaction(claim::wake_due_waiters)
 }
 
 /// When the worker stops cleanly (SIGTERM): records the time, so the next worker counts the
 /// schedules' slots from then on as missed (`catch_up`) rather than as due while it was up.
 pub fn stopping() {
-    let _ = run_transaction(|| {
+    let _ = transaction::run(ACTIVITY, || {
         with_client(|client| {
             let installed = EXTENSION_EXISTS.first::<String>(client, &[], "installed");
             if installed.as_deref() == Some(LIBRARY_VERSION) {

@@ -7,7 +7,7 @@
 //! saves never both win) and mints a token; [`update`] and [`delete`] present it, so the holder
 //! of a record that another save took over changes nothing. Every time decision uses the
 //! server's clock at the call (Rule 10): an expired record is absent to every function before
-//! the background worker's [`purge_expired`] deletes it.
+//! the background worker's [`purge_batch`] deletes it.
 
 use pgrx::datum::{Interval, TimestampWithTimeZone};
 use pgrx::pg_sys::{self, INT4OID, INTERVALOID, JSONBOID, TEXTOID, TIMESTAMPTZOID, UUIDOID};
@@ -395,19 +395,14 @@ pub fn delete(key: &RecordKey<'_>, token: Option<Uuid>) -> bool {
     })
 }
 
-/// One tick's purge: deletes expired records, every tenant's, up to [`PURGE_BATCH`] per
-/// statement and [`PURGE_BATCHES_PER_TICK`] statements. Returns how many it deleted.
-pub fn purge_expired(client: &SpiClient<'_>) -> usize {
-    let now = server_now();
-    let mut purged = 0;
-    for _ in 0..PURGE_BATCHES_PER_TICK {
-        let deleted = PURGE
-            .run(client, &[timestamptz_arg(now), (PURGE_BATCH as i32).into()])
-            .len();
-        purged += deleted;
-        if deleted < PURGE_BATCH {
-            break;
-        }
-    }
-    purged
+/// One batch of the tick's purge, in a transaction of its own: deletes up to [`PURGE_BATCH`]
+/// expired records, every tenant's (the worker runs up to [`PURGE_BATCHES_PER_TICK`] batches
+/// a tick while they come back full). Returns how many it deleted.
+pub fn purge_batch(client: &SpiClient<'_>) -> usize {
+    PURGE
+        .run(
+            client,
+            &[timestamptz_arg(server_now()), (PURGE_BATCH as i32).into()],
+        )
+        .len()
 }

@@ -1,7 +1,7 @@
 //! Retention: the background worker deletes finished jobs older than their queue's
-//! `retention`, sweeping the table in id order a window at a time (no index serves it: one on
-//! finished jobs would cost every completion an insertion to speed up a job that runs once a
-//! tick).
+//! `retention`, sweeping the table in id order a window at a time, each in a transaction of
+//! its own (no index serves it: one on finished jobs would cost every completion an insertion
+//! to speed up a job that runs once a tick).
 
 use pgrx::pg_sys::{INT4OID, INT8OID};
 use pgrx::spi::SpiClient;
@@ -10,50 +10,94 @@ use crate::storage::{param, Statement};
 
 /// Jobs the retention sweep looks at per statement.
 pub const WINDOW: usize = 2_000;
-/// Windows one tick sweeps at most, while they keep finding jobs to purge.
+/// Ids a window spans at first, and again after each window that found live jobs.
+pub const SPAN: i64 = 10 * WINDOW as i64;
+/// Ids a window spans at most: each window that finds no live job doubles the span up to this,
+/// so the sweep crosses a stretch of purged ids in a few windows, while a window over dead
+/// versions that vacuum has not removed yet stays short.
+pub const MAX_SPAN: i64 = 8 * SPAN;
+/// Windows one tick sweeps at most, while they keep finding jobs to purge (or no job at all).
 pub const WINDOWS_PER_TICK: usize = 20;
 
 static PURGE: Statement = Statement {
     name: "purge/purge",
     sql: include_str!("purge.sql"),
-    params: &[param("after id", INT8OID), param("window", INT4OID)],
-    columns: &["last_id", "looked", "purged"],
+    params: &[
+        param("after id", INT8OID),
+        param("window", INT4OID),
+        param("span", INT8OID),
+    ],
+    columns: &["last_id", "looked", "purged", "newest"],
 };
 
-thread_local! {
-    /// The last job id the retention sweep looked at.
-    static POSITION: std::cell::Cell<i64> = const { std::cell::Cell::new(0) };
+/// Where the sweep is: the last id it looked at, and the span of its next window.
+#[derive(Clone, Copy)]
+struct Sweep {
+    after: i64,
+    span: i64,
 }
 
-/// One tick's share of the sweep: one window, and further ones (up to [`WINDOWS_PER_TICK`])
-/// while windows keep finding jobs to purge, from where the last tick stopped (a restart just
-/// starts the sweep over). An idle sweep costs a millisecond a tick; a table that fills with
-/// expired jobs faster than one window a tick is swept faster. Returns how many it deleted.
+thread_local! {
+    /// Where the retention sweep is (a restart just starts the sweep over).
+    static SWEEP: std::cell::Cell<Sweep> = const { std::cell::Cell::new(Sweep { after: 0, span: SPAN }) };
+}
+
+/// What one window of the sweep did.
+pub struct Window {
+    /// Jobs it deleted.
+    pub purged: usize,
+    /// Whether the tick should sweep another window now: this one deleted jobs, or found no
+    /// live job to look at (a stretch of purged ids), and the pass goes on.
+    pub go_on: bool,
+}
+
+/// One window of the sweep, from where the last one stopped: up to [`WINDOW`] jobs within a
+/// span of ids. The worker runs one a transaction, and further ones (up to
+/// [`WINDOWS_PER_TICK`] a tick) while they keep finding jobs to purge or no job at all. An idle
+/// sweep costs a millisecond a tick; a table that fills with expired jobs faster than one window
+/// a tick is swept faster.
 ///
-/// A window that reaches the newest job ends the pass: the next one starts over at the oldest.
+/// A window that reaches the newest id ends the pass: the next one starts over at the oldest.
 /// Waiting for an empty window instead would never start over while producers keep adding
 /// jobs behind the sweep, which would then chase the newest jobs and purge nothing.
-pub fn sweep(client: &SpiClient<'_>) -> usize {
-    let mut purged = 0;
-    for _ in 0..WINDOWS_PER_TICK {
-        let rows = PURGE.run(
-            client,
-            &[POSITION.with(|p| p.get()).into(), (WINDOW as i32).into()],
-        );
-        let row = rows.first().expect("purge/purge returns one row");
-        let purged_here = row.get::<i64>("purged").unwrap_or(0) as usize;
-        purged += purged_here;
-        let looked = row.get::<i64>("looked").unwrap_or(0);
-        match row.get::<i64>("last_id") {
-            Some(last) if looked >= WINDOW as i64 => POSITION.with(|p| p.set(last)),
-            _ => {
-                POSITION.with(|p| p.set(0));
-                break;
+pub fn sweep_window(client: &SpiClient<'_>) -> Window {
+    let sweep = SWEEP.with(|s| s.get());
+    let rows = PURGE.run(
+        client,
+        &[
+            sweep.after.into(),
+            (WINDOW as i32).into(),
+            sweep.span.into(),
+        ],
+    );
+    let row = rows.first().expect("purge/purge returns one row");
+    let purged = row.get::<i64>("purged").unwrap_or(0) as usize;
+    let looked = row.get::<i64>("looked").unwrap_or(0);
+    let newest = row.get::<i64>("newest").unwrap_or(0);
+    let (after, span) = if looked >= WINDOW as i64 {
+        // A full window: the next one starts after its last job.
+        (row.get::<i64>("last_id").unwrap_or(sweep.after), SPAN)
+    } else if looked == 0 {
+        (
+            sweep.after.saturating_add(sweep.span),
+            (sweep.span * 2).min(MAX_SPAN),
+        )
+    } else {
+        (sweep.after.saturating_add(sweep.span), SPAN)
+    };
+    let pass_ended = after >= newest;
+    SWEEP.with(|s| {
+        s.set(if pass_ended {
+            Sweep {
+                after: 0,
+                span: SPAN,
             }
-        }
-        if purged_here == 0 {
-            break;
-        }
+        } else {
+            Sweep { after, span }
+        })
+    });
+    Window {
+        purged,
+        go_on: !pass_ended && (purged > 0 || looked == 0),
     }
-    purged
 }

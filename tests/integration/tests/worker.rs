@@ -1,8 +1,10 @@
 //! The background worker against real servers: it reclaims the lease of a claimer whose session
 //! died, reclaims within a tick of expiry, comes back after SIGKILL and SIGTERM, survives a failing tick, is not
 //! captured by a database's hostile search path, starts serving a
-//! database whose extension is created after start-up, purges only finished jobs past their
-//! queue's retention, and without the preload everything but the worker still works.
+//! database whose extension is created after start-up, waits quietly for a database that does
+//! not exist and leaves one that is dropped, is started by a launcher that comes back alone,
+//! purges only finished jobs past their queue's retention, and without the preload everything
+//! but the worker still works.
 //!
 //! Tests that kill processes, lock the job table or need other server settings run on a
 //! private cluster of their own, so the other tests of this binary (on [`Cluster::shared`])
@@ -128,6 +130,19 @@ fn worker_backends(client: &mut Client, database: &str) -> Vec<i32> {
             "SELECT pid FROM pg_stat_activity
               WHERE backend_type = 'pg_jobs worker' AND datname = $1",
             &[&database],
+        )
+        .expect("read pg_stat_activity")
+        .iter()
+        .map(|row| row.get(0))
+        .collect()
+}
+
+/// The pids of `pg_jobs launcher` backends, from pg_stat_activity.
+fn launcher_backends(client: &mut Client) -> Vec<i32> {
+    client
+        .query(
+            "SELECT pid FROM pg_stat_activity WHERE backend_type = 'pg_jobs launcher'",
+            &[],
         )
         .expect("read pg_stat_activity")
         .iter()
@@ -557,6 +572,146 @@ fn worker_serves_a_database_whose_extension_is_created_later() {
     println!("late database: reclaim took {took:?} from claim");
 }
 
+/// What `jobs_worker_status()` shows for a database of `pg_jobs.databases` that does not exist.
+fn missing_note(database: &str) -> String {
+    format!(
+        "database {database} does not exist; the worker starts serving it once it is created (CREATE DATABASE {database}, then CREATE EXTENSION pg_jobs in it)"
+    )
+}
+
+/// Waits for `ticks` more ticks of the worker of `database` (100 ms each).
+fn wait_ticks(client: &mut Client, database: &str, ticks: i64) {
+    let now = worker_status(client, database).map_or(0, |s| s.ticks);
+    wait_for_worker(client, database, "more ticks", |s| s.ticks >= now + ticks);
+}
+
+/// A database that `pg_jobs.databases` names but that does not exist yet is waited for
+/// quietly: no worker process, no FATAL (a worker connecting to it failed and was started again
+/// every second, for ever), one line in the log, and `jobs_worker_status()` says why. Once it is
+/// created it is served. `DROP DATABASE` of it then succeeds while it is served (its worker
+/// leaves; a session connected to the database would make the drop fail after five seconds
+/// with "database is being accessed by other users"), and it is waited for again, said once
+/// more; created again, it is served again. `CREATE DATABASE ... TEMPLATE` of a served
+/// database works too (it waits for the template's other sessions to leave, like the drop).
+#[test]
+fn a_missing_database_is_waited_for_and_a_served_one_can_be_dropped() {
+    let settings = settings_with(&[
+        "pg_jobs.databases = 'postgres, later'",
+        "log_min_messages = log",
+    ]);
+    let (cluster, mut postgres) = private_cluster("worker-missing-database", &settings);
+    wait_for_serving_worker(&mut postgres, "postgres");
+    // Two seconds of launcher looks (every tick, 100 ms) while it does not exist.
+    wait_ticks(&mut postgres, "postgres", 20);
+    let waiting = worker_status(&mut postgres, "later").expect("a row for database later");
+    assert_eq!(waiting.pid, None, "{waiting:?}");
+    assert!(!waiting.serving);
+    assert_eq!(waiting.last_error, Some(missing_note("later")));
+    assert!(worker_backends(&mut postgres, "later").is_empty());
+    let said_missing = "pg_jobs launcher: database later named in pg_jobs.databases does not exist";
+    // The workers' LOG lines do not reach a PostgreSQL 13 server's log (README, "Supported
+    // versions"); the FATALs of a worker that cannot connect would.
+    let logs = pg_jobs_tests::pg_major() >= 14;
+    let log = cluster.log();
+    assert!(!log.contains("FATAL"), "{log}");
+    assert_eq!(
+        log.matches(said_missing).count(),
+        usize::from(logs),
+        "{log}"
+    );
+
+    postgres.batch_execute("CREATE DATABASE later").unwrap();
+    let mut later = cluster.connect_to("later");
+    later.batch_execute("CREATE EXTENSION pg_jobs").unwrap();
+    assert_worker_reclaims(&mut later, "later");
+    let served = wait_for_serving_worker(&mut postgres, "later");
+    assert_eq!(served.last_error, None, "{served:?}");
+    drop(later);
+
+    postgres.batch_execute("DROP DATABASE later").unwrap();
+    let dropped = wait_for_worker(&mut postgres, "later", "waiting again", |s| {
+        s.pid.is_none() && s.last_error == Some(missing_note("later"))
+    });
+    assert!(!dropped.serving, "{dropped:?}");
+    wait_ticks(&mut postgres, "postgres", 10);
+    assert!(worker_backends(&mut postgres, "later").is_empty());
+    let log = cluster.log();
+    assert!(!log.contains("FATAL"), "{log}");
+    assert_eq!(
+        log.matches(said_missing).count(),
+        2 * usize::from(logs),
+        "{log}"
+    );
+
+    postgres.batch_execute("CREATE DATABASE later").unwrap();
+    cluster
+        .connect_to("later")
+        .batch_execute("CREATE EXTENSION pg_jobs")
+        .unwrap();
+    wait_for_serving_worker(&mut postgres, "later");
+
+    // A copy of a served database: its worker leaves for the copy and comes back.
+    let before = wait_for_serving_worker(&mut postgres, "postgres");
+    postgres
+        .batch_execute("CREATE DATABASE copied TEMPLATE postgres")
+        .unwrap();
+    let after = wait_for_worker(&mut postgres, "postgres", "back after the copy", |s| {
+        s.pid.is_some_and(|pid| Some(pid) != before.pid) && s.serving && s.ticks > 0
+    });
+    assert_eq!(
+        worker_backends(&mut postgres, "postgres"),
+        [after.pid.unwrap()]
+    );
+    assert!(!cluster.log().contains("FATAL"));
+}
+
+/// `pg_terminate_backend` of the launcher: the postmaster starts it again after a second; the
+/// workers it started keep serving, and the new launcher starts no second worker beside them.
+/// A worker terminated after that is started again by the new launcher.
+#[test]
+fn a_terminated_launcher_comes_back_and_starts_no_second_worker() {
+    let settings = settings_with(&["pg_jobs.databases = 'postgres, second'"]);
+    let (_cluster, mut client) = private_cluster("worker-launcher", &settings);
+    client.batch_execute("CREATE DATABASE second").unwrap();
+    let worker = wait_for_serving_worker(&mut client, "postgres")
+        .pid
+        .unwrap();
+    let second = wait_for_worker(&mut client, "second", "connected", |s| {
+        s.pid.is_some() && s.ticks > 0
+    })
+    .pid
+    .unwrap();
+    let launchers = launcher_backends(&mut client);
+    assert_eq!(launchers.len(), 1, "one launcher: {launchers:?}");
+
+    let terminated: bool = scalar(
+        &mut client,
+        "SELECT pg_terminate_backend($1)",
+        &[&launchers[0]],
+    );
+    assert!(terminated);
+    wait_until(Duration::from_secs(30), "a new launcher", || {
+        let now = launcher_backends(&mut client);
+        now.len() == 1 && now[0] != launchers[0]
+    });
+    // Some ticks of the new launcher (it looks every tick, 100 ms).
+    wait_ticks(&mut client, "postgres", 10);
+    assert_eq!(worker_backends(&mut client, "postgres"), [worker]);
+    assert_eq!(worker_backends(&mut client, "second"), [second]);
+
+    // The new launcher did not start these workers; it starts their successors all the same.
+    let terminated: bool = scalar(&mut client, "SELECT pg_terminate_backend($1)", &[&worker]);
+    assert!(terminated);
+    let after = wait_for_worker(&mut client, "postgres", "back with a new pid", |s| {
+        s.pid.is_some_and(|pid| pid != worker) && s.serving && s.ticks > 0
+    });
+    assert_eq!(
+        worker_backends(&mut client, "postgres"),
+        [after.pid.unwrap()]
+    );
+    assert_eq!(worker_backends(&mut client, "second"), [second]);
+}
+
 /// How a job of the retention test ends.
 #[derive(Clone, Copy)]
 enum Ending {
@@ -755,13 +910,23 @@ fn without_the_preload_everything_but_the_worker_works() {
     let (cluster, mut client) = private_cluster("worker-no-preload", &settings);
     let preload: String = scalar(&mut client, "SHOW shared_preload_libraries", &[]);
     assert_eq!(preload, "");
-    let workers: i64 = scalar(
-        &mut client,
-        "SELECT count(*) FROM jobs_worker_status()",
-        &[],
+    // No worker's row: only this database's, saying why nothing serves it.
+    let rows = client
+        .query(
+            "SELECT database, pid, last_error FROM jobs_worker_status()",
+            &[],
+        )
+        .unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].get::<_, String>(0), "postgres");
+    assert_eq!(rows[0].get::<_, Option<i32>>(1), None);
+    let reason: String = rows[0].get(2);
+    assert!(
+        reason.starts_with("pg_jobs is not in shared_preload_libraries"),
+        "{reason}"
     );
-    assert_eq!(workers, 0);
     assert!(worker_backends(&mut client, "postgres").is_empty());
+    assert!(launcher_backends(&mut client).is_empty());
 
     let queue = unique_queue(&mut client, "no-preload", "lease => '1 second'");
     let id = enqueue(&mut client, &queue, json!({}));
