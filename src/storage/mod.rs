@@ -5,6 +5,7 @@
 pub mod claim_reader;
 pub mod direct;
 pub mod group_reader;
+pub mod index_walk;
 pub mod job_writer;
 pub mod key_reader;
 pub mod progress_writer;

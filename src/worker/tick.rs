@@ -26,10 +26,11 @@ use crate::pg::clock::server_now;
 use crate::pg::extension::LIBRARY_VERSION;
 use crate::runtime::shmem::shared;
 use crate::runtime::{floor, freed_heads};
+use crate::storage::index_walk::TimeWindow;
 use crate::storage::{with_client, Statement};
 
-/// Reclaim batches (transactions) per tick, so a tick stays short however far behind it is:
-/// with `reclaim::BATCH` jobs each, at most 10,000 jobs a tick.
+/// Full reclaim batches per tick, so a tick stays short however far behind it is: with
+/// `reclaim::BATCH` jobs each, at most 10,000 jobs a tick (and a batch of what is left).
 pub const RECLAIM_BATCHES: usize = 10;
 
 /// What `pg_stat_activity.query` shows while a tick's transaction runs.
@@ -182,23 +183,57 @@ pub fn run(started_at: i64) -> TickReport {
     tick.report
 }
 
-/// Rule 5: expired leases back to queued (or failed), within a tick of expiring; a batch a
-/// transaction.
+/// Rule 5: expired leases back to queued (or failed), within a tick of expiring. The lease
+/// index is walked from its start to now a window at a time, a transaction a window (and a
+/// batch: a window with more expired leases than a batch takes is taken again).
 fn reclaim_step(tick: &mut Tick) -> Result<(), Failure> {
-    for _ in 0..RECLAIM_BATCHES {
-        let batch = tick.transaction(|client| reclaim::reclaim_batch(client, &TenantScope::All))?;
-        tick.report.reclaimed += batch;
-        if batch < reclaim::BATCH {
-            break;
+    let now = server_now();
+    let mut from = i64::MIN;
+    let mut full_batches = 0;
+    loop {
+        let (reclaimed, window) = tick
+            .transaction(|client| {
+                let window = reclaim::lease_window(from)?;
+                Some((
+                    reclaim::reclaim_batch(client, &TenantScope::All, window),
+                    window,
+                ))
+            })?
+            .unwrap_or((0, TimeWindow::ALL));
+        tick.report.reclaimed += reclaimed;
+        if reclaimed >= reclaim::BATCH {
+            full_batches += 1;
+            if full_batches >= RECLAIM_BATCHES {
+                return Ok(());
+            }
+            continue;
         }
+        if window.until > now {
+            return Ok(());
+        }
+        from = window.until;
     }
-    Ok(())
 }
 
 /// No due job may wait below a claim floor for longer than a tick, whatever made it
-/// claimable.
+/// claimable: each floor is checked from its queue's head, a window of the claim index a
+/// transaction.
 fn floors_step(tick: &mut Tick) -> Result<(), Failure> {
-    tick.report.floors_healed += tick.transaction(claim::heal_floors)?;
+    for (slot, queue, floor) in claim::owned_floors() {
+        let mut from = None;
+        loop {
+            let window = tick.transaction(|client| {
+                claim::check_floor_window(client, slot, &queue, floor, from)
+            })?;
+            if window.healed {
+                tick.report.floors_healed += 1;
+            }
+            match window.next {
+                Some(next) => from = Some(next),
+                None => break,
+            }
+        }
+    }
     Ok(())
 }
 
@@ -222,16 +257,32 @@ fn purge_step(tick: &mut Tick) -> Result<(), Failure> {
     Ok(())
 }
 
-/// Expired idempotency records: a batch a transaction.
+/// Expired idempotency records: their index walked from its start to now a window at a time,
+/// a transaction a window (and a batch).
 fn idempotency_step(tick: &mut Tick) -> Result<(), Failure> {
-    for _ in 0..idempotency::PURGE_BATCHES_PER_TICK {
-        let deleted = tick.transaction(idempotency::purge_batch)?;
+    let now = server_now();
+    let mut from = i64::MIN;
+    let mut full_batches = 0;
+    loop {
+        let (deleted, window) = tick
+            .transaction(|client| {
+                let window = idempotency::expiry_window(from)?;
+                Some((idempotency::purge_batch(client, now, window), window))
+            })?
+            .unwrap_or((0, TimeWindow::ALL));
         tick.report.idempotency_purged += deleted;
-        if deleted < idempotency::PURGE_BATCH {
-            break;
+        if deleted >= idempotency::PURGE_BATCH {
+            full_batches += 1;
+            if full_batches >= idempotency::PURGE_BATCHES_PER_TICK {
+                return Ok(());
+            }
+            continue;
         }
+        if window.until > now {
+            return Ok(());
+        }
+        from = window.until;
     }
-    Ok(())
 }
 
 /// The records of prepared transactions that no `COMMIT PREPARED` will take.

@@ -23,6 +23,7 @@ use crate::pg::datum::{IdempotencyRecordRow, IdempotencySavedRow, Jsonb};
 use crate::pg::errors::{
     quote, raise_with_hint, BAD_ARGUMENT, IDEMPOTENCY_CONFLICT, IDEMPOTENCY_MISMATCH,
 };
+use crate::storage::index_walk::TimeWindow;
 use crate::storage::{key_reader, param, timestamptz_arg, with_client, Statement};
 
 static SAVE: Statement = Statement {
@@ -98,7 +99,12 @@ static DELETE: Statement = Statement {
 static PURGE: Statement = Statement {
     name: "idempotency/purge",
     sql: include_str!("purge.sql"),
-    params: &[param("now", TIMESTAMPTZOID), param("batch size", INT4OID)],
+    params: &[
+        param("now", TIMESTAMPTZOID),
+        param("batch size", INT4OID),
+        param("from", TIMESTAMPTZOID),
+        param("until", TIMESTAMPTZOID),
+    ],
     columns: &[],
 };
 
@@ -395,14 +401,27 @@ pub fn delete(key: &RecordKey<'_>, token: Option<Uuid>) -> bool {
     })
 }
 
-/// One batch of the tick's purge, in a transaction of its own: deletes up to [`PURGE_BATCH`]
-/// expired records, every tenant's (the worker runs up to [`PURGE_BATCHES_PER_TICK`] batches
-/// a tick while they come back full). Returns how many it deleted.
-pub fn purge_batch(client: &SpiClient<'_>) -> usize {
+/// The window of at most `storage::index_walk::WINDOW_ENTRIES` entries of
+/// `idempotency_expires_idx` that starts at `from`: the worker's purge takes one at a time.
+/// `None` when the index is not there.
+pub fn expiry_window(from: i64) -> Option<TimeWindow> {
+    TimeWindow::starting_at(c"idempotency", c"idempotency_expires_idx", from)
+}
+
+/// One batch of the worker's purge, in a transaction of its own: deletes up to
+/// [`PURGE_BATCH`] records, every tenant's, that expired before `now`, with `expires_at` in
+/// `window` (the worker runs up to [`PURGE_BATCHES_PER_TICK`] full batches a tick). Returns
+/// how many it deleted.
+pub fn purge_batch(client: &SpiClient<'_>, now: i64, window: TimeWindow) -> usize {
     PURGE
         .run(
             client,
-            &[timestamptz_arg(server_now()), (PURGE_BATCH as i32).into()],
+            &[
+                timestamptz_arg(now),
+                (PURGE_BATCH as i32).into(),
+                timestamptz_arg(window.from),
+                timestamptz_arg(window.until),
+            ],
         )
         .len()
 }

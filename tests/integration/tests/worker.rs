@@ -712,6 +712,123 @@ fn a_terminated_launcher_comes_back_and_starts_no_second_worker() {
     assert_eq!(worker_backends(&mut client, "second"), [second]);
 }
 
+/// Jobs the bloat of [`the_worker_holds_no_snapshot_for_long_on_a_bloated_table`] claims and
+/// completes, and the jobs of the queue it drops.
+const BLOAT_JOBS: i64 = 100_000;
+
+/// The worker never holds a snapshot for long, even where its work meets many dead index
+/// entries: a table bloated under a held snapshot (every job claimed and completed leaves a
+/// dead entry in the claim index and the lease index), and a queue of as many queued jobs
+/// dropped and created again (their dead entries sit in the claim index below the new queue's
+/// floor, and in the table's id order), with an expired lease to reclaim and a claim waiting.
+///
+/// The bloat is held by a REPEATABLE READ snapshot without a transaction id: it keeps vacuum
+/// (and index scans) from cleaning anything up, and leaves the xmin of other snapshots alone,
+/// so the worker's `backend_xmin` tells only how long the worker's own snapshot has been
+/// held. Measured in transaction ids that another session consumes one after another all
+/// along (the age of the worker's xmin), against the ids it consumes per worker tick: a tick in
+/// one transaction held its snapshot through all its work (nearly a whole tick's ids, as the
+/// work took ten times the tick's 100 ms sleep), a tick in short transactions holds it for one
+/// bounded window or batch of one step. The bound is a quarter of the ids of a tick.
+#[test]
+fn the_worker_holds_no_snapshot_for_long_on_a_bloated_table() {
+    let (cluster, mut client) = private_cluster("worker-bloat", TEST_SETTINGS);
+    let mut holder = cluster.connect();
+    holder
+        .batch_execute(
+            "BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM pg_catalog.pg_class",
+        )
+        .unwrap();
+    let no_xid: Option<String> =
+        scalar(&mut holder, "SELECT txid_current_if_assigned()::text", &[]);
+    assert_eq!(no_xid, None, "the holder must not have a transaction id");
+
+    client
+        .batch_execute(&format!(
+            "SELECT jobs_create_queue('bloat', lease => '1 hour');
+             SELECT jobs_enqueue_batch('bloat',
+                 (SELECT array_agg('{{}}'::jsonb) FROM generate_series(1, {BLOAT_JOBS})));
+             SELECT jobs_create_queue('dropped');
+             SELECT jobs_enqueue_batch('dropped',
+                 (SELECT array_agg('{{}}'::jsonb) FROM generate_series(1, {BLOAT_JOBS})));"
+        ))
+        .unwrap();
+    for _ in 0..BLOAT_JOBS / 1000 {
+        client
+            .batch_execute(
+                "WITH c AS (SELECT array_agg(id) AS ids, array_agg(lease) AS leases
+                              FROM jobs_claim('bloat', n => 1000))
+                 SELECT count(*) FROM c, jobs_complete_batch(c.ids, c.leases)",
+            )
+            .unwrap();
+    }
+    client
+        .batch_execute(
+            "SELECT jobs_drop_queue('dropped', force => true);
+             SELECT jobs_create_queue('dropped', lease => '1 second');
+             SELECT jobs_enqueue('dropped', '{}', run_at => now() + interval '1 hour');",
+        )
+        .unwrap();
+    // An expired lease on the recreated queue, and a claim waiting on the bloated one.
+    let id = enqueue(&mut client, "dropped", json!({"expires": true}));
+    assert_eq!(claim(&mut client, "dropped", 1, "")[0].id, id);
+    let waiter = {
+        let mut waiter = cluster.connect();
+        thread::spawn(move || claim(&mut waiter, "bloat", 1, ", wait => '60 seconds'"))
+    };
+
+    let worker = wait_for_serving_worker(&mut client, "postgres")
+        .pid
+        .unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let consumer = {
+        let (stop, mut consumer) = (stop.clone(), cluster.connect());
+        thread::spawn(move || {
+            let mut consumed = 0_u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                consumer.batch_execute("SELECT txid_current()").unwrap();
+                consumed += 1;
+            }
+            consumed
+        })
+    };
+    let mut sampler = cluster.connect();
+    let ticks_before = worker_status(&mut client, "postgres").unwrap().ticks;
+    let xid_before: i64 = scalar(&mut sampler, "SELECT txid_current()", &[]);
+    let mut ages = Vec::new();
+    let mut ticks = 0;
+    while ticks < 10 {
+        let age: Option<i32> = scalar(
+            &mut sampler,
+            "SELECT age(backend_xmin) FROM pg_stat_activity WHERE pid = $1",
+            &[&worker],
+        );
+        ages.push(age.unwrap_or(0));
+        ticks = worker_status(&mut client, "postgres").unwrap().ticks - ticks_before;
+    }
+    let xid_after: i64 = scalar(&mut sampler, "SELECT txid_current()", &[]);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let consumed = consumer.join().expect("the xid consumer panicked");
+    holder.batch_execute("ROLLBACK").unwrap();
+    let per_tick = (xid_after - xid_before) / ticks;
+    let max_age = *ages.iter().max().unwrap_or(&0);
+    ages.sort_unstable();
+    println!(
+        "bloated table: worker xmin age max {max_age}, median {}, over {} samples; {per_tick} ids consumed per tick ({consumed} by the consumer, {ticks} ticks)",
+        ages[ages.len() / 2],
+        ages.len()
+    );
+    assert!(
+        i64::from(max_age) * 4 < per_tick,
+        "the worker held a snapshot for {max_age} transaction ids, a tick is {per_tick}"
+    );
+    // And it did its work meanwhile.
+    assert_eq!(state(&mut client, id), "queued");
+    let last = enqueue(&mut client, "bloat", json!({"last": true}));
+    let woken = waiter.join().expect("the waiting claim panicked");
+    assert_eq!(woken.iter().map(|c| c.id).collect::<Vec<_>>(), [last]);
+}
+
 /// How a job of the retention test ends.
 #[derive(Clone, Copy)]
 enum Ending {
