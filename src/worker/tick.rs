@@ -33,6 +33,9 @@ use crate::storage::{with_client, Statement};
 /// `reclaim::BATCH` jobs each, at most 10,000 jobs a tick (and a batch of what is left).
 pub const RECLAIM_BATCHES: usize = 10;
 
+/// Windows of the claim index below claim floors one transaction checks at most.
+const FLOOR_CHECKS_PER_TRANSACTION: usize = 16;
+
 /// What `pg_stat_activity.query` shows while a tick's transaction runs.
 const ACTIVITY: &std::ffi::CStr = c"pg_jobs tick";
 
@@ -216,23 +219,33 @@ fn reclaim_step(tick: &mut Tick) -> Result<(), Failure> {
 }
 
 /// No due job may wait below a claim floor for longer than a tick, whatever made it
-/// claimable: each floor is checked from its queue's head, a window of the claim index a
-/// transaction.
+/// claimable: each floor is checked from its queue's head, a window of the claim index at a
+/// time. A transaction checks up to [`FLOOR_CHECKS_PER_TRANSACTION`] windows, and ends after
+/// the first full one (a window that ends before the floor): many queues with little below
+/// their floors share transactions, and a queue with many dead entries below its floor gets a
+/// transaction a window.
 fn floors_step(tick: &mut Tick) -> Result<(), Failure> {
-    for (slot, queue, floor) in claim::owned_floors() {
-        let mut from = None;
-        loop {
-            let window = tick.transaction(|client| {
-                claim::check_floor_window(client, slot, &queue, floor, from)
-            })?;
-            if window.healed {
-                tick.report.floors_healed += 1;
+    let mut pending: std::collections::VecDeque<_> = claim::owned_floors()
+        .into_iter()
+        .map(|(slot, queue, floor)| (slot, queue, floor, None))
+        .collect();
+    while !pending.is_empty() {
+        let healed = tick.transaction(|client| {
+            let mut healed = 0;
+            for _ in 0..FLOOR_CHECKS_PER_TRANSACTION {
+                let Some((slot, queue, floor, from)) = pending.pop_front() else {
+                    break;
+                };
+                let window = claim::check_floor_window(client, slot, &queue, floor, from);
+                healed += usize::from(window.healed);
+                if let Some(next) = window.next {
+                    pending.push_back((slot, queue, floor, Some(next)));
+                    break;
+                }
             }
-            match window.next {
-                Some(next) => from = Some(next),
-                None => break,
-            }
-        }
+            healed
+        })?;
+        tick.report.floors_healed += healed;
     }
     Ok(())
 }
