@@ -29,9 +29,12 @@ use crate::runtime::{floor, freed_heads};
 use crate::storage::index_walk::TimeWindow;
 use crate::storage::{with_client, Statement};
 
-/// Full reclaim batches per tick, so a tick stays short however far behind it is: with
-/// `reclaim::BATCH` jobs each, at most 10,000 jobs a tick (and a batch of what is left).
-pub const RECLAIM_BATCHES: usize = 10;
+/// Jobs reclaimed per tick at most, so a tick stays short however
+/// far behind it is; the rest waits for the next ticks.
+pub const RECLAIM_PER_TICK: usize = 10 * reclaim::BATCH;
+/// Idempotency records purged per tick at most.
+pub const IDEMPOTENCY_PURGED_PER_TICK: usize =
+    idempotency::PURGE_BATCH * idempotency::PURGE_BATCHES_PER_TICK;
 
 /// Windows of the claim index below claim floors one transaction checks at most.
 const FLOOR_CHECKS_PER_TRANSACTION: usize = 16;
@@ -187,35 +190,36 @@ pub fn run(started_at: i64) -> TickReport {
 }
 
 /// Rule 5: expired leases back to queued (or failed), within a tick of expiring. The lease
-/// index is walked from its start to now a window at a time, a transaction a window (and a
-/// batch: a window with more expired leases than a batch takes is taken again).
+/// index is walked from its start to now a window at a time, a transaction a window (a window
+/// with more expired leases than a batch takes is taken again), up to [`RECLAIM_PER_TICK`]
+/// jobs a tick.
 fn reclaim_step(tick: &mut Tick) -> Result<(), Failure> {
     let now = server_now();
     let mut from = i64::MIN;
-    let mut full_batches = 0;
-    loop {
-        let (reclaimed, window) = tick
+    let mut reclaimed = 0;
+    while reclaimed < RECLAIM_PER_TICK {
+        let limit = (RECLAIM_PER_TICK - reclaimed).min(reclaim::BATCH);
+        let (batch, window) = tick
             .transaction(|client| {
                 let window = reclaim::lease_window(from)?;
                 Some((
-                    reclaim::reclaim_batch(client, &TenantScope::All, window),
+                    reclaim::reclaim_batch(client, &TenantScope::All, window, limit),
                     window,
                 ))
             })?
             .unwrap_or((0, TimeWindow::ALL));
-        tick.report.reclaimed += reclaimed;
-        if reclaimed >= reclaim::BATCH {
-            full_batches += 1;
-            if full_batches >= RECLAIM_BATCHES {
-                return Ok(());
-            }
+        reclaimed += batch;
+        tick.report.reclaimed += batch;
+        // A full batch: the window may hold more (the loop ends once the tick's share is taken).
+        if batch >= limit {
             continue;
         }
         if window.until > now {
-            return Ok(());
+            break;
         }
         from = window.until;
     }
+    Ok(())
 }
 
 /// No due job may wait below a claim floor for longer than a tick, whatever made it
@@ -271,31 +275,31 @@ fn purge_step(tick: &mut Tick) -> Result<(), Failure> {
 }
 
 /// Expired idempotency records: their index walked from its start to now a window at a time,
-/// a transaction a window (and a batch).
+/// a transaction a window (and a batch), up to [`IDEMPOTENCY_PURGED_PER_TICK`] records a tick.
 fn idempotency_step(tick: &mut Tick) -> Result<(), Failure> {
     let now = server_now();
     let mut from = i64::MIN;
-    let mut full_batches = 0;
-    loop {
+    let mut purged = 0;
+    while purged < IDEMPOTENCY_PURGED_PER_TICK {
+        let limit = (IDEMPOTENCY_PURGED_PER_TICK - purged).min(idempotency::PURGE_BATCH);
         let (deleted, window) = tick
             .transaction(|client| {
                 let window = idempotency::expiry_window(from)?;
-                Some((idempotency::purge_batch(client, now, window), window))
+                Some((idempotency::purge_batch(client, now, window, limit), window))
             })?
             .unwrap_or((0, TimeWindow::ALL));
+        purged += deleted;
         tick.report.idempotency_purged += deleted;
-        if deleted >= idempotency::PURGE_BATCH {
-            full_batches += 1;
-            if full_batches >= idempotency::PURGE_BATCHES_PER_TICK {
-                return Ok(());
-            }
+        // A full batch: the window may hold more (the loop ends once the tick's share is taken).
+        if deleted >= limit {
             continue;
         }
         if window.until > now {
-            return Ok(());
+            break;
         }
         from = window.until;
     }
+    Ok(())
 }
 
 /// The records of prepared transactions that no `COMMIT PREPARED` will take.

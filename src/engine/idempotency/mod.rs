@@ -408,17 +408,17 @@ pub fn expiry_window(from: i64) -> Option<TimeWindow> {
     TimeWindow::starting_at(c"idempotency", c"idempotency_expires_idx", from)
 }
 
-/// One batch of the worker's purge, in a transaction of its own: deletes up to
-/// [`PURGE_BATCH`] records, every tenant's, that expired before `now`, with `expires_at` in
-/// `window` (the worker runs up to [`PURGE_BATCHES_PER_TICK`] full batches a tick). Returns
-/// how many it deleted.
-pub fn purge_batch(client: &SpiClient<'_>, now: i64, window: TimeWindow) -> usize {
+/// One batch of the worker's purge, in a transaction of its own: deletes up to `limit` (at
+/// most [`PURGE_BATCH`]) records, every tenant's, that expired before `now`, with `expires_at`
+/// in `window` (the worker deletes up to [`PURGE_BATCHES_PER_TICK`] batches' worth a tick).
+/// Returns how many it deleted.
+pub fn purge_batch(client: &SpiClient<'_>, now: i64, window: TimeWindow, limit: usize) -> usize {
     PURGE
         .run(
             client,
             &[
                 timestamptz_arg(now),
-                (PURGE_BATCH as i32).into(),
+                (limit.min(PURGE_BATCH) as i32).into(),
                 timestamptz_arg(window.from),
                 timestamptz_arg(window.until),
             ],

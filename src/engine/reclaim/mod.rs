@@ -45,15 +45,20 @@ pub fn lease_window(from: i64) -> Option<TimeWindow> {
     TimeWindow::starting_at(c"job", c"job_lease_idx", from)
 }
 
-/// Takes back up to [`BATCH`] expired leases within `scope` whose `lease_until` lies in
-/// `window`: queued again while attempts remain, else failed (and dead-lettered). Returns how
-/// many it took back.
-pub fn reclaim_batch(client: &SpiClient<'_>, scope: &TenantScope, window: TimeWindow) -> usize {
+/// Takes back up to `limit` (at most [`BATCH`]) expired leases within `scope` whose
+/// `lease_until` lies in `window`: queued again while attempts remain, else failed (and
+/// dead-lettered). Returns how many it took back.
+pub fn reclaim_batch(
+    client: &SpiClient<'_>,
+    scope: &TenantScope,
+    window: TimeWindow,
+    limit: usize,
+) -> usize {
     let rows = RECLAIM.run(
         client,
         &[
             timestamptz_arg(server_now()),
-            (BATCH as i32).into(),
+            (limit.min(BATCH) as i32).into(),
             scope.param(),
             timestamptz_arg(window.from),
             timestamptz_arg(window.until),
@@ -87,7 +92,7 @@ pub fn reclaim_all(scope: &TenantScope) -> usize {
     with_client(|client| {
         let mut total = 0;
         loop {
-            let reclaimed = reclaim_batch(client, scope, TimeWindow::ALL);
+            let reclaimed = reclaim_batch(client, scope, TimeWindow::ALL, BATCH);
             total += reclaimed;
             if reclaimed < BATCH {
                 return total;
