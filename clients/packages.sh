@@ -3,8 +3,8 @@
 # projects outside the tree (the Node package as the tarball npm pack makes and as a linked
 # directory, from this tree and from a fresh copy of its files; the Python package as a wheel
 # and straight from its directory), checks what the packages hold, type-checks the README's
-# Node examples against the installed declarations, and runs every README example (workers
-# and producers) against the test server. Run by clients/test while its servers are up (the
+# Node examples against the installed declarations, and runs every README example (workers,
+# producers and the workflow example) against the test server. Run by clients/test while its servers are up (the
 # PG_JOBS_TEST_* variables); npm and pip fetch from their registries or caches.
 #
 # The source tree must be left as it was found: `git status` of clients/, listing untracked
@@ -103,6 +103,22 @@ run_examples() {
   note "$label: 3 jobs produced and run, worker stopped by SIGTERM"
 }
 
+# Runs the workflow example command $2 (example set $1) against a fresh queue "orders": it
+# must finish by itself, printing the invoice (the parts' weights summed) and the shipment
+# (woken by the payment's signal).
+run_workflow_example() {
+  local label=$1 command=$2
+  "${PSQL[@]}" -c "SELECT jobs_drop_queue('orders', force => true) FROM jobs.queue WHERE name = 'orders'" \
+    -c "SELECT jobs_create_queue('orders')" >/dev/null || die "could not create the queue orders"
+  DATABASE_URL=$WORKER_URL timeout 120 $command >workflow.out 2>&1 \
+    || { cat workflow.out; die "$label: the README's workflow example failed"; }
+  grep -Eq '^job [0-9]+ succeeded: \{"weight": ?5\}$' workflow.out \
+    || { cat workflow.out; die "$label: the workflow example printed no invoice of weight 5"; }
+  grep -Eq '^job [0-9]+ succeeded: \{"paid": ?59.9, ?"shipped": ?true\}$' workflow.out \
+    || { cat workflow.out; die "$label: the workflow example printed no shipment woken by the payment"; }
+  note "$label: the workflow example fanned out and in, and its awaiting job was woken by the signal"
+}
+
 fresh_copy
 
 step "Node: what npm pack puts in the package"
@@ -148,7 +164,8 @@ done
 step "Node: the README's examples type-check against the installed declarations and run"
 app=$SCRATCH/node-checkout-first
 examples=$(readme_blocks "$NODE_LIB/README.md" "$app")
-[ "$examples" = "worker.mjs producer.mjs" ] || die "the Node README's examples are '$examples', not worker.mjs and producer.mjs"
+[ "$examples" = "worker.mjs producer.mjs workflow.mjs" ] \
+  || die "the Node README's examples are '$examples', not worker.mjs, producer.mjs and workflow.mjs"
 (cd "$app" && npm install --no-audit --no-fund --loglevel=error @types/pg@8 @types/node@20 >/dev/null 2>&1) \
   || die "npm could not install @types/pg and @types/node for the type check"
 cat >"$app/check.ts" <<'TS'
@@ -166,14 +183,16 @@ TS
 cat >"$app/tsconfig.json" <<'JSON'
 { "compilerOptions": { "module": "nodenext", "moduleResolution": "nodenext", "target": "es2022", "strict": true,
     "noEmit": true, "allowJs": true, "checkJs": true, "skipLibCheck": false, "types": ["node"] },
-  "files": ["check.ts", "worker.mjs", "producer.mjs"] }
+  "files": ["check.ts", "worker.mjs", "producer.mjs", "workflow.mjs"] }
 JSON
 (cd "$app" && "$NODE_LIB/node_modules/.bin/tsc" -p tsconfig.json) || die "the Node README's examples or check.ts do not type-check against the installed package"
-note "check.ts, worker.mjs and producer.mjs type-check"
+note "check.ts, worker.mjs, producer.mjs and workflow.mjs type-check"
 (cd "$app" && run_examples "Node (tarball)" "node worker.mjs" "node producer.mjs")
+(cd "$app" && run_workflow_example "Node (tarball)" "node workflow.mjs")
 app=$SCRATCH/node-checkout-second
 readme_blocks "$NODE_LIB/README.md" "$app" >/dev/null
 (cd "$app" && run_examples "Node (linked directory)" "node worker.mjs" "node producer.mjs")
+(cd "$app" && run_workflow_example "Node (linked directory)" "node workflow.mjs")
 
 step "Python: what pip wheel puts in the package"
 "$PY_VENV/bin/pip" wheel --quiet --disable-pip-version-check --no-deps --wheel-dir "$SCRATCH/wheel" "$PY_LIB" \
@@ -203,10 +222,11 @@ for part in first second; do
   location=$("$venv/bin/python" -c 'import pg_jobs, sys; print(pg_jobs.__file__)')
   case $location in "$venv"/*) ;; *) die "pg_jobs imports from $location, not from the virtualenv $venv" ;; esac
   examples=$(readme_blocks "$PY_LIB/README.md" "$venv/app")
-  [ "$examples" = "worker.py async_worker.py producer.py" ] \
-    || die "the Python README's examples are '$examples', not worker.py, async_worker.py and producer.py"
+  [ "$examples" = "worker.py async_worker.py producer.py workflow.py" ] \
+    || die "the Python README's examples are '$examples', not worker.py, async_worker.py, producer.py and workflow.py"
   (cd "$venv/app" && run_examples "Python threads ($part way)" "$venv/bin/python worker.py" "$venv/bin/python producer.py")
   (cd "$venv/app" && run_examples "Python asyncio ($part way)" "$venv/bin/python async_worker.py" "$venv/bin/python producer.py")
+  (cd "$venv/app" && run_workflow_example "Python ($part way)" "$venv/bin/python workflow.py")
 done
 
 step "the source tree is as it was"

@@ -365,3 +365,37 @@ make_pg_dir() {
     done
   fi
 }
+
+# --- The dashboard's browser tests (dashboard/test/run) ------------------------------------
+# Debian's Chromium and its driver, installed only when the browser tests run (not for the
+# rest of the suite): playwright-core drives /usr/bin/chromium, since playwright's own
+# browser download cannot work on these machines.
+ensure_browser() {
+  if [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; then
+    step "Chromium is installed ($(/usr/bin/chromium --version 2>/dev/null))"
+    return
+  fi
+  step "installing Debian packages: chromium chromium-driver (for the dashboard's browser tests)"
+  command -v apt-get >/dev/null 2>&1 || die "apt-get not found: install chromium and chromium-driver by hand"
+  as_root apt-get update -qq || die "apt-get update failed (is the Debian mirror reachable?)"
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null \
+    || die "apt-get install chromium chromium-driver failed (see above)"
+  [ -x /usr/bin/chromium ] || die "installed chromium, but /usr/bin/chromium is missing"
+}
+
+# The browser tests' npm packages (playwright-core, pg) in DIR/node_modules, installed when
+# DIR/package.json changed.
+ensure_browser_test_deps() {
+  local dir=$1 stamp want
+  command -v npm >/dev/null 2>&1 || die "npm not found: install Node.js 20 and npm (Debian: apt-get install nodejs npm)"
+  stamp=$dir/node_modules/.pg-jobs-installed
+  want=$(cksum <"$dir/package.json")
+  if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+    step "npm packages of the browser tests are installed"
+    return
+  fi
+  step "installing the browser tests' npm packages (playwright-core, pg)"
+  (cd "$dir" && npm install --no-audit --no-fund --loglevel=error) \
+    || die "npm install in $dir failed (is the npm registry reachable?)"
+  echo "$want" >"$stamp"
+}

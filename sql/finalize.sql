@@ -30,7 +30,10 @@ SELECT q.name AS queue,
                 OR d.tenant OPERATOR(pg_catalog.=) ANY ((SELECT jobs.tenant_scope())::pg_catalog.text[]))
          ORDER BY d.run_at
          LIMIT 1)                          AS oldest_ready_age,
-       coalesce(s.finished_last_minute, 0) AS finished_last_minute
+       coalesce(s.finished_last_minute, 0) AS finished_last_minute,
+       -- Workflows (0.3.0): jobs waiting for their dependencies or a signal. Last, as a view
+       -- may only grow at its end.
+       coalesce(s.waiting, 0)              AS waiting
   FROM jobs.queue q
   LEFT JOIN (
         SELECT j.queue,
@@ -46,7 +49,11 @@ SELECT q.name AS queue,
                                   AND j.lease_until OPERATOR(pg_catalog.<) pg_catalog.now()) AS running_past_lease,
                pg_catalog.count(*) FILTER (WHERE j.finished_at OPERATOR(pg_catalog.>)
                                       (pg_catalog.now() OPERATOR(pg_catalog.-) interval '1 minute'))
-                                                                                           AS finished_last_minute
+                                                                                           AS finished_last_minute,
+               -- Compared as text: the upgrade script that adds 'waiting' to jobs.state
+               -- defines this view in the same transaction, where the new value may not be
+               -- used yet.
+               pg_catalog.count(*) FILTER (WHERE j.state::pg_catalog.text OPERATOR(pg_catalog.=) 'waiting') AS waiting
           FROM jobs.job j
          WHERE (SELECT jobs.tenant_scope()) IS NULL
             OR (j.tenant IS NULL AND pg_catalog.cardinality((SELECT jobs.tenant_scope())) OPERATOR(pg_catalog.=) 0)
@@ -54,7 +61,7 @@ SELECT q.name AS queue,
          GROUP BY j.queue
        ) s ON s.queue OPERATOR(pg_catalog.=) q.name;
 COMMENT ON VIEW jobs.queue_stats IS
-    'per queue: jobs by state (ready + scheduled = queued; the states add up), running jobs past their lease, the oldest ready job''s age, jobs finished in the last minute';
+    'per queue: jobs by state (ready + scheduled = queued; the states add up, waiting included), running jobs past their lease, the oldest ready job''s age, jobs finished in the last minute';
 
 
 -- Row-level security, forced (the owner is subject to it too): a direct read of jobs.job shows
@@ -113,6 +120,18 @@ GRANT SELECT ON jobs.idempotency TO jobs_client;
 -- Schedules (pg_jobs issue 12): only admins schedule, so only admins read them (their
 -- payloads are jobs of no tenant). The tables stay writable by the owner alone.
 GRANT SELECT ON jobs.schedule, jobs.schedules TO jobs_admin;
+-- ==== Workflows (issue 37) =====================================================================
+-- Recorded signals are a tenant's own, as its jobs are; clients may read them. The dependency
+-- and await tables name jobs of every tenant: only the functions read them.
+ALTER TABLE jobs.signal ENABLE ROW LEVEL SECURITY;
+ALTER TABLE jobs.signal FORCE ROW LEVEL SECURITY;
+CREATE POLICY tenant_scope ON jobs.signal
+    USING ((SELECT jobs.tenant_scope()) IS NULL
+           OR (tenant OPERATOR(pg_catalog.=) '' AND pg_catalog.cardinality((SELECT jobs.tenant_scope())) OPERATOR(pg_catalog.=) 0)
+           OR tenant OPERATOR(pg_catalog.=) ANY ((SELECT jobs.tenant_scope())::pg_catalog.text[]));
+REVOKE ALL ON jobs.signal, jobs.job_dependency, jobs.job_await FROM PUBLIC;
+GRANT SELECT ON jobs.signal TO jobs_client;
+-- ==== end of workflows =========================================================================
 
 -- ==== Set-up checks (0.3.0) ===============================================================
 -- Said once, at CREATE EXTENSION (and at the update), where the set-up leaves pg_jobs exposed:
@@ -162,3 +181,108 @@ BEGIN
     END IF;
 END
 $checks$;
+
+-- ---------------------------------------------------------------------------------------------
+-- Dashboard (pg_jobs issue 38): the views of client workers and of throughput. Both run as
+-- their owner and filter by the session's tenant scope themselves, as jobs.queue_stats does.
+-- ---------------------------------------------------------------------------------------------
+
+-- Client workers, by the worker name their claims gave (jobs_claim's worker): what they run
+-- (the running jobs), their claims waiting for work now (jobs.waiting_claims, from shared
+-- memory), their backends (the waiting ones and the sessions whose application_name is the
+-- name), their last claim and heartbeat, and the leases about to run out (less than a
+-- quarter of the lease left, or passed: a worker whose heartbeats stopped). last_seen is now
+-- while a claim waits, else the latest claim or heartbeat. Built from what the server has, so
+-- a worker that neither runs a job nor waits is not listed.
+CREATE VIEW jobs.workers AS
+WITH running AS (
+    SELECT coalesce(j.worker, '') AS worker,
+           pg_catalog.array_agg(DISTINCT j.queue) AS queues,
+           pg_catalog.count(*) AS running,
+           (pg_catalog.array_agg(j.id ORDER BY j.id))[1:100] AS running_jobs,
+           pg_catalog.max(j.started_at) AS last_claim,
+           pg_catalog.max(j.heartbeat_at) AS last_heartbeat,
+           pg_catalog.min(j.lease_until) AS next_lease_end,
+           pg_catalog.count(*) FILTER (WHERE j.lease_until OPERATOR(pg_catalog.<)
+                   (pg_catalog.now() OPERATOR(pg_catalog.+) (j.lease_duration OPERATOR(pg_catalog./) 4::pg_catalog.float8)))
+               AS leases_expiring
+      FROM jobs.job j
+     WHERE j.state OPERATOR(pg_catalog.=) 'running'
+       AND j.lease_until IS NOT NULL
+       AND ((SELECT jobs.tenant_scope()) IS NULL
+            OR (j.tenant IS NULL AND pg_catalog.cardinality((SELECT jobs.tenant_scope())) OPERATOR(pg_catalog.=) 0)
+            OR j.tenant OPERATOR(pg_catalog.=) ANY ((SELECT jobs.tenant_scope())::pg_catalog.text[]))
+     GROUP BY 1
+), waiting AS (
+    SELECT w.worker,
+           pg_catalog.array_agg(DISTINCT w.queue) AS queues,
+           pg_catalog.array_agg(w.pid ORDER BY w.pid) AS pids,
+           pg_catalog.count(*) AS waiting,
+           pg_catalog.min(w.since) AS waiting_since
+      FROM jobs.waiting_claims() w
+     GROUP BY w.worker
+), named AS (
+    SELECT coalesce(r.worker, w.worker) AS worker, r.queues AS running_queues,
+           w.queues AS waiting_queues, w.pids AS waiting_pids, w.waiting, w.waiting_since,
+           r.running, r.running_jobs, r.last_claim, r.last_heartbeat, r.next_lease_end,
+           r.leases_expiring
+      FROM running r
+      FULL JOIN waiting w ON w.worker OPERATOR(pg_catalog.=) r.worker
+)
+SELECT n.worker,
+       ARRAY(SELECT DISTINCT q.queue
+               FROM pg_catalog.unnest(pg_catalog.array_cat(n.running_queues, n.waiting_queues)) AS q(queue)
+              ORDER BY 1) AS queues,
+       ARRAY(SELECT DISTINCT b.pid
+               FROM (SELECT pg_catalog.unnest(n.waiting_pids)
+                     UNION ALL
+                     SELECT a.pid FROM pg_catalog.pg_stat_activity a
+                      WHERE a.application_name OPERATOR(pg_catalog.=) n.worker
+                        AND a.datname OPERATOR(pg_catalog.=) pg_catalog.current_database()) AS b(pid)
+              ORDER BY 1) AS pids,
+       coalesce(n.waiting, 0) AS waiting,
+       n.waiting_since,
+       coalesce(n.running, 0) AS running,
+       coalesce(n.running_jobs, '{}') AS running_jobs,
+       greatest(n.last_claim, n.waiting_since) AS last_claim,
+       n.last_heartbeat,
+       n.next_lease_end,
+       coalesce(n.leases_expiring, 0) AS leases_expiring,
+       CASE WHEN n.waiting IS NOT NULL THEN pg_catalog.now()
+            ELSE greatest(n.last_claim, n.last_heartbeat) END AS last_seen
+  FROM named n;
+COMMENT ON VIEW jobs.workers IS
+    'pg_jobs client workers by name: running jobs, waiting claims, backends, last claim and heartbeat, leases about to run out';
+
+-- Throughput per queue and minute over the last 24 hours: jobs enqueued, completed, failed
+-- and retried. The minutes the background worker wrote (jobs.throughput_minute) and the
+-- current one, still in shared memory (jobs.throughput_pending); within the caller's tenant
+-- scope.
+CREATE VIEW jobs.throughput AS
+SELECT h.queue,
+       h.minute,
+       pg_catalog.sum(h.enqueued)::bigint  AS enqueued,
+       pg_catalog.sum(h.completed)::bigint AS completed,
+       pg_catalog.sum(h.failed)::bigint    AS failed,
+       pg_catalog.sum(h.retried)::bigint   AS retried
+  FROM (SELECT t.queue, t.minute, t.enqueued, t.completed, t.failed, t.retried
+          FROM jobs.throughput_minute t
+         WHERE t.minute OPERATOR(pg_catalog.>=) (pg_catalog.now() OPERATOR(pg_catalog.-) interval '24 hours')
+           AND ((SELECT jobs.tenant_scope()) IS NULL
+                OR (t.tenant_hash OPERATOR(pg_catalog.=) 0
+                    AND pg_catalog.cardinality((SELECT jobs.tenant_scope())) OPERATOR(pg_catalog.=) 0)
+                OR t.tenant_hash OPERATOR(pg_catalog.=) ANY (ARRAY(
+                       SELECT jobs.tenant_hash(s.tenant)
+                         FROM pg_catalog.unnest((SELECT jobs.tenant_scope())) AS s(tenant))))
+        UNION ALL
+        SELECT p.queue, p.minute, p.enqueued, p.completed, p.failed, p.retried
+          FROM jobs.throughput_pending() p) h
+ GROUP BY h.queue, h.minute;
+COMMENT ON VIEW jobs.throughput IS
+    'pg_jobs: per queue and minute over the last 24 hours, jobs enqueued, completed, failed and retried';
+
+REVOKE ALL ON jobs.throughput_minute FROM PUBLIC;
+GRANT SELECT ON jobs.workers, jobs.throughput TO jobs_client;
+-- ---------------------------------------------------------------------------------------------
+-- End of the dashboard's views.
+-- ---------------------------------------------------------------------------------------------

@@ -31,7 +31,9 @@ GRANT jobs_worker TO jobs_admin;
 CREATE SCHEMA jobs;
 COMMENT ON SCHEMA jobs IS 'pg_jobs: tables, types and views of the job queue';
 
-CREATE TYPE jobs.state AS ENUM ('queued', 'running', 'succeeded', 'failed', 'cancelled');
+-- 'waiting' (0.3.0, workflows): a job that waits for its dependencies or for a signal. Last, as
+-- an upgrade's ALTER TYPE ... ADD VALUE puts it.
+CREATE TYPE jobs.state AS ENUM ('queued', 'running', 'succeeded', 'failed', 'cancelled', 'waiting');
 
 CREATE TABLE jobs.queue (
     name              text COLLATE pg_catalog."C" PRIMARY KEY
@@ -67,8 +69,8 @@ COMMENT ON TABLE jobs.queue IS 'pg_jobs queues and their settings; change them w
 -- enqueue and turn concurrent producers into MultiXact traffic. The enqueue statement reads the
 -- queue row in the same statement instead, and jobs_drop_queue locks this table out.
 -- No CHECK constraint: PostgreSQL parses and prepares a table's checks again in every
--- statement that writes it: 31,000 instructions in each claim's and settle's update, 6% of a
--- claim and complete of one job (callgrind). Rule 3's bound on attempts is kept where attempts are
+-- statement that writes it, a cost every claim's and settle's update would pay. Rule 3's bound
+-- on attempts is kept where attempts are
 -- spent: a claim takes only a job with attempts left (claim/take.sql), a release gives one back
 -- only above 0 (settle/release.sql).
 -- Column order matters for WAL: an update logs only the bytes between the longest unchanged
@@ -110,7 +112,20 @@ CREATE TABLE jobs.job (
     -- the group unfinished, at group_concurrency 1, or the group full). The claim indexes
     -- leave it out, so claims never walk it; the settle that moves its group on clears it
     -- (engine::groups).
-    group_wait     boolean NOT NULL DEFAULT false
+    group_wait     boolean NOT NULL DEFAULT false,
+    -- Workflows (0.3.0, engine::workflows). Last, as an upgrade's ADD COLUMN puts them, and
+    -- where no claim or settle of a job that uses none of this changes them (an update logs
+    -- only the changed middle of the row). `dependents`: jobs were enqueued after this one
+    -- while it was unfinished, so its settle looks them up (a settle of any other job skips
+    -- the look-up); set once, never cleared. `after`: the jobs this one was enqueued after
+    -- (its parents), as given. `signal`: the signal it awaits or was woken by, as
+    -- {"name": ..., "payload": ..., "timed_out": ...} (no payload when there is none), which
+    -- the next claims carry as it is. One column, in jobs.claimed too: every claim and settle
+    -- of every job builds and checks each column of the row, NULL or not, and a claim that took
+    -- it apart into three attributes set up three expressions on every call.
+    dependents     boolean NOT NULL DEFAULT false,
+    after          bigint[],
+    signal         jsonb
 )
 -- Every job is updated at least twice (claim, settle). Room on its page lets both new versions
 -- stay there: no page-move lock record in the WAL, a smaller update record (only the changed
@@ -126,8 +141,8 @@ COMMENT ON TABLE jobs.job IS 'pg_jobs jobs, one row per job for its whole life, 
 -- running jobs are not in it, so a table full of history does not slow claims down.
 -- Its keys end with the job's id, so no two live entries are equal and deduplication never saves
 -- a byte: without it a full leaf page splits at once instead of first comparing every entry
--- on it with its neighbour (for this index and the kinds index, 7% of the instructions of a
--- batch enqueue of 1,000 jobs). The same holds for the kinds and group indexes.
+-- on it with its neighbour, work a batch enqueue pays for every entry. The same holds for the
+-- kinds and group indexes.
 -- It leads with a hash of the queue's name, not the name: a key whose first column is text has
 -- no cached offsets, so every comparison an insertion makes re-walked the entry column by
 -- column, and a batch's jobs share queue, priority and run_at, so every comparison went on to
@@ -148,8 +163,8 @@ CREATE INDEX job_kind_claim_idx
 -- Unique jobs: at most one job holds a unique key in a queue (per tenant; '' stands for no
 -- tenant, which no tenant can be called). Only jobs that hold a key are in it. The key comes
 -- first: keys differ where queues and tenants repeat, so a comparison stops at the first
--- column (the columns after a text one have no cached offset; 9% less CPU per batch of 1,000
--- unique jobs than with the queue first).
+-- column (the columns after a text one have no cached offset, so each later column a
+-- comparison reaches costs a walk of the entry).
 CREATE UNIQUE INDEX job_unique_idx ON jobs.job (unique_key, queue, (COALESCE(tenant, '')))
     WHERE unique_hold;
 -- Groups: the unfinished jobs of each group, its running jobs first (their place is 0), then
@@ -160,9 +175,8 @@ CREATE UNIQUE INDEX job_unique_idx ON jobs.job (unique_key, queue, (COALESCE(ten
 -- are in it.
 -- Keyed by one hash of the queue's name and the group key, not by the two texts: a probe reads
 -- every entry of its range on the leaf page it lands on, and with text keys each entry cost
--- two string comparisons and an uncached walk to the id (a claim of 100 jobs from 100 groups
--- and its jobs_complete_batch spent 15% of its instructions checking those keys; 39.7 M
--- instructions with text keys, 29.0 M with the hash, callgrind). The statements compare the
+-- two string comparisons and an uncached walk to the id, a large part of a claim and settle of
+-- many groups' jobs. The statements compare the
 -- hash and then the names: two groups whose keys hash alike only read each other's entries.
 -- The place is one column, not the state and the id: PostgreSQL ends a scan at a bound on a
 -- single column, and a row comparison over two read on past the job. Running jobs used to have
@@ -175,8 +189,8 @@ CREATE INDEX job_group_idx
       AND (state OPERATOR(pg_catalog.=) 'queued' OR state OPERATOR(pg_catalog.=) 'running');
 -- Groups: their waiting jobs (marked by a claim or an enqueue), in enqueue order. A settle
 -- that moves a group on asks this small index whether anything waits for the group, which is
--- seldom, and so seldom reads the group itself (a settle of 100 jobs of 100 groups with
--- nothing waiting: 4 M instructions when it read each group's head, callgrind). Only
+-- seldom, and so seldom reads the group itself (reading each settled group's head was most of
+-- a settle's work when nothing waited). Only
 -- statements that name a group may read it (group_key IS NOT NULL): the settle's statement
 -- once read every waiting job of every queue through it, to find the few it clears, when its
 -- plan was made while nothing waited.
@@ -238,7 +252,10 @@ CREATE TYPE jobs.claimed AS (
     tenant       text,
     group_key    text,
     created_at   timestamptz,
-    run_at       timestamptz
+    run_at       timestamptz,
+    -- Workflows (0.3.0): the signal the job awaited, {"name", "payload", "timed_out"} (NULL for
+    -- a job that never awaited).
+    signal       jsonb
 );
 
 INSERT INTO jobs.queue (name) VALUES ('default');
@@ -405,4 +422,83 @@ SELECT s.name,
 COMMENT ON VIEW jobs.schedules IS 'pg_jobs schedules: definition, next slot, last slot and its job';
 -- ---------------------------------------------------------------------------------------------
 -- End of schedules.
+-- ---------------------------------------------------------------------------------------------
+
+-- ==== Workflows (issue 37) =====================================================================
+-- Dependencies, results and durable waits (engine::workflows). The functions are the only
+-- writers; none of these tables is read by a claim or settle of a job that uses none of this.
+
+-- One row per (waiting job, unfinished parent): the child waits until no row of it is left.
+-- A parent's success deletes its rows, and the settle that deletes a child's last one queues
+-- the child in its transaction (engine::workflows says how two last parents settling at once
+-- are told apart without a count that every settle would update). A parent that ends failed or
+-- cancelled cancels its waiting children, whose rows go with them. `parents`: how many rows
+-- the child got when they were made (all at once), so a settle that deletes them all knows it
+-- is the last without asking.
+CREATE TABLE jobs.job_dependency (
+    child   bigint NOT NULL,
+    parent  bigint NOT NULL,
+    parents integer NOT NULL,
+    PRIMARY KEY (child, parent)
+);
+COMMENT ON TABLE jobs.job_dependency IS 'pg_jobs: which unfinished jobs each waiting job still waits for; written by jobs_enqueue(after => ...) and the settles of the parents';
+-- A settle finds its children here.
+CREATE INDEX job_dependency_parent_idx ON jobs.job_dependency (parent);
+SELECT pg_catalog.pg_extension_config_dump('jobs.job_dependency', '');
+
+-- One row per job waiting for a signal (jobs_await): the signal's commit deletes the rows of
+-- its (tenant, signal) and queues their jobs; the worker (or jobs_reclaim) deletes those past
+-- their deadline and queues their jobs timed out. A row goes exactly once, so a signal and a
+-- timeout racing for a job wake it once. Kept apart from jobs.job so that the jobs table has no
+-- index that only awaits need (every claim and settle would maintain it). tenant '' stands for
+-- no tenant, as in jobs.idempotency.
+CREATE TABLE jobs.job_await (
+    job       bigint PRIMARY KEY,
+    tenant    text NOT NULL,
+    signal    text NOT NULL,
+    deadline  timestamptz NOT NULL
+);
+COMMENT ON TABLE jobs.job_await IS 'pg_jobs: the jobs waiting for a signal (jobs_await), with their deadline';
+CREATE INDEX job_await_signal_idx ON jobs.job_await (tenant, signal);
+CREATE INDEX job_await_deadline_idx ON jobs.job_await (deadline);
+SELECT pg_catalog.pg_extension_config_dump('jobs.job_await', '');
+
+-- Recorded signals (jobs_signal with keep > 0): an await of a recorded signal that has not
+-- expired answers at once, so no wake-up is lost whichever of the two commits first. One row
+-- per (tenant, signal): a later signal replaces the payload and the expiry. The worker deletes
+-- expired ones in bounded batches.
+CREATE TABLE jobs.signal (
+    tenant     text NOT NULL,
+    name       text NOT NULL,
+    payload    jsonb,
+    sent_at    timestamptz NOT NULL,
+    expires_at timestamptz NOT NULL,
+    PRIMARY KEY (tenant, name)
+);
+COMMENT ON TABLE jobs.signal IS 'pg_jobs: signals recorded by jobs_signal for late awaits, until they expire';
+CREATE INDEX signal_expires_idx ON jobs.signal (expires_at);
+SELECT pg_catalog.pg_extension_config_dump('jobs.signal', '');
+-- ==== end of workflows =========================================================================
+
+-- ---------------------------------------------------------------------------------------------
+-- Dashboard (pg_jobs issue 38): the throughput history behind the view jobs.throughput. Per
+-- minute, queue and tenant (by hash: shared memory counts tenants by the hash of their name,
+-- jobs.tenant_hash(tenant); 0 for jobs without one), the jobs enqueued, completed, failed and
+-- retried. The background worker writes one row per active queue and tenant a minute, from the
+-- counts shared memory keeps (no write per job), and drops rows older than 24 hours
+-- (engine::throughput). Runtime state, not dumped.
+-- ---------------------------------------------------------------------------------------------
+CREATE TABLE jobs.throughput_minute (
+    minute      timestamptz NOT NULL,
+    queue       text COLLATE pg_catalog."C" NOT NULL,
+    tenant_hash bigint NOT NULL,
+    enqueued    bigint NOT NULL,
+    completed   bigint NOT NULL,
+    failed      bigint NOT NULL,
+    retried     bigint NOT NULL,
+    PRIMARY KEY (minute, queue, tenant_hash)
+);
+COMMENT ON TABLE jobs.throughput_minute IS 'pg_jobs: per minute, queue and tenant hash, jobs enqueued, completed, failed and retried (24 hours; read jobs.throughput)';
+-- ---------------------------------------------------------------------------------------------
+-- End of the dashboard's schema.
 -- ---------------------------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 //! sizes of each scenario at the chosen scale (`BENCH_SCALE=full`, the default, or `small`).
 
 use std::env;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 
@@ -49,6 +49,18 @@ pub struct Scale {
     /// u: seconds of the steady window of the rate-limited queue (its quiet window lasts
     /// `idle_secs`).
     pub flow_rate_secs: u64,
+    /// o: seconds a transaction is held open, seconds measured before it, and jobs per second
+    /// offered throughout (BENCH_HOLD_SECS, BENCH_HOLD_BEFORE_SECS, BENCH_HOLD_RATE override
+    /// them).
+    pub hold_secs: u64,
+    pub hold_before_secs: u64,
+    pub hold_rate: f64,
+    /// y: jobs run through the queue at a steady rate, the live jobs whose size is the
+    /// baseline, and jobs per second offered (BENCH_STORAGE_JOBS, BENCH_STORAGE_LIVE,
+    /// BENCH_STORAGE_RATE override them).
+    pub storage_jobs: u64,
+    pub storage_live: u64,
+    pub storage_rate: f64,
 }
 
 impl Scale {
@@ -76,6 +88,12 @@ impl Scale {
             soak_sample_secs: 10,
             soak_retention_secs: 60,
             flow_rate_secs: 20,
+            hold_secs: 180,
+            hold_before_secs: 60,
+            hold_rate: 400.0,
+            storage_jobs: 2_000_000,
+            storage_live: 100_000,
+            storage_rate: 5_000.0,
         }
     }
 
@@ -103,7 +121,51 @@ impl Scale {
             soak_sample_secs: 5,
             soak_retention_secs: 10,
             flow_rate_secs: 5,
+            hold_secs: 20,
+            hold_before_secs: 10,
+            hold_rate: 400.0,
+            storage_jobs: 200_000,
+            storage_live: 10_000,
+            storage_rate: 5_000.0,
         }
+    }
+}
+
+/// A positive number from the environment variable `name`, if it is set.
+fn positive(name: &str) -> Result<Option<f64>> {
+    match env::var(name) {
+        Err(_) => Ok(None),
+        Ok(text) => match text.trim().parse::<f64>() {
+            Ok(v) if v > 0.0 && v.is_finite() => Ok(Some(v)),
+            _ => bail!("{name} must be a positive number, not {text:?}"),
+        },
+    }
+}
+
+impl Scale {
+    /// Applies the environment's overrides of the sizes of o and y, so that a run of one of
+    /// them can be cut shorter (or made longer) than its scale says.
+    fn overridden(&mut self) -> Result<()> {
+        let whole = |v: f64| v.round().max(1.0) as u64;
+        if let Some(v) = positive("BENCH_HOLD_SECS")? {
+            self.hold_secs = whole(v);
+        }
+        if let Some(v) = positive("BENCH_HOLD_BEFORE_SECS")? {
+            self.hold_before_secs = whole(v);
+        }
+        if let Some(v) = positive("BENCH_HOLD_RATE")? {
+            self.hold_rate = v;
+        }
+        if let Some(v) = positive("BENCH_STORAGE_JOBS")? {
+            self.storage_jobs = whole(v);
+        }
+        if let Some(v) = positive("BENCH_STORAGE_LIVE")? {
+            self.storage_live = whole(v);
+        }
+        if let Some(v) = positive("BENCH_STORAGE_RATE")? {
+            self.storage_rate = v;
+        }
+        Ok(())
     }
 }
 
@@ -115,8 +177,6 @@ pub const IDLE_WORKERS: usize = 16;
 pub const LATENCY_INTERVAL_MS: u64 = 10;
 /// Small backlog of d.
 pub const SMALL_BACKLOG: u64 = 1_000;
-/// Scenarios run when BENCH_SCENARIOS is not set: all of them.
-pub const ALL_SCENARIOS: &str = "pabcdefghiklrvwstu";
 
 /// The load generator's superuser role (benchmarks/run creates it, and makes it the owner of
 /// the pg_jobs extension): the comparators other than pg_jobs connect as it.
@@ -153,9 +213,9 @@ pub struct Config {
     pub scale: Scale,
     /// Comparators to run (all by default).
     pub comparators: Vec<String>,
-    /// Scenarios to run, as letters: p (pgbench), a..h, i, k, l (client libraries), r (roles
-    /// and tenants), t, u (flow control), v, w, s (all by default).
-    pub scenarios: String,
+    /// Scenarios to run, as their letters (`scenarios::ALL`); `None`, when BENCH_SCENARIOS is
+    /// not set, runs all of them.
+    pub scenarios: Option<String>,
     /// How many times the scenarios whose spread the report shows (a, b, c, r) run.
     pub repeats: u32,
     /// Versions of the comparators, for the report.
@@ -173,17 +233,34 @@ fn var_or(name: &str, default: &str) -> String {
     env::var(name).unwrap_or_else(|_| default.to_owned())
 }
 
+/// The report (BENCH_REPORT, by default `benchmarks/REPORT.md`) and the JSON of the run it is
+/// rendered from (BENCH_JSON, by default the report's path with `.json`).
+pub fn report_paths() -> (PathBuf, PathBuf) {
+    let report = PathBuf::from(var_or("BENCH_REPORT", "benchmarks/REPORT.md"));
+    let json = env::var("BENCH_JSON").map_or_else(|_| report.with_extension("json"), PathBuf::from);
+    (report, json)
+}
+
+/// `charts/` beside the report.
+pub fn charts_dir(report: &Path) -> PathBuf {
+    report
+        .parent()
+        .map_or_else(|| PathBuf::from("charts"), |d| d.join("charts"))
+}
+
 impl Config {
     pub fn from_env() -> Result<Config> {
-        let scale = match var_or("BENCH_SCALE", "full").as_str() {
+        let mut scale = match var_or("BENCH_SCALE", "full").as_str() {
             "full" => Scale::full(),
             "small" => Scale::small(),
             other => bail!("BENCH_SCALE must be full or small, not {other:?}"),
         };
+        scale.overridden()?;
         let repeats = match var_or("BENCH_REPEATS", "2").parse::<u32>() {
             Ok(n) if (1..=10).contains(&n) => n,
             _ => bail!("BENCH_REPEATS must be a whole number from 1 to 10"),
         };
+        let (report, json) = report_paths();
         let socket_dir = var("BENCH_SOCKETS")?;
         let port = var("BENCH_PORT")?;
         let db = var_or("BENCH_DB", "bench");
@@ -211,11 +288,11 @@ impl Config {
                 "BENCH_PGBENCH",
                 "/usr/lib/postgresql/15/bin/pgbench",
             )),
-            report: PathBuf::from(var("BENCH_REPORT")?),
-            json: PathBuf::from(var("BENCH_JSON")?),
+            report,
+            json,
             scale,
             comparators,
-            scenarios: var_or("BENCH_SCENARIOS", ALL_SCENARIOS),
+            scenarios: env::var("BENCH_SCENARIOS").ok(),
             repeats,
             graphile_version: var_or("BENCH_GRAPHILE_VERSION", "?"),
             node_version: var_or("BENCH_NODE_VERSION", "?"),
@@ -225,13 +302,12 @@ impl Config {
 
     /// Where the report's charts go: `charts/` beside the report.
     pub fn charts_dir(&self) -> PathBuf {
-        self.report
-            .parent()
-            .map_or_else(|| PathBuf::from("charts"), |d| d.join("charts"))
+        charts_dir(&self.report)
     }
 
+    /// Whether the run measures the scenario of this letter.
     pub fn runs(&self, scenario: char) -> bool {
-        self.scenarios.contains(scenario)
+        self.scenarios.as_ref().is_none_or(|s| s.contains(scenario))
     }
 
     pub fn wants(&self, comparator: &str) -> bool {

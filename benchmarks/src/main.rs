@@ -6,20 +6,21 @@
 //! to BENCH_REPORT and its charts to `charts/` beside it. `pg_jobs_bench report` re-renders
 //! the report and charts from BENCH_JSON without measuring anything.
 
-mod charts;
 mod comparators;
 mod config;
+mod counts;
 mod cpu;
 mod db;
+mod format;
 mod machine;
 mod report;
+mod results;
 mod scenarios;
 
 use std::process::ExitCode;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
-use postgres::Client;
 
 use comparators::graphile::Graphile;
 use comparators::handrolled::Handrolled;
@@ -27,45 +28,86 @@ use comparators::pg_jobs::PgJobs;
 use comparators::pgmq::Pgmq;
 use comparators::Comparator;
 use config::Config;
-use report::Run;
-use scenarios::{
-    backlog, burndown, enqueue, flow, idempotency, idle, kinds, latency, long, pgbench, roles,
-    scaling, snapshot, soak, vacuum, wal, Ctx, Measurement,
-};
+use results::{Measurement, Run};
+use scenarios::{Ctx, Runs};
 
 fn main() -> ExitCode {
     let outcome = match std::env::args().nth(1).as_deref() {
-        Some("report") => rerender(),
-        None | Some("run") => measure(),
+        Some("report") => rerender().map(|()| ExitCode::SUCCESS),
+        Some("counts") => count(),
+        None | Some("run") => measure().map(|()| ExitCode::SUCCESS),
         Some(other) => Err(anyhow::anyhow!(
-            "unknown command {other:?}: use run (default) or report"
+            "unknown command {other:?}: use run (default), counts or report"
         )),
     };
-    match outcome {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("pg_jobs_bench: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
+    outcome.unwrap_or_else(|e| {
+        eprintln!("pg_jobs_bench: {e:#}");
+        ExitCode::FAILURE
+    })
 }
 
+/// The exit status of a counts run whose repetitions did not agree within ±2%.
+const DRIFTED: u8 = 3;
+
+/// Measures the counts per operation on the counts cluster, writes them to BENCH_COUNTS_JSON
+/// and prints their table; fails with [`DRIFTED`] when a figure's repetitions disagree.
+fn count() -> Result<ExitCode> {
+    let path = counts_path()?;
+    let counts = counts::run()?;
+    std::fs::write(&path, serde_json::to_string_pretty(&counts)?)
+        .with_context(|| format!("writing {}", path.display()))?;
+    println!("{}", report::counts_section(&counts));
+    eprintln!("wrote {}", path.display());
+    let drift = counts::drifting(&counts);
+    if drift.is_empty() && counts.rows.iter().all(|r| r.missing.is_none()) {
+        return Ok(ExitCode::SUCCESS);
+    }
+    for d in &drift {
+        eprintln!("pg_jobs_bench: repetitions disagree: {d}");
+    }
+    for r in counts.rows.iter().filter(|r| r.missing.is_some()) {
+        eprintln!("pg_jobs_bench: {} · {} not measured", r.operation, r.queue);
+    }
+    Ok(ExitCode::from(DRIFTED))
+}
+
+/// Where the counts go (BENCH_COUNTS_JSON).
+fn counts_path() -> Result<std::path::PathBuf> {
+    std::env::var("BENCH_COUNTS_JSON")
+        .map(Into::into)
+        .context("BENCH_COUNTS_JSON is not set (run the counts through benchmarks/run counts)")
+}
+
+/// The counts this run of the suite measured before its scenarios: BENCH_COUNTS_JSON, which
+/// benchmarks/run sets only when it measured them in the same invocation.
+fn counts_of_this_run() -> Result<Option<results::Counts>> {
+    let Ok(path) = std::env::var("BENCH_COUNTS_JSON") else {
+        return Ok(None);
+    };
+    let text =
+        std::fs::read_to_string(&path).with_context(|| format!("reading the counts in {path}"))?;
+    Ok(Some(
+        serde_json::from_str(&text).with_context(|| format!("{path} does not hold counts"))?,
+    ))
+}
+
+/// Renders the report and its charts again from the JSON of the run, measuring nothing.
 fn rerender() -> Result<()> {
-    let cfg = Config::from_env()?;
-    let text = std::fs::read_to_string(&cfg.json)
-        .with_context(|| format!("reading {}", cfg.json.display()))?;
-    let run: Run = serde_json::from_str(&text)?;
-    charts::write(&cfg.charts_dir(), &run)?;
-    std::fs::write(&cfg.report, report::render(&run))?;
-    eprintln!("wrote {}", cfg.report.display());
+    let (report, json) = config::report_paths();
+    let text = std::fs::read_to_string(&json).with_context(|| {
+        format!(
+            "reading {} (set BENCH_JSON, or BENCH_REPORT beside it)",
+            json.display()
+        )
+    })?;
+    let run: Run = serde_json::from_str(&text)
+        .with_context(|| format!("{} is not the JSON of a run", json.display()))?;
+    report::write_charts(&config::charts_dir(&report), &run)?;
+    std::fs::write(&report, report::render(&run))
+        .with_context(|| format!("writing {}", report.display()))?;
+    eprintln!("wrote {}", report.display());
     Ok(())
 }
-
-type Scenario = fn(&Ctx, &mut Client, &dyn Comparator) -> Vec<Measurement>;
-
-/// Scenarios run `BENCH_REPEATS` times, so that the report shows their run-to-run noise: the
-/// ones most targets come from, and short enough to repeat (r repeats too; it runs on its own).
-const REPEATED: &str = "abc";
 
 fn measure() -> Result<()> {
     let cfg = Config::from_env()?;
@@ -83,133 +125,62 @@ fn measure() -> Result<()> {
         Box::new(Graphile::new(&ctx.cfg)),
     ];
     let keys = ["pg_jobs", "handrolled", "pgmq", "graphile"];
-    let comparators: Vec<&dyn Comparator> = all
+    let queues: Vec<&dyn Comparator> = all
         .iter()
         .zip(keys)
         .filter(|(_, key)| ctx.cfg.wants(key))
         .map(|(c, _)| c.as_ref())
         .collect();
-    let mut waiting = Vec::new();
-    for c in &comparators {
-        waiting.push((c.name().to_owned(), c.waiting_mode()));
-    }
+    let backwards: Vec<&dyn Comparator> = queues.iter().rev().copied().collect();
+    let mut run = Run {
+        machine,
+        waiting: queues
+            .iter()
+            .map(|c| (c.name().to_owned(), c.waiting_mode()))
+            .collect(),
+        counts: counts_of_this_run()?,
+        ..Run::default()
+    };
 
     let mut results: Vec<Measurement> = Vec::new();
-    if ctx.cfg.runs('p') {
-        eprintln!("\n== pgbench: the machine's commit-rate ceiling");
-        results.push(pgbench::run(&ctx, &mut admin));
-    }
-    let scenarios: [(char, &str, Scenario); 9] = [
-        ('a', "enqueue", enqueue::run),
-        ('b', "burn-down", burndown::run),
-        ('c', "pickup latency", latency::run),
-        ('d', "backlog", backlog::run),
-        ('e', "held snapshot", snapshot::run),
-        ('f', "WAL and commits per job", wal::run),
-        ('h', "long burn-down", long::run),
-        ('k', "kinds-filtered claims", kinds::run),
-        ('w', "scaling curve", scaling::run),
-    ];
-    let backwards: Vec<&dyn Comparator> = comparators.iter().rev().copied().collect();
-    for (letter, title, run) in scenarios {
-        if !ctx.cfg.runs(letter) {
+    for scenario in &scenarios::ALL {
+        let wanted = scenario.only.is_none_or(|only| ctx.cfg.wants(only));
+        if !ctx.cfg.runs(scenario.letter) || !wanted {
             continue;
         }
-        let repeats = if REPEATED.contains(letter) {
-            ctx.cfg.repeats
-        } else {
-            1
-        };
-        for repeat in 0..repeats {
-            if repeats > 1 {
-                eprintln!("\n== {letter}. {title} (run {} of {repeats})", repeat + 1);
-            } else {
+        let (letter, title) = (scenario.letter, scenario.title);
+        match scenario.runs {
+            Runs::Once(run) => {
                 eprintln!("\n== {letter}. {title}");
+                results.extend(run(&ctx, &mut admin, &queues));
             }
-            // Every other run takes the queues in reverse order, so that none always runs
-            // first (or last) after a change of scenario.
-            let order = if repeat % 2 == 0 {
-                &comparators
-            } else {
-                &backwards
-            };
-            for c in order {
-                results.extend(run(&ctx, &mut admin, *c).into_iter().map(|mut m| {
-                    m.repeat = repeat;
-                    m
-                }));
+            Runs::EachQueue(run) => {
+                eprintln!("\n== {letter}. {title}");
+                for c in &queues {
+                    results.extend(run(&ctx, &mut admin, *c));
+                }
+            }
+            Runs::EachQueueRepeated(run) => {
+                let repeats = ctx.cfg.repeats;
+                for repeat in 0..repeats {
+                    eprintln!("\n== {letter}. {title} (run {} of {repeats})", repeat + 1);
+                    // Every other run takes the queues in reverse order, so that none always
+                    // runs first (or last) after a change of scenario.
+                    let order = if repeat % 2 == 0 { &queues } else { &backwards };
+                    for c in order {
+                        results.extend(run(&ctx, &mut admin, *c).into_iter().map(|mut m| {
+                            m.repeat = repeat;
+                            m
+                        }));
+                    }
+                }
             }
         }
         // Keep what is measured so far, should a later scenario kill the run.
-        save(&ctx.cfg, &machine, &waiting, started, &results)?;
-    }
-    if ctx.cfg.runs('r') && ctx.cfg.wants("pg_jobs") {
-        for repeat in 0..ctx.cfg.repeats {
-            eprintln!(
-                "\n== r. roles and tenants cost (run {} of {})",
-                repeat + 1,
-                ctx.cfg.repeats
-            );
-            // r numbers its measurements itself: each repetition measures every variant in
-            // two pairs.
-            results.extend(roles::run(&ctx, &mut admin, repeat));
-        }
-        save(&ctx.cfg, &machine, &waiting, started, &results)?;
-    }
-    if ctx.cfg.runs('g') {
-        eprintln!("\n== g. idle");
-        results.push(idle::baseline(&ctx, &mut admin));
-        // pg_jobs waits longer than the window, so any statement in it would come from polling
-        // inside the wait; the 10-second loop shows the cost of re-issuing the wait.
-        let long_wait = PgJobs::new("pg_jobs", "60 seconds");
-        let loop_wait = PgJobs::new("pg_jobs (10 s wait loop)", "10 seconds");
-        let mut idle_set: Vec<&dyn Comparator> = Vec::new();
-        for c in &comparators {
-            if c.name() == "pg_jobs" {
-                idle_set.push(&long_wait);
-                idle_set.push(&loop_wait);
-            } else {
-                idle_set.push(*c);
-            }
-        }
-        for c in idle_set {
-            results.extend(idle::run(&ctx, &mut admin, c));
-        }
-    }
-    if ctx.cfg.runs('l') {
-        eprintln!("\n== l. client libraries");
-        results.extend(scenarios::clients::run(&ctx, &mut admin));
-        save(&ctx.cfg, &machine, &waiting, started, &results)?;
-    }
-    if ctx.cfg.runs('i') {
-        eprintln!("\n== i. idempotency records");
-        results.extend(idempotency::run(&ctx, &mut admin));
-        save(&ctx.cfg, &machine, &waiting, started, &results)?;
-    }
-    if ctx.cfg.runs('v') {
-        eprintln!("\n== v. dead rows held back while workers wait");
-        results.push(vacuum::baseline(&ctx, &mut admin));
-        for c in &comparators {
-            results.extend(vacuum::run(&ctx, &mut admin, *c));
-        }
-        save(&ctx.cfg, &machine, &waiting, started, &results)?;
-    }
-    if ctx.cfg.runs('t') && ctx.cfg.wants("pg_jobs") {
-        eprintln!("\n== t. schedules");
-        results.extend(scenarios::schedules::run(&ctx, &mut admin));
-        save(&ctx.cfg, &machine, &waiting, started, &results)?;
-    }
-    if ctx.cfg.runs('u') && ctx.cfg.wants("pg_jobs") {
-        eprintln!("\n== u. flow control");
-        results.extend(flow::run(&ctx, &mut admin));
-        save(&ctx.cfg, &machine, &waiting, started, &results)?;
-    }
-    if ctx.cfg.runs('s') {
-        eprintln!("\n== s. soak");
-        results.extend(soak::run(&ctx, &mut admin, &comparators));
+        save(&ctx.cfg, &mut run, started, &results)?;
     }
 
-    let run = save(&ctx.cfg, &machine, &waiting, started, &results)?;
+    save(&ctx.cfg, &mut run, started, &results)?;
     eprintln!(
         "\nwrote {} and {} ({:.0} minutes)",
         ctx.cfg.report.display(),
@@ -220,24 +191,14 @@ fn measure() -> Result<()> {
 }
 
 /// Writes the figures so far to the JSON file and the report.
-fn save(
-    cfg: &Config,
-    machine: &machine::Machine,
-    waiting: &[(String, String)],
-    started: Instant,
-    results: &[Measurement],
-) -> Result<Run> {
-    let run = Run {
-        machine: machine.clone(),
-        load_after: machine::load_average(),
-        minutes: started.elapsed().as_secs_f64() / 60.0,
-        waiting: waiting.to_vec(),
-        measurements: results.to_vec(),
-    };
+fn save(cfg: &Config, run: &mut Run, started: Instant, results: &[Measurement]) -> Result<()> {
+    run.load_after = machine::load_average();
+    run.minutes = started.elapsed().as_secs_f64() / 60.0;
+    run.measurements = results.to_vec();
     std::fs::write(&cfg.json, serde_json::to_string_pretty(&run)?)
         .with_context(|| format!("writing {}", cfg.json.display()))?;
-    charts::write(&cfg.charts_dir(), &run)?;
-    std::fs::write(&cfg.report, report::render(&run))
+    report::write_charts(&cfg.charts_dir(), run)?;
+    std::fs::write(&cfg.report, report::render(run))
         .with_context(|| format!("writing {}", cfg.report.display()))?;
-    Ok(run)
+    Ok(())
 }

@@ -1,5 +1,5 @@
 //! Consuming: `jobs_claim`, `jobs_heartbeat`, `jobs_complete`, `jobs_complete_batch`,
-//! `jobs_fail` and `jobs_release`.
+//! `jobs_complete_and_claim`, `jobs_fail` and `jobs_release`.
 
 use pgrx::prelude::*;
 
@@ -50,6 +50,21 @@ fn jobs_claim(
     wait: default!(Option<Interval>, "'0'"),
 ) -> SetOfIterator<'static, ClaimedRow> {
     access::require(Role::Worker, "claim jobs");
+    let request = claim_request(queue, worker, n, lease, kinds, wait);
+    SetOfIterator::new(claim::claim(&request))
+}
+
+/// Checks `jobs_claim`'s arguments (shared with `jobs_complete_and_claim`) and makes the
+/// engine's request of them.
+#[track_caller]
+fn claim_request<'a>(
+    queue: Option<&'a str>,
+    worker: Option<&str>,
+    n: Option<i32>,
+    lease: Option<Interval>,
+    kinds: Option<Vec<Option<String>>>,
+    wait: Option<Interval>,
+) -> ClaimRequest<'a> {
     let queue = queue_arg(queue);
     let worker = match worker {
         Some(worker) => {
@@ -86,15 +101,116 @@ fn jobs_claim(
         max_wait_ms * 1000,
         &format!("at least 0 and at most pg_jobs.max_wait ({max_wait_ms} ms)"),
     );
-    let request = ClaimRequest {
+    ClaimRequest {
         queue,
         worker,
         n: n as usize,
         lease,
         filter: ClaimFilter::new(kinds, tenants::scope()),
         wait_micros: wait.as_micros() as i64,
+    }
+}
+
+/// One commit per job: completes the jobs a worker finished (`ids` with their `leases`, and
+/// each one's `result` when `results` is given) and claims up to `n` due jobs of `queue`, in
+/// one call and one transaction. One row per settled job, in input order (`settled`, its
+/// `outcome`: `succeeded`, `cancelled` or `lost`), then one per claimed job (`claimed`, as
+/// `jobs_claim` returns it; `SELECT settled, outcome, (claimed).* FROM ...` flattens it). It
+/// never waits: a worker whose claim came back empty asks `jobs_claim(..., wait => ...)`
+/// next, so that no settle stays uncommitted while it sleeps.
+#[allow(clippy::too_many_arguments, clippy::type_complexity)]
+#[pg_extern(volatile, parallel_unsafe, security_definer)]
+#[search_path(pg_catalog, pg_temp)]
+fn jobs_complete_and_claim(
+    queue: Option<&str>,
+    ids: Option<Vec<Option<i64>>>,
+    leases: Option<Vec<Option<pgrx::Uuid>>>,
+    results: default!(Option<Vec<Option<pgrx::JsonB>>>, "NULL"),
+    worker: default!(Option<&str>, "NULL"),
+    n: default!(Option<i32>, 1),
+    lease: default!(Option<Interval>, "NULL"),
+    kinds: default!(Option<Vec<Option<String>>>, "NULL"),
+) -> TableIterator<
+    'static,
+    (
+        name!(settled, Option<i64>),
+        name!(outcome, Option<String>),
+        name!(claimed, Option<ClaimedRow>),
+    ),
+> {
+    access::require(Role::Worker, "complete and claim jobs");
+    let pairs = held_pairs(ids, leases);
+    if let Some(results) = &results {
+        if results.len() != pairs.len() {
+            raise(
+                BAD_ARGUMENT,
+                format!(
+                    "results must have one element per id (or be NULL), got {} results for {} ids",
+                    results.len(),
+                    pairs.len()
+                ),
+            );
+        }
+    }
+    let results: Option<Vec<Option<Jsonb>>> = results.map(|results| {
+        results
+            .into_iter()
+            .enumerate()
+            .map(|(i, result)| {
+                let result = result.and_then(Jsonb::from_value);
+                if let Some(result) = result {
+                    check_payload_size(result, || format!("results[{}]", i + 1));
+                }
+                result
+            })
+            .collect()
+    });
+    let request = claim_request(queue, worker, n, lease, kinds, Some(Interval::from_days(0)));
+    let scope = tenants::scope();
+    let outcomes: Vec<(i64, String)> = match results {
+        Some(results) => pairs
+            .iter()
+            .zip(results)
+            .map(|(held, result)| {
+                (
+                    held.0,
+                    settle::complete(*held, result, &scope).as_str().to_owned(),
+                )
+            })
+            .collect(),
+        None => settle::complete_batch(&pairs, &scope)
+            .into_iter()
+            .map(|(id, outcome)| (id, outcome.as_str().to_owned()))
+            .collect(),
     };
-    SetOfIterator::new(claim::claim(&request))
+    let claimed = claim::claim(&request);
+    TableIterator::new(
+        outcomes
+            .into_iter()
+            .map(|(id, outcome)| (Some(id), Some(outcome), None))
+            .chain(claimed.into_iter().map(|row| (None, None, Some(row)))),
+    )
+}
+
+/// The `(id, lease)` pairs of a batch settle, checked: both arrays given, of one length, with
+/// no NULL element.
+#[track_caller]
+fn held_pairs(ids: Option<Vec<Option<i64>>>, leases: Option<Vec<Option<pgrx::Uuid>>>) -> Vec<Held> {
+    let ids = required(ids, "ids");
+    let leases = required(leases, "leases");
+    if ids.len() != leases.len() {
+        raise(
+            BAD_ARGUMENT,
+            format!(
+                "ids and leases must have the same length, got {} ids and {} leases",
+                ids.len(),
+                leases.len()
+            ),
+        );
+    }
+    let ids = required_elements(ids, "ids");
+    let leases = required_elements(leases, "leases");
+    ids.into_iter().zip(leases).collect()
 }
 
 /// The `(id, lease)` a heartbeat or settle call presents.
@@ -147,21 +263,7 @@ fn jobs_complete_batch(
     leases: Option<Vec<Option<pgrx::Uuid>>>,
 ) -> TableIterator<'static, (name!(id, i64), name!(outcome, String))> {
     access::require(Role::Worker, "complete jobs");
-    let ids = required(ids, "ids");
-    let leases = required(leases, "leases");
-    if ids.len() != leases.len() {
-        raise(
-            BAD_ARGUMENT,
-            format!(
-                "ids and leases must have the same length, got {} ids and {} leases",
-                ids.len(),
-                leases.len()
-            ),
-        );
-    }
-    let ids = required_elements(ids, "ids");
-    let leases = required_elements(leases, "leases");
-    let pairs: Vec<Held> = ids.into_iter().zip(leases).collect();
+    let pairs = held_pairs(ids, leases);
     TableIterator::new(
         settle::complete_batch(&pairs, &tenants::scope())
             .into_iter()

@@ -10,3 +10,4 @@ mod produce;
 mod queues;
 mod schedules;
 mod tenants;
+mod workflows;

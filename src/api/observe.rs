@@ -8,7 +8,7 @@ use pgrx::prelude::*;
 use super::args::{check_queue_name, check_range, limits};
 use crate::engine::access::{self, Role};
 use crate::engine::observe::{
-    self, ListFilter, QueueStats, QueueTotals, WorkerReport, LIST_STATES,
+    self, ClientWorker, ListFilter, QueueStats, QueueTotals, WorkerReport, LIST_STATES,
 };
 use crate::engine::tenants;
 use crate::pg::clock::server_now;
@@ -64,8 +64,10 @@ fn jobs_list(
 }
 
 /// Per-queue job counts by state, the oldest ready job's age, running jobs past their lease and
-/// recent throughput; jobs completed, failed and retried since the server started; and the
-/// health of this database's background worker: as Prometheus text. A session limited to some
+/// recent throughput; jobs completed, failed, retried, released, lost, cancelled and enqueued
+/// since the server started; the client workers (`jobs.workers`); and the health of this
+/// database's background worker: as Prometheus text. The names are those of
+/// clients/postgres_exporter/queries.yaml. A session limited to some
 /// tenants sees their jobs only, and no worker health.
 #[pg_extern(volatile, parallel_restricted, security_definer)]
 #[search_path(pg_catalog, pg_temp)]
@@ -77,6 +79,7 @@ fn jobs_metrics() -> String {
         .then(|| Health::of(observe::this_database_worker()));
     let mut out = render_metrics(&observe::queue_stats());
     render_totals(&mut out, &observe::totals(&scope));
+    render_clients(&mut out, &observe::client_workers());
     if let Some(worker) = worker {
         render_worker(&mut out, &worker);
     }
@@ -84,8 +87,10 @@ fn jobs_metrics() -> String {
 }
 
 /// Per queue, the jobs settled since the server started (or since shared memory was last
-/// reset by a crash restart): completed, failed for good, and retried (a failed attempt or an
-/// expired lease that runs again). Counted when the settle commits. A session limited to some
+/// reset by a crash restart): completed, failed for good, retried (a failed attempt or an
+/// expired lease that runs again), released (handed back by their holder), lost (heartbeat and
+/// settle calls whose lease was no longer the job's), cancelled, and the jobs enqueued.
+/// Counted when the transaction commits. A session limited to some
 /// tenants sees their jobs' counts; a session that sees every tenant also gets a line with a
 /// NULL queue when more queues settled jobs than shared memory holds counters for.
 // pgrx reads the column names from `name!` in the signature, so the type cannot be an alias.
@@ -99,6 +104,10 @@ fn jobs_totals() -> TableIterator<
         name!(completed, i64),
         name!(failed, i64),
         name!(retried, i64),
+        name!(released, i64),
+        name!(lost, i64),
+        name!(cancelled, i64),
+        name!(enqueued, i64),
     ),
 > {
     access::require_to_read(Role::Client, "read the queues' totals");
@@ -109,6 +118,10 @@ fn jobs_totals() -> TableIterator<
             counter(t.counts.completed),
             counter(t.counts.failed),
             counter(t.counts.retried),
+            counter(t.counts.released),
+            counter(t.counts.lost),
+            counter(t.counts.cancelled),
+            counter(t.counts.enqueued),
         )
     }))
 }
@@ -159,6 +172,26 @@ fn render_totals(out: &mut String, totals: &[QueueTotals]) {
             "Failed attempts and expired leases that were scheduled to run again, since the server started.",
             |c: &QueueTotals| c.counts.retried,
         ),
+        (
+            "pg_jobs_released_total",
+            "Jobs their holder handed back without spending the attempt (jobs_release), since the server started.",
+            |c: &QueueTotals| c.counts.released,
+        ),
+        (
+            "pg_jobs_lost_total",
+            "Heartbeat and settle calls answered lost (their lease was no longer the job's), since the server started.",
+            |c: &QueueTotals| c.counts.lost,
+        ),
+        (
+            "pg_jobs_cancelled_total",
+            "Queued or running jobs cancelled, since the server started.",
+            |c: &QueueTotals| c.counts.cancelled,
+        ),
+        (
+            "pg_jobs_enqueued_total",
+            "Jobs enqueued (schedules' slots and dead-letter copies included; not unique duplicates), since the server started.",
+            |c: &QueueTotals| c.counts.enqueued,
+        ),
     ] {
         write_family(
             out,
@@ -166,6 +199,40 @@ fn render_totals(out: &mut String, totals: &[QueueTotals]) {
             help,
             "counter",
             &mut totals.iter().map(|t| (queue_label(t), pick(t).to_string())),
+        );
+    }
+}
+
+fn render_clients(out: &mut String, clients: &[ClientWorker]) {
+    let labels = |c: &ClientWorker| format!("worker=\"{}\"", label_value(&c.worker));
+    for (name, help, pick) in [
+        (
+            "pg_jobs_client_running",
+            "Jobs a client worker runs (jobs.workers: by the worker name its claims gave).",
+            (|c: &ClientWorker| c.running.to_string()) as fn(&ClientWorker) -> String,
+        ),
+        (
+            "pg_jobs_client_waiting",
+            "Claims of a client worker waiting for work now.",
+            |c: &ClientWorker| c.waiting.to_string(),
+        ),
+        (
+            "pg_jobs_client_leases_expiring",
+            "Jobs of a client worker whose lease has less than a quarter of its length left, or has passed (its heartbeats are late).",
+            |c: &ClientWorker| c.leases_expiring.to_string(),
+        ),
+        (
+            "pg_jobs_client_last_seen_age_seconds",
+            "Seconds since a client worker's last claim or heartbeat (0 while a claim of it waits).",
+            |c: &ClientWorker| c.last_seen_age_seconds.to_string(),
+        ),
+    ] {
+        write_family(
+            out,
+            name,
+            help,
+            "gauge",
+            &mut clients.iter().map(|c| (labels(c), pick(c))),
         );
     }
 }
@@ -278,8 +345,8 @@ fn render_metrics(stats: &[QueueStats]) -> String {
             write_family(&mut out, name, help, kind, lines)
         };
     family(
-        "pg_jobs_jobs",
-        "Jobs by queue and state (ready: queued and due; scheduled: queued, not yet due); the states add up.",
+        "pg_jobs_queue_jobs",
+        "Jobs by queue and state (ready: queued and due; scheduled: queued, not yet due; waiting: for dependencies or a signal); the states add up.",
         "gauge",
         &mut stats.iter().flat_map(|s| {
             s.by_state.iter().map(move |(state, n)| {
@@ -482,6 +549,69 @@ mod jobs {
             state.next_due.and_then(at),
             state.freed_heads,
         ))
+    }
+
+    /// The claims waiting for work now (`jobs_claim` with `wait`), for the view `jobs.workers`:
+    /// each one's backend, worker name, queue and since when it waits. A session limited to
+    /// some tenants sees the claims that take only its tenants' jobs; a client without a
+    /// tenant sees none (claims are workers'). Empty without the preload.
+    #[allow(clippy::type_complexity)]
+    #[pg_extern(volatile, parallel_restricted, security_definer)]
+    #[search_path(pg_catalog, pg_temp)]
+    fn waiting_claims() -> TableIterator<
+        'static,
+        (
+            name!(pid, i32),
+            name!(worker, String),
+            name!(queue, String),
+            name!(since, Option<TimestampWithTimeZone>),
+        ),
+    > {
+        access::require_to_read(Role::Client, "read the waiting claims");
+        let claims = crate::engine::observe::waiting_claims(&tenants::scope());
+        TableIterator::new(claims.into_iter().map(|c| {
+            (
+                c.pid,
+                c.worker,
+                c.queue,
+                TimestampWithTimeZone::try_from(c.since).ok(),
+            )
+        }))
+    }
+
+    /// The current minute of the throughput history, for the view `jobs.throughput`: per queue,
+    /// the jobs enqueued, completed, failed and retried since the background worker last wrote
+    /// the history (within the caller's tenant scope). Empty without the preload.
+    #[allow(clippy::type_complexity)]
+    #[pg_extern(volatile, parallel_restricted, security_definer)]
+    #[search_path(pg_catalog, pg_temp)]
+    fn throughput_pending() -> TableIterator<
+        'static,
+        (
+            name!(queue, String),
+            name!(minute, Option<TimestampWithTimeZone>),
+            name!(enqueued, i64),
+            name!(completed, i64),
+            name!(failed, i64),
+            name!(retried, i64),
+        ),
+    > {
+        access::require_to_read(Role::Client, "read the throughput history");
+        let minute = crate::engine::throughput::minute_of(crate::pg::clock::server_now());
+        let minute = TimestampWithTimeZone::try_from(minute).ok();
+        let pending = crate::engine::throughput::pending(&tenants::scope());
+        TableIterator::new(
+            pending
+                .into_iter()
+                .map(move |(queue, [e, c, f, r])| (queue, minute, e, c, f, r)),
+        )
+    }
+
+    /// The hash `jobs.throughput_minute` stores for a tenant's jobs (0 for jobs without one).
+    #[pg_extern(immutable, parallel_safe)]
+    #[search_path(pg_catalog, pg_temp)]
+    fn tenant_hash(tenant: Option<&str>) -> i64 {
+        crate::engine::throughput::tenant_hash(tenant)
     }
 
     /// The tenant scope of the calling session, for the row-level security policy on

@@ -1,4 +1,4 @@
-//! Operating on jobs by id: `jobs_cancel`, `jobs_retry`, `jobs_reclaim`.
+//! Operating on jobs by id: `jobs_cancel`, `jobs_retry`, `jobs_run_now`, `jobs_reclaim`.
 
 use pgrx::prelude::*;
 
@@ -7,8 +7,9 @@ use crate::engine::access::{self, Role};
 use crate::engine::{operate, reclaim, tenants};
 use crate::pg::errors::required;
 
-/// Cancels a queued or running job at once and returns its state afterwards; a finished job
-/// is left as it is. A running holder learns it at its next heartbeat or settle call.
+/// Cancels a queued, running or waiting job at once (and the jobs waiting for it, transitively)
+/// and returns its state afterwards; a finished job is left as it is. A running holder learns
+/// it at its next heartbeat or settle call.
 #[pg_extern(volatile, parallel_unsafe, security_definer)]
 #[search_path(pg_catalog, pg_temp)]
 fn jobs_cancel(id: Option<i64>) -> &'static str {
@@ -16,7 +17,8 @@ fn jobs_cancel(id: Option<i64>) -> &'static str {
     operate::cancel(required(id, "id"), &tenants::scope()).as_str()
 }
 
-/// Brings a failed or cancelled job back to queued at `run_at`, with fresh attempts.
+/// Brings a failed or cancelled job back to queued at `run_at`, with fresh attempts: `queued`,
+/// or `waiting` for a job enqueued after jobs that have not all succeeded since.
 #[pg_extern(volatile, parallel_unsafe, security_definer)]
 #[search_path(pg_catalog, pg_temp)]
 fn jobs_retry(
@@ -30,7 +32,17 @@ fn jobs_retry(
     operate::retry(id, run_at, &tenants::scope()).as_str()
 }
 
-/// Reclaims every expired lease now and returns how many jobs it took back.
+/// Makes a queued job due now (a delayed one, or one waiting out a retry's backoff), keeping
+/// its priority, and returns its state afterwards; a job that is not queued is left as it is.
+#[pg_extern(volatile, parallel_unsafe, security_definer)]
+#[search_path(pg_catalog, pg_temp)]
+fn jobs_run_now(id: Option<i64>) -> &'static str {
+    access::require(Role::Admin, "run jobs now");
+    operate::run_now(required(id, "id"), &tenants::scope()).as_str()
+}
+
+/// Reclaims every expired lease now, and ends every await whose timeout passed; returns how
+/// many jobs it took back.
 #[pg_extern(volatile, parallel_unsafe, security_definer)]
 #[search_path(pg_catalog, pg_temp)]
 fn jobs_reclaim() -> i32 {

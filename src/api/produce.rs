@@ -4,11 +4,12 @@ use pgrx::prelude::*;
 
 use super::args::{
     check_finite, check_object, check_payload_size, check_range, check_text, delay_arg, limits,
-    queue_arg,
+    queue_arg, required_elements,
 };
 use crate::engine::access::{self, Role};
 use crate::engine::enqueue::{self, JobOptions, OnConflict, Uniqueness};
 use crate::engine::tenants;
+use crate::engine::workflows::dependencies;
 use crate::pg::datum::{EnqueuedRow, Jsonb, JsonbArray};
 use crate::pg::errors::{raise, required, BAD_ARGUMENT, NULL_ARGUMENT};
 use crate::pg::srf::SetOfIterator;
@@ -21,6 +22,7 @@ struct FlowArguments<'a> {
     on_conflict: Option<&'a str>,
     group_key: Option<&'a str>,
     group_keys: Option<Vec<Option<String>>>,
+    after: Option<Vec<Option<i64>>>,
 }
 
 /// Checks the per-payload keys of a batch: as many as payloads, each a valid key or NULL.
@@ -111,6 +113,7 @@ fn job_options(
         payloads,
         limits::GROUP_KEY_BYTES,
     );
+    let after = after_arg(flow.after);
     JobOptions {
         kind: kind.to_owned(),
         run_at,
@@ -126,16 +129,38 @@ fn job_options(
             unique_for,
             on_conflict,
         }),
+        after,
     }
+}
+
+/// Checks `after`: each element a job id (not NULL), at most
+/// [`dependencies::MAX_PARENTS`]; an empty array waits for nothing.
+fn after_arg(after: Option<Vec<Option<i64>>>) -> Option<Vec<i64>> {
+    let after = after?;
+    if after.len() > dependencies::MAX_PARENTS {
+        raise(
+            BAD_ARGUMENT,
+            format!(
+                "after may name at most {} jobs, got {}",
+                dependencies::MAX_PARENTS,
+                after.len()
+            ),
+        );
+    }
+    let after = required_elements(after, "after");
+    (!after.is_empty()).then_some(after)
 }
 
 /// Enqueues one job and returns its id: with `unique_key`, the existing job's id when another
 /// job of the queue holds the key (see `on_conflict`). It becomes visible to claims when the
-/// caller's transaction commits, and never exists if it rolls back.
+/// caller's transaction commits, and never exists if it rolls back. With `after`, it waits
+/// (`waiting`) until every one of those jobs has succeeded.
 #[allow(clippy::too_many_arguments)]
 #[pg_extern(volatile, parallel_unsafe, security_definer)]
 #[search_path(pg_catalog, pg_temp)]
 fn jobs_enqueue(
+    // 0.2.0 passed another argument list (README "Upgrading").
+    _current: access::CurrentDefinitions,
     queue: Option<&str>,
     payload: default!(Option<Jsonb>, "'{}'"),
     kind: default!(Option<&str>, "'default'"),
@@ -148,6 +173,7 @@ fn jobs_enqueue(
     on_conflict: default!(Option<&str>, "'skip'"),
     tenant: default!(Option<&str>, "NULL"),
     group_key: default!(Option<&str>, "NULL"),
+    after: default!(Option<Vec<Option<i64>>>, "NULL"),
 ) -> i64 {
     access::require(Role::Client, "enqueue jobs");
     let queue = queue_arg(queue);
@@ -167,6 +193,7 @@ fn jobs_enqueue(
             on_conflict,
             group_key,
             group_keys: None,
+            after,
         },
         1,
     );
@@ -176,7 +203,7 @@ fn jobs_enqueue(
 /// Enqueues one job per payload in one statement; one `(id, inserted)` row per payload, in
 /// payload order (`inserted` false where a unique duplicate was found, whose id it is).
 /// `unique_keys` and `group_keys` give each payload its own key (NULL elements: the shared
-/// `unique_key` / `group_key`).
+/// `unique_key` / `group_key`). With `after`, every job inserted waits for those jobs.
 #[allow(clippy::too_many_arguments)]
 #[pg_extern(volatile, parallel_unsafe, security_definer)]
 #[search_path(pg_catalog, pg_temp)]
@@ -197,6 +224,7 @@ fn jobs_enqueue_batch(
     group_key: default!(Option<&str>, "NULL"),
     unique_keys: default!(Option<Vec<Option<String>>>, "NULL"),
     group_keys: default!(Option<Vec<Option<String>>>, "NULL"),
+    after: default!(Option<Vec<Option<i64>>>, "NULL"),
 ) -> SetOfIterator<'static, EnqueuedRow> {
     access::require(Role::Client, "enqueue jobs");
     let queue = queue_arg(queue);
@@ -225,6 +253,7 @@ fn jobs_enqueue_batch(
             on_conflict,
             group_key,
             group_keys,
+            after,
         },
         elements.len(),
     );

@@ -3,7 +3,9 @@
 pub use crate::runtime::Position;
 
 /// The state of a job (`jobs.state`): `queued → running → succeeded | failed | cancelled`, and
-/// `running → queued` on retry, release or reclaim.
+/// `running → queued` on retry, release or reclaim; `waiting → queued` when a job's
+/// dependencies succeed or its signal comes, and `running → waiting` on an await
+/// (`engine::workflows`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum JobState {
     /// Waiting to be claimed (due at its run_at).
@@ -16,16 +18,19 @@ pub enum JobState {
     Failed,
     /// Finished: cancelled.
     Cancelled,
+    /// Waiting for its dependencies or a signal: no lease, no attempt spent, never claimed.
+    Waiting,
 }
 
 impl JobState {
     /// Every state, in the order of the `jobs.state` enum.
-    pub const ALL: [JobState; 5] = [
+    pub const ALL: [JobState; 6] = [
         JobState::Queued,
         JobState::Running,
         JobState::Succeeded,
         JobState::Failed,
         JobState::Cancelled,
+        JobState::Waiting,
     ];
 
     /// The state's SQL name.
@@ -36,6 +41,7 @@ impl JobState {
             JobState::Succeeded => "succeeded",
             JobState::Failed => "failed",
             JobState::Cancelled => "cancelled",
+            JobState::Waiting => "waiting",
         }
     }
 
@@ -68,6 +74,8 @@ pub enum Outcome {
     Failed,
     /// The job was cancelled under this lease; nothing was recorded (Rule 7).
     Cancelled,
+    /// An await handed the job back to wait for its signal.
+    Waiting,
     /// The lease is not the job's current one (or there is no such job); nothing changed.
     Lost,
 }
@@ -81,6 +89,7 @@ impl Outcome {
             Outcome::Succeeded => "succeeded",
             Outcome::Failed => "failed",
             Outcome::Cancelled => "cancelled",
+            Outcome::Waiting => "waiting",
             Outcome::Lost => "lost",
         }
     }

@@ -5,7 +5,8 @@
 //! job's position (see `runtime::floor`), and a waiting claim hears of a job only if its commit
 //! signals the queue. So every path that queues a job (enqueue, a failure retried, a release,
 //! a reclaim, `jobs_retry`, a dead-letter copy, a resume, and any path added later: a replaced
-//! unique job, a group's next job, a schedule's slot) reports it here, in the transaction that
+//! unique job, a group's next job, a schedule's slot, a dependent whose last parent succeeded,
+//! a job woken by its signal or its await's timeout) reports it here, in the transaction that
 //! does it, and nowhere else.
 
 use crate::runtime::totals::{Counts, Key};
@@ -71,6 +72,12 @@ pub enum Settled {
     Failed,
     /// Its attempt failed (or its lease expired) and it runs again.
     Retried,
+    /// Its holder handed it back without spending the attempt.
+    Released,
+    /// A heartbeat or settle call presented a lease that was no longer the job's.
+    Lost,
+    /// It was cancelled while queued or running.
+    Cancelled,
 }
 
 /// The job in `row` was settled this way by this transaction: the totals count it when the
@@ -78,11 +85,43 @@ pub enum Settled {
 pub fn job_settled(row: &Row<'_>, settled: Settled) {
     let queue: String = row.expect("queue");
     let tenant: Option<String> = row.get("tenant");
+    job_counted(&queue, tenant.as_deref(), settled);
+}
+
+/// A job of `queue` and `tenant` was settled this way by this transaction (see
+/// [`job_settled`]); an empty queue name counts in the totals' overflow line (a lost lease
+/// whose job is gone).
+pub fn job_counted(queue: &str, tenant: Option<&str>, settled: Settled) {
     let mut counts = Counts::default();
     match settled {
         Settled::Completed => counts.completed = 1,
         Settled::Failed => counts.failed = 1,
         Settled::Retried => counts.retried = 1,
+        Settled::Released => counts.released = 1,
+        Settled::Lost => counts.lost = 1,
+        Settled::Cancelled => counts.cancelled = 1,
     }
-    effects::jobs_settled(Key::new(&queue, tenant.as_deref()), counts);
+    if matches!(
+        settled,
+        Settled::Completed | Settled::Failed | Settled::Cancelled
+    ) {
+        jobs_finished();
+    }
+    effects::jobs_settled(Key::new(queue, tenant), counts);
+}
+
+/// This transaction inserted `count` jobs of `queue` and `tenant`: the totals (and the
+/// throughput history) count them when it commits.
+pub fn jobs_enqueued(queue: &str, tenant: Option<&str>, count: usize) {
+    let counts = Counts {
+        enqueued: count as u64,
+        ..Counts::default()
+    };
+    effects::jobs_settled(Key::new(queue, tenant), counts);
+}
+
+/// This transaction finished jobs (they succeeded, failed for good or were cancelled): the
+/// `jobs_wait` calls asleep look again when it commits.
+pub fn jobs_finished() {
+    effects::jobs_finished();
 }

@@ -152,6 +152,12 @@ raw_datum_type!(
 );
 
 impl Jsonb {
+    /// The jsonb datum of a value pgrx read as a `JsonB` (an element of a jsonb array, say);
+    /// `None` for SQL NULL.
+    pub fn from_value(value: pgrx::JsonB) -> Option<Jsonb> {
+        value.into_datum().map(Jsonb)
+    }
+
     /// The value's size in bytes before compression, as `pg_column_size` reports it for a value
     /// that is not stored yet.
     pub fn size_bytes(self) -> usize {

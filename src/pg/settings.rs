@@ -16,6 +16,12 @@ pub static TICK_MS: GucSetting<i32> = GucSetting::<i32>::new(1_000);
 /// The tenant (or comma-separated tenants) this session acts for.
 pub static TENANT: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
 
+/// Whether the fast paths run: the readers and writers of `src/storage/` that work on the tables
+/// around the executor, and the state kept in shared memory or the session in place of a table
+/// read or write (freed heads, rate buckets, kept queue rows, flow settings and tenant grants).
+/// Off, each one takes its SQL statement instead (docs/src/internals/fast-paths.md lists them).
+pub static FAST_PATHS: GucSetting<bool> = GucSetting::<bool>::new(true);
+
 /// Comma-separated databases the background worker serves.
 pub static DATABASES: GucSetting<Option<CString>> =
     GucSetting::<Option<CString>>::new(Some(c"postgres"));
@@ -60,6 +66,14 @@ pub fn register() {
         GucContext::Userset,
         GucFlags::default(),
     );
+    GucRegistry::define_bool_guc(
+        c"pg_jobs.fast_paths",
+        c"Whether pg_jobs reads and writes its tables around the executor where it can.",
+        c"Off, every such path runs its SQL statement instead: for diagnosis and tests; slower.",
+        &FAST_PATHS,
+        GucContext::Suset,
+        GucFlags::default(),
+    );
     // A postmaster-level setting can only be defined while preloading; sessions that load the
     // library later have no worker to configure anyway.
     // SAFETY: a flag Postgres sets while it loads shared_preload_libraries.
@@ -74,6 +88,12 @@ pub fn register() {
         GucContext::Postmaster,
         GucFlags::default(),
     );
+}
+
+/// Whether the fast paths may run now ([`FAST_PATHS`]): read by each one as it starts, so a
+/// change takes effect from the next call on. A plain read of the setting's variable.
+pub fn fast_paths() -> bool {
+    FAST_PATHS.get()
 }
 
 /// The databases named in `pg_jobs.databases`.

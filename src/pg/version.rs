@@ -413,6 +413,26 @@ pub unsafe fn register_relcache_callback(callback: RelcacheCallback) {
     pg_sys::CacheRegisterRelcacheCallback(Some(callback), pg_sys::Datum::from(0));
 }
 
+/// Reads the catalog invalidations other sessions sent since this one last looked, as any lock
+/// acquisition does, so that the next catalog lookup sees what they committed.
+pub fn accept_invalidation_messages() {
+    #[cfg(feature = "pg13")]
+    {
+        // As for register_syscache_callback: the 13.4 bindings lack utils/inval.h.
+        unsafe extern "C-unwind" {
+            fn AcceptInvalidationMessages();
+        }
+        // SAFETY: takes no arguments and only reads the shared invalidation queue; guarded as
+        // pgrx guards its own bindings, so an ERROR inside becomes a Rust panic.
+        unsafe { pg_sys::ffi::pg_guard_ffi_boundary(|| AcceptInvalidationMessages()) };
+    }
+    #[cfg(not(feature = "pg13"))]
+    // SAFETY: takes no arguments and only reads the shared invalidation queue.
+    unsafe {
+        pg_sys::AcceptInvalidationMessages()
+    };
+}
+
 /// Inserts the index entries of the heap tuple in `slot` into every index of `result` (as an
 /// INSERT does: partial indexes only when their predicate admits it, unique ones checked), and
 /// returns the indexes whose entries need a recheck (none without deferred constraints).

@@ -55,8 +55,11 @@ struct QueueEffects {
     lowest: Option<Position>,
     /// Jobs this transaction claimed, which a rollback hands back.
     wake_on_abort: u32,
-    /// Whether this transaction held job locks here, so a rollback must reset the floor.
-    reset_on_abort: bool,
+    /// The subtransaction nesting levels (bit n: level n, the last bit standing for every
+    /// deeper one) at which this transaction held job locks here or claimed jobs, so that
+    /// rolling back any of them must reset the floor: a rolled-back claim puts its jobs back.
+    /// A rolled-back part that did neither (a waiting claim's empty attempt) leaves the floor.
+    reset_levels: u64,
 }
 
 impl QueueEffects {
@@ -68,7 +71,7 @@ impl QueueEffects {
             earliest_due: i64::MAX,
             lowest: None,
             wake_on_abort: 0,
-            reset_on_abort: false,
+            reset_levels: 0,
         }
     }
 
@@ -83,7 +86,7 @@ impl QueueEffects {
             }
             wakeup::wake(slot, self.wake_on_commit);
         } else {
-            if self.reset_on_abort {
+            if self.reset_levels != 0 {
                 floor::reset(slot, &self.queue);
             }
             wakeup::wake(slot, self.wake_on_abort);
@@ -108,9 +111,22 @@ thread_local! {
     static QUEUES_CHANGED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     /// Whether this transaction drops the extension.
     static EXTENSION_DROPPED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// Whether this transaction finished jobs (`jobs_wait` calls wake when it commits).
+    static FINISHED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     /// The gid of the PREPARE TRANSACTION this transaction ends with, once the statement ran.
     static PREPARING: RefCell<Option<String>> = const { RefCell::new(None) };
 
+}
+
+/// The current subtransaction nesting level (1: the top level).
+fn nest_level() -> i32 {
+    // SAFETY: reads the current transaction state's nesting level.
+    unsafe { pg_sys::GetCurrentTransactionNestLevel() }
+}
+
+/// The bit of nesting level `level` in a set of levels (levels past 63 share the last bit).
+fn level_bit(level: i32) -> u64 {
+    1u64 << level.clamp(0, 63)
 }
 
 /// Runs `change` on this transaction's pending effects for `queue` (nothing without shared
@@ -210,7 +226,7 @@ pub fn queue_resumed(queue: &str) {
 pub fn jobs_claimed(queue: &str, count: u32) {
     note(queue, |e| {
         e.wake_on_abort = e.wake_on_abort.saturating_add(count);
-        e.reset_on_abort = true;
+        e.reset_levels |= level_bit(nest_level());
     });
 }
 
@@ -218,7 +234,16 @@ pub fn jobs_claimed(queue: &str, count: u32) {
 /// it, a cancel, a late holder's settle): claims skip that job meanwhile, so a rollback must
 /// reset the floor.
 pub fn job_locked(queue: &str) {
-    note(queue, |e| e.reset_on_abort = true);
+    note(queue, |e| e.reset_levels |= level_bit(nest_level()));
+}
+
+/// Notes that this transaction finished jobs: when it commits, the `jobs_wait` calls asleep
+/// look again. Whether any sleeps is asked then, after the commit is visible, so a call that
+/// starts to sleep meanwhile has already seen the jobs finished.
+pub fn jobs_finished() {
+    if shared().is_some() {
+        FINISHED.with(|f| f.set(true));
+    }
 }
 
 /// Notes that this transaction changed tenant grants: when it commits, every session drops the
@@ -309,6 +334,7 @@ unsafe extern "C-unwind" fn on_xact_event(
             GRANTS_CHANGED.with(|c| c.set(false));
             QUEUES_CHANGED.with(|c| c.set(false));
             EXTENSION_DROPPED.with(|c| c.set(false));
+            FINISHED.with(|f| f.set(false));
             PENDING.with(|p| p.borrow_mut().clear());
             SETTLED.with(|s| s.borrow_mut().clear());
             PREPARING.with(|g| g.borrow_mut().take());
@@ -356,13 +382,25 @@ unsafe extern "C-unwind" fn on_subxact_event(
     // SAFETY: reads the current transaction state's nesting level.
     let level = unsafe { pg_sys::GetCurrentTransactionNestLevel() };
     match event {
-        pg_sys::SubXactEvent::SUBXACT_EVENT_COMMIT_SUB => SETTLED.with(|settled| {
-            for pending in settled.borrow_mut().iter_mut() {
-                if pending.level >= level {
-                    pending.level = level - 1;
+        pg_sys::SubXactEvent::SUBXACT_EVENT_COMMIT_SUB => {
+            SETTLED.with(|settled| {
+                for pending in settled.borrow_mut().iter_mut() {
+                    if pending.level >= level {
+                        pending.level = level - 1;
+                    }
                 }
-            }
-        }),
+            });
+            // What it noted is its parent's now.
+            let committed = !(level_bit(level) - 1) | level_bit(level);
+            PENDING.with(|pending| {
+                for effects in pending.borrow_mut().iter_mut() {
+                    if effects.reset_levels & committed != 0 {
+                        effects.reset_levels =
+                            (effects.reset_levels & !committed) | level_bit(level - 1);
+                    }
+                }
+            });
+        }
         pg_sys::SubXactEvent::SUBXACT_EVENT_ABORT_SUB => {
             SETTLED.with(|settled| settled.borrow_mut().retain(|s| s.level < level))
         }
@@ -396,6 +434,9 @@ unsafe extern "C-unwind" fn on_resource_release(
             totals::add(key, *counts);
         }
     }
+    if FINISHED.with(|f| f.replace(false)) && commit {
+        wakeup::wake_finish_waiters();
+    }
     // A commit bumped them at its commit event; a rollback changed nothing.
     GRANTS_CHANGED.with(|c| c.set(false));
     QUEUES_CHANGED.with(|c| c.set(false));
@@ -410,22 +451,31 @@ unsafe extern "C-unwind" fn on_resource_release(
     }
 }
 
-/// A subtransaction (a savepoint rolled back to, a PL/pgSQL exception block) was rolled back:
-/// jobs a claim or cancel in it held are queued again, below where that claim may have raised
-/// the floor, so the floors of the queues this transaction touched are forgotten. The
-/// transaction's own outcome is still to come, so its effects stay pending. Which queue the
-/// rolled-back part touched is not tracked; resetting a floor it did not move costs the next
-/// claim only a scan from the head of its queue.
+/// A subtransaction (a savepoint rolled back to, a PL/pgSQL exception block, a waiting claim's
+/// attempt) was rolled back: jobs a claim or cancel in it held are queued again, below where
+/// that claim may have raised the floor, so the floors of the queues it (or a deeper one) took
+/// or locked jobs of are forgotten. A rolled-back part that took nothing, as a waiting claim's
+/// empty attempt, leaves the floor where it is: resetting it there made every claim after a
+/// busy queue's contended wake-ups walk from the head of the queue, over every dead index
+/// entry an old snapshot keeps. The transaction's own outcome is still to come, so its
+/// effects stay pending.
 ///
 /// Waiters are not woken here: a waiting claim's own empty attempts end this way, and waking
 /// would wake the claim itself into a loop. The worker's tick wakes them for the jobs that came
 /// back.
 fn subtransaction_aborted() {
     freed_heads::subtransaction_aborted();
-    let Some(shared) = shared() else { return };
+    let level = nest_level();
+    // The levels rolled back: this one and every deeper one.
+    let rolled_back = !(level_bit(level) - 1) | level_bit(level);
     PENDING.with(|pending| {
-        for effects in pending.borrow().iter().filter(|e| e.reset_on_abort) {
-            floor::reset(shared.slot(effects.slot), &effects.queue);
+        for effects in pending.borrow_mut().iter_mut() {
+            if effects.reset_levels & rolled_back != 0 {
+                if let Some(shared) = shared() {
+                    floor::reset(shared.slot(effects.slot), &effects.queue);
+                }
+            }
+            effects.reset_levels &= !rolled_back;
         }
     });
 }
@@ -480,6 +530,9 @@ fn on_two_phase_statement(statement: TwoPhaseStatement, gid: &str) {
             for (key, counts) in record.settled() {
                 totals::add(&key, counts);
             }
+            if record.finished {
+                wakeup::wake_finish_waiters();
+            }
             if let Some(shared) = shared() {
                 for effects in record.queue_effects() {
                     effects.apply(shared.slot(effects.slot), true);
@@ -503,9 +556,10 @@ fn record_for_prepare() {
     if !offered.is_empty() {
         (store.clear_marks)(offered);
     }
-    let record = PENDING.with(|pending| {
+    let mut record = PENDING.with(|pending| {
         SETTLED.with(|settled| PreparedRecord::of(&pending.borrow(), &settled.borrow()))
     });
+    record.finished = FINISHED.with(std::cell::Cell::get);
     if !record.is_empty() {
         (store.save)(&gid, &record.to_json());
     }
@@ -519,6 +573,9 @@ fn record_for_prepare() {
 struct PreparedRecord {
     queues: Vec<RecordedQueue>,
     settled: Vec<RecordedSettles>,
+    /// Whether it finished jobs: `jobs_wait` calls wake when it commits.
+    #[serde(default)]
+    finished: bool,
 }
 
 #[derive(serde::Serialize, serde::Deserialize)]
@@ -533,9 +590,7 @@ struct RecordedQueue {
 struct RecordedSettles {
     queue: String,
     tenant: Option<String>,
-    completed: u64,
-    failed: u64,
-    retried: u64,
+    counts: Counts,
 }
 
 impl PreparedRecord {
@@ -563,16 +618,18 @@ impl PreparedRecord {
             .map(|(key, counts)| RecordedSettles {
                 queue: key.queue,
                 tenant: key.tenant.map(|hash| hash.to_string()),
-                completed: counts.completed,
-                failed: counts.failed,
-                retried: counts.retried,
+                counts,
             })
             .collect();
-        PreparedRecord { queues, settled }
+        PreparedRecord {
+            queues,
+            settled,
+            finished: false,
+        }
     }
 
     fn is_empty(&self) -> bool {
-        self.queues.is_empty() && self.settled.is_empty()
+        self.queues.is_empty() && self.settled.is_empty() && !self.finished
     }
 
     fn to_json(&self) -> String {
@@ -610,12 +667,7 @@ impl PreparedRecord {
                     queue: s.queue.clone(),
                     tenant: s.tenant.as_deref().and_then(|t| t.parse().ok()),
                 };
-                let counts = Counts {
-                    completed: s.completed,
-                    failed: s.failed,
-                    retried: s.retried,
-                };
-                (key, counts)
+                (key, s.counts)
             })
             .collect()
     }

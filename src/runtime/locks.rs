@@ -9,6 +9,9 @@
 //!   after a reclaim) take it too, waiting, so a claim skips the job instead of waiting on them
 //!   (Rule 1).
 //! * The dead-letter lock: one change of dead-letter settings at a time, so cycles are seen.
+//! * A signal lock (per tenant and signal name): shared by `jobs_await`, exclusive by
+//!   `jobs_signal`, so whichever comes second sees what the first committed
+//!   (`engine::workflows::signals`).
 
 use pgrx::pg_sys;
 
@@ -24,6 +27,8 @@ const DEAD_LETTER_LOCK: u16 = 0x504c;
 const GROUP_LOCK: u16 = 0x504d;
 /// `locktag_field4` of the lock held by the transaction that clears a database's stranded marks.
 const SWEEP_LOCK: u16 = 0x504e;
+/// `locktag_field4` of the signal locks.
+const SIGNAL_LOCK: u16 = 0x504f;
 
 /// The lock tag of lock `key` of kind `kind` in this database.
 fn tag(kind: u16, key: u64) -> pg_sys::LOCKTAG {
@@ -117,4 +122,28 @@ pub fn try_lock_sweep() -> bool {
 /// cycles sees every change committed before it.
 pub fn lock_dead_letter_chains() {
     acquire(DEAD_LETTER_LOCK, 0, pg_sys::ExclusiveLock, true);
+}
+
+/// The key of a signal's lock: its tenant ('' for none) and name.
+pub fn signal_key_hash(tenant: &str, signal: &str) -> u64 {
+    [tenant, signal]
+        .iter()
+        .fold(0xcbf2_9ce4_8422_2325_u64, |hash, part| {
+            part.bytes()
+                .chain(std::iter::once(0xff))
+                .fold(hash, |hash, byte| {
+                    (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
+                })
+        })
+}
+
+/// Takes a signal's lock until the transaction ends, waiting: shared by an await (awaits of a
+/// signal never wait for each other), exclusive by a signal.
+pub fn lock_signal(key: u64, exclusive: bool) {
+    let mode = if exclusive {
+        pg_sys::ExclusiveLock
+    } else {
+        pg_sys::ShareLock
+    };
+    acquire(SIGNAL_LOCK, key, mode, true);
 }

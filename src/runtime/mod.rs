@@ -17,6 +17,7 @@ pub mod rate;
 pub mod shmem;
 mod spin;
 pub mod totals;
+pub mod waiting_claims;
 pub mod wakeup;
 pub mod worker_status;
 

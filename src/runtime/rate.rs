@@ -117,9 +117,10 @@ fn with_bucket<R>(
 }
 
 /// Takes up to `want` tokens of `queue` now; with `reserve`, reserves the next token when there
-/// is none. `None` without shared memory.
+/// is none. `None` without shared memory, or with `pg_jobs.fast_paths` off: the caller takes
+/// them from `jobs.rate_bucket`.
 pub fn acquire(queue: &str, limit: Limit, want: u32, reserve: bool, now: i64) -> Option<Admission> {
-    if shared().is_none() || queue.len() > 63 {
+    if shared().is_none() || queue.len() > 63 || !crate::pg::settings::fast_paths() {
         return None;
     }
     let admission = with_bucket(queue, limit, now, |bucket| {

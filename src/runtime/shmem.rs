@@ -1,6 +1,6 @@
 //! The extension's shared memory: one wake-up slot per queue hash (with the queue's claim floor),
-//! the background workers' status, rate-limit buckets,
-//! the totals of settled jobs and the freed heads of groups. It exists only
+//! the background workers' status, rate-limit buckets, the totals of settled jobs, the freed
+//! heads of groups, and where `jobs_wait` calls sleep. It exists only
 //! when pg_jobs is in `shared_preload_libraries`; without it, waiting claims fall back to
 //! polling, claims start at the head of their queue, and there is no worker.
 
@@ -14,6 +14,7 @@ use super::freed_heads::FreedHeads;
 use super::queued_changes::QueuedChanges;
 use super::rate::RateTable;
 use super::totals::TotalsTable;
+use super::waiting_claims::WaitingClaims;
 use super::worker_status::WorkerStatus;
 use crate::pg::version;
 
@@ -77,6 +78,9 @@ pub struct Shared {
     totals: TotalsTable,
     freed_heads: FreedHeads,
     queued_changes: QueuedChanges,
+    /// Where `jobs_wait` calls sleep until a commit finishes jobs (its floor is unused).
+    finished: Slot,
+    waiting_claims: WaitingClaims,
 }
 
 impl Shared {
@@ -125,14 +129,25 @@ impl Shared {
         &self.freed_heads
     }
 
+    /// The slot `jobs_wait` calls sleep on, woken by commits that finish jobs.
+    pub(super) fn finished(&self) -> &Slot {
+        &self.finished
+    }
+
     /// The counts of commits that make jobs queued (`runtime::queued_changes`).
     pub(super) fn queued_changes(&self) -> &QueuedChanges {
         &self.queued_changes
     }
+
+    /// The claims waiting for work now (`runtime::waiting_claims`).
+    pub(super) fn waiting_claims(&self) -> &WaitingClaims {
+        &self.waiting_claims
+    }
 }
 
-// SAFETY: see Slot; WorkerStatus and QueuedChanges are atomics only; RateTable and FreedHeads
-// are spin-locked; TotalsTable publishes its keys under its own lock (see its note).
+// SAFETY: see Slot; WorkerStatus and QueuedChanges are atomics only; RateTable, WaitingClaims
+// and FreedHeads are spin-locked; TotalsTable publishes its keys under its own lock (see its
+// note).
 unsafe impl Sync for Shared {}
 
 static mut SHARED: *mut Shared = std::ptr::null_mut();
@@ -172,6 +187,11 @@ unsafe extern "C-unwind" fn initialise() {
                 pg_sys::ConditionVariableInit(slot.cv.get());
                 slot.next_due.store(i64::MAX, Ordering::Relaxed);
             }
+            pg_sys::ConditionVariableInit((*shared).finished.cv.get());
+            (*shared)
+                .finished
+                .next_due
+                .store(i64::MAX, Ordering::Relaxed);
         }
         SHARED = shared;
         pg_sys::LWLockRelease(init_lock);

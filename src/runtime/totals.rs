@@ -8,6 +8,10 @@
 //! making an entry takes the table's lock. When the table is full, further keys of a database
 //! are counted in that database's overflow entry, which only callers who see every tenant are
 //! shown.
+//!
+//! The worker of each database also writes what its keys counted (enqueued, completed, failed,
+//! retried) into the throughput history once a minute, and notes here what it wrote: the
+//! difference is the current minute, which `jobs.throughput` reads from here.
 
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -22,7 +26,8 @@ const NAME_BYTES: usize = 64;
 
 /// What a transaction's settles add to one key.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct Counts {
     /// Jobs that succeeded.
     pub completed: u64,
@@ -31,6 +36,14 @@ pub struct Counts {
     /// Failed attempts that were scheduled to run again (a fail with retry, an expired lease
     /// with attempts left).
     pub retried: u64,
+    /// Jobs handed back by their holder without spending the attempt (`jobs_release`).
+    pub released: u64,
+    /// Heartbeat and settle calls answered `lost`: their lease was no longer the job's.
+    pub lost: u64,
+    /// Queued or running jobs cancelled (`jobs_cancel`).
+    pub cancelled: u64,
+    /// Jobs inserted (enqueues, schedules' slots, dead-letter copies; not unique duplicates).
+    pub enqueued: u64,
 }
 
 impl Counts {
@@ -44,6 +57,10 @@ impl Counts {
         self.completed += other.completed;
         self.failed += other.failed;
         self.retried += other.retried;
+        self.released += other.released;
+        self.lost += other.lost;
+        self.cancelled += other.cancelled;
+        self.enqueued += other.enqueued;
     }
 }
 
@@ -85,6 +102,23 @@ pub struct Entry {
     /// Set (with release ordering) once `key` is written; never cleared.
     used: AtomicBool,
     key: UnsafeCell<EntryKey>,
+    completed: AtomicU64,
+    failed: AtomicU64,
+    retried: AtomicU64,
+    released: AtomicU64,
+    lost: AtomicU64,
+    cancelled: AtomicU64,
+    enqueued: AtomicU64,
+    /// What the background worker last wrote into the throughput history for this key
+    /// (`runtime::throughput`): the counters' values at its last flush.
+    flushed: Flushed,
+}
+
+/// The counters' values at the last flush into the throughput history; only the worker of the
+/// entry's database writes them.
+#[repr(C)]
+struct Flushed {
+    enqueued: AtomicU64,
     completed: AtomicU64,
     failed: AtomicU64,
     retried: AtomicU64,
@@ -164,6 +198,16 @@ impl Entry {
             .fetch_add(counts.completed, Ordering::Relaxed);
         self.failed.fetch_add(counts.failed, Ordering::Relaxed);
         self.retried.fetch_add(counts.retried, Ordering::Relaxed);
+        for (counter, value) in [
+            (&self.released, counts.released),
+            (&self.lost, counts.lost),
+            (&self.cancelled, counts.cancelled),
+            (&self.enqueued, counts.enqueued),
+        ] {
+            if value != 0 {
+                counter.fetch_add(value, Ordering::Relaxed);
+            }
+        }
     }
 
     fn counts(&self) -> Counts {
@@ -171,6 +215,10 @@ impl Entry {
             completed: self.completed.load(Ordering::Relaxed),
             failed: self.failed.load(Ordering::Relaxed),
             retried: self.retried.load(Ordering::Relaxed),
+            released: self.released.load(Ordering::Relaxed),
+            lost: self.lost.load(Ordering::Relaxed),
+            cancelled: self.cancelled.load(Ordering::Relaxed),
+            enqueued: self.enqueued.load(Ordering::Relaxed),
         }
     }
 }
@@ -281,6 +329,133 @@ pub fn read(visible: Visible<'_>) -> Vec<(Option<String>, Counts)> {
         match by_queue.iter_mut().find(|(q, _)| *q == queue) {
             Some((_, counts)) => counts.add(entry.counts()),
             None => by_queue.push((queue, entry.counts())),
+        }
+    }
+    by_queue
+}
+
+// ---- Throughput history (dashboard issue): the background worker writes, once a minute, what
+// each key counted since its last write into jobs.throughput_minute; the part not written yet
+// (the current minute) is read from here.
+
+/// What one key counted since the last flush, as read for the next one.
+#[derive(Clone, Debug)]
+pub struct Unflushed {
+    /// The entry's index, for [`mark_flushed`].
+    index: usize,
+    /// The queue.
+    pub queue: String,
+    /// The hash of the jobs' tenant ([`tenant_hash`]), `None` for jobs without one.
+    pub tenant: Option<u64>,
+    /// The counters as read (what [`mark_flushed`] records).
+    read: [u64; 4],
+    /// Enqueued, completed, failed and retried since the last flush.
+    pub delta: [u64; 4],
+}
+
+impl Entry {
+    fn history_counters(&self) -> [u64; 4] {
+        [
+            self.enqueued.load(Ordering::Relaxed),
+            self.completed.load(Ordering::Relaxed),
+            self.failed.load(Ordering::Relaxed),
+            self.retried.load(Ordering::Relaxed),
+        ]
+    }
+
+    fn flushed_counters(&self) -> [u64; 4] {
+        [
+            self.flushed.enqueued.load(Ordering::Relaxed),
+            self.flushed.completed.load(Ordering::Relaxed),
+            self.flushed.failed.load(Ordering::Relaxed),
+            self.flushed.retried.load(Ordering::Relaxed),
+        ]
+    }
+}
+
+/// The keys of this database (the overflow entry left out) that counted something since their
+/// last flush, with what they counted. Empty without shared memory.
+pub fn unflushed() -> Vec<Unflushed> {
+    let Some(shared) = shared() else {
+        return Vec::new();
+    };
+    let database = current_database();
+    let mut out = Vec::new();
+    for (index, entry) in shared.totals().entries.iter().enumerate() {
+        let Some(key) = entry.key() else { continue };
+        if key.database != database || key.overflow {
+            continue;
+        }
+        let read = entry.history_counters();
+        let flushed = entry.flushed_counters();
+        let delta = std::array::from_fn(|i| read[i].saturating_sub(flushed[i]));
+        if delta.iter().all(|d| *d == 0) {
+            continue;
+        }
+        out.push(Unflushed {
+            index,
+            queue: String::from_utf8_lossy(&key.name[..key.name_len as usize]).into_owned(),
+            tenant: key.has_tenant.then_some(key.tenant_hash),
+            read,
+            delta,
+        });
+    }
+    out
+}
+
+/// Records that `written` is in the history now (called once the transaction that wrote it
+/// committed): later reads count from the values read then.
+pub fn mark_flushed(written: &[Unflushed]) {
+    let Some(shared) = shared() else { return };
+    for unflushed in written {
+        let flushed = &shared.totals().entries[unflushed.index].flushed;
+        for (counter, value) in [
+            &flushed.enqueued,
+            &flushed.completed,
+            &flushed.failed,
+            &flushed.retried,
+        ]
+        .into_iter()
+        .zip(unflushed.read)
+        {
+            counter.store(value, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Per queue of this database, what the keys `visible` covers counted since their last flush
+/// (enqueued, completed, failed, retried): the current minute of the history. The overflow
+/// entry is left out. Empty without shared memory.
+pub fn pending(visible: Visible<'_>) -> Vec<(String, [u64; 4])> {
+    let Some(shared) = shared() else {
+        return Vec::new();
+    };
+    let database = current_database();
+    let tenant_hashes: Vec<u64> = match &visible {
+        Visible::Tenants(tenants) => tenants.iter().map(|t| tenant_hash(t)).collect(),
+        _ => Vec::new(),
+    };
+    let mut by_queue: Vec<(String, [u64; 4])> = Vec::new();
+    for entry in shared.totals().entries.iter() {
+        let Some(key) = entry.key() else { continue };
+        let shown = match visible {
+            Visible::All => true,
+            Visible::Untenanted => !key.has_tenant,
+            Visible::Tenants(_) => key.has_tenant && tenant_hashes.contains(&key.tenant_hash),
+        };
+        if key.database != database || key.overflow || !shown {
+            continue;
+        }
+        let read = entry.history_counters();
+        let flushed = entry.flushed_counters();
+        let delta: [u64; 4] = std::array::from_fn(|i| read[i].saturating_sub(flushed[i]));
+        if delta.iter().all(|d| *d == 0) {
+            continue;
+        }
+        let queue = String::from_utf8_lossy(&key.name[..key.name_len as usize]).into_owned();
+        match by_queue.iter_mut().find(|(q, _)| *q == queue) {
+            Some((_, sum)) => (0..4).for_each(|i| sum[i] += delta[i]),
+            None => by_queue.push((queue, delta)),
         }
     }
     by_queue

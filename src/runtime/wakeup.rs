@@ -87,6 +87,16 @@ pub(super) fn wake_everyone() {
     }
 }
 
+/// Wakes every `jobs_wait` call asleep (a commit finished jobs); nothing when none is.
+pub fn wake_finish_waiters() {
+    if let Some(shared) = shared() {
+        let slot = shared.finished();
+        if slot.waiters().load(Ordering::SeqCst) > 0 {
+            wake(slot, WAKE_ALL);
+        }
+    }
+}
+
 /// Whether any claim is waiting on the queue's slot.
 pub fn has_waiters(queue: &str) -> bool {
     slot(queue).is_some_and(|s| s.waiters().load(Ordering::Acquire) > 0)
@@ -123,6 +133,15 @@ impl Waiter {
         let slot = slot(queue);
         if let Some(slot) = slot {
             slot.waiters().fetch_add(1, Ordering::AcqRel);
+        }
+        Waiter { slot }
+    }
+
+    /// Starts waiting for commits that finish jobs (`jobs_wait`).
+    pub fn on_finishes() -> Waiter {
+        let slot = shared().map(|shared| shared.finished());
+        if let Some(slot) = slot {
+            slot.waiters().fetch_add(1, Ordering::SeqCst);
         }
         Waiter { slot }
     }

@@ -3,8 +3,8 @@
 //! id) is scanned from a position on, and each row version the statement's snapshot sees is
 //! checked and read while its buffer is pinned. No SPI, no kept plan to check, no executor to
 //! start and end: around the index scan itself, the candidate statement (its scan node and
-//! quals set up, the tenant scope's ORs evaluated, its rows copied through SPI) cost a claim
-//! and complete of one job 47,000 instructions, 8% of it (callgrind).
+//! quals set up, the tenant scope's ORs evaluated, its rows copied through SPI) was a large
+//! part of what a claim of one job costs.
 //!
 //! It answers what the statement `engine/claim/candidates_in_priority.sql` answers, no less:
 //! the jobs of the queue (its name compared, not only its hash) that are queued and not
@@ -12,7 +12,8 @@
 //! priority, from the position on, due by `now`, within the tenant scope, at most `limit`, in
 //! claim order. Where a statement would do more (row-level security applies to the function's
 //! owner) or the table and index are not as expected (an upgrade in progress, say),
-//! [`due_in_priority`] reads nothing and answers `None`, and the caller runs the statement.
+//! [`due_in_priority`] reads nothing and answers `None`, and the caller runs the statement; so
+//! it does with `pg_jobs.fast_paths` off.
 
 use std::ffi::CStr;
 
@@ -20,6 +21,7 @@ use pgrx::pg_sys::{self, Datum, Oid};
 
 use super::direct::{enum_value, jobs_relation, key, text_of, value, Compare, StatementScan};
 use super::job_writer::attribute;
+use crate::pg::settings::fast_paths;
 
 /// A due job the scan found.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -75,6 +77,9 @@ struct Columns {
 /// # Safety
 /// Inside a transaction.
 pub unsafe fn due_in_priority(query: &DueQuery<'_>) -> Option<Vec<DueJob>> {
+    if !fast_paths() {
+        return None;
+    }
     // SAFETY: catalog lookups, and relations opened here and closed before returning (their
     // locks kept until the transaction ends, as a statement's are); the snapshot is registered
     // for the scan and unregistered after it. On an ERROR, transaction abort releases them.

@@ -5,13 +5,12 @@
 //! It answers what a claim of a group of concurrency 1 asks before it takes a job (does a job
 //! of the group run, or an unfinished one come before this one?) and what a settle asks before
 //! it moves such a group on (is its head waiting?). The statements that asked it set up a plan
-//! of several nodes on every call: a settle of one grouped job spent 626,000 instructions in
-//! `engine/groups/move_on.sql` (callgrind), more than a whole claim and complete of a job
-//! without a group.
+//! of several nodes on every call, which cost a settle of one grouped job more than a whole
+//! claim and complete of a job without a group; one probe of the index answers it.
 //!
 //! Where a statement would do more (row-level security applies to the function's owner) or the
-//! table and index are not as expected, [`group_head`] reads nothing and answers `None`, and
-//! the caller runs its statement.
+//! table and index are not as expected, or `pg_jobs.fast_paths` is off, [`group_heads`] reads
+//! nothing and answers `None`, and the caller runs its statement.
 
 use std::cell::Cell;
 use std::ffi::CStr;
@@ -23,6 +22,7 @@ use super::direct::{
     StatementScan,
 };
 use super::job_writer::attribute;
+use crate::pg::settings::fast_paths;
 
 /// The first unfinished job of a group: a running one if any runs, else its first queued one.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -82,6 +82,9 @@ struct Columns {
 /// # Safety
 /// Inside a transaction.
 pub unsafe fn group_heads(groups: &[GroupName<'_>]) -> Option<Vec<Option<GroupHead>>> {
+    if !fast_paths() {
+        return None;
+    }
     // SAFETY: catalog lookups, and relations opened here and closed before returning (their
     // locks kept until the transaction ends, as a statement's are); each scan's snapshot is
     // registered for it and unregistered after it. On an ERROR, transaction abort releases them.
@@ -118,7 +121,7 @@ thread_local! {
 
 /// The columns of the open `heap` the scan reads, if it and its open group `index` are as
 /// expected; checked once per session and again after a relcache invalidation (the checks
-/// copy the index's expressions: a tenth of a claim of one grouped job, callgrind).
+/// copy the index's expressions, too costly for every call).
 unsafe fn layout(heap: pg_sys::Relation, index: pg_sys::Relation) -> Option<Columns> {
     // SAFETY: open relations, as the checks require.
     unsafe {

@@ -17,8 +17,8 @@
 //! is waited for), as a plain INSERT would; the caller, which wants `ON CONFLICT` behaviour,
 //! runs the batch in a subtransaction. Either way it then takes the SQL path. Where the executor
 //! would do more than that (the table has triggers, or
-//! row-level security applies to the function's owner), [`JobWriter::insert`] answers `None`
-//! and the caller runs its SQL statement instead.
+//! row-level security applies to the function's owner), or where `pg_jobs.fast_paths` is off,
+//! [`JobWriter::insert`] answers `None` and the caller runs its SQL statement instead.
 //!
 //! What is kept is dropped when PostgreSQL invalidates the relcache entry of `jobs.job`,
 //! `jobs.queue` or any of their indexes (an upgrade, a new index, `ALTER TABLE`), and rebuilt
@@ -31,6 +31,7 @@ use pgrx::pg_sys::{self, Datum, Oid};
 use pgrx::{IntoDatum, PgTupleDesc};
 
 use super::direct::{jobs_relation, Generational};
+use crate::pg::settings::fast_paths;
 use crate::pg::version;
 
 /// The columns of `jobs.job` an enqueue sets; the others take their defaults.
@@ -131,8 +132,8 @@ pub struct NewJobs<'a> {
 }
 
 /// How an insert may use the queue rows the session keeps (the queue's existence and its
-/// `max_attempts`), instead of reading `jobs.queue` (an index scan under a fresh snapshot,
-/// 15% of a single enqueue's instructions).
+/// `max_attempts`), instead of reading `jobs.queue` (an index scan under a fresh snapshot in
+/// every enqueue).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum QueueRowUse {
     /// Read the row, keep nothing.
@@ -231,8 +232,8 @@ unsafe extern "C-unwind" fn relcache_invalidated(_arg: Datum, relid: Oid) {
 pub struct JobWriter;
 
 impl JobWriter {
-    /// Inserts `jobs`; `None` when this path cannot stand in for the SQL statement here (the
-    /// caller then runs the statement).
+    /// Inserts `jobs`; `None` when this path cannot stand in for the SQL statement here, or
+    /// `pg_jobs.fast_paths` is off (the caller then runs the statement).
     ///
     /// # Safety
     /// Inside a transaction, with the queue lock held (shared) as the enqueue statements
@@ -249,6 +250,9 @@ impl JobWriter {
                 && jobs.group_waits.fits(count)
         );
         debug_assert!(jobs.unique_keys.is_empty() || jobs.unique_keys.len() == jobs.payloads.len());
+        if !fast_paths() {
+            return None;
+        }
         if !CALLBACK_REGISTERED.with(Cell::get) {
             // SAFETY: a plain function registered once per backend.
             unsafe { crate::pg::version::register_relcache_callback(relcache_invalidated) };
@@ -575,8 +579,8 @@ unsafe fn evaluate(
 /// `qual` comes from `ExecInitQual`; `econtext` is live, its scan tuple set. The predicates of
 /// `jobs.job`'s indexes compare columns with constants and raise nothing.
 unsafe fn admits(qual: *mut pg_sys::ExprState, econtext: *mut pg_sys::ExprContext) -> bool {
-    // Called straight, not through ExecQual's guarded wrapper: that cost a batch of 1,000
-    // jobs 1.6% more instructions than the executor's own check.
+    // Called straight, not through ExecQual's guarded wrapper, which only adds a memory
+    // context switch and a reset per row to the executor's own check.
     // SAFETY: as the caller promises.
     let (value, is_null) = unsafe { evaluate(qual, econtext) };
     !is_null && value.value() != 0
@@ -670,8 +674,8 @@ unsafe fn insert_with(kept: &Kept, jobs: &NewJobs<'_>) -> Option<Inserted> {
         // A single job with a unique key goes in as `INSERT ... ON CONFLICT` puts a row in:
         // speculatively, so that a held key is noted, not raised, and the row killed again.
         // Batches go in at once and a held key raises (the caller's subtransaction catches
-        // it); for one job that subtransaction cost about 8,500 instructions, most of what
-        // the unique index's own entry costs.
+        // it); for one job that subtransaction would cost nearly as much as the unique index's
+        // own entry.
         let speculative = jobs.unique_keys.iter().any(Option::is_some) && slots.len() == 1;
         let mut speculation = None;
         if let ([slot], true) = (&slots[..], speculative) {
@@ -707,8 +711,8 @@ unsafe fn insert_with(kept: &Kept, jobs: &NewJobs<'_>) -> Option<Inserted> {
 
         // Each row goes into the indexes whose predicates admit it, as the executor does; the
         // writer checks the predicates itself, so an index no row goes into is not opened (a
-        // plain job goes into three of the seven; opening and locking the other four cost a
-        // single enqueue about 9,000 instructions, a tenth of its own). The descriptions
+        // plain job goes into three of the seven, and opening and locking the others would be
+        // a good part of a single enqueue's work). The descriptions
         // the session keeps have no predicates, so ExecInsertIndexTuples does not check again.
         let result = pg_sys::palloc0(std::mem::size_of::<pg_sys::ResultRelInfo>())
             .cast::<pg_sys::ResultRelInfo>();

@@ -6,14 +6,16 @@
 //! beside the function call itself.
 //!
 //! Where a statement would do more than that (row-level security applies to the function's
-//! owner, the primary key is not a btree over the expected text columns), [`read`] reads
-//! nothing and answers `None`, and the caller runs its SQL statement instead.
+//! owner, the primary key is not a btree over the expected text columns) or `pg_jobs.fast_paths`
+//! is off, [`read`] reads nothing and answers `None`, and the caller runs its SQL statement
+//! instead.
 
 use std::ffi::CStr;
 
 use pgrx::pg_sys::{self, Datum, Oid};
 
 use super::direct::{jobs_relation, StatementScan};
+use crate::pg::settings::fast_paths;
 
 /// The columns of one row version, by name, while [`read`] holds its buffer.
 pub struct RowView {
@@ -60,6 +62,9 @@ pub unsafe fn read<R>(
     read: impl FnOnce(Option<&RowView>) -> R,
 ) -> Option<R> {
     debug_assert_eq!(columns.len(), key.len());
+    if !fast_paths() {
+        return None;
+    }
     // SAFETY: catalog lookups and relations opened here and closed before returning (their
     // locks kept until the transaction ends, as a statement's are); the snapshot is registered
     // for the scan and unregistered after it. On an ERROR, transaction abort releases them.

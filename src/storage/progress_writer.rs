@@ -9,14 +9,15 @@
 //!
 //! Where the executor would do more than that (triggers other than the foreign key's checks,
 //! which an update that keeps the key does not need; row-level security for the owner; an
-//! index that is not a btree; generated columns), [`write`] writes nothing and answers `false`,
-//! and the caller runs its SQL statement instead.
+//! index that is not a btree; generated columns), or `pg_jobs.fast_paths` is off, [`write`]
+//! writes nothing and answers `false`, and the caller runs its SQL statement instead.
 
 use std::ffi::CStr;
 
 use pgrx::pg_sys::{self, Datum, Oid};
 
 use super::direct::jobs_relation;
+use crate::pg::settings::fast_paths;
 use crate::pg::version;
 
 /// The new progress of one schedule whose row the caller holds locked.
@@ -57,11 +58,14 @@ struct Columns {
 }
 
 /// Writes `progress`; `false` when this path cannot stand in for the SQL statement (nothing
-/// was written then).
+/// was written then), as with `pg_jobs.fast_paths` off.
 ///
 /// # Safety
 /// Inside the transaction that locked every row named in `progress`.
 pub unsafe fn write(progress: &[Progress]) -> bool {
+    if !fast_paths() {
+        return false;
+    }
     // SAFETY: catalog lookups and a relation opened and closed here (its lock kept until the
     // transaction ends), as this function requires.
     unsafe {

@@ -368,7 +368,7 @@ pub fn with_client<R>(body: impl FnOnce(&SpiClient<'_>) -> R) -> R {
 /// invalidates it, and it is often made when `jobs.job` is nearly empty (a new install, a
 /// session that started on an idle queue, a TRUNCATE), where reading the table's one page
 /// costs less than an index. That plan then reads the whole table on every call as the table
-/// grows (a complete reading 60 pages after 3,000 jobs). Every statement here reaches its rows
+/// grows. Every statement here reaches its rows
 /// through an index, so planning as if the table were big is right at every size.
 ///
 /// Why no bitmap scans: a bitmap scan reads every row its index conditions match before the
@@ -376,8 +376,7 @@ pub fn with_client<R>(body: impl FnOnce(&SpiClient<'_>) -> R) -> R {
 /// (a claim's next due jobs) must then sort them all. With the statistics of a backlog (every
 /// row queued, one queue, one priority) on a table of about a thousand jobs, the planner costs
 /// that below the ordered index scan that stops at the first job, and the claim's kept plan
-/// read every queued job to take one (84 buffers a claim of one, against 8; the benchmark's
-/// backlog of 1,000 ran at half the hand-rolled queue's rate). The statements here look rows
+/// read every queued job to take one. The statements here look rows
 /// up by key or walk an index in order; none needs a bitmap to combine indexes.
 ///
 /// Why no JIT: where no index serves (the worker's look at the few rows of `jobs.queue`), the

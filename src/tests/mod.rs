@@ -421,4 +421,50 @@ mod tests {
         Spi::run("SELECT * FROM jobs_idempotency_save('untokened')").unwrap();
         Spi::run("SELECT jobs_idempotency_update('untokened', 'completed')").unwrap();
     }
+
+    // Workflows (engine::workflows): the states the code knows are the enum's, in its order.
+    #[pg_test]
+    fn the_job_states_are_the_enums() {
+        let names: Vec<Option<String>> =
+            one("SELECT enum_range(NULL::jobs.state)::text[] AS states");
+        let known: Vec<Option<String>> = crate::engine::model::JobState::ALL
+            .iter()
+            .map(|state| Some(state.as_str().to_owned()))
+            .collect();
+        assert_eq!(names, known);
+    }
+
+    // Within one transaction: a dependent waits, is queued by its parent's settle, and a
+    // claim never takes it while it waits.
+    #[pg_test]
+    fn a_dependent_waits_until_its_parent_succeeds() {
+        Spi::run(
+            "SELECT jobs_create_queue('pg-test-after');
+             CREATE TEMP TABLE ids AS
+               SELECT jobs_enqueue('pg-test-after', '{\"n\": 1}') AS parent;
+             ALTER TABLE ids ADD COLUMN child bigint;
+             UPDATE ids SET child = jobs_enqueue('pg-test-after', '{\"n\": 2}', after => ARRAY[parent]);",
+        )
+        .unwrap();
+        let waiting: String =
+            one("SELECT state::text FROM jobs.job WHERE id = (SELECT child FROM ids)");
+        assert_eq!(waiting, "waiting");
+        let claimed: i64 = one(
+            "SELECT count(*) FROM jobs_claim('pg-test-after', n => 10) c, ids
+              WHERE jobs_complete(c.id, c.lease, '{\"sum\": 3}') = 'succeeded' AND c.id = ids.parent",
+        );
+        assert_eq!(claimed, 1, "only the parent is claimed");
+        let queued: String =
+            one("SELECT state::text FROM jobs.job WHERE id = (SELECT child FROM ids)");
+        assert_eq!(queued, "queued");
+        let read: pgrx::JsonB = one("SELECT r.result FROM ids, jobs_results(ARRAY[ids.parent]) r");
+        assert_eq!(read.0, serde_json::json!({"sum": 3}));
+    }
+
+    #[pg_test(
+        error = "after[1] names job 9223372036854775807, which does not exist or is not visible to this session"
+    )]
+    fn a_job_cannot_wait_for_a_job_that_does_not_exist_yet() {
+        Spi::run("SELECT jobs_enqueue('default', after => ARRAY[9223372036854775807])").unwrap();
+    }
 }

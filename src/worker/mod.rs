@@ -3,7 +3,8 @@
 //! `pg_jobs.tick` a worker runs one tick ([`tick`]): reclaim expired leases, check the claim
 //! floors, enqueue schedules' slots, purge finished jobs past their queue's retention, and
 //! wake claims waiting on queues whose delayed jobs came due, each step in short transactions
-//! of its own. A database without the extension is skipped until `CREATE EXTENSION pg_jobs`
+//! of its own. Once a minute it writes the minute's counts into the throughput history
+//! (`engine::throughput`). A database without the extension is skipped until `CREATE EXTENSION pg_jobs`
 //! runs there. A failing step is logged, recorded in `jobs_worker_status()` and retried at the
 //! next tick.
 //!
@@ -40,9 +41,11 @@ use pgrx::bgworkers::{BackgroundWorker, SignalWakeFlags};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
+use crate::engine::throughput;
 use crate::pg::clock::server_now;
 use crate::pg::{database, recovery, settings};
 use crate::runtime::shmem::{self, MAX_DATABASES};
+use crate::runtime::totals;
 use crate::runtime::worker_status::WorkerStatus;
 
 /// Registers the launcher, which starts the workers; called from `_PG_init` while preloading.
@@ -85,6 +88,8 @@ pub extern "C-unwind" fn pg_jobs_worker_main(argument: pg_sys::Datum) {
 
     let mut standby = false;
     let mut outdated: Option<String> = None;
+    // The minute of the throughput history the counts since the last write belong to.
+    let mut history_minute = throughput::minute_of(server_now());
     while BackgroundWorker::wait_latch(Some(Duration::from_millis(settings::TICK_MS.get() as u64)))
     {
         if BackgroundWorker::sighup_received() {
@@ -117,6 +122,12 @@ pub extern "C-unwind" fn pg_jobs_worker_main(argument: pg_sys::Datum) {
             break;
         }
         let report = tick::run(started_at);
+        // Once a minute, the minute that ended goes into the history.
+        let minute = throughput::minute_of(server_now());
+        if minute > history_minute {
+            flush_throughput(status, &database, history_minute);
+            history_minute = minute;
+        }
         note_version(&database, &report, &mut outdated);
         if let Some(status) = status {
             record(status, &database, report);
@@ -125,6 +136,8 @@ pub extern "C-unwind" fn pg_jobs_worker_main(argument: pg_sys::Datum) {
 
     if !recovery::in_recovery() {
         tick::stopping();
+        // A clean stop keeps the current minute: the next worker's writes add to it.
+        flush_throughput(status, &database, history_minute);
     }
     // Exit 0: the postmaster forgets this worker (it never restarts it); the launcher starts
     // another one when the database is there to serve.
@@ -207,6 +220,19 @@ fn note_version(database: &str, report: &tick::TickReport, outdated: &mut Option
         None => {}
     }
     *outdated = report.outdated.clone();
+}
+
+/// Writes the counts since the last write into `minute` of the throughput history; on an
+/// ERROR they stay in shared memory for the next write (into a later minute).
+fn flush_throughput(status: Option<&WorkerStatus>, database: &str, minute: i64) {
+    match tick::flush_throughput(minute) {
+        Ok(written) => totals::mark_flushed(&written),
+        Err(message) => {
+            if let Some(status) = status {
+                step_failed(status, database, "writing the throughput history", &message);
+            }
+        }
+    }
 }
 
 /// Logs and records a step of a tick that failed and was rolled back alone.

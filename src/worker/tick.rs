@@ -21,6 +21,7 @@ use pgrx::spi::SpiClient;
 
 use super::transaction::{self, Failure};
 use crate::engine::tenants::TenantScope;
+use crate::engine::workflows::signals;
 use crate::engine::{claim, groups, idempotency, purge, reclaim, schedules, two_phase};
 use crate::pg::clock::server_now;
 use crate::pg::extension::LIBRARY_VERSION;
@@ -32,6 +33,8 @@ use crate::storage::{with_client, Statement};
 /// Jobs reclaimed per tick at most, so a tick stays short however
 /// far behind it is; the rest waits for the next ticks.
 pub const RECLAIM_PER_TICK: usize = 10 * reclaim::BATCH;
+/// Await timeouts a tick fires at most, a transaction a batch of `signals::BATCH`.
+pub const AWAIT_TIMEOUTS_PER_TICK: usize = 10 * signals::BATCH;
 /// Idempotency records purged per tick at most.
 pub const IDEMPOTENCY_PURGED_PER_TICK: usize =
     idempotency::PURGE_BATCH * idempotency::PURGE_BATCHES_PER_TICK;
@@ -72,6 +75,10 @@ const STEPS: &[Step] = &[
         run: reclaim_step,
     },
     Step {
+        doing: "ending awaits whose timeout passed",
+        run: await_timeouts_step,
+    },
+    Step {
         doing: "checking the claim floors",
         run: floors_step,
     },
@@ -90,6 +97,10 @@ const STEPS: &[Step] = &[
     Step {
         doing: "deleting the records of ended prepared transactions",
         run: prepared_step,
+    },
+    Step {
+        doing: "purging expired signals",
+        run: signals_step,
     },
     Step {
         doing: "clearing the marks of stranded group heads",
@@ -222,6 +233,20 @@ fn reclaim_step(tick: &mut Tick) -> Result<(), Failure> {
     Ok(())
 }
 
+/// Awaits whose timeout passed go back to the queue (`engine::workflows::signals`), a
+/// transaction a batch, up to [`AWAIT_TIMEOUTS_PER_TICK`] a tick.
+fn await_timeouts_step(tick: &mut Tick) -> Result<(), Failure> {
+    let mut fired = 0;
+    while fired < AWAIT_TIMEOUTS_PER_TICK {
+        let batch = tick.transaction(|client| signals::fire_timeouts(client, &TenantScope::All))?;
+        fired += batch;
+        if batch < signals::BATCH {
+            break;
+        }
+    }
+    Ok(())
+}
+
 /// No due job may wait below a claim floor for longer than a tick, whatever made it
 /// claimable: each floor is checked from its queue's head, a window of the claim index at a
 /// time. A transaction checks up to [`FLOOR_CHECKS_PER_TRANSACTION`] windows, and ends after
@@ -307,6 +332,12 @@ fn prepared_step(tick: &mut Tick) -> Result<(), Failure> {
     tick.transaction(two_phase::purge_orphans)
 }
 
+/// Recorded signals past their expiry, a batch a tick.
+fn signals_step(tick: &mut Tick) -> Result<(), Failure> {
+    tick.transaction(signals::purge_expired)?;
+    Ok(())
+}
+
 /// Once per database after shared memory was made: clears the marks of the waiting jobs whose
 /// freed heads it lost, so that settles may hand heads over again and no claim pays for it (a
 /// waiting claim's empty attempt would roll its sweep back, and sweep again at every wake-up).
@@ -337,4 +368,22 @@ pub fn stopping() {
             }
         })
     });
+}
+
+/// Writes what this database counted since the last write into minute `minute` of the
+/// throughput history (and drops the minutes older than 24 hours), in a transaction of its
+/// own; returns what it wrote, to be marked written now that the transaction committed.
+/// Nothing while the database lacks the extension at this library's version.
+pub fn flush_throughput(minute: i64) -> Result<Vec<crate::runtime::totals::Unflushed>, String> {
+    transaction::run(ACTIVITY, || {
+        with_client(|client| {
+            let installed = EXTENSION_EXISTS.first::<String>(client, &[], "installed");
+            if installed.as_deref() != Some(LIBRARY_VERSION) {
+                return Vec::new();
+            }
+            TICK_SETTINGS.run(client, &[]);
+            crate::engine::throughput::write(client, minute, server_now())
+        })
+    })
+    .map_err(|failure| failure.message)
 }

@@ -54,6 +54,10 @@ impl Worker for HandrolledWorker {
     fn cancel_token(&self) -> CancelToken {
         self.conn.cancel_token()
     }
+
+    fn session(&mut self) -> &mut Client {
+        &mut self.conn
+    }
 }
 
 impl Comparator for Handrolled {

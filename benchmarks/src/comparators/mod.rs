@@ -32,6 +32,8 @@ pub trait Producer: Send {
     fn enqueue(&mut self, payload: &Value) -> Result<i64>;
     /// Enqueues one job per payload in one call.
     fn enqueue_batch(&mut self, payloads: &[Value]) -> Result<()>;
+    /// The session it enqueues over (the counts mode marks the measured stretch in it).
+    fn session(&mut self) -> &mut Client;
 }
 
 /// The producer of every SQL-driven queue: one prepared statement that enqueues a job and
@@ -60,6 +62,10 @@ impl Producer for StatementProducer {
         self.conn.execute(&self.many, &[&payloads])?;
         Ok(())
     }
+
+    fn session(&mut self) -> &mut Client {
+        &mut self.conn
+    }
 }
 
 /// Claimed jobs from rows whose first column is the job id (queues without fencing tokens).
@@ -83,8 +89,18 @@ pub trait Worker: Send {
     fn fail(&mut self, job: &Claimed, retry_in: std::time::Duration) -> Result<()>;
     /// One step of the queue's natural way of waiting for work; may return nothing.
     fn wait_claim(&mut self, n: i32) -> Result<Vec<Claimed>>;
+    /// Completes `done` and claims up to `n` due jobs without waiting, in one call and one
+    /// transaction (issue 39's one commit per job), for queues that can
+    /// ([`Comparator::one_commit_per_job`]); fails when one of `done` was not completed.
+    fn complete_and_claim(&mut self, done: &[Claimed], n: i32) -> Result<Vec<Claimed>> {
+        let _ = (done, n);
+        anyhow::bail!("this queue cannot complete and claim in one transaction")
+    }
     /// Cancels a statement this worker is running (stops a waiting claim).
     fn cancel_token(&self) -> CancelToken;
+    /// The session it claims and settles over (the counts mode marks the measured stretch
+    /// in it).
+    fn session(&mut self) -> &mut Client;
 }
 
 pub trait Comparator: Sync {
@@ -96,6 +112,11 @@ pub trait Comparator: Sync {
     /// interval, so their polls are evenly spaced rather than in lockstep (their best case).
     fn poll_interval(&self) -> Option<std::time::Duration> {
         None
+    }
+    /// Whether its workers can complete what they finished and claim their next jobs in one
+    /// transaction ([`Worker::complete_and_claim`]).
+    fn one_commit_per_job(&self) -> bool {
+        false
     }
     /// The table its jobs live in (VACUUM target, read by the held snapshot).
     fn table(&self) -> &'static str;

@@ -1,5 +1,6 @@
 //! pg_jobs itself: jobs_enqueue / jobs_enqueue_batch, jobs_claim (n => 1 or 100) and
-//! jobs_complete(id, lease) or jobs_complete(ids[], leases[]); waiting workers block in
+//! jobs_complete(id, lease) or jobs_complete(ids[], leases[]), or both in one transaction with
+//! jobs_complete_and_claim (one commit per job); waiting workers block in
 //! jobs_claim(wait => ...), woken by commits. Its producers and workers log in as a role granted
 //! `jobs_worker`, as an application's would; scenario r also runs them as the extension's owner,
 //! and as the `jobs_worker` role acting for a tenant.
@@ -88,6 +89,7 @@ struct PgJobsWorker {
     wait: Statement,
     complete_one: Statement,
     complete_many: Statement,
+    complete_and_claim: Statement,
     fail: Statement,
 }
 
@@ -127,8 +129,44 @@ impl Worker for PgJobsWorker {
         Ok(claimed(self.conn.query(&self.wait, &[&n])?))
     }
 
+    fn complete_and_claim(&mut self, done: &[Claimed], n: i32) -> Result<Vec<Claimed>> {
+        let ids: Vec<i64> = done.iter().map(|j| j.id).collect();
+        let leases: Vec<Uuid> = done.iter().filter_map(|j| j.lease).collect();
+        let rows = self
+            .conn
+            .query(&self.complete_and_claim, &[&ids, &leases, &n])?;
+        let mut settled = 0;
+        let mut claimed = Vec::new();
+        for row in rows {
+            match row.get::<_, Option<i64>>(0) {
+                Some(id) => {
+                    let outcome: String = row.get(1);
+                    ensure!(
+                        outcome == "succeeded",
+                        "jobs_complete_and_claim answered {outcome:?} for job {id}: its lease was not current"
+                    );
+                    settled += 1;
+                }
+                None => claimed.push(Claimed {
+                    id: row.get(2),
+                    lease: Some(row.get(3)),
+                }),
+            }
+        }
+        ensure!(
+            settled == done.len(),
+            "jobs_complete_and_claim settled {settled} of {} jobs",
+            done.len()
+        );
+        Ok(claimed)
+    }
+
     fn cancel_token(&self) -> CancelToken {
         self.conn.cancel_token()
+    }
+
+    fn session(&mut self) -> &mut Client {
+        &mut self.conn
     }
 }
 
@@ -144,13 +182,27 @@ impl Comparator for PgJobs {
         )
     }
 
+    fn one_commit_per_job(&self) -> bool {
+        true
+    }
+
     fn table(&self) -> &'static str {
         "jobs.job"
     }
 
     fn reset(&self, admin: &mut Client) -> Result<()> {
+        // The queue is dropped and made again, so that no setting an earlier scenario gave it
+        // (groups, a rate limit, a pause) carries over: every measurement starts from the
+        // queue a new user creates. What pg_jobs keeps of it in shared memory (its claim floor
+        // and reach, its wake-up slot's due time, its totals) outlives this, as it outlives a
+        // TRUNCATE; none of it can change a later measurement's work: the positions the caches
+        // hold are those of jobs claimed before, and every later job sorts after them (the
+        // suite's jobs all have priority 0, a later job's run_at is no earlier than any claim
+        // before it, and ids only grow).
         admin.batch_execute(&format!(
-            "TRUNCATE jobs.job; SELECT jobs_create_queue('{QUEUE}', retention => '7 days')"
+            "TRUNCATE jobs.job;
+             SELECT jobs_drop_queue(name) FROM jobs.queue WHERE name = '{QUEUE}';
+             SELECT jobs_create_queue('{QUEUE}', retention => '7 days')"
         ))?;
         Ok(())
     }
@@ -239,6 +291,10 @@ impl Comparator for PgJobs {
         let complete_one = conn.prepare("SELECT jobs_complete($1::bigint, $2::uuid)")?;
         let complete_many =
             conn.prepare("SELECT count(*) FROM jobs_complete_batch($1::bigint[], $2::uuid[])")?;
+        let complete_and_claim = conn.prepare(&format!(
+            "SELECT settled, outcome, (claimed).id, (claimed).lease
+               FROM jobs_complete_and_claim('{QUEUE}', $1::bigint[], $2::uuid[], n => $3::int)"
+        ))?;
         let fail = conn.prepare(
             "SELECT jobs_fail($1::bigint, $2::uuid, 'planned failure',
                               retry_in => make_interval(secs => $3::float8))",
@@ -249,6 +305,7 @@ impl Comparator for PgJobs {
             wait,
             complete_one,
             complete_many,
+            complete_and_claim,
             fail,
         }))
     }

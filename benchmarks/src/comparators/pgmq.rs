@@ -53,6 +53,10 @@ impl Worker for PgmqWorker {
     fn cancel_token(&self) -> CancelToken {
         self.conn.cancel_token()
     }
+
+    fn session(&mut self) -> &mut Client {
+        &mut self.conn
+    }
 }
 
 impl Comparator for Pgmq {

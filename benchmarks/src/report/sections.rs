@@ -3,20 +3,14 @@
 
 use std::fmt::Write;
 
+use super::charts;
+use super::markdown::{cell, measurement_row, note_cell, table_header, throughput_table, PG_JOBS};
 use super::targets::{soak_ends, soak_growth, FLAT};
-use super::{
-    cpu, int, measurement_row, note_cell, opt, ratio, table_header, throughput_table, Run, PG_JOBS,
-};
-use crate::charts;
+use crate::format::{cpu, int, mib, ms, opt, ratio};
+use crate::results::{Measurement, Run};
 use crate::scenarios::{
-    burndown, enqueue, kinds, latency, long, roles, scaling, soak, vacuum, wal, Measurement,
+    burndown, enqueue, kinds, latency, long, roles, scaling, soak, vacuum, wal,
 };
-
-const MIB: f64 = 1024.0 * 1024.0;
-
-fn mib(bytes: i64) -> String {
-    format!("{:.1}", bytes as f64 / MIB)
-}
 
 pub fn long_burn_down(out: &mut String, run: &Run) {
     if run.comparators("h", long::VARIANT).is_empty() {
@@ -45,10 +39,10 @@ pub fn kinds_filtered(out: &mut String, run: &Run) {
         measurement_row(out, columns.len(), &[&m.variant], m, || {
             vec![
                 int(m.jobs as f64),
-                opt(m.mean_ms, super::ms),
-                opt(m.p50_ms, super::ms),
-                opt(m.p99_ms, super::ms),
-                opt(m.max_ms, super::ms),
+                opt(m.mean_ms, ms),
+                opt(m.p50_ms, ms),
+                opt(m.p99_ms, ms),
+                opt(m.max_ms, ms),
                 note_cell(m),
             ]
         });
@@ -63,8 +57,7 @@ pub fn kinds_filtered(out: &mut String, run: &Run) {
          costs is in a and f: one more index entry written per enqueue, and per retry or release \
          that queues a job again. With it pg_jobs enqueues {} jobs/s one per transaction and {} \
          jobs/s 1,000 per call, and writes {} / {} WAL bytes per job over a lifecycle in batches \
-         of 1 / 100 (0.1.0, before this index and the flow-control columns: 979 bytes at batches of \
-         100, in the 2026-11-30 report).\n",
+         of 1 / 100.\n",
         opt(a(enqueue::VARIANTS[0].0), int),
         opt(a(enqueue::VARIANTS[1].0), int),
         opt(f(wal::VARIANTS[0].0), int),
@@ -219,8 +212,8 @@ pub fn soak_section(out: &mut String, run: &Run) {
                 int(m.jobs as f64),
                 format!("{:.0}", m.seconds),
                 opt(m.rate, int),
-                opt(m.p50_ms, super::ms),
-                opt(m.p99_ms, super::ms),
+                opt(m.p50_ms, ms),
+                opt(m.p99_ms, ms),
                 opt(m.server_cpu_per_1000(), cpu),
                 note_cell(m),
             ]
@@ -248,14 +241,14 @@ pub fn soak_section(out: &mut String, run: &Run) {
             vec![
                 opt(m.offered_rate, int),
                 opt(m.rate, int),
-                opt(m.p50_ms, super::ms),
-                opt(m.p99_ms, super::ms),
-                opt(m.max_ms, super::ms),
+                opt(m.p50_ms, ms),
+                opt(m.p99_ms, ms),
+                opt(m.max_ms, ms),
                 ends.map_or("–".into(), |((a, _), (b, _))| {
                     format!("{} → {} ({:+.1}%)", int(a), int(b), 100.0 * (b / a - 1.0))
                 }),
                 ends.map_or("–".into(), |((_, a), (_, b))| {
-                    format!("{} → {}", super::ms(a), super::ms(b))
+                    format!("{} → {}", ms(a), ms(b))
                 }),
                 growth.map_or("–".into(), |(t, i)| {
                     format!("{:+.1}%, {:+.1}%", 100.0 * t, 100.0 * i)
@@ -413,7 +406,7 @@ pub fn roles_cost(out: &mut String, run: &Run) {
             opt(cpu_of(worker), cpu),
             opt(cpu_ratio, ratio),
             if owner.is_none() || worker.is_none() {
-                why().map_or_else(String::new, |why| super::cell(&why))
+                why().map_or_else(String::new, |why| cell(&why))
             } else {
                 String::new()
             },
@@ -486,8 +479,8 @@ pub fn noise(out: &mut String, raw: &Run) {
     for (v, _) in burndown::VARIANTS {
         metric_rows.push(("b", v, "jobs/s", int, |m| m.rate));
     }
-    metric_rows.push(("c", latency::VARIANT, "p50", super::ms, |m| m.p50_ms));
-    metric_rows.push(("c", latency::VARIANT, "p99", super::ms, |m| m.p99_ms));
+    metric_rows.push(("c", latency::VARIANT, "p50", ms, |m| m.p50_ms));
+    metric_rows.push(("c", latency::VARIANT, "p99", ms, |m| m.p99_ms));
     for (v, _) in roles::VARIANTS {
         metric_rows.push(("r", v, "jobs/s", int, |m| m.rate));
     }
@@ -537,8 +530,7 @@ pub fn noise(out: &mut String, raw: &Run) {
 #[cfg(test)]
 mod tests {
     use super::noise_intro;
-    use crate::report::Run;
-    use crate::scenarios::Measurement;
+    use crate::results::{Measurement, Run};
 
     fn run_of(scenarios: &[&str]) -> Run {
         Run {

@@ -9,12 +9,13 @@ use std::time::Duration;
 use anyhow::Result;
 use postgres::Client;
 
-use super::{attempt, connect_workers, drain, prepare_queued, Burned, Ctx, Measurement};
+use super::{attempt, connect_workers, drain, prepare_queued, Burned, Ctx};
 use crate::comparators::graphile::{prepare_load, wait_empty, Graphile, GwOptions};
 use crate::comparators::Comparator;
 use crate::config::{SMALL_BACKLOG, WORKERS};
 use crate::db::{self, Span, Window};
-use crate::report::int;
+use crate::format::int;
+use crate::results::Measurement;
 
 pub const SMALL: &str = "1,000 queued";
 pub const QUEUED: &str = "1,000,000 queued";
@@ -48,12 +49,10 @@ fn small(ctx: &Ctx, admin: &mut Client, c: &dyn Comparator) -> Result<Measuremen
         }
     }
     c.reset(admin)?;
-    Ok(Measurement::new("d", SMALL, c.name())
-        .burned(&burned, c, &total)
-        .note(format!(
-            "{rounds} rounds of {} queued jobs",
-            int(SMALL_BACKLOG as f64)
-        )))
+    Ok(burned.measurement("d", SMALL, c, &total).note(format!(
+        "{rounds} rounds of {} queued jobs",
+        int(SMALL_BACKLOG as f64)
+    )))
 }
 
 /// Graphile: one worker process kept running; each round adds 1,000 jobs in one transaction
@@ -88,13 +87,11 @@ fn queued(ctx: &Ctx, admin: &mut Client, c: &dyn Comparator) -> Result<Measureme
     prepare_queued(admin, c, large)?;
     let (burned, span) = drain(ctx, admin, c, large, 1, Some(burn))?;
     c.reset(admin)?;
-    Ok(Measurement::new("d", QUEUED, c.name())
-        .burned(&burned, c, &span)
-        .note(format!(
-            "{} of {} queued jobs burnt down",
-            int(burned.done as f64),
-            int(large as f64)
-        )))
+    Ok(burned.measurement("d", QUEUED, c, &span).note(format!(
+        "{} of {} queued jobs burnt down",
+        int(burned.done as f64),
+        int(large as f64)
+    )))
 }
 
 fn finished(ctx: &Ctx, admin: &mut Client, c: &dyn Comparator) -> Result<Measurement> {
@@ -110,11 +107,9 @@ fn finished(ctx: &Ctx, admin: &mut Client, c: &dyn Comparator) -> Result<Measure
     let left = c.pending(admin)?;
     c.reset(admin)?;
     anyhow::ensure!(left == 0, "{left} jobs left after the burn-down");
-    Ok(Measurement::new("d", FINISHED, c.name())
-        .burned(&burned, c, &span)
-        .note(format!(
-            "{} queued jobs burnt down beside {} finished ones",
-            int(burned.done as f64),
-            int(large as f64)
-        )))
+    Ok(burned.measurement("d", FINISHED, c, &span).note(format!(
+        "{} queued jobs burnt down beside {} finished ones",
+        int(burned.done as f64),
+        int(large as f64)
+    )))
 }

@@ -16,13 +16,13 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use postgres::Client;
 
-use super::{attempt, burn, connect_workers, prepare_queued, Ctx, Measurement};
+use super::{attempt, burn, connect_workers, prepare_queued, Ctx};
 use crate::comparators::pg_jobs::{PgJobs, QUEUE};
 use crate::comparators::Comparator;
 use crate::config::{LOAD_ROLES, WORKERS, WORKER_ROLE};
 use crate::cpu;
 use crate::db::Window;
-use crate::report::Run;
+use crate::results::Measurement;
 
 /// Jobs burnt down per run.
 pub const JOBS: u64 = 20_000;
@@ -85,7 +85,9 @@ fn programs(clients: &Path, dsn: &str) -> Vec<Program> {
     ]
 }
 
-pub fn run(ctx: &Ctx, admin: &mut Client) -> Vec<Measurement> {
+/// Runs the SQL loop and each library, directly and through PgBouncer (pg_jobs only, whatever
+/// the queues of the run).
+pub fn run(ctx: &Ctx, admin: &mut Client, _: &[&dyn Comparator]) -> Vec<Measurement> {
     let mut out = vec![attempt("l", DIRECT, SQL_LOOP, || sql_loop(ctx, admin))];
     let Ok(clients) = std::env::var("BENCH_CLIENTS") else {
         out.push(
@@ -297,114 +299,4 @@ impl Drop for Bouncer {
             }
         }
     }
-}
-
-/// The scenario's section of the report: each library against the SQL loop, and the
-/// targets of the client-libraries issue.
-pub fn render(out: &mut String, run: &Run) {
-    use std::fmt::Write;
-    let rows: Vec<_> = run
-        .measurements
-        .iter()
-        .filter(|m| m.scenario == "l")
-        .collect();
-    if rows.is_empty() {
-        return;
-    }
-    let rate = |variant: &str, c: &str| {
-        rows.iter()
-            .find(|m| m.variant == variant && m.comparator == c && m.missing.is_none())
-            .and_then(|m| m.rate)
-    };
-    out.push_str("## l. Client libraries: burn-down of 20,000 no-op jobs, concurrency 8\n\n");
-    out.push_str(
-        "Each library's worker with its defaults (one claim waiting for as many jobs as it has free slots, \
-         jobs without a result completed by `jobs_complete_batch` as they finish, heartbeats every lease/3), \
-         in a process of its own, against the load \
-         generator's SQL loop (8 sessions, `jobs_claim(n => 1)` + `jobs_complete`), in one run. Client CPU is \
-         the library process's (or the load generator's); server and clients share the cores.\n\n",
-    );
-    let _ = writeln!(
-        out,
-        "| target | measured | ratio | verdict |\n|---|---|---|---|"
-    );
-    let base = rate(DIRECT, SQL_LOOP);
-    let mut target = |what: &str, a: Option<f64>, b: Option<f64>, at_least: f64| {
-        let (measured, ratio, verdict) = match (a, b) {
-            (Some(a), Some(b)) => (
-                format!(
-                    "{} vs {} jobs/s",
-                    crate::report::int(a),
-                    crate::report::int(b)
-                ),
-                format!("{:.2}×", a / b),
-                if a / b >= at_least {
-                    "**MET**"
-                } else {
-                    "**MISSED**"
-                },
-            ),
-            _ => ("–".into(), "–".into(), "not measured"),
-        };
-        let _ = writeln!(out, "| {what} | {measured} | {ratio} | {verdict} |");
-    };
-    target("Node ≥ 0.8× the SQL loop", rate(DIRECT, NODE), base, 0.8);
-    target(
-        "Python (threads) ≥ 0.6× the SQL loop",
-        rate(DIRECT, PYTHON),
-        base,
-        0.6,
-    );
-    target(
-        "Node through PgBouncer ≥ 0.8× direct",
-        rate(BOUNCER, NODE),
-        rate(DIRECT, NODE),
-        0.8,
-    );
-    target(
-        "Python through PgBouncer ≥ 0.8× direct",
-        rate(BOUNCER, PYTHON),
-        rate(DIRECT, PYTHON),
-        0.8,
-    );
-    target(
-        "Python asyncio ≥ 0.6× the SQL loop (not a target of the issue)",
-        rate(DIRECT, PYTHON_ASYNC),
-        base,
-        0.6,
-    );
-    out.push('\n');
-    let _ = writeln!(
-        out,
-        "| client | connection | jobs | seconds | jobs/s | ÷ SQL loop | server CPU s / 1,000 jobs | client CPU s / 1,000 jobs | notes |\n|---|---|---|---|---|---|---|---|---|"
-    );
-    for m in rows {
-        if let Some(why) = &m.missing {
-            let _ = writeln!(
-                out,
-                "| {} | {} | – | – | – | – | – | – | {} |",
-                m.comparator,
-                m.variant,
-                why.replace('|', "\\|")
-            );
-            continue;
-        }
-        let cell = |v: Option<f64>| v.map_or_else(|| "–".into(), |v| format!("{v:.3}"));
-        let _ = writeln!(
-            out,
-            "| {} | {} | {} | {:.1} | {} | {} | {} | {} | {} |",
-            m.comparator,
-            m.variant,
-            crate::report::int(m.jobs as f64),
-            m.seconds,
-            m.rate.map_or_else(|| "–".into(), crate::report::int),
-            m.rate
-                .zip(base)
-                .map_or_else(|| "–".into(), |(a, b)| format!("{:.2}×", a / b)),
-            cell(m.server_cpu_per_1000()),
-            cell(m.client_cpu_per_1000()),
-            m.note.clone().unwrap_or_default()
-        );
-    }
-    out.push('\n');
 }

@@ -6,9 +6,10 @@ use std::time::Duration;
 use anyhow::Result;
 use postgres::Client;
 
-use super::{attempt, produce, Ctx, Measurement};
+use super::{attempt, produce, Ctx};
 use crate::comparators::Comparator;
 use crate::db::{self, Window};
+use crate::results::Measurement;
 
 pub const VARIANTS: [(&str, usize); 2] = [("1 per transaction", 1), ("1,000 per call", 1000)];
 

@@ -18,7 +18,6 @@
 //! Every part runs `BENCH_REPEATS` times, the two sides in alternating order, so each target
 //! shows its run-to-run noise.
 
-use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -28,14 +27,13 @@ use serde_json::Value;
 
 use super::burndown::burn_down;
 use super::idle::track_all;
-use super::{
-    attempt, connect_workers, produce, produce_with, with_waiting_workers_n, Ctx, Measurement,
-};
+use super::{attempt, connect_workers, produce, produce_with, with_waiting_workers_n, Ctx};
 use crate::comparators::pg_jobs::{PgJobs, QUEUE};
 use crate::comparators::{load_in_chunks, Claimed, Comparator, Producer, Worker};
 use crate::config::WORKERS;
 use crate::db::{self, Span, Window};
-use crate::report::{int, Run};
+use crate::format::int;
+use crate::results::Measurement;
 
 /// The scenario's letter in `BENCH_SCENARIOS` and in the report.
 pub const SCENARIO: &str = "u";
@@ -90,7 +88,7 @@ pub const RATE_TOLERANCE: f64 = 0.03;
 
 /// Runs every part `BENCH_REPEATS` times and returns their measurements, tagged with their
 /// repetition; the queue is left without rate limit whatever failed.
-pub fn run(ctx: &Ctx, admin: &mut Client) -> Vec<Measurement> {
+pub fn run(ctx: &Ctx, admin: &mut Client, _: &[&dyn Comparator]) -> Vec<Measurement> {
     let c = PgJobs::new(LIMITED, WAIT);
     let mut out = Vec::new();
     for repeat in 0..ctx.cfg.repeats {
@@ -193,14 +191,15 @@ fn unique_key(payload: &Value) -> String {
 
 /// A producer enqueueing into pg_jobs's bench queue with a unique key per job, sent by the
 /// client beside the payload.
-struct UniqueProducer {
+pub struct UniqueProducer {
     conn: Client,
     one: Statement,
     many: Statement,
 }
 
 impl UniqueProducer {
-    fn prepare(mut conn: Client) -> Result<Box<dyn Producer>> {
+    /// Prepares the keyed enqueues on `conn`.
+    pub fn prepare(mut conn: Client) -> Result<Box<dyn Producer>> {
         let one = conn.prepare(&format!(
             "SELECT jobs_enqueue('{QUEUE}', $1::jsonb, unique_key => $2::text)"
         ))?;
@@ -222,10 +221,14 @@ impl Producer for UniqueProducer {
         self.conn.execute(&self.many, &[&payloads, &keys])?;
         Ok(())
     }
+
+    fn session(&mut self) -> &mut Client {
+        &mut self.conn
+    }
 }
 
 /// Loads `n` queued jobs, job k in group k mod 1,000, so every group's head is near the front.
-fn load_grouped(admin: &mut Client, n: u64) -> Result<()> {
+pub fn load_grouped(admin: &mut Client, n: u64) -> Result<()> {
     let statement = admin.prepare(&format!(
         "SELECT count(*) FROM jobs_enqueue_batch('{QUEUE}',
              ARRAY(SELECT jsonb_build_object('n', g) FROM generate_series($1::bigint, $2::bigint) g ORDER BY g),
@@ -395,86 +398,4 @@ fn per_second(mut m: Measurement, span: &Span) -> Measurement {
     m.statements_per_s = Some(span.statements as f64 / span.seconds);
     m.commits_per_s = Some(span.commits as f64 / span.seconds);
     m
-}
-
-/// The report's section for scenario u.
-pub fn report(out: &mut String, run: &Run) {
-    if !run.measurements.iter().any(|m| m.scenario == SCENARIO) {
-        return;
-    }
-    let get = |variant: &str, side: &str| {
-        run.measurements
-            .iter()
-            .find(|m| m.scenario == SCENARIO && m.variant == variant && m.comparator == side)
-    };
-    let figure = |v: Option<f64>, f: &dyn Fn(f64) -> String| v.map_or("–".to_owned(), f);
-    let why = |m: &Measurement| {
-        m.missing
-            .as_deref()
-            .or(m.note.as_deref())
-            .unwrap_or("")
-            .replace('|', "\\|")
-    };
-    out.push_str("## u. Flow control (issue 11)\n\n");
-    out.push_str(
-        "pg_jobs only. Unique keys and groups each beside the same work without them, 8 \
-         sessions, the two sides in alternating order over the repetitions (figures are their \
-         means); then a rate-limited queue with 8 waiting workers.\n\n",
-    );
-    out.push_str("| variant | side | jobs | seconds | jobs/s | server CPU s / 1,000 jobs | empty claims | notes |\n|---|---|---|---|---|---|---|---|\n");
-    let pairs: Vec<(&str, [&str; 2])> = ENQUEUE
-        .iter()
-        .map(|(v, _)| (*v, [PLAIN, UNIQUE]))
-        .chain(BURN.iter().map(|(v, _)| (*v, [UNGROUPED, GROUPED])))
-        .collect();
-    for (variant, sides) in &pairs {
-        for side in sides {
-            let Some(m) = get(variant, side) else {
-                continue;
-            };
-            let _ = writeln!(
-                out,
-                "| {variant} | {side} | {} | {:.1} | {} | {} | {} | {} |",
-                int(m.jobs as f64),
-                m.seconds,
-                figure(m.rate, &|r| int(r)),
-                figure(m.server_cpu_per_1000(), &|c| format!("{c:.3}")),
-                m.empty_claims.map_or("–".to_owned(), |e| int(e as f64)),
-                why(m)
-            );
-        }
-    }
-    out.push('\n');
-    if let (Some(rate), Some(quiet)) = (get(RATE, LIMITED), get(QUIET, LIMITED)) {
-        out.push_str(
-            "Rate limit. Statements: pg_stat_statements calls by the workers' role, nested \
-             statements included (track = 'all' for that role); commits: the whole bench \
-             database.\n\n",
-        );
-        out.push_str("| window | seconds | jobs admitted | admitted/s | statements/s | statements per admitted job | commits/s | server CPU | notes |\n|---|---|---|---|---|---|---|---|---|\n");
-        for m in [rate, quiet] {
-            let per_job = match (m.statements_per_s, m.jobs) {
-                (Some(s), j) if j > 0 => format!("{:.2}", s * m.seconds / j as f64),
-                _ => "–".to_owned(),
-            };
-            let _ = writeln!(
-                out,
-                "| {} | {:.1} | {} | {} | {} | {per_job} | {} | {} | {} |",
-                m.variant,
-                m.seconds,
-                int(m.jobs as f64),
-                figure((m.seconds > 0.0).then(|| m.jobs as f64 / m.seconds), &|r| {
-                    format!("{r:.1}")
-                }),
-                figure(m.statements_per_s, &|s| format!("{s:.2}")),
-                figure(m.commits_per_s, &|c| format!("{c:.2}")),
-                figure(m.server_cpu_s, &|c| format!(
-                    "{:.1}% of a core",
-                    100.0 * c / m.seconds.max(1e-9)
-                )),
-                why(m)
-            );
-        }
-        out.push('\n');
-    }
 }

@@ -6,7 +6,6 @@
 //! in alternating rounds of the same run so both see the same machine. Target: pg_jobs ≥ 0.9×
 //! the hand-written table's requests per second.
 
-use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -15,10 +14,11 @@ use postgres::{Client, Statement};
 use serde_json::json;
 use uuid::Uuid;
 
-use super::{attempt, Ctx, Measurement};
+use super::{attempt, Ctx};
+use crate::comparators::Comparator;
 use crate::config::WORKERS;
 use crate::db::{self, Span, Window};
-use crate::report::{int, Run};
+use crate::results::Measurement;
 
 /// The scenario's letter in `BENCH_SCENARIOS` and in the report.
 pub const SCENARIO: &str = "i";
@@ -32,7 +32,7 @@ pub const HAND_WRITTEN: &str = "hand-written table";
 /// scale): many short rounds let both sides share whatever else the machine is doing.
 const ROUNDS: u32 = 6;
 /// The target of issue 13.
-const TARGET: f64 = 0.9;
+pub const TARGET: f64 = 0.9;
 
 /// The three statements of one side, prepared on each client's connection.
 struct Side {
@@ -115,7 +115,7 @@ impl Requester {
 }
 
 /// Runs both sides in alternating rounds and returns one measurement per side.
-pub fn run(ctx: &Ctx, admin: &mut Client) -> Vec<Measurement> {
+pub fn run(ctx: &Ctx, admin: &mut Client, _: &[&dyn Comparator]) -> Vec<Measurement> {
     let setup = admin
         .batch_execute(include_str!("../../comparators/idempotency.sql"))
         .context("creating the hand-written idempotency table");
@@ -209,52 +209,4 @@ fn one_round(
     let span = window.close(&ctx.server, admin, 0.0)?;
     outcomes.into_iter().collect::<Result<()>>()?;
     Ok((done.into_inner(), span))
-}
-
-/// The report's section for scenario i.
-pub fn report(out: &mut String, run: &Run) {
-    let get = |name: &str| {
-        run.measurements
-            .iter()
-            .find(|m| m.scenario == SCENARIO && m.comparator == name)
-    };
-    let (Some(ours), Some(theirs)) = (get(PG_JOBS), get(HAND_WRITTEN)) else {
-        return;
-    };
-    out.push_str("## i. Idempotency records (issue 13)\n\n");
-    let _ = writeln!(
-        out,
-        "{VARIANT}: each request is a `save`, an `update` with the save's token and a `get`, \
-         each its own transaction, on a fresh key; pg_jobs's functions beside a hand-written \
-         `INSERT ... ON CONFLICT DO UPDATE ... WHERE` table with the same columns and indexes \
-         (`benchmarks/comparators/idempotency.sql`).\n"
-    );
-    out.push_str("| side | requests | seconds | requests/s | server CPU s per 1,000 requests | note |\n|---|---|---|---|---|---|\n");
-    for m in [ours, theirs] {
-        let figure = |v: Option<f64>, f: &dyn Fn(f64) -> String| v.map_or("–".to_owned(), f);
-        let _ = writeln!(
-            out,
-            "| {} | {} | {:.1} | {} | {} | {} |",
-            m.comparator,
-            int(m.jobs as f64),
-            m.seconds,
-            figure(m.rate, &|r| int(r)),
-            figure(m.server_cpu_per_1000(), &|c| format!("{c:.3}")),
-            m.missing.as_deref().or(m.note.as_deref()).unwrap_or("")
-        );
-    }
-    if let (Some(a), Some(b)) = (ours.rate, theirs.rate) {
-        let ratio = a / b;
-        let verdict = if ratio >= TARGET {
-            "**MET**"
-        } else {
-            "**MISSED**"
-        };
-        let _ = writeln!(
-            out,
-            "\nTarget: pg_jobs ≥ {TARGET}× the hand-written table: {ratio:.2}×, {verdict}.\n"
-        );
-    } else {
-        out.push('\n');
-    }
 }

@@ -10,11 +10,13 @@ use std::time::Duration;
 use anyhow::Result;
 use postgres::Client;
 
-use super::{attempt, complete, connect_workers, with_waiting_workers, Ctx, Measurement};
+use super::{attempt, complete, connect_workers, with_waiting_workers, Ctx};
 use crate::comparators::graphile::GwOptions;
+use crate::comparators::pg_jobs::PgJobs;
 use crate::comparators::Comparator;
 use crate::config::{IDLE_WORKERS, LOAD_ROLES};
 use crate::db::{self, Span, Window};
+use crate::results::Measurement;
 
 pub const VARIANT: &str = "16 waiting workers";
 pub const BASELINE: &str = "no workers (baseline)";
@@ -32,7 +34,29 @@ fn figures(m: Measurement, span: &Span) -> Measurement {
     m
 }
 
-pub fn baseline(ctx: &Ctx, admin: &mut Client) -> Measurement {
+/// The baseline without workers, then each queue's waiting workers. pg_jobs waits longer
+/// than the window, so any statement in it would come from polling inside the wait; its
+/// 10-second loop beside it shows the cost of issuing the wait again.
+pub fn run(ctx: &Ctx, admin: &mut Client, queues: &[&dyn Comparator]) -> Vec<Measurement> {
+    let long_wait = PgJobs::new("pg_jobs", "60 seconds");
+    let loop_wait = PgJobs::new("pg_jobs (10 s wait loop)", "10 seconds");
+    let mut waiting: Vec<&dyn Comparator> = Vec::new();
+    for c in queues {
+        if c.name() == "pg_jobs" {
+            waiting.push(&long_wait);
+            waiting.push(&loop_wait);
+        } else {
+            waiting.push(*c);
+        }
+    }
+    let mut out = vec![baseline(ctx, admin)];
+    for c in waiting {
+        out.push(wait(ctx, admin, c));
+    }
+    out
+}
+
+fn baseline(ctx: &Ctx, admin: &mut Client) -> Measurement {
     attempt("g", BASELINE, "-", || {
         db::checkpoint(admin)?;
         std::thread::sleep(SETTLE);
@@ -43,8 +67,8 @@ pub fn baseline(ctx: &Ctx, admin: &mut Client) -> Measurement {
     })
 }
 
-pub fn run(ctx: &Ctx, admin: &mut Client, c: &dyn Comparator) -> Vec<Measurement> {
-    vec![attempt("g", VARIANT, c.name(), || {
+fn wait(ctx: &Ctx, admin: &mut Client, c: &dyn Comparator) -> Measurement {
+    attempt("g", VARIANT, c.name(), || {
         c.reset(admin)?;
         db::checkpoint(admin)?;
         track_all(admin, true)?;
@@ -56,7 +80,7 @@ pub fn run(ctx: &Ctx, admin: &mut Client, c: &dyn Comparator) -> Vec<Measurement
         track_all(admin, false)?;
         let m = figures(Measurement::new("g", VARIANT, c.name()), &span?);
         Ok(m.note(c.waiting_mode()))
-    })]
+    })
 }
 
 /// Sets (or resets) pg_stat_statements.track = 'all' for the load generator's roles, so that

@@ -9,11 +9,12 @@ use std::time::Instant;
 use anyhow::{ensure, Result};
 use postgres::Client;
 
-use super::{attempt, percentile, Ctx, Measurement};
+use super::{attempt, percentile, Ctx};
 use crate::comparators::pg_jobs::QUEUE;
 use crate::comparators::{load_in_chunks, Comparator};
 use crate::db;
-use crate::report::int;
+use crate::format::int;
+use crate::results::Measurement;
 
 pub const UNFILTERED: &str = "unfiltered claim";
 pub const FILTERED: &str = "kinds-filtered claim";

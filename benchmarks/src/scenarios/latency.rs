@@ -9,11 +9,12 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::Result;
 use postgres::Client;
 
-use super::{attempt, connect_workers, percentile, with_waiting_workers, Ctx, Measurement};
+use super::{attempt, connect_workers, percentile, with_waiting_workers, Ctx};
 use crate::comparators::graphile::{Graphile, GwOptions};
 use crate::comparators::{payload, Claimed, Comparator, Producer, Worker};
 use crate::config::{LATENCY_INTERVAL_MS, WORKERS};
 use crate::db::{self, Span, Window};
+use crate::results::Measurement;
 
 pub const VARIANT: &str = "1 job / 10 ms";
 

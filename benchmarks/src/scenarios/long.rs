@@ -6,9 +6,10 @@
 use postgres::Client;
 
 use super::burndown::burn_down;
-use super::{attempt, prepare_queued, Ctx, Measurement};
+use super::{attempt, prepare_queued, Ctx};
 use crate::comparators::Comparator;
-use crate::report::int;
+use crate::format::int;
+use crate::results::Measurement;
 
 pub const VARIANT: &str = "100 per claim, long run";
 /// The queues this scenario runs for.

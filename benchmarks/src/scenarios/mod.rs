@@ -1,13 +1,14 @@
-//! The scenarios of issue 4 §3 and what they share: the run context, the measurement record,
-//! and the two building blocks every throughput scenario uses — producers that enqueue from
-//! 8 sessions, and workers that burn a queue down from 8 sessions (or, for Graphile Worker, its
-//! own worker process).
+//! The scenarios and what they share: the list of them ([`ALL`]), the run context, and the
+//! two building blocks every throughput scenario uses — producers that enqueue from 8
+//! sessions, and workers that burn a queue down from 8 sessions (or, for Graphile Worker, its
+//! own worker process). Each returns its figures as [`Measurement`]s; the report renders them.
 
 pub mod backlog;
 pub mod burndown;
 pub mod clients;
 pub mod enqueue;
 pub mod flow;
+pub mod horizon;
 pub mod idempotency;
 pub mod idle;
 pub mod kinds;
@@ -19,6 +20,7 @@ pub mod scaling;
 pub mod schedules;
 pub mod snapshot;
 pub mod soak;
+pub mod storage;
 pub mod vacuum;
 pub mod wal;
 
@@ -27,13 +29,107 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Result};
 use postgres::{Client, NoTls};
-use serde::{Deserialize, Serialize};
 
 use crate::comparators::graphile::{wait_empty, GwOptions};
 use crate::comparators::{payload, Claimed, Comparator, Producer, Worker};
 use crate::config::{Config, PRODUCERS, WORKERS};
 use crate::cpu::ServerCpu;
 use crate::db::{self, Span, Window};
+use crate::results::Measurement;
+
+/// How a scenario runs over the queues of the run.
+pub enum Runs {
+    /// Once for each queue, `BENCH_REPEATS` times, every other time with the queues in reverse
+    /// order, so that the report shows its run-to-run noise and no queue always runs first.
+    EachQueueRepeated(fn(&Ctx, &mut Client, &dyn Comparator) -> Vec<Measurement>),
+    /// Once for each queue.
+    EachQueue(fn(&Ctx, &mut Client, &dyn Comparator) -> Vec<Measurement>),
+    /// Once, given every queue of the run: the scenario picks those it measures (and repeats
+    /// itself when it must).
+    Once(fn(&Ctx, &mut Client, &[&dyn Comparator]) -> Vec<Measurement>),
+}
+
+/// A scenario: its letter in `BENCH_SCENARIOS` and in the report, its title, and how it runs.
+pub struct Scenario {
+    pub letter: char,
+    pub title: &'static str,
+    pub runs: Runs,
+    /// The one queue the scenario measures, when it measures only that one: it is skipped
+    /// when the run leaves that queue out (`BENCH_COMPARATORS`).
+    pub only: Option<&'static str>,
+}
+
+const fn each(letter: char, title: &'static str, f: PerQueue) -> Scenario {
+    Scenario {
+        letter,
+        title,
+        runs: Runs::EachQueue(f),
+        only: None,
+    }
+}
+
+const fn repeated(letter: char, title: &'static str, f: PerQueue) -> Scenario {
+    Scenario {
+        letter,
+        title,
+        runs: Runs::EachQueueRepeated(f),
+        only: None,
+    }
+}
+
+const fn once(letter: char, title: &'static str, f: AllQueues) -> Scenario {
+    Scenario {
+        letter,
+        title,
+        runs: Runs::Once(f),
+        only: None,
+    }
+}
+
+const fn pg_jobs_only(letter: char, title: &'static str, f: AllQueues) -> Scenario {
+    Scenario {
+        letter,
+        title,
+        runs: Runs::Once(f),
+        only: Some("pg_jobs"),
+    }
+}
+
+type PerQueue = fn(&Ctx, &mut Client, &dyn Comparator) -> Vec<Measurement>;
+type AllQueues = fn(&Ctx, &mut Client, &[&dyn Comparator]) -> Vec<Measurement>;
+
+/// Every scenario, in the order a run takes them. A new scenario is a file of this folder with
+/// a `run` function, its `pub mod` line above, and one line here.
+pub const ALL: [Scenario; 20] = [
+    once(
+        'p',
+        "pgbench: the machine's commit-rate ceiling",
+        pgbench::run,
+    ),
+    repeated('a', "enqueue", enqueue::run),
+    repeated('b', "burn-down", burndown::run),
+    repeated('c', "pickup latency", latency::run),
+    each('d', "backlog", backlog::run),
+    each('e', "held snapshot", snapshot::run),
+    each('f', "WAL and commits per job", wal::run),
+    each('h', "long burn-down", long::run),
+    each('k', "kinds-filtered claims", kinds::run),
+    each('w', "scaling curve", scaling::run),
+    pg_jobs_only('r', "roles and tenants cost", roles::run),
+    once('g', "idle", idle::run),
+    once('l', "client libraries", clients::run),
+    once('i', "idempotency records", idempotency::run),
+    once('v', "dead rows held back while workers wait", vacuum::run),
+    pg_jobs_only(
+        'o',
+        "a transaction held open under steady traffic",
+        horizon::run,
+    ),
+    pg_jobs_only('t', "schedules", schedules::run),
+    pg_jobs_only('u', "flow control", flow::run),
+    once('s', "soak", soak::run),
+    pg_jobs_only('y', "storage over a long steady run", storage::run),
+];
 
 /// What every scenario needs.
 pub struct Ctx {
@@ -44,124 +140,6 @@ pub struct Ctx {
 impl Ctx {
     pub fn connect(&self) -> Result<Client> {
         db::connect(&self.cfg.dsn)
-    }
-}
-
-/// One figure of the report: a scenario, a variant of it, a comparator, and what was measured.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-pub struct Measurement {
-    pub scenario: String,
-    pub variant: String,
-    pub comparator: String,
-    pub jobs: u64,
-    pub seconds: f64,
-    /// Jobs per second.
-    pub rate: Option<f64>,
-    /// Server CPU seconds in the window (all processes of the bench cluster).
-    pub server_cpu_s: Option<f64>,
-    /// Load-generator CPU seconds in the window (this process, plus Node for Graphile).
-    pub client_cpu_s: Option<f64>,
-    pub p50_ms: Option<f64>,
-    pub p99_ms: Option<f64>,
-    pub max_ms: Option<f64>,
-    pub wal_bytes_per_job: Option<f64>,
-    pub commits_per_job: Option<f64>,
-    pub statements_per_s: Option<f64>,
-    pub commits_per_s: Option<f64>,
-    /// Claims that came back empty although due jobs were surely queued.
-    pub empty_claims: Option<u64>,
-    pub note: Option<String>,
-    /// Why there is no figure: not applicable, or the error that stopped it.
-    pub missing: Option<String>,
-    /// Which repetition of its scenario this is (0 for scenarios that run once): the report
-    /// averages repetitions and shows their spread as the run-to-run noise.
-    #[serde(default)]
-    pub repeat: u32,
-    /// w: workers that burnt the queue down.
-    #[serde(default)]
-    pub workers: Option<u32>,
-    /// k: mean time per claim.
-    #[serde(default)]
-    pub mean_ms: Option<f64>,
-    /// v: dead row versions the updates made, and those VACUUM could not remove.
-    #[serde(default)]
-    pub dead_rows_made: Option<u64>,
-    #[serde(default)]
-    pub dead_rows_kept: Option<u64>,
-    /// v: age of the oldest snapshot a worker session held when VACUUM ran, in seconds.
-    #[serde(default)]
-    pub oldest_snapshot_s: Option<f64>,
-    /// s: jobs per second the producers were asked to enqueue.
-    #[serde(default)]
-    pub offered_rate: Option<f64>,
-    /// s: pickup p99 over the soak's first and last tenth (a minute each at full scale).
-    #[serde(default)]
-    pub first_p99_ms: Option<f64>,
-    #[serde(default)]
-    pub last_p99_ms: Option<f64>,
-    /// s: one sample per interval of the soak.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub samples: Vec<soak::Sample>,
-}
-
-impl Measurement {
-    pub fn new(scenario: &str, variant: &str, comparator: &str) -> Measurement {
-        Measurement {
-            scenario: scenario.into(),
-            variant: variant.into(),
-            comparator: comparator.into(),
-            ..Measurement::default()
-        }
-    }
-
-    /// A throughput figure: `jobs` done in the span.
-    pub fn throughput(mut self, jobs: u64, span: &Span) -> Measurement {
-        self.jobs = jobs;
-        self.seconds = span.seconds;
-        self.rate = Some(jobs as f64 / span.seconds.max(1e-9));
-        self.server_cpu_s = Some(span.server_cpu);
-        self.client_cpu_s = Some(span.client_cpu);
-        self
-    }
-
-    /// A burn-down figure; empty claims are recorded for the queues claimed from here.
-    pub fn burned(self, burned: &Burned, c: &dyn Comparator, span: &Span) -> Measurement {
-        let mut m = self.throughput(burned.done, span);
-        if c.external().is_none() {
-            m.empty_claims = Some(burned.empty_claims);
-        }
-        m
-    }
-
-    pub fn note(mut self, note: impl Into<String>) -> Measurement {
-        self.note = Some(note.into());
-        self
-    }
-
-    /// Puts `note` in front of the note the measurement already has.
-    pub fn note_first(mut self, note: impl Into<String>) -> Measurement {
-        let note = note.into();
-        self.note = Some(match self.note.take() {
-            Some(old) => format!("{note}; {old}"),
-            None => note,
-        });
-        self
-    }
-
-    pub fn missing(mut self, why: impl Into<String>) -> Measurement {
-        self.missing = Some(why.into());
-        self
-    }
-
-    /// Server CPU seconds per 1,000 jobs.
-    pub fn server_cpu_per_1000(&self) -> Option<f64> {
-        let cpu = self.server_cpu_s?;
-        (self.jobs > 0).then(|| cpu * 1000.0 / self.jobs as f64)
-    }
-
-    pub fn client_cpu_per_1000(&self) -> Option<f64> {
-        let cpu = self.client_cpu_s?;
-        (self.jobs > 0).then(|| cpu * 1000.0 / self.jobs as f64)
     }
 }
 
@@ -242,6 +220,24 @@ pub struct Burned {
     pub empty_claims: u64,
 }
 
+impl Burned {
+    /// The figure of a burn-down: its jobs in the span, and the empty claims of the queues
+    /// claimed from here (an external worker process does not tell).
+    pub fn measurement(
+        &self,
+        scenario: &str,
+        variant: &str,
+        c: &dyn Comparator,
+        span: &Span,
+    ) -> Measurement {
+        let mut m = Measurement::new(scenario, variant, c.name()).throughput(self.done, span);
+        if c.external().is_none() {
+            m.empty_claims = Some(self.empty_claims);
+        }
+        m
+    }
+}
+
 /// A worker whose claim came back empty waits this long before it claims again. Spinning
 /// instead would steal the 2 cores from the workers finishing the last jobs, and penalise
 /// queues whose empty claims cost more; a real worker would back off far longer.
@@ -250,44 +246,90 @@ const EMPTY_BACKOFF: Duration = Duration::from_millis(1);
 /// No completed job for this long means the queue lost jobs or wedged.
 const STALL: Duration = Duration::from_secs(15);
 
+/// How the workers of a burn-down settle what they claimed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Settle {
+    /// A claim in one transaction, the complete in another: two commits per claim.
+    Apart,
+    /// The complete of what a worker finished and the claim of its next jobs in one call and
+    /// one transaction ([`Worker::complete_and_claim`]): one commit per claim. A worker with
+    /// nothing in hand claims on its own.
+    WithNextClaim,
+}
+
 /// Runs the workers on threads until `target` jobs are done. A claim that returns nothing is
 /// retried after a short back-off (and counted when jobs were surely left), as a worker would
 /// poll again.
 pub fn burn(workers: &mut [Box<dyn Worker>], batch: i32, target: u64) -> Result<Burned> {
+    burn_settling(workers, batch, target, Settle::Apart)
+}
+
+/// [`burn`] whose workers settle as `settle` says.
+pub fn burn_settling(
+    workers: &mut [Box<dyn Worker>],
+    batch: i32,
+    target: u64,
+    settle: Settle,
+) -> Result<Burned> {
     let done = AtomicU64::new(0);
     let empty_claims = AtomicU64::new(0);
     let started = Instant::now();
     let last_progress_ms = AtomicU64::new(0);
     let in_hand = (workers.len() as u64) * batch.max(1) as u64;
+    // A claim that brought nothing: counted when jobs were surely left; an error when nothing
+    // was completed for too long.
+    let came_back_empty = |so_far: u64| -> Result<()> {
+        if target.saturating_sub(so_far) > in_hand {
+            empty_claims.fetch_add(1, Ordering::Relaxed);
+        }
+        let now = started.elapsed().as_millis() as u64;
+        if now.saturating_sub(last_progress_ms.load(Ordering::Relaxed)) > STALL.as_millis() as u64 {
+            bail!(
+                "no job completed for {STALL:?} with {} of {target} done: claims return nothing",
+                done.load(Ordering::Relaxed)
+            );
+        }
+        Ok(())
+    };
+    let completed = |n: usize| {
+        done.fetch_add(n as u64, Ordering::Relaxed);
+        last_progress_ms.store(started.elapsed().as_millis() as u64, Ordering::Relaxed);
+    };
     let outcomes: Vec<Result<()>> = std::thread::scope(|s| {
         let handles: Vec<_> = workers
             .iter_mut()
             .map(|w| {
-                let (done, empty_claims, last_progress_ms) = (&done, &empty_claims, &last_progress_ms);
+                let (done, came_back_empty, completed) = (&done, &came_back_empty, &completed);
                 s.spawn(move || -> Result<()> {
+                    let mut held: Vec<Claimed> = Vec::new();
                     loop {
+                        if !held.is_empty() {
+                            // Settle::WithNextClaim: finish what is in hand, take the next.
+                            let next = w.complete_and_claim(&held, batch)?;
+                            completed(held.len());
+                            if next.is_empty() {
+                                came_back_empty(done.load(Ordering::Relaxed))?;
+                            }
+                            held = next;
+                            continue;
+                        }
                         let so_far = done.load(Ordering::Relaxed);
                         if so_far >= target {
                             return Ok(());
                         }
                         let jobs = w.claim(batch)?;
                         if jobs.is_empty() {
-                            if target - so_far > in_hand {
-                                empty_claims.fetch_add(1, Ordering::Relaxed);
-                            }
-                            let now = started.elapsed().as_millis() as u64;
-                            if now.saturating_sub(last_progress_ms.load(Ordering::Relaxed)) > STALL.as_millis() as u64 {
-                                bail!(
-                                    "no job completed for {STALL:?} with {} of {target} done: claims return nothing",
-                                    done.load(Ordering::Relaxed)
-                                );
-                            }
+                            came_back_empty(so_far)?;
                             std::thread::sleep(EMPTY_BACKOFF);
                             continue;
                         }
-                        w.complete(&jobs)?;
-                        done.fetch_add(jobs.len() as u64, Ordering::Relaxed);
-                        last_progress_ms.store(started.elapsed().as_millis() as u64, Ordering::Relaxed);
+                        match settle {
+                            Settle::Apart => {
+                                w.complete(&jobs)?;
+                                completed(jobs.len());
+                            }
+                            Settle::WithNextClaim => held = jobs,
+                        }
                     }
                 })
             })
@@ -317,6 +359,22 @@ pub fn drain(
     batch: i32,
     limit: Option<u64>,
 ) -> Result<(Burned, Span)> {
+    drain_settling(ctx, admin, c, expected, batch, limit, Settle::Apart)
+}
+
+/// [`drain`] whose workers settle as `settle` says (only queues consumed from this process).
+pub fn drain_settling(
+    ctx: &Ctx,
+    admin: &mut Client,
+    c: &dyn Comparator,
+    expected: u64,
+    batch: i32,
+    limit: Option<u64>,
+    settle: Settle,
+) -> Result<(Burned, Span)> {
+    if settle == Settle::WithNextClaim && !c.one_commit_per_job() {
+        bail!("{} cannot complete and claim in one transaction", c.name());
+    }
     if let Some(g) = c.external() {
         let target = limit.unwrap_or(expected);
         let opts = graphile_options(batch, WORKERS, target);
@@ -338,7 +396,7 @@ pub fn drain(
     }
     let mut workers = connect_workers(ctx, c, WORKERS)?;
     let window = Window::open(&ctx.server, admin)?;
-    let burned = burn(&mut workers, batch, limit.unwrap_or(expected))?;
+    let burned = burn_settling(&mut workers, batch, limit.unwrap_or(expected), settle)?;
     let span = window.close(&ctx.server, admin, 0.0)?;
     Ok((burned, span))
 }

@@ -6,14 +6,17 @@ use std::process::Command;
 use anyhow::{bail, Context, Result};
 use postgres::Client;
 
-use super::{attempt, Ctx, Measurement};
+use super::{attempt, Ctx};
+use crate::comparators::Comparator;
 use crate::db::{self, Window};
+use crate::results::Measurement;
 
 pub const VARIANT: &str = "-N, 8 clients";
 pub const DB: &str = "bench_pgbench";
 
-pub fn run(ctx: &Ctx, admin: &mut Client) -> Measurement {
-    attempt("p", VARIANT, "pgbench", || one(ctx, admin))
+/// Runs `pgbench -N` once (the queues of the run play no part).
+pub fn run(ctx: &Ctx, admin: &mut Client, _: &[&dyn Comparator]) -> Vec<Measurement> {
+    vec![attempt("p", VARIANT, "pgbench", || one(ctx, admin))]
 }
 
 fn pgbench(ctx: &Ctx, args: &[&str]) -> Result<String> {

@@ -17,11 +17,12 @@ use postgres::Client;
 
 use super::burndown::burn_down;
 use super::enqueue::enqueue_for;
-use super::{attempt, burndown, enqueue, prepare_queued, Ctx, Measurement};
+use super::{attempt, burndown, enqueue, prepare_queued, Ctx};
 use crate::comparators::pg_jobs::{Login, PgJobs};
 use crate::comparators::Comparator;
 use crate::config::{LOAD_ROLE, WORKER_ROLE};
 use crate::db;
+use crate::results::Measurement;
 
 /// The tenant the `jobs_worker` sessions act for.
 pub const TENANT: &str = "acme";
@@ -62,10 +63,22 @@ pub const VARIANTS: [(&str, Work); 4] = [
 /// Pairs each repetition measures of each variant: A B, then B A.
 pub const PAIRS_PER_REPETITION: u32 = 2;
 
+/// Runs the scenario's `BENCH_REPEATS` repetitions (pg_jobs only, whatever the queues of the
+/// run).
+pub fn run(ctx: &Ctx, admin: &mut Client, _: &[&dyn Comparator]) -> Vec<Measurement> {
+    let repeats = ctx.cfg.repeats;
+    let mut out = Vec::new();
+    for repeat in 0..repeats {
+        eprintln!("  (run {} of {repeats})", repeat + 1);
+        out.extend(repetition(ctx, admin, repeat));
+    }
+    out
+}
+
 /// Runs every variant for both logins, in the order `repeat` gives (see the module's doc).
 /// Each measurement is numbered as a repetition of its own (`repeat` ×
 /// [`PAIRS_PER_REPETITION`] + its pair), so that the report's noise shows every pair.
-pub fn run(ctx: &Ctx, admin: &mut Client, repeat: u32) -> Vec<Measurement> {
+fn repetition(ctx: &Ctx, admin: &mut Client, repeat: u32) -> Vec<Measurement> {
     let owner = PgJobs::logged_in(OWNER, "10 seconds", Login::Owner);
     let worker = PgJobs::logged_in(WORKER, "10 seconds", Login::WorkerForTenant(TENANT));
     if let Err(e) = prepare_logins(ctx, admin, &owner, &worker) {

@@ -4,9 +4,10 @@
 
 use postgres::Client;
 
-use super::{attempt, burn, connect_workers, prepare_queued, Ctx, Measurement};
+use super::{attempt, burn, connect_workers, prepare_queued, Ctx};
 use crate::comparators::Comparator;
 use crate::db::Window;
+use crate::results::Measurement;
 
 pub const WORKER_COUNTS: [u32; 6] = [1, 2, 4, 8, 16, 32];
 pub const VARIANTS: [(&str, i32); 2] = [("1 per claim", 1), ("100 per claim", 100)];
@@ -36,7 +37,7 @@ pub fn run(ctx: &Ctx, admin: &mut Client, c: &dyn Comparator) -> Vec<Measurement
                 let left = c.pending(admin)?;
                 c.reset(admin)?;
                 anyhow::ensure!(left == 0, "{left} jobs left after the burn-down");
-                Ok(Measurement::new("w", variant, c.name()).burned(&burned, c, &span))
+                Ok(burned.measurement("w", variant, c, &span))
             });
             m.variant = variant.into();
             m.workers = Some(workers);

@@ -8,16 +8,21 @@
 //! transaction, then `jobs_enqueue_batch` of the same 1,000 jobs (same payloads, headers of the
 //! same size) in its own, both from the same session; 15 rounds after one warm-up round, medians reported.
 
-use std::fmt::Write;
 use std::time::Instant;
 
 use anyhow::Result;
 use postgres::Client;
 
-use super::{attempt, Ctx, Measurement};
+use super::{attempt, Ctx};
+use crate::comparators::Comparator;
 use crate::db;
-use crate::report::Run;
+use crate::results::Measurement;
 
+/// The run of the schedules, and the batch enqueue of the same jobs it is judged against.
+pub const RUN: &str = "run, 1,000 due of 10,000";
+pub const BATCH: &str = "jobs_enqueue_batch, the same 1,000 jobs";
+/// The target of issue 12: a run costs at most this many times the batch enqueue per job.
+pub const TARGET: f64 = 1.5;
 /// Schedules in the table.
 const SCHEDULES: i64 = 10_000;
 /// Of which due at each round.
@@ -28,20 +33,16 @@ const ROUNDS: usize = 15;
 const DATABASE: &str = "bench_schedules";
 
 /// The two figures of the scenario: the run, and the batch enqueue it is judged against.
-pub fn run(ctx: &Ctx, admin: &mut Client) -> Vec<Measurement> {
+pub fn run(ctx: &Ctx, admin: &mut Client, _: &[&dyn Comparator]) -> Vec<Measurement> {
     let mut figures: Option<(f64, f64)> = None;
-    let run = attempt("t", "run, 1,000 due of 10,000", "pg_jobs", || {
+    let run = attempt("t", RUN, "pg_jobs", || {
         let (run_ms, batch_ms) = measure(ctx, admin)?;
         figures = Some((run_ms, batch_ms));
-        Ok(figure("run, 1,000 due of 10,000", run_ms, batch_ms))
+        Ok(figure(RUN, run_ms, batch_ms))
     });
     let mut out = vec![run];
     if let Some((_, batch_ms)) = figures {
-        out.push(figure(
-            "jobs_enqueue_batch, the same 1,000 jobs",
-            batch_ms,
-            batch_ms,
-        ));
+        out.push(figure(BATCH, batch_ms, batch_ms));
     }
     out
 }
@@ -125,31 +126,4 @@ fn measure(ctx: &Ctx, admin: &mut Client) -> Result<(f64, f64)> {
     drop(client);
     admin.batch_execute(&format!("DROP DATABASE {DATABASE}"))?;
     Ok((median(&mut runs), median(&mut batches)))
-}
-
-/// The report's section for h, when it ran.
-pub fn report(out: &mut String, run: &Run) {
-    let rows: Vec<&Measurement> = run
-        .measurements
-        .iter()
-        .filter(|m| m.scenario == "t")
-        .collect();
-    if rows.is_empty() {
-        return;
-    }
-    out.push_str("## t. Schedules: a run with 1,000 of 10,000 schedules due\n\n");
-    out.push_str(
-        "Target (issue 12): per job at most 1.5× `jobs_enqueue_batch` of the same 1,000 jobs.\n\n",
-    );
-    out.push_str("| what | jobs/s | note |\n|---|---|---|\n");
-    for m in rows {
-        let rate = m.rate.map_or_else(|| "—".to_owned(), |r| format!("{r:.0}"));
-        let note = m
-            .note
-            .clone()
-            .or_else(|| m.missing.clone())
-            .unwrap_or_default();
-        let _ = writeln!(out, "| {} | {rate} | {note} |", m.variant);
-    }
-    out.push('\n');
 }

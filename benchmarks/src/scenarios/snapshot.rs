@@ -5,9 +5,10 @@
 use postgres::Client;
 
 use super::burndown::burn_down;
-use super::{attempt, prepare_queued, Ctx, Measurement};
+use super::{attempt, prepare_queued, Ctx};
 use crate::comparators::Comparator;
 use crate::db;
+use crate::results::Measurement;
 
 pub const VARIANT: &str = "1 per claim, snapshot held";
 

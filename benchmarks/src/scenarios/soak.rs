@@ -17,15 +17,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Result};
 use postgres::Client;
-use serde::{Deserialize, Serialize};
 
-use super::{
-    attempt, connect_workers, percentile, sessions, with_waiting_workers, Ctx, Measurement,
-};
+use super::{attempt, connect_workers, percentile, sessions, with_waiting_workers, Ctx};
 use crate::comparators::{payload, Claimed, Comparator, Worker};
 use crate::config::{PRODUCERS, WORKERS};
 use crate::db::{self, Window};
-use crate::report::int;
+use crate::format::int;
+use crate::results::{Measurement, Sample};
 
 pub const CAPACITY: &str = "capacity";
 pub const SOAK: &str = "soak";
@@ -41,38 +39,6 @@ pub const WARM_UP: Duration = Duration::from_secs(5);
 pub const FAIL_EVERY: i64 = 20;
 /// ...and is retried this long after.
 pub const RETRY_IN: Duration = Duration::from_secs(1);
-
-/// What one interval of the soak looked like.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-pub struct Sample {
-    /// Seconds since the start, at the end of the interval.
-    pub t: f64,
-    /// Jobs completed (succeeded) in the interval, per second.
-    pub rate: f64,
-    /// Jobs enqueued in the interval, per second.
-    pub enqueued_rate: f64,
-    /// Pickup latency of the jobs first picked up in the interval (retries excluded).
-    pub p50_ms: Option<f64>,
-    pub p99_ms: Option<f64>,
-    /// Jobs enqueued and not yet completed (queued, running or waiting for their retry).
-    pub backlog: u64,
-    /// pg_stat_user_tables of the queue's table.
-    pub dead_tuples: i64,
-    pub live_tuples: i64,
-    /// Autovacuums of the table since the measurement window opened.
-    pub autovacuums: i64,
-    /// pg_relation_size of the table (main fork) and of each of its indexes, in bytes.
-    pub table_bytes: i64,
-    pub index_bytes: Vec<(String, i64)>,
-    /// Server CPU in the interval, as a fraction of one core.
-    pub server_cpu: f64,
-}
-
-impl Sample {
-    pub fn all_index_bytes(&self) -> i64 {
-        self.index_bytes.iter().map(|(_, b)| b).sum()
-    }
-}
 
 /// Runs the capacity measurement for every soaked queue, then the soak of each at the same
 /// rate. Queues other than [`SOAKED`] are not soaked.

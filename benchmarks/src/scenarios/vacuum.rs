@@ -12,11 +12,11 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use postgres::{Client, NoTls};
 
-use super::{attempt, complete, connect_workers, with_waiting_workers, Ctx, Measurement};
+use super::{attempt, complete, connect_workers, with_waiting_workers, Ctx};
 use crate::comparators::graphile::GwOptions;
 use crate::comparators::Comparator;
 use crate::config::{IDLE_WORKERS, LOAD_ROLES};
-use crate::report::int;
+use crate::results::Measurement;
 
 pub const VARIANT: &str = "16 waiting workers";
 pub const BASELINE: &str = "no workers (baseline)";
@@ -36,7 +36,16 @@ struct Outcome {
     oldest_snapshot_s: Option<f64>,
 }
 
-pub fn baseline(ctx: &Ctx, admin: &mut Client) -> Measurement {
+/// The baseline without workers, then each queue's waiting workers.
+pub fn run(ctx: &Ctx, admin: &mut Client, queues: &[&dyn Comparator]) -> Vec<Measurement> {
+    let mut out = vec![baseline(ctx, admin)];
+    for c in queues {
+        out.push(waiting(ctx, admin, *c));
+    }
+    out
+}
+
+fn baseline(ctx: &Ctx, admin: &mut Client) -> Measurement {
     attempt("v", BASELINE, "-", || {
         create_table(ctx, admin)?;
         let o = update_and_vacuum(ctx, admin)?;
@@ -44,8 +53,8 @@ pub fn baseline(ctx: &Ctx, admin: &mut Client) -> Measurement {
     })
 }
 
-pub fn run(ctx: &Ctx, admin: &mut Client, c: &dyn Comparator) -> Vec<Measurement> {
-    vec![attempt("v", VARIANT, c.name(), || {
+fn waiting(ctx: &Ctx, admin: &mut Client, c: &dyn Comparator) -> Measurement {
+    attempt("v", VARIANT, c.name(), || {
         c.reset(admin)?;
         create_table(ctx, admin)?;
         let o = if let Some(g) = c.external() {
@@ -59,7 +68,7 @@ pub fn run(ctx: &Ctx, admin: &mut Client, c: &dyn Comparator) -> Vec<Measurement
         };
         let m = figures(Measurement::new("v", VARIANT, c.name()), &o, ctx);
         Ok(m.note(c.waiting_mode()))
-    })]
+    })
 }
 
 fn figures(mut m: Measurement, o: &Outcome, ctx: &Ctx) -> Measurement {
@@ -157,14 +166,6 @@ fn not_removable(messages: &[String]) -> Option<u64> {
         .find(|part| part.ends_with("are dead but not yet removable"))
         .and_then(|part| part.split_whitespace().next())
         .and_then(|n| n.parse().ok())
-}
-
-/// "2,500 of 25,000" for the report.
-pub fn kept_of_made(m: &Measurement) -> String {
-    match (m.dead_rows_kept, m.dead_rows_made) {
-        (Some(k), Some(d)) => format!("{} of {}", int(k as f64), int(d as f64)),
-        _ => "–".into(),
-    }
 }
 
 #[cfg(test)]

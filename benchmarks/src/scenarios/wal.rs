@@ -8,11 +8,12 @@ use std::time::Duration;
 use anyhow::{ensure, Result};
 use postgres::Client;
 
-use super::{attempt, connect_workers, graphile_options, produce, Ctx, Measurement};
+use super::{attempt, connect_workers, graphile_options, produce, Ctx};
 use crate::comparators::graphile::wait_empty;
 use crate::comparators::Comparator;
 use crate::config::WORKERS;
 use crate::db::{self, Span, Window};
+use crate::results::Measurement;
 
 pub const VARIANTS: [(&str, i32); 2] = [("batches of 1", 1), ("batches of 100", 100)];
 

@@ -30,6 +30,20 @@ export interface EnqueueOptions {
   tenant?: string;
   /** Jobs sharing a group key run at most the queue's group_concurrency at a time. */
   groupKey?: string;
+  /**
+   * Dependencies: the job is `waiting` until every job listed here has ended `succeeded`, then
+   * `queued`; a parent that ends `failed` or `cancelled` cancels it (see README "Workflows").
+   */
+  after?: JobId[];
+}
+
+/** A job id as the library takes it: the decimal string it returns, or a number or bigint. */
+export type JobId = string | number | bigint;
+
+/** Ids as a parameter: an array of decimal strings, which node-postgres sends untyped. */
+export function ids(values: JobId[]): string[] {
+  if (!Array.isArray(values)) throw new TypeError(`job ids must be an array, not ${JSON.stringify(values)}`);
+  return values.map((v) => String(v));
 }
 
 /** One row of a batch enqueue: the job's id, and whether it was inserted or a unique duplicate found. */
@@ -64,6 +78,7 @@ const NAMES: Array<[keyof EnqueueOptions, string, (v: any) => unknown]> = [
   ['onConflict', 'on_conflict', (v) => v],
   ['tenant', 'tenant', (v) => v],
   ['groupKey', 'group_key', (v) => v],
+  ['after', 'after', ids],
 ];
 
 function namedArguments(options: EnqueueOptions, values: unknown[]): string {

@@ -21,10 +21,15 @@ export {
   type CompletedEvent,
   type FailedEvent,
   type ReleasedEvent,
+  type AwaitingEvent,
+  type AwaitOutcome,
+  type AwaitOptions,
+  type JobSignal,
   type LostEvent,
   type RetryingEvent,
   type ErrorEvent,
   type StoppedEvent,
   type LostOutcome,
 } from './worker.js';
-export { enqueue, enqueueBatch, interval, json, type EnqueueOptions, type Enqueued, type Queryable } from './enqueue.js';
+export { enqueue, enqueueBatch, interval, json, type EnqueueOptions, type Enqueued, type JobId, type Queryable } from './enqueue.js';
+export { FINISHED_STATES, results, signal, STATES, wait, type JobResult, type JobState, type SignalOptions } from './workflows.js';

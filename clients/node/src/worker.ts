@@ -1,8 +1,10 @@
 // The worker: one claim loop that waits in the server (jobs_claim(wait => ...)) for up to as
 // many jobs as it has free slots, a lease keeper per running job that heartbeats every
 // lease/3, and the settle calls that turn a handler's outcome into jobs_complete, jobs_fail or
-// jobs_release. Every call is one autocommit statement with untyped parameters and no session
-// state, so the worker runs unchanged behind PgBouncer in transaction pooling mode.
+// jobs_release. A steady worker completes what finished and claims what comes next in one
+// call (jobs_complete_and_claim): one commit per job. Every call is one autocommit statement
+// with untyped parameters and no session state, so the worker runs unchanged behind
+// PgBouncer in transaction pooling mode.
 
 import { EventEmitter } from 'node:events';
 import net from 'node:net';
@@ -28,6 +30,29 @@ export interface Job<P = any> {
   lease: string;
   createdAt: Date;
   runAt: Date;
+  /**
+   * The signal this run was woken by, when an earlier run of the job awaited one
+   * (`awaitSignal`): its name, the payload `jobs_signal` sent, and whether the await timed out
+   * instead (then the payload is null). Null on every other run.
+   */
+  signal: JobSignal | null;
+}
+
+/** The signal a job was woken by (`jobs.claimed.signal`). */
+export interface JobSignal<P = any> {
+  name: string;
+  payload: P | null;
+  /** The await's timeout passed before the signal came. */
+  timedOut: boolean;
+}
+
+/** What `awaitSignal` answers: see {@link JobContext.awaitSignal}. */
+export type AwaitOutcome = 'waiting' | 'queued' | 'cancelled' | 'lost';
+
+/** Options of `awaitSignal`. */
+export interface AwaitOptions {
+  /** How long to wait for the signal, in milliseconds (default: the server's, a day); then the job runs again with `signal.timedOut`. */
+  timeoutMs?: number;
 }
 
 /** What a handler gets beside the job. */
@@ -39,6 +64,16 @@ export interface JobContext {
    * `'running'`, or `'cancelled'`/`'lost'` (then `signal` has fired too).
    */
   progress(value: unknown): Promise<string>;
+  /**
+   * Ends this run to wait for the signal `name` (`jobs_await`) without spending the attempt:
+   * the job is `waiting`, holding no lease and no slot, until a `jobs_signal` of that name
+   * commits (or `timeoutMs` passes), and then runs again with `job.signal` set. Resolves to
+   * `'waiting'`, `'queued'` (the signal was recorded already: the job is queued at once),
+   * `'cancelled'` or `'lost'` (nothing was recorded). Return from the handler right after:
+   * the run has ended (`signal` has fired), and what the handler returns is ignored. An await
+   * the server refuses (a name out of range) rejects, and the attempt fails with that error.
+   */
+  awaitSignal(name: string, options?: AwaitOptions): Promise<AwaitOutcome>;
 }
 
 /** A handler function: its return value becomes the job's result. */
@@ -178,6 +213,13 @@ export interface WorkerOptions {
   signals?: NodeJS.Signals[];
   /** The grace a signal-initiated stop gives running handlers, in milliseconds (default 10,000). */
   graceMs?: number;
+  /**
+   * One commit per job (default true): a job that succeeded is completed in the same call,
+   * and the same transaction, that claims the worker's next jobs (`jobs_complete_and_claim`),
+   * rather than by a `jobs_complete` of its own beside the claim. `false`: the settles and the
+   * claims are separate calls, as before 0.3.0.
+   */
+  oneCommitPerJob?: boolean;
 }
 
 /** Outcome of a heartbeat or settle call that means "this job is no longer ours". */
@@ -219,6 +261,18 @@ export interface ReleasedEvent {
   outcome: 'queued';
   reason: string;
 }
+/**
+ * The handler awaited a signal: the job waits for it (`outcome` `'waiting'`), or was queued
+ * at once because the signal was recorded already (`'queued'`); its attempt was given back.
+ */
+export interface AwaitingEvent {
+  type: 'awaiting';
+  job: Job;
+  durationMs: number;
+  outcome: 'waiting' | 'queued';
+  /** The signal's name. */
+  signal: string;
+}
 /** The job was cancelled or its lease lost: nothing was recorded. */
 export interface LostEvent {
   type: 'lost';
@@ -232,7 +286,7 @@ export interface RetryingEvent {
   type: 'retrying';
   /** The job the call was about, or null (a claim, an idle connection). */
   job: Job | null;
-  /** `'claim'`, `'heartbeat'`, `'complete'`, `'fail'`, `'release'` or `'idle'`. */
+  /** `'claim'`, `'heartbeat'`, `'complete'`, `'fail'`, `'release'`, `'await'` or `'idle'`. */
   during: string;
   error: unknown;
   message: string;
@@ -258,6 +312,7 @@ export type WorkerEvent =
   | CompletedEvent
   | FailedEvent
   | ReleasedEvent
+  | AwaitingEvent
   | LostEvent
   | RetryingEvent
   | ErrorEvent
@@ -273,6 +328,7 @@ export interface WorkerEvents {
   completed: [CompletedEvent];
   failed: [FailedEvent];
   released: [ReleasedEvent];
+  awaiting: [AwaitingEvent];
   lost: [LostEvent];
   retrying: [RetryingEvent];
   /** Without a listener a claim's error throws, as Node's 'error' events do. */
@@ -289,9 +345,22 @@ interface Running {
   timeout?: NodeJS.Timeout;
   /** Set once the job's fate is decided: later outcomes of its handler are ignored. */
   done: boolean;
+  /** Why the job is no longer ours, once a heartbeat or settle said so. */
+  gone?: LostOutcome;
   /** Resolves when the job is settled, released or given up. */
   finished: Promise<void>;
   finish: () => void;
+  /**
+   * A jobs_complete_and_claim carrying its completion failed in transit, so it may have
+   * committed: a `lost` from the completion sent again is checked, as a retried one is.
+   */
+  uncertain?: boolean;
+}
+
+/** A job that succeeded, waiting for the claim loop to complete it in its next claim. */
+interface Finished {
+  r: Running;
+  result: unknown;
 }
 
 // The claim is the bare call, nothing in its select list: in autocommit that is the form whose
@@ -310,6 +379,23 @@ const COMPLETE_BATCH_SQL = 'SELECT id, outcome FROM jobs_complete_batch($1, $2)'
 const FAIL_SQL = 'SELECT jobs_fail($1, $2, $3, retry => $4) AS outcome';
 const RELEASE_SQL = 'SELECT jobs_release($1, $2, $3, retry_in => $4) AS outcome';
 const SUCCEEDED_UNDER_SQL = "SELECT (j).state::text = 'succeeded' AND (j).lease = $2 AS ours FROM jobs_get($1) AS j";
+const AWAIT_SQL = 'SELECT jobs_await($1, $2, $3) AS outcome';
+const AWAIT_TIMEOUT_SQL = 'SELECT jobs_await($1, $2, $3, timeout => $4) AS outcome';
+// A retried jobs_await answers lost when the first attempt did commit (the await clears the
+// lease): the job then waits for our signal, or was queued with it, under no lease.
+const AWAITED_SQL =
+  "SELECT (j).state::text AS state FROM jobs_get($1) AS j WHERE (j).state::text IN ('waiting', 'queued') AND (j).lease IS NULL AND (j).signal->>'name' = $2";
+// One commit per job: completes the jobs that succeeded (each with its result) and claims the
+// next ones, never waiting. Rows: one per settled job (settled, outcome), then one per claimed
+// job (settled NULL, the claim's columns).
+const COMPLETE_AND_CLAIM_SQL =
+  'SELECT settled, outcome, (claimed).* FROM jobs_complete_and_claim($1, $2, $3, $4, worker => $5, n => $6, lease => $7, kinds => $8)';
+/**
+ * How long a job that succeeded may wait for the claim loop to complete it with its next claim
+ * (the loop is busy with a claim, a reconnect or a retry's backoff) before it is completed on
+ * its own, in milliseconds.
+ */
+const COMPLETE_WITH_CLAIM_WITHIN_MS = 100;
 
 /**
  * Whether an error is a transport or availability failure (the call may be retried) rather
@@ -342,6 +428,8 @@ function toJob(row: any): Job {
     lease: row.lease,
     createdAt: row.created_at,
     runAt: row.run_at,
+    // Servers before workflows have no signal column.
+    signal: row.signal ? { name: row.signal.name, payload: row.signal.payload ?? null, timedOut: row.signal.timed_out === true } : null,
   };
 }
 
@@ -394,6 +482,8 @@ export class Worker extends EventEmitter<WorkerEvents> {
   private readonly timeoutMs?: number;
   private readonly signals: NodeJS.Signals[];
   private readonly graceMs: number;
+  /** One commit per job: off by the option, or for good once the server lacks the function. */
+  private oneCommitPerJob: boolean;
 
   private readonly running = new Map<string, Running>();
   /** Jobs done without a result, waiting for the next jobs_complete_batch. */
@@ -413,6 +503,16 @@ export class Worker extends EventEmitter<WorkerEvents> {
   /** The queue's lease (for a worker without `lease`) and when it was read (performance.now()). */
   private queueLease: { ms: number; readAt: number } | null = null;
   private readonly onPoolError = (error: Error) => this.retrying(null, 'idle', error);
+  /** Jobs that succeeded, for the claim loop's next jobs_complete_and_claim. */
+  private finishedJobs: Finished[] = [];
+  /** Completes finishedJobs on their own once they have waited COMPLETE_WITH_CLAIM_WITHIN_MS. */
+  private finishedTimer: NodeJS.Timeout | null = null;
+  /** The claim loop is in a waiting jobs_claim: completions go out on their own meanwhile. */
+  private claimWaits = false;
+  /** The last jobs_complete_and_claim claimed nothing: the next claim waits (jobs_claim). */
+  private claimedNothing = false;
+  /** The last jobs_complete_and_claim was refused: the next claim is a jobs_claim, which says why. */
+  private plainClaimNext = false;
 
   constructor(options: WorkerOptions) {
     super();
@@ -452,6 +552,10 @@ export class Worker extends EventEmitter<WorkerEvents> {
     this.timeoutMs = options.timeoutMs;
     this.signals = options.signals ?? ['SIGTERM', 'SIGINT'];
     this.graceMs = options.graceMs ?? 10_000;
+    this.oneCommitPerJob = options.oneCommitPerJob ?? true;
+    if (typeof this.oneCommitPerJob !== 'boolean') {
+      throw new TypeError(`oneCommitPerJob must be true or false, not ${JSON.stringify(options.oneCommitPerJob)}`);
+    }
   }
 
   /** Starts claiming. Returns the worker. */
@@ -570,6 +674,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
       }
       let rows: any[];
       let leaseMs: number | null;
+      let batch: Finished[] = [];
       try {
         if (!this.claimClient) {
           this.claimClient = await this.pool.connect();
@@ -577,22 +682,54 @@ export class Worker extends EventEmitter<WorkerEvents> {
           this.claimClient.on('error', this.onPoolError);
         }
         leaseMs = await this.claimLease(this.claimClient);
-        this.claiming = true;
-        const result = await this.claimClient.query(CLAIM_SQL, [
-          this.queue,
-          this.name,
-          free,
-          leaseMs === null ? null : interval(leaseMs),
-          this.kinds,
-          interval(this.stopping ? 0 : this.waitMs),
-        ]);
-        rows = result.rows;
+        // From here to the query nothing awaits: a completion arriving meanwhile either joins
+        // this batch or, once claimWaits is set, goes out on its own.
+        batch = this.takeFinished();
+        if (batch.length > 0 && !this.claimedNothing && !this.plainClaimNext && !this.stopping) {
+          rows = await this.completeAndClaim(this.claimClient, batch, free, leaseMs);
+          this.claimedNothing = rows.length === 0;
+        } else {
+          // Before a claim that may wait: a settle must not wait with it.
+          for (const { r, result } of batch) void this.completeAlone(r, result);
+          batch = [];
+          this.claimedNothing = false;
+          this.plainClaimNext = false;
+          this.claimWaits = true;
+          this.claiming = true;
+          const result = await this.claimClient.query(CLAIM_SQL, [
+            this.queue,
+            this.name,
+            free,
+            leaseMs === null ? null : interval(leaseMs),
+            this.kinds,
+            interval(this.stopping ? 0 : this.waitMs),
+          ]);
+          rows = result.rows;
+        }
         // A queue created between the lease's read and the claim: its claim used its lease.
         this.claiming = false; // what follows must not be cancelled: it would strand the rows
+        this.claimWaits = false;
         if (leaseMs === null && rows.length > 0) leaseMs = await this.claimLease(this.claimClient);
         backoff = 100;
       } catch (error) {
         this.claiming = false;
+        this.claimWaits = false;
+        if (batch.length > 0 && !isConnectionError(error)) {
+          // jobs_complete_and_claim refused (a result too large, an unknown queue, a server
+          // without it): nothing of it happened. Each job is completed on its own, as without
+          // the option, and the next claim is a jobs_claim, whose error says what is wrong.
+          for (const { r, result } of batch) void this.completeAlone(r, result);
+          if ((error as { code?: unknown }).code === '42883') {
+            this.oneCommitPerJob = false;
+            process.emitWarning(
+              `pg_jobs worker ${this.name}: the server has no jobs_complete_and_claim (pg_jobs before 0.3.0); completing and claiming in separate calls`,
+            );
+          }
+          this.plainClaimNext = true;
+          continue;
+        }
+        // In transit: the call may have committed, so a lost completion sent again is checked.
+        for (const { r, result } of batch) void this.completeAlone(r, result, true);
         this.claimClient?.off('error', this.onPoolError);
         this.claimClient?.release(error as Error);
         this.claimClient = null;
@@ -611,6 +748,8 @@ export class Worker extends EventEmitter<WorkerEvents> {
       }
       for (const row of rows) this.begin(toJob(row), leaseMs!, row.lease_until.getTime() - leaseMs!);
     }
+    // Stopping: what succeeded since the last claim is completed on its own.
+    for (const { r, result } of this.takeFinished()) void this.completeAlone(r, result);
     // A CancelRequest still on its way could cancel whatever statement the pool's next user
     // runs on this connection: wait for it, and then close the connection rather than lend it.
     const cancelled = this.claimCancel !== null;
@@ -618,6 +757,51 @@ export class Worker extends EventEmitter<WorkerEvents> {
     this.claimClient?.off('error', this.onPoolError);
     this.claimClient?.release(cancelled);
     this.claimClient = null;
+  }
+
+  /**
+   * One commit per job: completes `batch` (each job with its result) and claims up to `n` jobs
+   * in one jobs_complete_and_claim, which never waits (so the stop does not cancel it: a
+   * cancel would undo the completions with the claim). Reports each completion as its
+   * outcome says and returns the claimed rows.
+   */
+  private async completeAndClaim(client: PoolClient, batch: Finished[], n: number, leaseMs: number | null): Promise<any[]> {
+    const results = batch.some(({ result }) => result !== undefined && result !== null) ? batch.map(({ result }) => json(result)) : null;
+    const { rows } = await client.query(COMPLETE_AND_CLAIM_SQL, [
+      this.queue,
+      batch.map(({ r }) => r.job.id),
+      batch.map(({ r }) => r.job.lease),
+      results,
+      this.name,
+      n,
+      leaseMs === null ? null : interval(leaseMs),
+      this.kinds,
+    ]);
+    const outcomes = new Map<string, string>();
+    const claimed: any[] = [];
+    for (const row of rows) {
+      if (row.settled === null) claimed.push(row);
+      else outcomes.set(String(row.settled), row.outcome);
+    }
+    for (const { r, result } of batch) {
+      const outcome = outcomes.get(r.job.id);
+      if (outcome === undefined) {
+        void this.completeAlone(r, result); // not answered for (never so): ask on its own
+        continue;
+      }
+      this.completed(r, outcome, result);
+      this.forget(r);
+    }
+    return claimed;
+  }
+
+  /** The jobs waiting to be completed with the next claim, taken: the caller completes them. */
+  private takeFinished(): Finished[] {
+    if (this.finishedTimer) clearTimeout(this.finishedTimer);
+    this.finishedTimer = null;
+    const taken = this.finishedJobs;
+    this.finishedJobs = [];
+    return taken;
   }
 
   /**
@@ -660,7 +844,11 @@ export class Worker extends EventEmitter<WorkerEvents> {
         void this.fail(r, error, false);
       }, limit);
     }
-    const ctx: JobContext = { signal: r.controller.signal, progress: (value) => this.heartbeat(r, value) };
+    const ctx: JobContext = {
+      signal: r.controller.signal,
+      progress: (value) => this.heartbeat(r, value),
+      awaitSignal: (name, options) => this.awaitSignal(r, name, options),
+    };
     Promise.resolve()
       .then(() => handler.run(job, ctx))
       .then(
@@ -718,9 +906,44 @@ export class Worker extends EventEmitter<WorkerEvents> {
     return outcome;
   }
 
+  /**
+   * The handler's awaitSignal: hands the job back to wait for the signal (jobs_await) and ends
+   * the run. Its slot is free at once, as for a lost job: the job is out of our hands.
+   */
+  private async awaitSignal(r: Running, name: string, options: AwaitOptions = {}): Promise<AwaitOutcome> {
+    const values: unknown[] = [r.job.id, r.job.lease, name];
+    if (options.timeoutMs !== undefined) values.push(interval(options.timeoutMs));
+    if (r.done) return r.gone ?? 'lost';
+    // Concluded first: no heartbeat, time limit or settle of the handler acts on the job meanwhile.
+    this.conclude(r);
+    let answer: { outcome: string; retried: boolean } | null;
+    try {
+      answer = await this.settle(r.job, 'await', values.length > 3 ? AWAIT_TIMEOUT_SQL : AWAIT_SQL, values);
+      if (answer && answer.outcome === 'lost' && answer.retried) {
+        const { rows } = await this.pool.query(AWAITED_SQL, [r.job.id, name]);
+        if (rows.length > 0) answer = { outcome: rows[0].state, retried: true };
+      }
+    } catch (error) {
+      // The server refused the await (a name out of range): the attempt fails with its error.
+      r.done = false;
+      await this.fail(r, error, false);
+      throw error;
+    }
+    const outcome = (answer?.outcome ?? 'lost') as AwaitOutcome;
+    if (outcome === 'waiting' || outcome === 'queued') {
+      if (!r.controller.signal.aborted) r.controller.abort(new Error(`the job awaits signal ${JSON.stringify(name)}: this run has ended`));
+      this.emit('awaiting', { type: 'awaiting', job: r.job, durationMs: Date.now() - r.started, outcome, signal: name });
+      this.forget(r);
+    } else {
+      this.giveUp(r, outcome, 'settle');
+    }
+    return outcome;
+  }
+
   /** The job is no longer ours (cancelled or lost): stop its handler, record nothing. */
   private giveUp(r: Running, outcome: LostOutcome, during: 'heartbeat' | 'settle'): void {
     const first = !r.done;
+    r.gone ??= outcome;
     this.conclude(r);
     if (!r.controller.signal.aborted) r.controller.abort(new Error(`the job was ${outcome === 'lost' ? 'lost (its lease is no longer ours)' : 'cancelled'}`));
     if (first || during === 'settle') {
@@ -766,6 +989,28 @@ export class Worker extends EventEmitter<WorkerEvents> {
 
   private async complete(r: Running, result: unknown): Promise<void> {
     if (r.done) return;
+    if (this.oneCommitPerJob && !this.stopping && !this.claimWaits) {
+      // Completed by the claim loop's next claim, in the same call and commit. Its slot is
+      // free now: that claim takes the next job for it.
+      this.conclude(r);
+      this.running.delete(r.job.id);
+      this.settling.add(r);
+      this.finishedJobs.push({ r, result });
+      this.finishedTimer ??= setTimeout(() => {
+        for (const f of this.takeFinished()) void this.completeAlone(f.r, f.result);
+      }, COMPLETE_WITH_CLAIM_WITHIN_MS);
+      this.slotFreed?.();
+      return;
+    }
+    await this.completeAlone(r, result);
+  }
+
+  /**
+   * Completes a job in a call of its own: jobs_complete with its result, or, without one, in
+   * the next jobs_complete_batch. `uncertain`: a call carrying it may have committed.
+   */
+  private async completeAlone(r: Running, result: unknown, uncertain = false): Promise<void> {
+    if (uncertain) r.uncertain = true;
     if (result === undefined || result === null) {
       // No result to store: completed with others in one jobs_complete_batch, sent as soon as
       // the previous batch is answered (one statement and one commit for many jobs).
@@ -781,7 +1026,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
     this.conclude(r);
     try {
       let answer = await this.settle(r.job, 'complete', COMPLETE_SQL, [r.job.id, r.job.lease, json(result)]);
-      if (answer && answer.outcome === 'lost' && answer.retried) answer = await this.recheck(r, answer);
+      if (answer && answer.outcome === 'lost' && (answer.retried || r.uncertain)) answer = await this.recheck(r, answer);
       this.completed(r, answer?.outcome ?? null, result);
     } catch (error) {
       // The server refused to record the result (too large, not JSON): the attempt fails.
@@ -835,7 +1080,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
           let answer: { outcome: string; retried: boolean } | null = outcomes.has(r.job.id)
             ? { outcome: outcomes.get(r.job.id)!, retried }
             : null;
-          if (answer && answer.outcome === 'lost' && retried) answer = await this.recheck(r, answer).catch(() => answer);
+          if (answer && answer.outcome === 'lost' && (retried || r.uncertain)) answer = await this.recheck(r, answer).catch(() => answer);
           this.completed(r, answer?.outcome ?? null, undefined);
           this.forget(r);
         }

@@ -8,6 +8,7 @@ import pg from 'pg';
 
 import { enqueue, enqueueBatch } from '../src/index.js';
 import {
+  calls,
   closePools,
   DSN,
   eventually,
@@ -15,6 +16,7 @@ import {
   pool,
   recordingWorker,
   sleep,
+  spyPool,
   url,
   type Via,
 } from './helpers.js';
@@ -31,7 +33,7 @@ async function client(connectionString: string): Promise<pg.Client> {
 describe('through PgBouncer in transaction pooling mode', () => {
   it('a worker and a producer run every job: enqueues in transactions, heartbeats, settles', async () => {
     const queue = await newQueue(direct, "lease => '600 milliseconds'");
-    const bouncer = pool(url('worker', 'bouncer'), 10);
+    const { pool: bouncer, sent } = spyPool(url('worker', 'bouncer'), 10);
     const producers = pool(url('producer', 'bouncer'), 2);
     // The producer: single enqueues inside transactions, one of them rolled back, and a batch.
     const producer = await producers.connect();
@@ -70,6 +72,8 @@ describe('through PgBouncer in transaction pooling mode', () => {
     );
     assert.deepEqual(rows[0], { jobs: 199, named: 199, clean: 199, with_progress: 4 });
     assert.ok(!events.some(([name]) => name === 'lost' || name === 'retrying' || name === 'error'));
+    // Completed with the next claims (one commit per job), results included, through the pooler.
+    assert.ok(calls(sent, 'jobs_complete_and_claim') > 0);
   });
 });
 

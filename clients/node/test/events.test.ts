@@ -32,7 +32,7 @@ describe('events', () => {
     const documented = documentedEvents();
     assert.deepEqual(
       [...documented.keys()].sort(),
-      ['completed', 'error', 'failed', 'lost', 'picked', 'released', 'retrying', 'stopped'],
+      ['awaiting', 'completed', 'error', 'failed', 'lost', 'picked', 'released', 'retrying', 'stopped'],
     );
     const queue = await newQueue(db, "lease => '900 milliseconds', backoff_base => '100 milliseconds', jitter => 0");
     const ok = await enqueue(producer, queue, {}, { kind: 'ok' });
@@ -40,6 +40,7 @@ describe('events', () => {
     const broken = await enqueue(producer, queue, {}, { kind: 'broken' });
     await enqueue(producer, queue, {}, { kind: 'nobody' });
     const doomed = await enqueue(producer, queue, {}, { kind: 'doomed' });
+    const patient = await enqueue(producer, queue, {}, { kind: 'patient' });
     const workers = pool(`${url('worker')}?application_name=events-test`);
     const { worker, events } = recordingWorker({
       pool: workers,
@@ -54,14 +55,15 @@ describe('events', () => {
           throw new PermanentError('cannot ever work');
         },
         doomed: (_job, { signal }) => new Promise((resolve) => signal.addEventListener('abort', resolve)),
+        patient: (job, { awaitSignal }) => awaitSignal(`events-test-${job.id}`),
       },
     });
     await eventually('the doomed job to run', async () => (await jobRow(db, doomed)).state === 'running');
     await db.query('SELECT jobs_cancel($1)', [doomed]);
     await eventually('every job settled', async () => {
-      const states = await Promise.all([ok, flaky, broken].map(async (id) => (await jobRow(db, id)).state));
+      const states = await Promise.all([ok, flaky, broken, patient].map(async (id) => (await jobRow(db, id)).state));
       const seen = new Set(events.map(([name]) => name));
-      return states.join() === 'succeeded,succeeded,failed' && ['released', 'lost'].every((e) => seen.has(e));
+      return states.join() === 'succeeded,succeeded,failed,waiting' && ['released', 'lost', 'awaiting'].every((e) => seen.has(e));
     });
     // A claim whose connection dies is retried; an unknown queue is an error.
     await eventually('the claim to wait', async () => {
@@ -86,6 +88,9 @@ describe('events', () => {
     const seen = new Set(events.map(([name]) => name));
     for (const name of documented.keys()) assert.ok(seen.has(name), `no ${name} event was seen`);
 
+    const awaiting = events.find(([name]) => name === 'awaiting')![1];
+    assert.equal(awaiting.outcome, 'waiting');
+    assert.equal(awaiting.signal, `events-test-${patient}`);
     const retrying = events.find(([name]) => name === 'retrying')![1];
     assert.equal(retrying.during, 'claim');
     assert.equal(retrying.job, null);

@@ -80,9 +80,89 @@ export async function eventually<T>(what: string, check: () => Promise<T> | T, t
 export function recordingWorker(options: WorkerOptions): { worker: Worker; events: Array<[string, any]> } {
   const worker = new Worker({ signals: [], ...options });
   const events: Array<[string, any]> = [];
-  for (const name of ['picked', 'completed', 'failed', 'released', 'lost', 'retrying', 'error', 'stopped'] as const) {
+  for (const name of ['picked', 'completed', 'failed', 'released', 'awaiting', 'lost', 'retrying', 'error', 'stopped'] as const) {
     worker.on(name, (event: any) => events.push([name, event]));
   }
   worker.start();
   return { worker, events };
+}
+
+/** A statement a spied pool sent: its text and its parameters. */
+export interface Sent {
+  text: string;
+  values: unknown[];
+}
+
+/**
+ * A pool whose clients record every statement sent through them, in `sent` (what the worker
+ * sends, as it sends it): pool.query() runs on a client of connect() too.
+ */
+export function spyPool(connectionString: string, max = 20): { pool: pg.Pool; sent: Sent[] } {
+  const sent: Sent[] = [];
+  const spy = pool(connectionString, max);
+  const record = (client: any) => {
+    if (client.__spied) return client;
+    client.__spied = true;
+    const query = client.query.bind(client);
+    client.query = (...args: any[]) => {
+      const [text, values] = args;
+      sent.push({ text: typeof text === 'string' ? text : text.text, values: Array.isArray(values) ? values : [] });
+      return query(...args);
+    };
+    return client;
+  };
+  const connect = spy.connect.bind(spy) as any;
+  (spy as any).connect = (callback?: (err: Error | undefined, client: any, done: any) => void) =>
+    callback
+      ? connect((err: Error | undefined, client: any, done: any) => callback(err, client && record(client), done))
+      : connect().then(record);
+  return { pool: spy, sent };
+}
+
+/** How many statements of `sent` call the function `name`. */
+export function calls(sent: Sent[], name: string): number {
+  return sent.filter((s) => new RegExp(`\\b${name}\\(`).test(s.text)).length;
+}
+
+/**
+ * A database of its own with pg_jobs, for counting commits: nothing else runs there (the
+ * background worker serves only `postgres`), so its `pg_stat_database.xact_commit` counts the
+ * transactions of the worker under test. Dropped at the end of `body`.
+ */
+export async function withOwnDatabase<T>(name: string, body: (dsn: (who: Who | 'admin') => string) => Promise<T>): Promise<T> {
+  const admin = new pg.Client({ connectionString: DSN() });
+  await admin.connect();
+  const dsn = (who: Who | 'admin') => {
+    const base = who === 'admin' ? DSN() : url(who);
+    return base.replace(/\/postgres$/, `/${name}`);
+  };
+  try {
+    await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+    await admin.query(`CREATE DATABASE ${name}`);
+    const setup = new pg.Client({ connectionString: dsn('admin') });
+    await setup.connect();
+    await setup.query('CREATE EXTENSION pg_jobs');
+    await setup.end();
+    return await body(dsn);
+  } finally {
+    await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`).catch(() => undefined);
+    await admin.end();
+  }
+}
+
+/**
+ * The database's committed transactions so far, once no client is connected to it: a backend
+ * sends its counts to the statistics when it exits (an idle one only every ten seconds).
+ */
+export async function commitsOf(name: string): Promise<number> {
+  const db = pool(DSN(), 1);
+  await eventually(`no client connected to ${name}`, async () => {
+    const { rows } = await db.query(
+      "SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = $1 AND backend_type = 'client backend'",
+      [name],
+    );
+    return rows[0].n === 0;
+  });
+  const { rows } = await db.query('SELECT xact_commit::int AS n FROM pg_stat_database WHERE datname = $1', [name]);
+  return rows[0].n;
 }

@@ -6,7 +6,18 @@ import { after, describe, it } from 'node:test';
 
 import type pg from 'pg';
 
-import { enqueue, enqueueBatch, JobTimeoutError, PermanentError, UnknownKindError, Worker, type Job } from '../src/index.js';
+import {
+  enqueue,
+  enqueueBatch,
+  JobTimeoutError,
+  PermanentError,
+  results,
+  signal,
+  UnknownKindError,
+  wait,
+  Worker,
+  type Job,
+} from '../src/index.js';
 import { closePools, eventually, jobRow, newQueue, pool, recordingWorker, sleep, url } from './helpers.js';
 
 const db = pool(); // set-up and checks
@@ -578,14 +589,63 @@ describe('untyped parameters', () => {
       return rows[0].n === 0 && ['jobs_complete', 'jobs_fail', 'jobs_release', 'jobs_heartbeat'].every((k) => kinds.has(k));
     });
     await worker.stop();
+    // One job at a time, each completed with the next claim (one with a result, one without).
+    await enqueueBatch(spy, queue, [{ c: 1 }, { c: 2 }, { c: 3 }], { kind: 'cycle' });
+    const cycler = recordingWorker({
+      pool: spy,
+      queue,
+      concurrency: 1,
+      kinds: 'handled',
+      handlers: { cycle: (job) => (job.payload.c === 2 ? null : { c: job.payload.c }) },
+    });
+    await eventually('the cycle jobs to succeed', () => cycler.events.filter(([name]) => name === 'completed').length === 3);
+    await cycler.worker.stop();
+    // Workflows: a job after another (single and batch), signals recorded before the awaits
+    // (with a keep and without), a handler's awaitSignal (with a timeout and without),
+    // results() and wait().
+    const first = await enqueue(spy, queue, { timeoutMs: 60_000 }, { kind: 'awaits' });
+    const [second] = await enqueueBatch(spy, queue, [{}], { kind: 'awaits', after: [first] });
+    const third = await enqueue(spy, queue, {}, { kind: 'awaits', after: [first, second.id] });
+    await signal(spy, `untyped-${first}`, { p: 1 }, { keepMs: 60_000 });
+    await signal(spy, `untyped-${second.id}`);
+    await signal(spy, `untyped-${third}`, 'text');
+    const awaiter = recordingWorker({
+      pool: spy,
+      queue,
+      kinds: 'handled',
+      handlers: {
+        awaits: (job, ctx) =>
+          job.signal ? job.signal.payload : ctx.awaitSignal(`untyped-${job.id}`, job.payload.timeoutMs ? { timeoutMs: job.payload.timeoutMs } : undefined),
+      },
+    });
+    const done = await wait(spy, [first, second.id, third], 20_000);
+    await awaiter.worker.stop();
+    assert.deepEqual(done.map((r) => r.state), ['succeeded', 'succeeded', 'succeeded']);
+    assert.deepEqual((await results(spy, [first, third])).map((r) => r.result), [{ p: 1 }, 'text']);
     const functions = new Set(seen.map((s) => s.text.match(/jobs_\w+/)?.[0]));
-    for (const f of ['jobs_enqueue', 'jobs_enqueue_batch', 'jobs_claim', 'jobs_heartbeat', 'jobs_complete', 'jobs_fail', 'jobs_release']) {
+    for (const f of [
+      'jobs_enqueue',
+      'jobs_enqueue_batch',
+      'jobs_claim',
+      'jobs_heartbeat',
+      'jobs_complete',
+      'jobs_complete_and_claim',
+      'jobs_fail',
+      'jobs_release',
+      'jobs_await',
+      'jobs_signal',
+      'jobs_results',
+      'jobs_wait',
+    ]) {
       assert.ok(functions.has(f), `${f} was not called`);
     }
     for (const { text, values } of seen) {
       assert.doesNotMatch(text, /\$\d+\s*::/, `a parameter is cast in: ${text}`);
       for (const v of values) {
-        const ok = v === null || ['string', 'number', 'boolean'].includes(typeof v) || (Array.isArray(v) && v.every((e) => typeof e === 'string'));
+        const ok =
+          v === null ||
+          ['string', 'number', 'boolean'].includes(typeof v) ||
+          (Array.isArray(v) && v.every((e) => e === null || typeof e === 'string'));
         assert.ok(ok, `a parameter is not a plain value (node-postgres sends those untyped): ${JSON.stringify(v)} in ${text}`);
       }
     }

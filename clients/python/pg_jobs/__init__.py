@@ -4,8 +4,13 @@ the worker loop around them, on threads (:class:`Worker`) or asyncio (:class:`As
 
 from ._common import (
     EVENT_FIELDS,
+    FINISHED_STATES,
+    STATES,
     Event,
     Handler,
+    JobResult,
+    JobState,
+    Signal,
     JobTimeout,
     JobTimeoutError,
     PermanentError,
@@ -16,19 +21,35 @@ from ._common import (
     is_connection_error,
 )
 from .aio import AsyncJob, AsyncWorker
-from .producer import enqueue, enqueue_async, enqueue_batch, enqueue_batch_async
+from .producer import (
+    enqueue,
+    enqueue_async,
+    enqueue_batch,
+    enqueue_batch_async,
+    results,
+    results_async,
+    signal,
+    signal_async,
+    wait,
+    wait_async,
+)
 from .worker import Job, Worker
 
 __all__ = [
     "AsyncJob",
     "AsyncWorker",
     "EVENT_FIELDS",
+    "FINISHED_STATES",
+    "STATES",
     "Event",
     "Handler",
     "Job",
+    "JobResult",
+    "JobState",
     "JobTimeout",
     "JobTimeoutError",
     "PermanentError",
+    "Signal",
     "UnknownKindError",
     "Worker",
     "connect_kwargs",
@@ -39,4 +60,10 @@ __all__ = [
     "enqueue_batch_async",
     "error_text",
     "is_connection_error",
+    "results",
+    "results_async",
+    "signal",
+    "signal_async",
+    "wait",
+    "wait_async",
 ]

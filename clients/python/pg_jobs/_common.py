@@ -16,7 +16,7 @@ import secrets
 import socket
 import traceback
 from datetime import datetime, timedelta
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Literal, Mapping, NamedTuple
 
 import psycopg
 from psycopg.types.json import Jsonb
@@ -38,9 +38,34 @@ COMPLETE_BATCH_SQL = "SELECT id, outcome FROM jobs_complete_batch(%s, %s)"
 FAIL_SQL = "SELECT jobs_fail(%s, %s, %s, retry => %s)"
 RELEASE_SQL = "SELECT jobs_release(%s, %s, %s, retry_in => %s)"
 SUCCEEDED_UNDER_SQL = "SELECT (j).state::text = 'succeeded' AND (j).lease::text = %s FROM jobs_get(%s) AS j"
+AWAIT_SQL = "SELECT jobs_await(%s, %s, %s)"
+AWAIT_TIMEOUT_SQL = "SELECT jobs_await(%s, %s, %s, timeout => %s)"
+# A retried jobs_await answers lost when the first attempt did commit (the await clears the
+# lease): the job then waits for our signal, or was queued with it, under no lease.
+AWAITED_SQL = ("SELECT (j).state::text FROM jobs_get(%s) AS j WHERE (j).state::text IN ('waiting', 'queued')"
+               " AND (j).lease IS NULL AND (j).signal->>'name' = %s")
+# One commit per job: completes the jobs that succeeded (each with its result) and claims the
+# next ones, never waiting. Rows: one per settled job (settled, outcome), then one per claimed
+# job (settled NULL, the claim's columns).
+COMPLETE_AND_CLAIM_SQL = ("SELECT settled, outcome, (claimed).* FROM jobs_complete_and_claim("
+                          "%s, %s, %s, %s, worker => %s, n => %s, lease => %s, kinds => %s)")
+#: How long a job that succeeded may wait for the claim loop to complete it with its next
+#: claim (the loop is busy with a claim, a reconnect or a retry's backoff) before it is
+#: completed on its own, in seconds.
+COMPLETE_WITH_CLAIM_WITHIN = 0.1
+#: The SQLSTATE of a call to a function the server lacks: a server before 0.3.0 has no
+#: jobs_complete_and_claim, and the workers then complete and claim in separate calls.
+UNDEFINED_FUNCTION = "42883"
 
 #: Outcomes of a heartbeat or settle call that mean "this job is no longer ours".
 GONE = ("lost", "cancelled")
+
+#: A job's state (``waiting``: for its dependencies or a signal, holding no lease and no attempt).
+JobState = Literal["queued", "running", "waiting", "succeeded", "failed", "cancelled"]
+#: Every state a job can be in.
+STATES: tuple[str, ...] = ("queued", "running", "waiting", "succeeded", "failed", "cancelled")
+#: The states a job has ended in: :func:`pg_jobs.wait` returns once every job is in one of them.
+FINISHED_STATES: tuple[str, ...] = ("succeeded", "failed", "cancelled")
 
 
 def interval(seconds: float | None) -> str | None:
@@ -171,6 +196,7 @@ EVENT_FIELDS: Mapping[str, tuple[str, ...]] = {
     "completed": ("job", "duration", "outcome", "result"),
     "failed": ("job", "duration", "outcome", "permanent", "error", "message", "stack"),
     "released": ("job", "duration", "outcome", "reason"),
+    "awaiting": ("job", "duration", "outcome", "signal"),
     "lost": ("job", "duration", "outcome", "during"),
     "retrying": ("job", "during", "error", "message"),
     "error": ("job", "during", "error", "message"),
@@ -198,6 +224,8 @@ class Event:
     message: str | None = None
     stack: str | None = None
     during: str | None = None
+    #: The signal's name (``awaiting``).
+    signal: str | None = None
 
     def __post_init__(self) -> None:
         if self.type not in EVENT_FIELDS:
@@ -218,8 +246,31 @@ class Event:
 
 
 @dataclasses.dataclass
+class Signal:
+    """The signal a job's run was woken by (``jobs.claimed.signal``): its name, the payload
+    ``jobs_signal`` sent, and whether the await timed out instead (then ``payload`` is None)."""
+
+    name: str
+    payload: Any = None
+    timed_out: bool = False
+
+
+class JobResult(NamedTuple):
+    """The outcome of one job, as :func:`pg_jobs.results` and :func:`pg_jobs.wait` return it:
+    its state then, what its handler returned, its error history (one ``{attempt, at,
+    error}`` per failed attempt) and when it finished (None while unfinished)."""
+
+    id: int
+    state: str
+    result: Any
+    errors: list | None
+    finished_at: datetime | None
+
+
+@dataclasses.dataclass
 class JobRow:
-    """The columns of a claimed job that a handler sees."""
+    """The columns of a claimed job that a handler sees; ``signal`` is set on a run woken by
+    the signal an earlier run awaited (``await_signal``), None on every other run."""
 
     id: int
     queue: str
@@ -232,9 +283,34 @@ class JobRow:
     lease: str
     created_at: datetime
     run_at: datetime
+    signal: Signal | None = None
 
 
-_JOB_COLUMNS = tuple(f.name for f in dataclasses.fields(JobRow))
+_JOB_COLUMNS = tuple(f.name for f in dataclasses.fields(JobRow) if f.name != "signal")
+
+
+def complete_and_claim_params(worker: Any, finished: list[tuple[Any, Any]], n: int, lease: float | None) -> list:
+    """The parameters of :data:`COMPLETE_AND_CLAIM_SQL` for ``finished`` (pairs of a job and
+    its handler's result), claiming up to ``n`` jobs with a lease of ``lease`` seconds. Without
+    any result the results are NULL (the server then completes them as one batch)."""
+    results = None
+    if any(result is not None for _, result in finished):
+        results = [jsonb(result) for _, result in finished]
+    return [worker.queue, [str(job.id) for job, _ in finished], [job.lease for job, _ in finished], results,
+            worker.name, str(n), interval(lease), worker.kinds]
+
+
+def split_complete_and_claim(names: list[str], rows: list[tuple]) -> tuple[dict[int, str], list[tuple]]:
+    """The rows of :data:`COMPLETE_AND_CLAIM_SQL`: the outcomes by job id, and the claimed
+    jobs' rows (for :func:`claimed_job`, with the same ``names``)."""
+    outcomes: dict[int, str] = {}
+    claimed: list[tuple] = []
+    for row in rows:
+        if row[0] is None:
+            claimed.append(row)
+        else:
+            outcomes[row[0]] = row[1]
+    return outcomes, claimed
 
 
 def claimed_job(names: list[str], row: tuple, lease_seconds: float) -> tuple[JobRow, datetime]:
@@ -244,7 +320,10 @@ def claimed_job(names: list[str], row: tuple, lease_seconds: float) -> tuple[Job
     columns = dict(zip(names, row))
     columns["lease"] = str(columns["lease"])
     claimed_at = columns["lease_until"] - timedelta(seconds=lease_seconds)
-    return JobRow(**{name: columns[name] for name in _JOB_COLUMNS}), claimed_at
+    # Servers before workflows have no signal column.
+    woken = columns.get("signal")
+    signal = None if woken is None else Signal(woken["name"], woken.get("payload"), woken.get("timed_out") is True)
+    return JobRow(**{name: columns[name] for name in _JOB_COLUMNS}, signal=signal), claimed_at
 
 
 def unknown_kind(worker: Any, job: JobRow, claimed_at: datetime) -> tuple[str, Any]:

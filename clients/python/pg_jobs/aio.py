@@ -4,7 +4,9 @@ One claim task waits in the server for up to as many jobs as there are free slot
 runs as a task of its own, with a lease keeper task beside it that heartbeats every lease/3.
 When a heartbeat answers ``cancelled`` or ``lost``, when the job runs past its time limit, or
 when the worker shuts down after its grace, the handler's task is cancelled
-(``asyncio.CancelledError`` inside the handler) and ``job.cancelled`` is set.
+(``asyncio.CancelledError`` inside the handler) and ``job.cancelled`` is set. A job that
+succeeded is completed by the claim task's next claim, in the same call
+(``jobs_complete_and_claim``): one commit per job.
 """
 
 from __future__ import annotations
@@ -21,8 +23,13 @@ from typing import Any, Awaitable, Callable, Mapping
 import psycopg
 
 from ._common import (
+    AWAIT_SQL,
+    AWAIT_TIMEOUT_SQL,
+    AWAITED_SQL,
     CLAIM_SQL,
+    COMPLETE_AND_CLAIM_SQL,
     COMPLETE_BATCH_SQL,
+    COMPLETE_WITH_CLAIM_WITHIN,
     COMPLETE_SQL,
     FAIL_SQL,
     GONE,
@@ -31,6 +38,7 @@ from ._common import (
     QUEUE_LEASE_SQL,
     RELEASE_SQL,
     SUCCEEDED_UNDER_SQL,
+    UNDEFINED_FUNCTION,
     Event,
     JobRow,
     JobTimeoutError,
@@ -38,12 +46,14 @@ from ._common import (
     as_handler,
     check_options,
     claimed_job,
+    complete_and_claim_params,
     connect_kwargs,
     default_name,
     error_text,
     interval,
     is_connection_error,
     jsonb,
+    split_complete_and_claim,
     unknown_kind,
 )
 
@@ -51,8 +61,9 @@ log = logging.getLogger("pg_jobs")
 
 
 class AsyncJob(JobRow):
-    """A claimed job for an async handler: the job's columns, ``cancelled`` (an
-    ``asyncio.Event``) and :meth:`progress`."""
+    """A claimed job for an async handler: the job's columns (``signal``: what woke this run,
+    see :meth:`await_signal`), ``cancelled`` (an ``asyncio.Event``), :meth:`progress` and
+    :meth:`await_signal`."""
 
     def __init__(self, row: JobRow, worker: "AsyncWorker", lease_seconds: float, claimed_at: datetime):
         super().__init__(**row.__dict__)
@@ -64,11 +75,21 @@ class AsyncJob(JobRow):
         self._done = False
         self._started = time.monotonic()
         self._task: asyncio.Task | None = None
+        # A call carrying its completion failed in transit (it may have committed): a lost
+        # completion sent again is checked.
+        self._uncertain = False
 
     async def progress(self, value: Any) -> str:
         """Stores progress on the job (and renews its lease); returns ``'running'``, or
         ``'cancelled'``/``'lost'`` (then the handler's task is being cancelled)."""
         return await self._worker._heartbeat(self, value)
+
+    async def await_signal(self, name: str, timeout: float | None = None) -> str:
+        """Ends this run to wait for the signal ``name`` (``jobs_await``) without spending the
+        attempt, as :meth:`pg_jobs.Job.await_signal` does: returns ``'waiting'``,
+        ``'queued'``, ``'cancelled'`` or ``'lost'``; return from the handler right after (its
+        slot is free at once, and what it returns is ignored)."""
+        return await self._worker._await_signal(self, name, timeout)
 
     def _conclude(self) -> bool:
         if self._done:
@@ -135,6 +156,10 @@ class AsyncWorker:
     :class:`pg_jobs.Worker`; handlers are coroutine functions ``async def handler(job)``, and
     ``connect`` is a coroutine function that opens an ``AsyncConnection``."""
 
+    # A job that succeeded waits in _finished, with a future, for the claim task: the future's
+    # result is None when the claim task's jobs_complete_and_claim settled it, else whether a
+    # call carrying it may have committed (then the job's own task completes it on its own).
+
     def __init__(
         self,
         conninfo: str,
@@ -153,10 +178,13 @@ class AsyncWorker:
         grace: float = 10.0,
         on_event: Callable[[Event], None] | None = None,
         connect: Callable[[], Awaitable[psycopg.AsyncConnection]] | None = None,
+        one_commit_per_job: bool = True,
     ):
         if not 1 <= concurrency <= 1000:
             raise ValueError(f"concurrency must be from 1 to 1000, not {concurrency}")
         check_options(unknown_kind, unknown_kind_delay, unknown_kind_max_age, kinds)
+        if not isinstance(one_commit_per_job, bool):
+            raise ValueError(f"one_commit_per_job must be True or False, not {one_commit_per_job!r}")
         self.queue = queue
         self.name = name or default_name()
         self.handlers = {kind: as_handler(kind, h) for kind, h in handlers.items()}
@@ -185,6 +213,19 @@ class AsyncWorker:
         # Jobs whose handlers returned None, completed together by one jobs_complete_batch.
         self._completions: list[AsyncJob] = []
         self._flush_task: asyncio.Task | None = None
+        # One commit per job (off by the option, or for good on a server without it): jobs
+        # that succeeded, for the claim task's next jobs_complete_and_claim.
+        self.one_commit_per_job = one_commit_per_job
+        self._finished: list[tuple[AsyncJob, Any, asyncio.Future]] = []
+        self._finished_timer: asyncio.TimerHandle | None = None
+        self._settling: dict[int, AsyncJob] = {}
+        # The claim task is in a waiting jobs_claim: completions go out on their own meanwhile.
+        self._claim_waits = False
+        # The last jobs_complete_and_claim claimed nothing: the next claim waits (jobs_claim).
+        self._claimed_nothing = False
+        # The last jobs_complete_and_claim was refused: the next claim is a jobs_claim, whose
+        # error says what is wrong.
+        self._plain_claim_next = False
 
     @property
     def active(self) -> int:
@@ -231,6 +272,9 @@ class AsyncWorker:
             *(self._release(job, "shutting down", 0) for job in list(self._running.values())),
             return_exceptions=True,
         )
+        settling = [job._task for job in self._settling.values() if job._task is not None]
+        if settling:
+            await asyncio.wait(settling)
         while self._flush_task is not None and not self._flush_task.done():
             await asyncio.wait({self._flush_task})
         if self._pool is not None:
@@ -272,22 +316,54 @@ class AsyncWorker:
                 self._slot_freed.clear()
                 await self._slot_freed.wait()
                 continue
+            batch: list[tuple[AsyncJob, Any, asyncio.Future]] = []
             try:
                 if self._claim_conn is None or self._claim_conn.closed:
                     self._claim_conn = await self._connect()
                 lease = await self._claim_lease()
-                params = [self.queue, self.name, str(free), interval(lease), self.kinds, interval(self.wait)]
-                self._claiming = True
-                cur = await self._claim_conn.execute(CLAIM_SQL, params)
-                rows = await cur.fetchall()
-                names = [column.name for column in cur.description]
+                # From here to the call nothing awaits: a completion arriving meanwhile either
+                # joins this batch or, once _claim_waits is set, goes out on its own.
+                batch = self._take_finished()
+                if batch and not self._claimed_nothing and not self._plain_claim_next and not self._stopping:
+                    params = complete_and_claim_params(self, [(job, result) for job, result, _ in batch], free, lease)
+                    cur = await self._claim_conn.execute(COMPLETE_AND_CLAIM_SQL, params)
+                    rows = await cur.fetchall()
+                    names = [column.name for column in cur.description]
+                    outcomes, rows = split_complete_and_claim(names, rows)
+                    self._settled_with_claim(batch, outcomes)
+                    batch = []
+                    self._claimed_nothing = not rows
+                else:
+                    # Before a claim that may wait: a settle must not wait with it.
+                    self._settle_alone(batch, False)
+                    batch = []
+                    self._claimed_nothing = self._plain_claim_next = False
+                    params = [self.queue, self.name, str(free), interval(lease), self.kinds, interval(self.wait)]
+                    self._claim_waits = self._claiming = True
+                    cur = await self._claim_conn.execute(CLAIM_SQL, params)
+                    rows = await cur.fetchall()
+                    names = [column.name for column in cur.description]
                 self._claiming = False  # what follows must not be cancelled: it would strand the rows
+                self._claim_waits = False
                 if lease is None and rows:
                     # A queue created between the lease's read and the claim: its claim used its lease.
                     lease = await self._claim_lease()
                 backoff = 0.1
             except Exception as error:
-                self._claiming = False
+                self._claiming = self._claim_waits = False
+                if batch and not is_connection_error(error):
+                    # jobs_complete_and_claim refused (a result too large, an unknown queue, a
+                    # server without it): nothing of it happened. Each job is completed on its
+                    # own, and the next claim is a jobs_claim, whose error says what is wrong.
+                    self._settle_alone(batch, False)
+                    if getattr(error, "sqlstate", None) == UNDEFINED_FUNCTION:
+                        self.one_commit_per_job = False
+                        log.warning("pg_jobs worker %s: the server has no jobs_complete_and_claim (pg_jobs before"
+                                    " 0.3.0); completing and claiming in separate calls", self.name)
+                    self._plain_claim_next = True
+                    continue
+                # In transit: the call may have committed, so a lost completion sent again is checked.
+                self._settle_alone(batch, True)
                 if self._stopping:
                     break
                 with contextlib.suppress(Exception):
@@ -305,9 +381,39 @@ class AsyncWorker:
                 self._claiming = False
             for row in rows:
                 self._begin(*claimed_job(names, row, lease), lease)
+        # Stopping: what succeeded since the last claim is completed on its own.
+        self._settle_alone(self._take_finished(), False)
         if self._claim_conn is not None:
             with contextlib.suppress(Exception):
                 await self._claim_conn.close()
+
+    def _take_finished(self) -> list[tuple[AsyncJob, Any, asyncio.Future]]:
+        """The jobs waiting to be completed with the next claim, taken: the caller settles them."""
+        if self._finished_timer is not None:
+            self._finished_timer.cancel()
+            self._finished_timer = None
+        batch, self._finished = self._finished, []
+        return batch
+
+    @staticmethod
+    def _settle_alone(batch: list[tuple[AsyncJob, Any, asyncio.Future]], uncertain: bool) -> None:
+        """Hands ``batch`` back to the jobs' own tasks, which complete each on its own."""
+        for _, _, future in batch:
+            if not future.done():
+                future.set_result(uncertain)
+
+    def _settled_with_claim(self, batch: list[tuple[AsyncJob, Any, asyncio.Future]], outcomes: dict[int, str]) -> None:
+        """Reports each job of ``batch`` as its jobs_complete_and_claim outcome says."""
+        for job, result, future in batch:
+            outcome = outcomes.get(job.id)
+            if outcome is None:
+                future.set_result(False)  # not answered for (never so): asked on its own
+                continue
+            if outcome == "succeeded":
+                self._emit(Event("completed", job=job, duration=job._elapsed, result=result, outcome="succeeded"))
+            else:
+                self._gone(job, outcome, "settle")
+            future.set_result(None)
 
     async def _claim_lease(self) -> float | None:
         """The lease the next claim asks for, in seconds: the worker's own, or the queue's (read
@@ -438,9 +544,67 @@ class AsyncWorker:
             raise
         return rows[0][0], retried
 
+    async def _await_signal(self, job: AsyncJob, name: str, timeout: float | None) -> str:
+        """The handler's await_signal: hands the job back to wait for the signal (jobs_await)
+        and ends the run. Its slot is free at once, as for a lost job: the job is out of our
+        hands (the handler's task is not cancelled: it is the one awaiting this)."""
+        params = [str(job.id), job.lease, name]
+        if timeout is not None:
+            params.append(interval(timeout))
+        if not job._conclude():
+            return job.reason if job.reason in GONE else "lost"
+        try:
+            answer = await self._settle(job, AWAIT_TIMEOUT_SQL if timeout is not None else AWAIT_SQL, params, "await")
+            if answer and answer[0] == "lost" and answer[1]:
+                rows, _ = await self._call(job, AWAITED_SQL, [str(job.id), name], "await")
+                if rows:
+                    answer = (rows[0][0], True)
+        except asyncio.CancelledError:
+            self._finish(job)  # the await may or may not have committed: its lease decides
+            raise
+        except Exception as error:
+            # The server refused the await (a name out of range): the attempt fails with its error.
+            job._done = False
+            await self._fail(job, error, False)
+            raise
+        outcome = answer[0] if answer else "lost"
+        if outcome in ("waiting", "queued"):
+            job.reason = "awaiting"
+            job.cancelled.set()
+            self._emit(Event("awaiting", job=job, duration=job._elapsed, outcome=outcome, signal=name))
+        elif answer:
+            self._gone(job, outcome, "settle")
+        self._finish(job)
+        return outcome
+
     async def _complete(self, job: AsyncJob, result: Any) -> None:
         if not job._conclude():
             return
+        if self.one_commit_per_job and not self._stopping and not self._claim_waits:
+            # Completed by the claim task's next claim, in the same call and commit. Its slot
+            # is free now: that claim takes the next job for it.
+            future = asyncio.get_running_loop().create_future()
+            self._running.pop(job.id, None)
+            self._settling[job.id] = job
+            self._finished.append((job, result, future))
+            if self._finished_timer is None:
+                self._finished_timer = asyncio.get_running_loop().call_later(
+                    COMPLETE_WITH_CLAIM_WITHIN, lambda: self._settle_alone(self._take_finished(), False))
+            self._slot_freed.set()
+            try:
+                uncertain = await future
+                if uncertain is not None:
+                    await self._complete_alone(job, result, uncertain)
+            finally:
+                self._settling.pop(job.id, None)
+            return
+        await self._complete_alone(job, result, False)
+
+    async def _complete_alone(self, job: AsyncJob, result: Any, uncertain: bool) -> None:
+        """Completes a job in a call of its own: jobs_complete with its result, or, without
+        one, in the next jobs_complete_batch. ``uncertain``: a call carrying it may have
+        committed."""
+        job._uncertain = job._uncertain or uncertain
         if result is None:
             # Its slot is free now, so the next claim overlaps the batch's round trip.
             self._running.pop(job.id, None)
@@ -451,7 +615,7 @@ class AsyncWorker:
             return
         try:
             answer = await self._settle(job, COMPLETE_SQL, [str(job.id), job.lease, jsonb(result)], "complete")
-            if answer == ("lost", True):
+            if answer is not None and answer[0] == "lost" and (answer[1] or job._uncertain):
                 rows, _ = await self._call(job, SUCCEEDED_UNDER_SQL, [job.lease, str(job.id)], "complete")
                 if rows and rows[0][0]:
                     answer = ("succeeded", True)
@@ -481,7 +645,7 @@ class AsyncWorker:
                 self._emit(Event("error", error=error, during="complete"))
             for job in batch:
                 outcome = outcomes.get(job.id)
-                if outcome == "lost" and retried:
+                if outcome == "lost" and (retried or job._uncertain):
                     with contextlib.suppress(Exception):
                         rows, _ = await self._call(job, SUCCEEDED_UNDER_SQL, [job.lease, str(job.id)], "complete")
                         if rows and rows[0][0]:

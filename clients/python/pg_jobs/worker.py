@@ -5,8 +5,11 @@ there are free slots; ``concurrency`` runner threads run the handlers and settle
 connections of their own; one lease keeper thread heartbeats every running job every lease/3
 and enforces time limits; one completer thread completes the jobs whose handlers returned
 None in batches (``jobs_complete_batch``: whatever finished while the previous batch was on
-its way, in one statement and one commit). A handler that never returns cannot be stopped in Python: its
-thread is abandoned (a daemon) and a fresh runner takes its slot.
+its way, in one statement and one commit). A job that succeeded is completed by the claim
+thread's next claim, in the same call (``jobs_complete_and_claim``): one commit per job; the
+completer takes it instead when that claim would wait or is late. A handler that never
+returns cannot be stopped in Python: its thread is abandoned (a daemon) and a fresh runner
+takes its slot.
 """
 
 from __future__ import annotations
@@ -24,8 +27,13 @@ from typing import Any, Callable, Mapping
 import psycopg
 
 from ._common import (
+    AWAIT_SQL,
+    AWAIT_TIMEOUT_SQL,
+    AWAITED_SQL,
     CLAIM_SQL,
+    COMPLETE_AND_CLAIM_SQL,
     COMPLETE_BATCH_SQL,
+    COMPLETE_WITH_CLAIM_WITHIN,
     COMPLETE_SQL,
     FAIL_SQL,
     GONE,
@@ -34,6 +42,7 @@ from ._common import (
     QUEUE_LEASE_SQL,
     RELEASE_SQL,
     SUCCEEDED_UNDER_SQL,
+    UNDEFINED_FUNCTION,
     Event,
     JobRow,
     JobTimeoutError,
@@ -41,12 +50,14 @@ from ._common import (
     as_handler,
     check_options,
     claimed_job,
+    complete_and_claim_params,
     connect_kwargs,
     default_name,
     error_text,
     interval,
     is_connection_error,
     jsonb,
+    split_complete_and_claim,
     unknown_kind,
 )
 
@@ -54,9 +65,10 @@ log = logging.getLogger("pg_jobs")
 
 
 class Job(JobRow):
-    """A claimed job as a handler sees it: the job's columns, ``cancelled`` (a
-    ``threading.Event`` set when the job is cancelled, lost, timed out or handed back at
-    shutdown: stop then) and :meth:`progress`."""
+    """A claimed job as a handler sees it: the job's columns (``signal``: what woke this run,
+    see :meth:`await_signal`), ``cancelled`` (a ``threading.Event`` set when the job is
+    cancelled, lost, timed out, handed back at shutdown or awaiting a signal: stop then),
+    :meth:`progress` and :meth:`await_signal`."""
 
     def __init__(self, row: JobRow, worker: "Worker", lease_seconds: float, claimed_at: datetime):
         super().__init__(**row.__dict__)
@@ -69,6 +81,13 @@ class Job(JobRow):
         self._done = False
         self._started = time.monotonic()
         self._runner: _Runner | None = None
+        # What its handler returned, while its completion waits for a claim or the completer.
+        self._result: Any = None
+        # A call carrying its completion failed in transit (it may have committed): a lost
+        # completion sent again is checked.
+        self._uncertain = False
+        # The handler called await_signal: its run has ended, and its slot is free once it returns.
+        self._awaited = False
 
     def progress(self, value: Any) -> str:
         """Stores progress on the job (and renews its lease) from the handler's thread;
@@ -77,6 +96,20 @@ class Job(JobRow):
         if runner is None:
             raise RuntimeError("progress() is for the handler's own thread")
         return self._worker._heartbeat(self, runner.conn, value)
+
+    def await_signal(self, name: str, timeout: float | None = None) -> str:
+        """Ends this run to wait for the signal ``name`` (``jobs_await``) without spending the
+        attempt: the job is ``waiting``, holding no lease, until a ``jobs_signal`` of that name
+        commits (or ``timeout`` seconds pass; default: the server's, a day), and then runs
+        again with ``job.signal`` set. Returns ``'waiting'``, ``'queued'`` (the signal was
+        recorded already: the job is queued at once), ``'cancelled'`` or ``'lost'`` (nothing
+        was recorded). Return from the handler right after: the run has ended (``cancelled``
+        is set) and what the handler returns is ignored. An await the server refuses (a name
+        over 255 bytes) raises, and the attempt fails with that error."""
+        runner = self._runner
+        if runner is None:
+            raise RuntimeError("await_signal() is for the handler's own thread")
+        return self._worker._await_signal(self, runner.conn, name, timeout)
 
     def _conclude(self) -> bool:
         """Marks the job's fate decided; False when it already was."""
@@ -163,8 +196,14 @@ class Worker:
     ``kinds='handled'`` claims only kinds that have a handler. ``timeout`` (seconds) fails a handler that runs
     longer. ``on_event`` receives an :class:`pg_jobs.Event` for every job event. ``connect``
     opens a connection (default: ``psycopg.connect(conninfo, autocommit=True,
-    prepare_threshold=None)``).
+    prepare_threshold=None)``). ``one_commit_per_job`` (default True) completes a job that
+    succeeded in the same call and transaction that claims the next ones
+    (``jobs_complete_and_claim``); False completes and claims in separate calls.
     """
+
+    # Keeper entries: (due, job id, what): a heartbeat, a time limit, or a job that succeeded
+    # and may wait no longer for the claim thread to complete it with its next claim.
+    _HEARTBEAT, _TIME_LIMIT, _COMPLETE_ALONE = 0, 1, 2
 
     def __init__(
         self,
@@ -184,10 +223,13 @@ class Worker:
         grace: float = 10.0,
         on_event: Callable[[Event], None] | None = None,
         connect: Callable[[], psycopg.Connection] | None = None,
+        one_commit_per_job: bool = True,
     ):
         if not 1 <= concurrency <= 1000:
             raise ValueError(f"concurrency must be from 1 to 1000, not {concurrency}")
         check_options(unknown_kind, unknown_kind_delay, unknown_kind_max_age, kinds)
+        if not isinstance(one_commit_per_job, bool):
+            raise ValueError(f"one_commit_per_job must be True or False, not {one_commit_per_job!r}")
         self.queue = queue
         self.name = name or default_name()
         self.handlers = {kind: as_handler(kind, h) for kind, h in handlers.items()}
@@ -220,6 +262,17 @@ class Worker:
         self._threads: list[threading.Thread] = []
         self._runners: list[_Runner] = []
         self._started = False
+        # One commit per job (off by the option, or for good on a server without it): jobs that
+        # succeeded, for the claim thread's next jobs_complete_and_claim (under _slots).
+        self.one_commit_per_job = one_commit_per_job
+        self._finished: list[Job] = []
+        # The claim thread is in a waiting jobs_claim: completions go out on their own meanwhile.
+        self._claim_waits = False
+        # The last jobs_complete_and_claim claimed nothing: the next claim waits (jobs_claim).
+        self._claimed_nothing = False
+        # The last jobs_complete_and_claim was refused: the next claim is a jobs_claim, whose
+        # error says what is wrong.
+        self._plain_claim_next = False
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -336,20 +389,58 @@ class Worker:
                 free = self.concurrency - len(self._running)
             if self._stopping.is_set():
                 break
+            batch: list[Job] = []
             try:
                 lease = self._claim_lease()
-                params = [self.queue, self.name, str(free), interval(lease), self.kinds, interval(self.wait)]
-                self._claiming = True
-                cur = self._claim_conn.get().execute(CLAIM_SQL, params)
-                rows = cur.fetchall()
-                names = [column.name for column in cur.description]
+                with self._slots:
+                    batch, self._finished = self._finished, []
+                    combine = (bool(batch) and not self._claimed_nothing and not self._plain_claim_next
+                               and not self._stopping.is_set())
+                    # Before a claim that may wait, a settle must not wait with it: from here
+                    # on completions go out on their own.
+                    self._claim_waits = not combine
+                if combine:
+                    params = complete_and_claim_params(self, [(job, job._result) for job in batch], free, lease)
+                    cur = self._claim_conn.get().execute(COMPLETE_AND_CLAIM_SQL, params)
+                    rows = cur.fetchall()
+                    names = [column.name for column in cur.description]
+                    outcomes, rows = split_complete_and_claim(names, rows)
+                    self._settled_with_claim(batch, outcomes)
+                    batch = []
+                    self._claimed_nothing = not rows
+                else:
+                    self._to_completer(batch, False)
+                    batch = []
+                    self._claimed_nothing = self._plain_claim_next = False
+                    params = [self.queue, self.name, str(free), interval(lease), self.kinds, interval(self.wait)]
+                    self._claiming = True
+                    cur = self._claim_conn.get().execute(CLAIM_SQL, params)
+                    rows = cur.fetchall()
+                    names = [column.name for column in cur.description]
                 self._claiming = False  # what follows must not be cancelled: it would strand the rows
+                with self._slots:
+                    self._claim_waits = False
                 if lease is None and rows:
                     # A queue created between the lease's read and the claim: its claim used its lease.
                     lease = self._claim_lease()
                 backoff = 0.1
             except Exception as error:
                 self._claiming = False
+                with self._slots:
+                    self._claim_waits = False
+                if batch and not is_connection_error(error):
+                    # jobs_complete_and_claim refused (a result too large, an unknown queue, a
+                    # server without it): nothing of it happened. Each job is completed on its
+                    # own, and the next claim is a jobs_claim, whose error says what is wrong.
+                    self._to_completer(batch, False)
+                    if getattr(error, "sqlstate", None) == UNDEFINED_FUNCTION:
+                        self.one_commit_per_job = False
+                        log.warning("pg_jobs worker %s: the server has no jobs_complete_and_claim (pg_jobs before"
+                                    " 0.3.0); completing and claiming in separate calls", self.name)
+                    self._plain_claim_next = True
+                    continue
+                # In transit: the call may have committed, so a lost completion sent again is checked.
+                self._to_completer(batch, True)
                 if self._stopping.is_set():
                     break
                 self._claim_conn.drop()
@@ -365,7 +456,32 @@ class Worker:
                 self._claiming = False
             for row in rows:
                 self._begin(*claimed_job(names, row, lease), lease)
+        # Stopping: what succeeded since the last claim is completed on its own (no runner adds
+        # to _finished once _stopping is set).
+        with self._slots:
+            batch, self._finished = self._finished, []
+        self._to_completer(batch, False)
         self._claim_conn.drop()
+
+    def _settled_with_claim(self, batch: list[Job], outcomes: dict[int, str]) -> None:
+        """Reports each job of ``batch`` as its jobs_complete_and_claim outcome says."""
+        for job in batch:
+            outcome = outcomes.get(job.id)
+            if outcome is None:
+                self._to_completer([job], False)  # not answered for (never so): asked on its own
+                continue
+            if outcome == "succeeded":
+                self._emit(Event("completed", job=job, duration=job._elapsed, result=job._result, outcome="succeeded"))
+            else:
+                self._gone(job, outcome, "settle")
+            self._finish(job)
+
+    def _to_completer(self, jobs: list[Job], uncertain: bool) -> None:
+        """Hands jobs that succeeded to the completer, which completes them on its own calls.
+        ``uncertain``: a call carrying them may have committed."""
+        for job in jobs:
+            job._uncertain = job._uncertain or uncertain
+            self._completions.put(job)
 
     def _claim_lease(self) -> float | None:
         """The lease the next claim asks for, in seconds: the worker's own, or the queue's (read
@@ -416,13 +532,49 @@ class Worker:
             return
         limit = handler.timeout if handler.timeout is not None else self.timeout
         if limit is not None:
-            self._schedule(job, limit, timeout=True)
+            self._schedule(job, limit, self._TIME_LIMIT)
         try:
             result = handler.run(job)
         except Exception as error:
-            self._fail(job, conn, error, isinstance(error, PermanentError))
+            if job._awaited:
+                self._finish(job)  # the run ended at its await: what it raised after is ignored
+            else:
+                self._fail(job, conn, error, isinstance(error, PermanentError))
         else:
-            self._complete(job, conn, result)
+            if job._awaited:
+                self._finish(job)  # the run ended at its await: what it returned is ignored
+            else:
+                self._complete(job, conn, result)
+
+    def _await_signal(self, job: Job, conn: _Connection, name: str, timeout: float | None) -> str:
+        """The handler's await_signal: hands the job back to wait for the signal (jobs_await)
+        and ends the run; its slot is freed once the handler returns."""
+        params = [str(job.id), job.lease, name]
+        if timeout is not None:
+            params.append(interval(timeout))
+        if not job._conclude():
+            return job.reason if job.reason in GONE else "lost"
+        try:
+            answer = self._settle(job, conn, AWAIT_TIMEOUT_SQL if timeout is not None else AWAIT_SQL, params, "await")
+            if answer and answer[0] == "lost" and answer[1]:
+                rows = conn.execute(AWAITED_SQL, [str(job.id), name], during="await", job=job)
+                if rows:
+                    answer = (rows[0][0], True)
+        except Exception as error:
+            # The server refused the await (a name out of range): the attempt fails with its error.
+            with job._lock:
+                job._done = False
+            self._fail(job, conn, error, False)
+            raise
+        job._awaited = True
+        outcome = answer[0] if answer else "lost"
+        if outcome in ("waiting", "queued"):
+            job.reason = "awaiting"
+            job.cancelled.set()
+            self._emit(Event("awaiting", job=job, duration=job._elapsed, outcome=outcome, signal=name))
+        elif answer:
+            self._gone(job, outcome, "settle")
+        return outcome
 
     def _settle(self, job: Job, conn: _Connection, sql: str, params: list, during: str) -> tuple[str, bool] | None:
         """Runs a settle call until it answers; transport errors are retried with the same
@@ -451,6 +603,22 @@ class Worker:
     def _complete(self, job: Job, conn: _Connection, result: Any) -> None:
         if not job._conclude():
             return
+        job._result = result
+        if self.one_commit_per_job:
+            with self._slots:
+                combine = not self._stopping.is_set() and not self._claim_waits
+                if combine:
+                    # Completed by the claim thread's next claim, in the same call and commit.
+                    # Its slot is free now: that claim takes the next job for it.
+                    self._running.pop(job.id, None)
+                    self._settling[job.id] = job
+                    first = not self._finished
+                    self._finished.append(job)
+                    self._slots.notify_all()
+            if combine:
+                if first:  # the keeper bounds the wait of the first; the others go with it
+                    self._schedule(job, COMPLETE_WITH_CLAIM_WITHIN, self._COMPLETE_ALONE)
+                return
         if result is None:
             # The completer sends it with the others that finished; its slot is free now, so
             # the next claim overlaps that round trip.
@@ -460,9 +628,13 @@ class Worker:
                 self._slots.notify_all()
             self._completions.put(job)
             return
+        self._complete_with_result(job, conn, result)
+
+    def _complete_with_result(self, job: Job, conn: _Connection, result: Any) -> None:
+        """Completes a job with its result in a jobs_complete of its own."""
         try:
             answer = self._settle(job, conn, COMPLETE_SQL, [str(job.id), job.lease, jsonb(result)], "complete")
-            if answer and answer == ("lost", True):
+            if answer and answer[0] == "lost" and (answer[1] or job._uncertain):
                 # A retried complete answers lost when the first attempt did commit: check which.
                 ours = conn.execute(SUCCEEDED_UNDER_SQL, [job.lease, str(job.id)], during="complete", job=job)
                 if ours and ours[0][0]:
@@ -501,6 +673,12 @@ class Worker:
             conn.drop()
 
     def _complete_batch(self, batch: list[Job], conn: _Connection) -> None:
+        # Jobs with a result (handed over by the claim thread) are completed one by one.
+        for job in [j for j in batch if j._result is not None]:
+            self._complete_with_result(job, conn, job._result)
+        batch = [j for j in batch if j._result is None]
+        if not batch:
+            return
         retried = False
 
         def retry() -> bool:
@@ -518,7 +696,7 @@ class Worker:
             self._emit(Event("error", error=error, during="complete"))
         for job in batch:
             outcome = outcomes.get(job.id)
-            if outcome == "lost" and retried:
+            if outcome == "lost" and (retried or job._uncertain):
                 ours = conn.execute(SUCCEEDED_UNDER_SQL, [job.lease, str(job.id)], during="complete", job=job)
                 if ours and ours[0][0]:
                     outcome = "succeeded"
@@ -566,9 +744,9 @@ class Worker:
 
     # -- the lease keeper ----------------------------------------------------------------
 
-    def _schedule(self, job: Job, after: float, timeout: bool = False) -> None:
+    def _schedule(self, job: Job, after: float, what: int = _HEARTBEAT) -> None:
         with self._keeper_wake:
-            heapq.heappush(self._keeper_due, (time.monotonic() + after, job.id, 1 if timeout else 0))
+            heapq.heappush(self._keeper_due, (time.monotonic() + after, job.id, what))
             self._keeper_wake.notify()
 
     def _heartbeat(self, job: Job, conn: _Connection, progress: Any = None) -> str:
@@ -604,12 +782,20 @@ class Worker:
                         timeout = self._keeper_due[0][0] - now if self._keeper_due else None
                         self._keeper_wake.wait(timeout)
                         continue
-                    _, job_id, is_timeout = heapq.heappop(self._keeper_due)
+                    _, job_id, what = heapq.heappop(self._keeper_due)
+                if what == self._COMPLETE_ALONE:
+                    # A job that succeeded is still waiting for the claim thread (busy with a
+                    # claim, a reconnect or a backoff): the completer completes them all.
+                    with self._slots:
+                        late = any(j.id == job_id for j in self._finished)
+                        batch, self._finished = (self._finished, []) if late else ([], self._finished)
+                    self._to_completer(batch, False)
+                    continue
                 with self._slots:
                     job = self._running.get(job_id)
                 if job is None or job._done:
                     continue
-                if is_timeout:
+                if what == self._TIME_LIMIT:
                     self._time_out(job, conn)
                     continue
                 outcome = self._heartbeat(job, conn)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 import threading
 import time
 
@@ -140,3 +141,24 @@ def start_worker(dsn):
     yield start
     for worker in started:
         worker.stop(grace=0)
+
+
+def calls(sent: list[str], name: str) -> int:
+    """How many of the statements sent call the function ``name``."""
+    return sum(1 for query in sent if re.search(rf"\b{name}\(", query))
+
+
+def spying(sent: list[str]):
+    """Connection classes that record each statement's text in ``sent``."""
+
+    class Sync(psycopg.Connection):
+        def execute(self, query, params=None, **kwargs):
+            sent.append(str(query))
+            return super().execute(query, params, **kwargs)
+
+    class Async(psycopg.AsyncConnection):
+        async def execute(self, query, params=None, **kwargs):
+            sent.append(str(query))
+            return await super().execute(query, params, **kwargs)
+
+    return Sync, Async

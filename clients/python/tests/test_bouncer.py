@@ -11,7 +11,7 @@ import time
 import psycopg
 
 import pg_jobs
-from conftest import Recorder, eventually, job_row, new_queue, url
+from conftest import Recorder, calls, eventually, job_row, new_queue, spying, url
 
 
 def test_a_thread_worker_and_a_producer_through_pgbouncer(db, bouncer_dsn, start_worker):
@@ -27,8 +27,11 @@ def test_a_thread_worker_and_a_producer_through_pgbouncer(db, bouncer_dsn, start
         time.sleep(1.5)  # past two leases: heartbeats through the pooler keep it
         return job.payload["n"]
 
+    sent: list[str] = []
+    sync, _ = spying(sent)
     worker, rec = start_worker(queue, {"short": lambda job: job.payload["n"], "long": long},
-                               conninfo=bouncer_dsn, name="py-through-pgbouncer")
+                               conninfo=bouncer_dsn, name="py-through-pgbouncer",
+                               connect=lambda: sync.connect(bouncer_dsn, **pg_jobs.connect_kwargs()))
     eventually("every job", lambda: db.execute(
         "SELECT count(*) = 199 FROM jobs.job WHERE queue = %s AND state = 'succeeded'", [queue]).fetchone()[0], timeout=30)
     worker.stop()
@@ -38,6 +41,8 @@ def test_a_thread_worker_and_a_producer_through_pgbouncer(db, bouncer_dsn, start
         " FROM jobs.job WHERE queue = %s", [queue]).fetchone()
     assert row == (199, 199, 199, 4)
     assert not rec.of("lost") and not rec.of("retrying") and not rec.of("error")
+    # Completed with the next claims (one commit per job), results included, through the pooler.
+    assert calls(sent, "jobs_complete_and_claim") > 0
 
 
 def test_an_async_worker_and_producer_through_pgbouncer(db, bouncer_dsn):

@@ -45,13 +45,16 @@ def run_every_event(db, producer, worker_dsn, admin_dsn, start):
     broken = pg_jobs.enqueue(producer, queue, {}, kind="broken")
     pg_jobs.enqueue(producer, queue, {}, kind="nobody")
     doomed = pg_jobs.enqueue(producer, queue, {}, kind="doomed")
+    patient = pg_jobs.enqueue(producer, queue, {}, kind="patient")
     recorder = Recorder()
     stop = start(queue, recorder)
     eventually("the doomed job to run", state_is(db, doomed, "running"))
     db.execute("SELECT jobs_cancel(%s)", [doomed])
     eventually("every job settled", lambda: (
-        [job_row(db, i)["state"] for i in (ok, flaky, broken)] == ["succeeded", "succeeded", "failed"]
-        and recorder.of("released") and recorder.of("lost")))
+        [job_row(db, i)["state"] for i in (ok, flaky, broken, patient)] == ["succeeded", "succeeded", "failed", "waiting"]
+        and recorder.of("released") and recorder.of("lost") and recorder.of("awaiting")))
+    awaiting = recorder.of("awaiting")[0]
+    assert (awaiting.outcome, awaiting.signal, awaiting.job.id) == ("waiting", f"events-test-{patient}", patient)
     # A claim whose connection dies is retried.
     eventually("the claim to wait", lambda: db.execute(
         "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
@@ -67,7 +70,8 @@ def check_fields(recorder: Recorder, also: list[pg_jobs.Event]):
         documented = pg_jobs.EVENT_FIELDS[event.type]
         assert list(event.as_dict()) == ["type", *documented]
         # Nothing outside the event's fields carries anything.
-        for name in ("job", "duration", "outcome", "result", "reason", "permanent", "error", "message", "stack", "during"):
+        for name in ("job", "duration", "outcome", "result", "reason", "permanent", "error", "message", "stack", "during",
+                     "signal"):
             if name not in documented:
                 assert getattr(event, name) is None, (event.type, name)
     assert {e.type for e in events} == set(pg_jobs.EVENT_FIELDS)
@@ -94,7 +98,10 @@ def handlers():
     def doomed(job):
         job.cancelled.wait(10)
 
-    return {"ok": ok, "flaky": flaky, "broken": broken, "doomed": doomed}
+    def patient(job):
+        return job.await_signal(f"events-test-{job.id}")
+
+    return {"ok": ok, "flaky": flaky, "broken": broken, "doomed": doomed, "patient": patient}
 
 
 def unknown_queue_error(dsn, worker_class) -> list[pg_jobs.Event]:
@@ -141,6 +148,10 @@ def test_every_async_worker_event_carries_exactly_its_fields(db, producer, dsn, 
     async def broken(job):
         raise pg_jobs.PermanentError("cannot ever work")
     async_handlers["broken"] = broken
+
+    async def patient(job):
+        return await job.await_signal(f"events-test-{job.id}")
+    async_handlers["patient"] = patient
 
     loop = asyncio.new_event_loop()
     worker_box = []

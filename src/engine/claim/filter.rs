@@ -22,6 +22,11 @@ impl ClaimFilter {
         ClaimFilter { kinds, scope }
     }
 
+    /// The tenants whose jobs the claim may take.
+    pub fn scope(&self) -> &TenantScope {
+        &self.scope
+    }
+
     /// Whether the claim takes every due job in claim order, so the floor may rise past what it
     /// examined and the reach may be used and extended.
     pub fn takes_every_job(&self) -> bool {

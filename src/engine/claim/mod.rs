@@ -33,8 +33,10 @@ use crate::engine::groups::{sweep_stranded, unmark};
 use crate::engine::model::Position;
 use crate::engine::queues::{self, unknown_queue};
 use crate::engine::transitions;
+use crate::pg::client;
 use crate::pg::clock::server_now;
 use crate::pg::datum::ClaimedRow;
+use crate::pg::settings;
 use crate::runtime::effects;
 use crate::runtime::floor::{self, Seen};
 use crate::runtime::freed_heads;
@@ -59,8 +61,8 @@ static TAKE: Statement = Statement {
 };
 
 /// The lease length of a claim's jobs: the request's, or its queue's (from the settings the
-/// session keeps: reading it in the take statement cost a claim and complete of one job 5% of
-/// its instructions, the set-up of the subquery and its index scan on every call).
+/// session keeps: reading it in the take statement set up a subquery and its index scan on
+/// every call).
 fn lease_length(request: &ClaimRequest<'_>, flow: Option<queues::FlowSettings>) -> Interval {
     match (request.lease, flow) {
         (Some(lease), _) => lease,
@@ -159,10 +161,18 @@ struct Probe {
 /// Claims up to `request.n` due jobs (waiting for work when it asks to) and returns them in
 /// claim order.
 pub fn claim(request: &ClaimRequest<'_>) -> Vec<ClaimedRow> {
-    if request.wait_micros == 0 {
-        return attempt(request, server_now(), 0).0;
+    let claimed = if request.wait_micros == 0 {
+        attempt(request, server_now(), 0).0
+    } else {
+        wait::claim_waiting(request)
+    };
+    if !claimed.is_empty() {
+        // A client gone before the claim returns (killed right after sending it, or while it
+        // waited) would never get the jobs: they would sit running for a whole lease, an
+        // attempt spent on nothing. Ending the session rolls the claim back.
+        client::end_if_gone();
     }
-    wait::claim_waiting(request)
+    claimed
 }
 
 /// Most candidates one attempt examines (picked and let go again because their group was
@@ -189,7 +199,7 @@ fn attempt(
     with_client(|client| {
         // A paused queue hands out nothing, and one not found is reported by the probe. The
         // candidate statements do not read the queue row for it: the session keeps the
-        // setting (that read was 4% of a claim and complete of one job).
+        // setting (a read of the queue row in every claim is not free).
         if flow.is_none_or(|f| f.paused) {
             return (Vec::new(), Some(probe(client, queue)));
         }
@@ -323,8 +333,7 @@ fn attempt(
                     // the floor and the reach, so it cannot raise the floor past it. Left at
                     // that, the floor rose only after the worker forgot the reach at its tick,
                     // and the first claims after each tick walked a tick's worth of claimed
-                    // jobs' index entries (benchmark d after b: the floor 3,678 jobs behind the
-                    // first queued one, twice the server CPU per job).
+                    // jobs' index entries.
                     None if !taken.is_empty() => {
                         advance_floor(client, queue, seen, now, slot, taken.len())
                     }
@@ -362,15 +371,17 @@ fn take_freed(
 ) -> Vec<pick::Candidate> {
     // SAFETY: reads a backend global.
     let read_committed = unsafe { pg_sys::XactIsoLevel } < pg_sys::XACT_REPEATABLE_READ as i32;
-    // Under REPEATABLE READ the take would fail on a job marked after the snapshot: the marks
-    // are cleared (with the latest snapshot), and claims with newer snapshots find the jobs.
-    if concurrency != 1 || !read_committed {
-        unmark(client, freed_heads::take_all(queue));
-        return Vec::new();
-    }
-    if freed_heads::sweep_needed() {
+    if concurrency == 1 && read_committed && freed_heads::sweep_needed() {
         // No settle offers freed heads until a sweep committed; the worker's tick sweeps too.
         sweep_stranded(client);
+        return Vec::new();
+    }
+    // Under REPEATABLE READ the take would fail on a job marked after the snapshot: the marks
+    // are cleared (with the latest snapshot), and claims with newer snapshots find the jobs.
+    // With the fast paths off, settles offer none and clear marks instead: any left from
+    // before the setting changed have theirs cleared too.
+    if concurrency != 1 || !read_committed || !settings::fast_paths() {
+        unmark(client, freed_heads::take_all(queue));
         return Vec::new();
     }
     freed::pick(client, queue, &request.filter, now, allowed)
@@ -482,8 +493,8 @@ thread_local! {
 /// The advance costs a statement, so a session makes it once per [`JOBS_PER_FLOOR_ADVANCE`]
 /// jobs its filtered claims took (a claim that took none counts as one), its first claim
 /// included: the floor then lags behind such claims by a few jobs at most, and claims of one
-/// job pay for the advance one time in sixteen instead of each time (benchmark r: a tenant's
-/// workers at one job per claim ran 0.92x the owner's with it each time).
+/// job pay for the advance one time in sixteen instead of each time (a tenant's workers, whose
+/// claims are all filtered, would otherwise pay a statement more per job than the owner's).
 fn advance_floor(
     client: &SpiClient<'_>,
     queue: &str,

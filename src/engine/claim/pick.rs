@@ -10,7 +10,6 @@ use pgrx::spi::SpiClient;
 
 use super::filter::ClaimFilter;
 use crate::engine::model::Position;
-use crate::engine::transitions;
 use crate::runtime::floor::{self, Seen};
 use crate::runtime::locks;
 use crate::runtime::shmem::Slot;
@@ -237,9 +236,9 @@ impl Picking<'_> {
             .filter(|key| first_dropped.is_none_or(|dropped| **key < dropped))
             .max();
         if let Some(furthest) = furthest {
-            // Should this transaction roll back, the jobs come back below the reach: the
-            // rollback must reset the floor, and the reach with it.
-            transitions::job_locked(self.queue);
+            // Should this transaction roll back, the jobs it took come back below the reach: the
+            // claim notes them taken (`transitions::jobs_claimed`), so the rollback resets the
+            // floor and the reach with it. What it kept but did not take, another claim took.
             floor::extend_reach(slot, self.queue, seen, scope, *furthest);
         }
     }
@@ -281,12 +280,9 @@ impl Picking<'_> {
     ) -> (Vec<Candidate>, Option<Position>, Option<Position>) {
         // Read a few more candidates than needed, in case other claims in flight hold some.
         // Few: claims start at the queue's reach, past the jobs the claims in flight hold, so
-        // they seldom meet one, and each row read costs about 3,000 instructions (callgrind, a
-        // claim and complete of one job: 873,000 reading 16 spare rows, 823,000 reading 2).
-        // With eight sessions claiming one job each, 13% of claims then read a second batch,
-        // against 8% with 16 spare rows.
-        // Each further batch is twice as large, so a claim behind many held jobs catches up in
-        // a few statements.
+        // they seldom meet one, and every spare row read is paid by every claim, while a second
+        // batch is paid only by the few claims that need one. Each further batch is twice as
+        // large, so a claim behind many held jobs catches up in a few statements.
         let mut limit = (wanted + 2 + wanted / 8) as i32;
         let mut picked = Vec::with_capacity(wanted);
         let mut first_skipped = None;

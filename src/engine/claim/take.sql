@@ -22,5 +22,7 @@ UPDATE jobs.job j
    -- Rule 3: never past its attempts (what no path leaves queued; jobs.job has no CHECK).
    AND j.attempt < j.max_attempts
 RETURNING ROW(j.id, j.queue, j.kind, j.payload, j.headers, j.attempt, j.max_attempts, j.lease,
-              j.lease_until, j.priority, j.tenant, j.group_key, j.created_at, j.run_at)::jobs.claimed AS claimed,
+              j.lease_until, j.priority, j.tenant, j.group_key, j.created_at, j.run_at,
+              -- What woke it after an await (engine::workflows::signals); NULL for other jobs.
+              j.signal)::jobs.claimed AS claimed,
           j.priority, j.run_at, j.id

@@ -21,6 +21,8 @@ use crate::pg::errors::{raise_with_hint, VERSION_MISMATCH, WAIT_NEEDS_READ_COMMI
 use crate::pg::extension;
 use crate::pg::snapshot;
 use crate::pg::subtransaction::in_subtransaction;
+use crate::pg::version;
+use crate::runtime::waiting_claims;
 use crate::runtime::wakeup::{self, Waiter};
 use crate::storage::{with_client, Statement};
 
@@ -77,6 +79,19 @@ pub(super) fn claim_waiting(request: &ClaimRequest<'_>) -> Vec<ClaimedRow> {
     // Whether this claim has slept: its client may have gone meanwhile.
     let mut slept = false;
     let waiter = Waiter::new(request.queue);
+    // Listed in jobs.workers from its first sleep until it returns.
+    let mut listed: Option<waiting_claims::Registration> = None;
+    let mut list = || {
+        if listed.is_none() {
+            let tenants = request.filter.scope().as_array();
+            listed = Some(waiting_claims::register(
+                request.queue,
+                &request.worker,
+                tenants.as_deref(),
+                server_now(),
+            ));
+        }
+    };
     let mut passed_on: Option<u64> = None;
     // A token of the queue's rate limit this claim reserved, and from when it may spend it.
     let mut reserved_at: Option<pg_sys::TimestampTz> = None;
@@ -91,6 +106,7 @@ pub(super) fn claim_waiting(request: &ClaimRequest<'_>) -> Vec<ClaimedRow> {
             }
             // Woken before the reserved token is paid for: spending it now would beat the
             // limit, so sleep on until then (or the end of the wait).
+            list();
             waiter.sleep(at.min(deadline), waiter.generation());
             continue;
         }
@@ -121,11 +137,6 @@ pub(super) fn claim_waiting(request: &ClaimRequest<'_>) -> Vec<ClaimedRow> {
         if !rows.is_empty() || now >= deadline {
             if reserved_at.is_some() {
                 rate::give_back_reservation(request.queue);
-            }
-            if slept && !rows.is_empty() {
-                // Gone while the attempt ran: ending the session rolls the claim back, so the
-                // jobs stay queued with their attempts.
-                client::end_if_gone();
             }
             return rows;
         }
@@ -164,6 +175,7 @@ pub(super) fn claim_waiting(request: &ClaimRequest<'_>) -> Vec<ClaimedRow> {
         }) {
             snapshot::stop_advertising_xmin();
         }
+        list();
         waiter.sleep(wake_at, seen);
         slept = true;
     }
@@ -172,9 +184,8 @@ pub(super) fn claim_waiting(request: &ClaimRequest<'_>) -> Vec<ClaimedRow> {
 /// Raises a clear error when pg_jobs was dropped (or changed version) while the claim slept:
 /// its next attempt would otherwise fail on tables that no longer exist.
 fn still_installed() {
-    // SAFETY: reads the catalog invalidations other sessions sent while this one slept, as any
-    // lock acquisition does.
-    unsafe { pg_sys::AcceptInvalidationMessages() };
+    // A DROP EXTENSION committed while this claim slept is seen only once its invalidations are read.
+    version::accept_invalidation_messages();
     match extension::is_current() {
         Ok(()) => {}
         Err(None) => raise_with_hint(

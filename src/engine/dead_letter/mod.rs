@@ -12,7 +12,7 @@ static COPY: Statement = Statement {
     name: "dead_letter/copy",
     sql: include_str!("copy.sql"),
     params: &[param("ids", INT8ARRAYOID)],
-    columns: &["queue", "id", "priority", "run_at"],
+    columns: &["queue", "id", "priority", "run_at", "tenant"],
 };
 
 /// Copies the jobs `failed` (which just ended failed) into their queues' dead-letter queues,
@@ -21,5 +21,11 @@ pub fn copy_failed(client: &SpiClient<'_>, failed: Vec<i64>) {
     if failed.is_empty() {
         return;
     }
-    transitions::queued_rows(&COPY.run(client, &[failed.into()]));
+    let copies = COPY.run(client, &[failed.into()]);
+    transitions::queued_rows(&copies);
+    for copy in copies.iter() {
+        let queue: String = copy.expect("queue");
+        let tenant: Option<String> = copy.get("tenant");
+        transitions::jobs_enqueued(&queue, tenant.as_deref(), 1);
+    }
 }

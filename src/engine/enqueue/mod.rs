@@ -23,8 +23,8 @@ use std::collections::{HashMap, HashSet};
 
 use pgrx::datum::{DatumWithOid, Interval};
 use pgrx::pg_sys::{
-    self, INT2OID, INT4OID, INT8ARRAYOID, INT8OID, INTERVALOID, JSONBARRAYOID, JSONBOID,
-    TEXTARRAYOID, TEXTOID, TIMESTAMPTZOID,
+    self, BOOLARRAYOID, INT2OID, INT4OID, INT8ARRAYOID, INT8OID, INTERVALOID, JSONBARRAYOID,
+    JSONBOID, TEXTARRAYOID, TEXTOID, TIMESTAMPTZOID,
 };
 use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
@@ -32,10 +32,13 @@ use pgrx::spi::SpiClient;
 use crate::engine::groups::{self, GroupRef};
 use crate::engine::model::Position;
 use crate::engine::queues::{self, unknown_queue};
+use crate::engine::tenants;
 use crate::engine::transitions;
+use crate::engine::workflows::dependencies;
 use crate::pg::clock::server_now;
 use crate::pg::datum::{Jsonb, JsonbArray};
 use crate::pg::errors::{quote, raise, raise_with_hint, UNIQUE_VIOLATION};
+use crate::pg::settings;
 use crate::pg::subtransaction::unless_it_raises;
 use crate::runtime::locks;
 use crate::storage::job_writer::{Inserted, JobWriter, NewJobs, PerJob};
@@ -99,6 +102,7 @@ static INSERT_BATCH: Statement = Statement {
         JOB_PARAMS[7],
         JOB_PARAMS[8],
         param("group_keys", TEXTARRAYOID),
+        param("group_waits", BOOLARRAYOID),
     ],
     columns: &["id"],
 };
@@ -199,6 +203,8 @@ pub struct JobOptions {
     pub group_keys: Option<Vec<Option<String>>>,
     /// Unique keys, when any job has one.
     pub unique: Option<Uniqueness>,
+    /// The jobs every job of the call waits for (`engine::workflows::dependencies`), if any.
+    pub after: Option<Vec<i64>>,
 }
 
 /// A job an enqueue call asked for: the job's id, and whether it was inserted (false: a
@@ -216,6 +222,12 @@ pub struct Enqueued {
 const UNIQUE_ROUNDS: usize = 8;
 
 impl JobOptions {
+    /// Whether the jobs inserted are reported queued as they go in: not when they wait for
+    /// other jobs, which decides how they are left once they are in.
+    fn announces(&self) -> bool {
+        self.after.is_none()
+    }
+
     /// The first nine arguments of every insert statement.
     fn job_args<'a>(&'a self, queue: &'a str, payload: DatumWithOid<'a>) -> Vec<DatumWithOid<'a>> {
         vec![
@@ -252,11 +264,40 @@ impl JobOptions {
     }
 }
 
-/// Enqueues one job into `queue`; for a unique duplicate, the existing job's id.
+/// Enqueues one job into `queue`; for a unique duplicate, the existing job's id. With `after`,
+/// the job waits for those jobs (or is cancelled at once, or queued when they all succeeded).
 pub fn enqueue(queue: &str, payload: Jsonb, options: &JobOptions) -> Enqueued {
     // Taken before the statement that reads jobs.queue, so that statement's snapshot sees a
     // drop that committed while we waited.
     locks::lock_queue(queue, false);
+    let Some(after) = &options.after else {
+        return enqueue_one(queue, payload, options);
+    };
+    // The parents exist before the job does: its id comes after theirs, so no cycle can be
+    // built (engine::workflows::dependencies).
+    let parents = lock_parents(after, options);
+    let enqueued = enqueue_one(queue, payload, options);
+    if enqueued.inserted {
+        with_client(|client| dependencies::enqueued_after(client, vec![enqueued.id], &parents));
+    }
+    enqueued
+}
+
+/// Locks and checks the parents of jobs enqueued with `options`.
+fn lock_parents(after: &[i64], options: &JobOptions) -> dependencies::Parents {
+    with_client(|client| {
+        dependencies::lock_parents(
+            client,
+            after,
+            options.tenant.as_deref(),
+            &tenants::scope(),
+            false,
+        )
+    })
+}
+
+/// [`enqueue`] of one job, the queue lock held (and its parents locked).
+fn enqueue_one(queue: &str, payload: Jsonb, options: &JobOptions) -> Enqueued {
     let payloads = [payload.into_datum().expect("a payload")];
     let unique_keys = [options.unique_key_of(0)];
     let unique_keys: &[Option<&str>] = if options.unique.is_some() {
@@ -272,7 +313,10 @@ pub fn enqueue(queue: &str, payload: Jsonb, options: &JobOptions) -> Enqueued {
         options,
     ) {
         let id = ids[0];
-        transitions::job_queued(queue, options.position(id));
+        if options.announces() {
+            transitions::job_queued(queue, options.position(id));
+        }
+        transitions::jobs_enqueued(queue, options.tenant.as_deref(), 1);
         return Enqueued { id, inserted: true };
     }
     with_client(|client| match options.unique_key_of(0) {
@@ -281,22 +325,23 @@ pub fn enqueue(queue: &str, payload: Jsonb, options: &JobOptions) -> Enqueued {
             let Some(id) = INSERT.first::<i64>(client, &args, "id") else {
                 unknown_queue(queue)
             };
-            transitions::job_queued(queue, options.position(id));
+            if options.announces() {
+                transitions::job_queued(queue, options.position(id));
+            }
+            transitions::jobs_enqueued(queue, options.tenant.as_deref(), 1);
             Enqueued { id, inserted: true }
         }
         Some(key) => {
             let enqueued = enqueue_unique(client, queue, payload, key, options);
             if enqueued.inserted {
-                transitions::job_queued(queue, options.position(enqueued.id));
+                if options.announces() {
+                    transitions::job_queued(queue, options.position(enqueued.id));
+                }
+                transitions::jobs_enqueued(queue, options.tenant.as_deref(), 1);
             }
             enqueued
         }
     })
-}
-
-/// How many payloads `payloads` holds.
-fn count_of(payloads: JsonbArray) -> usize {
-    payloads.elements().len()
 }
 
 thread_local! {
@@ -347,7 +392,8 @@ impl UniqueFastPath {
 /// when the writer cannot stand in for the insert statement here, or (for jobs with unique
 /// keys, `unique_keys` one per payload) when a key is held by another job or repeated in the
 /// batch, or the session skips the try (see [`UniqueFastPath`]): the caller then runs its
-/// statements, which resolve those.
+/// statements, which resolve those. With `pg_jobs.fast_paths` off, always `None`, before a batch
+/// with unique keys opens its subtransaction.
 fn write_direct(
     queue: &str,
     payloads: &[pg_sys::Datum],
@@ -355,6 +401,9 @@ fn write_direct(
     unique_keys: &[Option<&str>],
     options: &JobOptions,
 ) -> Option<Vec<i64>> {
+    if !settings::fast_paths() {
+        return None;
+    }
     if unique_keys.iter().all(Option::is_none) {
         return match write_jobs(queue, payloads, group_keys, &[], options)? {
             Written::Ids(ids) => Some(ids),
@@ -604,26 +653,45 @@ fn key_kept_changing_hands(queue: &str, key: &str) -> ! {
 }
 
 /// Enqueues one job per payload into `queue` in one statement; one answer per payload, in
-/// payload order (for a unique duplicate, the existing job's id).
+/// payload order (for a unique duplicate, the existing job's id). With `after`, every job
+/// inserted waits for those jobs, as [`enqueue`]'s.
 pub fn enqueue_batch(queue: &str, payloads: JsonbArray, options: &JobOptions) -> Vec<Enqueued> {
     locks::lock_queue(queue, false);
-    if count_of(payloads) > 0 {
+    let Some(after) = &options.after else {
+        return enqueue_many(queue, payloads, options);
+    };
+    let parents = lock_parents(after, options);
+    let enqueued = enqueue_many(queue, payloads, options);
+    let inserted: Vec<i64> = enqueued
+        .iter()
+        .filter(|e| e.inserted)
+        .map(|e| e.id)
+        .collect();
+    with_client(|client| dependencies::enqueued_after(client, inserted, &parents));
+    enqueued
+}
+
+/// [`enqueue_batch`], the queue lock held (and the parents locked).
+fn enqueue_many(queue: &str, payloads: JsonbArray, options: &JobOptions) -> Vec<Enqueued> {
+    let count = payloads.elements().len();
+    // Each job's group.
+    let group_keys: Vec<Option<&str>> = (0..count)
+        .map(|i| {
+            options
+                .group_keys
+                .as_ref()
+                .and_then(|keys| keys.get(i))
+                .and_then(|key| key.as_deref())
+                .or(options.group_key.as_deref())
+        })
+        .collect();
+    if count > 0 {
         let datums: Vec<pg_sys::Datum> = payloads
             .elements()
             .into_iter()
             .map(|p| {
                 p.and_then(|p| p.into_datum())
                     .expect("payloads were checked for NULL")
-            })
-            .collect();
-        let group_keys: Vec<Option<&str>> = (0..datums.len())
-            .map(|i| {
-                options
-                    .group_keys
-                    .as_ref()
-                    .and_then(|keys| keys.get(i))
-                    .and_then(|key| key.as_deref())
-                    .or(options.group_key.as_deref())
             })
             .collect();
         let unique_keys: Vec<Option<&str>> = match options.unique {
@@ -633,21 +701,34 @@ pub fn enqueue_batch(queue: &str, payloads: JsonbArray, options: &JobOptions) ->
             None => Vec::new(),
         };
         if let Some(ids) = write_direct(queue, &datums, &group_keys, &unique_keys, options) {
-            if let Some(&first) = ids.iter().min() {
+            if let Some(&first) = ids.iter().min().filter(|_| options.announces()) {
                 transitions::jobs_queued(queue, ids.len(), options.position(first));
             }
+            transitions::jobs_enqueued(queue, options.tenant.as_deref(), ids.len());
             return ids
                 .into_iter()
                 .map(|id| Enqueued { id, inserted: true })
                 .collect();
         }
     }
-    let count = payloads.elements().len();
+    // The statements mark the jobs that wait for the batch's own jobs of their group, as the
+    // direct writer does (`groups::waits_in_batch`).
+    let concurrency = || queues::flow_settings(queue).map_or(1, |flow| flow.group_concurrency);
+    let (group_waits, unique_concurrency) = match options.unique {
+        None => (groups::waits_in_batch(&group_keys, concurrency), None),
+        // Which wait is known once the statement has skipped the keys held; the setting is
+        // read now, outside the statements' SPI connection, when two jobs have groups.
+        Some(_) => (
+            None,
+            group_keys.iter().flatten().nth(1).map(|_| concurrency()),
+        ),
+    };
     with_client(|client| {
         let mut args = options.job_args(queue, payloads.into());
         args.push(options.group_keys.clone().into());
         let enqueued = match &options.unique {
             None => {
+                args.push(group_waits.into());
                 // SAFETY: reading the current context pointer (SPI's, which lives long enough:
                 // the ids are plain numbers).
                 let context = unsafe { pg_sys::CurrentMemoryContext };
@@ -661,7 +742,11 @@ pub fn enqueue_batch(queue: &str, payloads: JsonbArray, options: &JobOptions) ->
                 args.push(unique.key.as_deref().into());
                 args.push(unique.keys.clone().into());
                 args.push(unique.unique_for.into());
-                batch_unique(client, queue, payloads, count, options, &args)
+                let enqueued = batch_unique(client, queue, payloads, count, options, &args);
+                mark_waiting_in_batch(client, &enqueued, &group_keys, || {
+                    unique_concurrency.unwrap_or(1)
+                });
+                enqueued
             }
         };
         if enqueued.is_empty() && count > 0 && !queues::exists(client, queue) {
@@ -672,11 +757,44 @@ pub fn enqueue_batch(queue: &str, payloads: JsonbArray, options: &JobOptions) ->
             .filter(|e| e.inserted)
             .map(|e| e.id)
             .collect();
-        if let Some(&first) = inserted.iter().min() {
+        if let Some(&first) = inserted.iter().min().filter(|_| options.announces()) {
             transitions::jobs_queued(queue, inserted.len(), options.position(first));
         }
+        transitions::jobs_enqueued(queue, options.tenant.as_deref(), inserted.len());
         enqueued
     })
+}
+
+/// Marks the jobs a batch inserted (those of `enqueued` with `inserted`, whose groups are
+/// `group_keys`, one per payload) that wait for the batch's own jobs of their group, as the
+/// direct writer marks them as they go in (`groups::waits_in_batch`, which says why that is
+/// safe without the groups' locks), in the order of their ids: the order their groups run them
+/// in (a payload whose key's holder had expired goes in after the batch's statement).
+/// `concurrency` gives the queue's `group_concurrency`.
+fn mark_waiting_in_batch(
+    client: &SpiClient<'_>,
+    enqueued: &[Enqueued],
+    group_keys: &[Option<&str>],
+    concurrency: impl FnOnce() -> i32,
+) {
+    let mut inserted: Vec<(i64, Option<&str>)> = enqueued
+        .iter()
+        .zip(group_keys)
+        .filter(|(job, _)| job.inserted)
+        .map(|(job, key)| (job.id, *key))
+        .collect();
+    inserted.sort_unstable_by_key(|(id, _)| *id);
+    let keys: Vec<Option<&str>> = inserted.iter().map(|(_, key)| *key).collect();
+    let Some(waits) = groups::waits_in_batch(&keys, concurrency) else {
+        return;
+    };
+    let ids: Vec<i64> = inserted
+        .iter()
+        .zip(waits)
+        .filter(|(_, waits)| *waits)
+        .map(|((id, _), _)| *id)
+        .collect();
+    groups::mark_waiting(client, ids);
 }
 
 /// The unique half of [`enqueue_batch`]: inserts what holds no key yet, then answers each

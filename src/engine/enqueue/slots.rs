@@ -121,6 +121,8 @@ pub fn enqueue_slots(client: &SpiClient<'_>, jobs: &[SlotJob<'_>]) -> Vec<i64> {
         if let Some(&lowest) = positions.iter().min() {
             transitions::jobs_queued(queue, positions.len(), lowest);
         }
+        // Schedules' jobs have no tenant.
+        transitions::jobs_enqueued(queue, None, positions.len());
     }
     ids
 }

@@ -224,7 +224,8 @@ pub fn running_jobs(
 }
 
 /// Marks the queued jobs `ids` as waiting for their groups; the caller holds their groups'
-/// locks and found each one behind its group's head or in a full group.
+/// locks and found each one behind its group's head or in a full group, or inserted them
+/// behind jobs of their group in the same batch ([`waits_in_batch`]).
 pub fn mark_waiting(client: &SpiClient<'_>, ids: Vec<i64>) {
     if ids.is_empty() {
         return;
@@ -241,7 +242,7 @@ pub fn move_on(client: &SpiClient<'_>, groups: Vec<GroupRef>) {
     }
     // One lock order for every caller, against deadlocks between settles of several groups.
     // Each key is computed once: a sort that hashed and cloned both groups on every
-    // comparison cost a settle of 100 groups 680,000 instructions.
+    // comparison made a settle of many groups spend more on sorting than on settling.
     let mut keyed: Vec<(u64, GroupRef)> = groups.into_iter().map(|g| (g.lock_key(), g)).collect();
     keyed.sort_unstable();
     keyed.dedup();

@@ -1,6 +1,6 @@
 //! What observers see: single jobs, pages of jobs, per-queue statistics, the totals of jobs
-//! settled since the server started, the background workers' status and, for diagnostics, a
-//! queue's shared state.
+//! settled since the server started, the background workers' status, the client workers and
+//! their waiting claims and, for diagnostics, a queue's shared state.
 
 use std::sync::atomic::Ordering;
 
@@ -16,6 +16,7 @@ use crate::runtime::floor;
 use crate::runtime::freed_heads;
 use crate::runtime::shmem::shared;
 use crate::runtime::totals::{self, Counts, Visible};
+use crate::runtime::waiting_claims;
 use crate::runtime::wakeup;
 use crate::storage::{param, with_client, Statement};
 
@@ -56,6 +57,7 @@ static STATS: Statement = Statement {
         "running_past_lease",
         "oldest_ready_seconds",
         "finished_last_minute",
+        "waiting",
     ],
 };
 
@@ -66,9 +68,22 @@ static QUEUE_NAMES: Statement = Statement {
     columns: &["queue"],
 };
 
+static CLIENTS: Statement = Statement {
+    name: "observe/clients",
+    sql: include_str!("clients.sql"),
+    params: &[],
+    columns: &[
+        "worker",
+        "running",
+        "waiting",
+        "leases_expiring",
+        "last_seen_age_seconds",
+    ],
+};
+
 /// The states `jobs_list` filters on: every job state, plus `ready` and `scheduled` (queued
 /// jobs that are due, and not yet due), as `jobs.queue_stats` counts them.
-pub const LIST_STATES: [&str; 7] = [
+pub const LIST_STATES: [&str; 8] = [
     "queued",
     "ready",
     "scheduled",
@@ -76,6 +91,7 @@ pub const LIST_STATES: [&str; 7] = [
     "succeeded",
     "failed",
     "cancelled",
+    "waiting",
 ];
 
 /// The job with this id, if any (within the caller's tenant scope).
@@ -127,9 +143,9 @@ pub struct QueueStats {
     pub queue: String,
     /// Whether it is paused.
     pub paused: bool,
-    /// Jobs by state: ready, scheduled, running, succeeded, failed, cancelled (they add up to
-    /// the queue's jobs).
-    pub by_state: [(&'static str, i64); 6],
+    /// Jobs by state: ready, scheduled, running, succeeded, failed, cancelled, waiting (they
+    /// add up to the queue's jobs).
+    pub by_state: [(&'static str, i64); 7],
     /// Running jobs whose lease has passed (not yet reclaimed).
     pub running_past_lease: i64,
     /// Age of the oldest ready job, in seconds (0 without one).
@@ -159,6 +175,7 @@ fn read_queue_stats(client: &SpiClient<'_>) -> Vec<QueueStats> {
                     ("succeeded", count("succeeded")),
                     ("failed", count("failed")),
                     ("cancelled", count("cancelled")),
+                    ("waiting", count("waiting")),
                 ],
                 running_past_lease: count("running_past_lease"),
                 oldest_ready_seconds: row.get("oldest_ready_seconds").unwrap_or(0.0),
@@ -352,5 +369,46 @@ pub fn runtime_state(queue: &str) -> Option<RuntimeState> {
         wake_generation: wake.generation,
         next_due: wake.next_due,
         freed_heads: freed_heads::available(queue),
+    })
+}
+
+/// The claims waiting for work now that `scope` may see (see `jobs.waiting_claims`).
+pub fn waiting_claims(scope: &TenantScope) -> Vec<waiting_claims::WaitingClaim> {
+    let visible = match scope {
+        TenantScope::All => waiting_claims::Visible::All,
+        TenantScope::Untenanted => waiting_claims::Visible::Nothing,
+        TenantScope::Tenants(tenants) => waiting_claims::Visible::Tenants(tenants),
+    };
+    waiting_claims::read(visible)
+}
+
+/// One client worker's line of `jobs.workers`, as metrics show it.
+pub struct ClientWorker {
+    /// The worker name its claims gave.
+    pub worker: String,
+    /// Jobs it runs.
+    pub running: i64,
+    /// Claims of it waiting for work.
+    pub waiting: i64,
+    /// Its jobs whose lease has less than a quarter of its length left, or has passed.
+    pub leases_expiring: i64,
+    /// Seconds since its last claim or heartbeat (0 while a claim of it waits).
+    pub last_seen_age_seconds: f64,
+}
+
+/// Every client worker the caller may see, by name.
+pub fn client_workers() -> Vec<ClientWorker> {
+    with_client(|client| {
+        CLIENTS
+            .run(client, &[])
+            .iter()
+            .map(|row| ClientWorker {
+                worker: row.expect("worker"),
+                running: row.get("running").unwrap_or(0),
+                waiting: row.get("waiting").unwrap_or(0),
+                leases_expiring: row.get("leases_expiring").unwrap_or(0),
+                last_seen_age_seconds: row.get("last_seen_age_seconds").unwrap_or(0.0),
+            })
+            .collect()
     })
 }

@@ -1,4 +1,4 @@
--- Cancels a queued or running job (Rule 7). The lease stays so its holder learns 'cancelled' at its
+-- Cancels a queued, running or waiting job (Rule 7). The lease stays so its holder learns 'cancelled' at its
 -- next heartbeat or settle call. The caller locked the row and checked its state.
 -- $1 id, $2 now
 UPDATE jobs.job

@@ -1,4 +1,5 @@
-//! Operating on jobs by id: cancelling them (Rule 7) and retrying finished ones (Rule 8).
+//! Operating on jobs by id: cancelling them (Rule 7), retrying finished ones (Rule 8), and
+//! making a queued job due now.
 
 use pgrx::pg_sys::{INT8OID, TEXTARRAYOID, TIMESTAMPTZOID};
 use pgrx::prelude::*;
@@ -8,7 +9,8 @@ use crate::engine::enqueue;
 use crate::engine::groups::{self, GroupRef};
 use crate::engine::model::JobState;
 use crate::engine::tenants::TenantScope;
-use crate::engine::transitions;
+use crate::engine::transitions::{self, Settled};
+use crate::engine::workflows::dependencies;
 use crate::pg::clock::server_now;
 use crate::pg::errors::{
     quote, raise, raise_with_hint, UNIQUE_VIOLATION, UNKNOWN_JOB, WRONG_STATE,
@@ -21,7 +23,15 @@ static LOCK_STATE: Statement = Statement {
     name: "operate/lock_state",
     sql: include_str!("lock_state.sql"),
     params: &[param("id", INT8OID), param("tenants", TEXTARRAYOID)],
-    columns: &["state", "queue", "group_key", "tenant", "unique_key"],
+    columns: &[
+        "state",
+        "queue",
+        "group_key",
+        "tenant",
+        "unique_key",
+        "dependents",
+        "after",
+    ],
 };
 
 static CANCEL: Statement = Statement {
@@ -38,6 +48,13 @@ static RETRY: Statement = Statement {
     columns: &["queue", "priority", "run_at", "id"],
 };
 
+static RUN_NOW: Statement = Statement {
+    name: "operate/run_now",
+    sql: include_str!("run_now.sql"),
+    params: &[param("id", INT8OID), param("now", TIMESTAMPTZOID)],
+    columns: &["queue", "priority", "run_at", "id"],
+};
+
 /// A job as an operation by id finds it.
 struct Locked {
     state: JobState,
@@ -45,6 +62,10 @@ struct Locked {
     group_key: Option<String>,
     tenant: Option<String>,
     unique_key: Option<String>,
+    /// Whether jobs were enqueued after it (`engine::workflows::dependencies`).
+    dependents: bool,
+    /// The jobs it was enqueued after, if any.
+    after: Option<Vec<i64>>,
 }
 
 /// Locks job `id`'s row and returns its latest committed state, raising P0002 when there is
@@ -58,6 +79,10 @@ fn lock_job_row(client: &SpiClient<'_>, id: i64, scope: &TenantScope) -> Locked 
             group_key: row.get("group_key"),
             tenant: row.get("tenant"),
             unique_key: row.get("unique_key"),
+            dependents: row.get("dependents").unwrap_or(false),
+            after: row
+                .get::<Vec<Option<i64>>>("after")
+                .map(|ids| ids.into_iter().flatten().collect()),
         })
     });
     match found {
@@ -66,8 +91,10 @@ fn lock_job_row(client: &SpiClient<'_>, id: i64, scope: &TenantScope) -> Locked 
     }
 }
 
-/// Cancels a queued or running job at once and returns its state afterwards; a finished job
-/// is left as it is. A running holder learns it at its next heartbeat or settle call.
+/// Cancels a queued, running or waiting job at once and returns its state afterwards; a
+/// finished job is left as it is. A running holder learns it at its next heartbeat or settle
+/// call. Its waiting dependents are cancelled too, transitively
+/// (`engine::workflows::dependencies`).
 pub fn cancel(id: i64, scope: &TenantScope) -> JobState {
     // A queued job may be in the middle of being claimed: its job lock makes us wait for that
     // claim (and makes later claims skip the job) instead of a claim waiting on our row lock.
@@ -79,7 +106,19 @@ pub fn cancel(id: i64, scope: &TenantScope) -> JobState {
             return job.state;
         }
         CANCEL.run(client, &[id.into(), timestamptz_arg(server_now())]);
-        if let Some(group) = &job.group_key {
+        transitions::job_counted(&job.queue, job.tenant.as_deref(), Settled::Cancelled);
+        if job.state == JobState::Waiting {
+            dependencies::child_cancelled(client, id);
+        }
+        if job.dependents {
+            dependencies::parents_ended(client, vec![(id, JobState::Cancelled)]);
+        }
+        // A waiting job holds no slot of its group.
+        if let Some(group) = job
+            .group_key
+            .as_ref()
+            .filter(|_| job.state != JobState::Waiting)
+        {
             // Its group's next job may run (a queued head blocked it too).
             groups::move_on(
                 client,
@@ -95,7 +134,8 @@ pub fn cancel(id: i64, scope: &TenantScope) -> JobState {
 }
 
 /// Brings a failed or cancelled job back to queued at `run_at`, with fresh attempts; its error
-/// history stays.
+/// history stays. A job enqueued after other jobs waits again for those that have not succeeded
+/// since (`waiting`), else is queued; parents that retention purged are not waited for.
 pub fn retry(id: i64, run_at: TimestampWithTimeZone, scope: &TenantScope) -> JobState {
     with_client(|client| {
         let job = lock_job_row(client, id, scope);
@@ -106,7 +146,7 @@ pub fn retry(id: i64, run_at: TimestampWithTimeZone, scope: &TenantScope) -> Job
                 format!("job {id} is succeeded; only failed or cancelled jobs can be retried"),
                 "A succeeded job is finished for good: enqueue a new job to run the work again.",
             ),
-            JobState::Queued | JobState::Running => raise_with_hint(
+            JobState::Queued | JobState::Running | JobState::Waiting => raise_with_hint(
                 WRONG_STATE,
                 format!(
                     "job {id} is {}; only failed or cancelled jobs can be retried",
@@ -146,8 +186,17 @@ pub fn retry(id: i64, run_at: TimestampWithTimeZone, scope: &TenantScope) -> Job
             }
         };
         let row = rows.first().expect("operate/retry updates the locked job");
-        transitions::queued_row(&row);
-        JobState::Queued
+        match job.after.as_deref().filter(|after| !after.is_empty()) {
+            Some(after) => {
+                let parents =
+                    dependencies::lock_parents(client, after, job.tenant.as_deref(), scope, true);
+                dependencies::retried_after(client, id, &parents)
+            }
+            None => {
+                transitions::queued_row(&row);
+                JobState::Queued
+            }
+        }
     })
 }
 
@@ -173,4 +222,23 @@ fn check_key_free(client: &SpiClient<'_>, id: i64, job: &Locked, key: &str) {
         ),
         "Cancel that job first, or enqueue the work anew.",
     );
+}
+
+/// Makes a queued job due now (a delayed one, or one waiting for a retry's backoff), keeping
+/// its priority, and returns its state afterwards; a job in another state is left as it is.
+pub fn run_now(id: i64, scope: &TenantScope) -> JobState {
+    // As cancel: a claim in the middle of taking the job finishes first, later claims skip it
+    // until we end.
+    locks::lock_job(id);
+    with_client(|client| {
+        let job = lock_job_row(client, id, scope);
+        transitions::job_locked(&job.queue);
+        if job.state != JobState::Queued {
+            return job.state;
+        }
+        // Its claim position moved: the floor must come down to it, and waiting claims look.
+        let rows = RUN_NOW.run(client, &[id.into(), timestamptz_arg(server_now())]);
+        transitions::queued_rows(&rows);
+        JobState::Queued
+    })
 }

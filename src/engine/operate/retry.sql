@@ -8,6 +8,8 @@ UPDATE jobs.job
        unique_hold = unique_key IS NOT NULL,
        -- Claims decide again whether it must wait for its group.
        group_wait = false,
-       finished_at = NULL, result = NULL
+       finished_at = NULL, result = NULL,
+       -- It starts over: no signal from an earlier await is handed to its next claim.
+       signal = NULL
  WHERE id = $1
 RETURNING queue, priority, run_at, id

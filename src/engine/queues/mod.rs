@@ -6,11 +6,14 @@ use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
 
 use crate::engine::groups;
+use crate::engine::model::JobState;
 use crate::engine::transitions;
+use crate::engine::workflows::dependencies;
 use crate::pg::datum::QueueRow;
 use crate::pg::errors::{
     quote, raise, raise_with_hint, BAD_ARGUMENT, QUEUE_IN_USE, UNKNOWN_QUEUE, WRONG_STATE,
 };
+use crate::pg::settings;
 use std::cell::RefCell;
 use std::sync::atomic::Ordering;
 
@@ -76,7 +79,14 @@ static DROP: Statement = Statement {
     name: "queues/drop",
     sql: include_str!("drop.sql"),
     params: &[param("queue", TEXTOID), param("force", BOOLOID)],
-    columns: &["outcome", "active", "referrer"],
+    columns: &["outcome", "active", "referrer", "ended_parents"],
+};
+
+static SCHEDULED_BY: Statement = Statement {
+    name: "queues/scheduled_by",
+    sql: include_str!("scheduled_by.sql"),
+    params: &[param("queue", TEXTOID)],
+    columns: &["name"],
 };
 
 static SET_PAUSED: Statement = Statement {
@@ -212,7 +222,27 @@ fn check_dead_letter_chain(client: &SpiClient<'_>, queue: &str, dead_letter: &st
     }
 }
 
-/// Drops `queue` and its jobs; refuses while jobs are queued or running unless `force`, while
+/// Refuses to drop `queue` while a schedule enqueues into it (the worker would fail to enqueue
+/// its next slot). The queues read the schedules' table here rather than ask the schedules,
+/// which enqueue into queues: dependencies point one way.
+fn refuse_drop_of_scheduled_queue(client: &SpiClient<'_>, queue: &str) {
+    if let Some(schedule) = SCHEDULED_BY.first::<String>(client, &[queue.into()], "name") {
+        raise_with_hint(
+            QUEUE_IN_USE,
+            format!(
+                "queue {} is the queue of schedule {}",
+                quote(queue),
+                quote(&schedule)
+            ),
+            &format!(
+                "Unschedule it first: SELECT jobs_unschedule({});",
+                quote(&schedule)
+            ),
+        );
+    }
+}
+
+/// Drops `queue` and its jobs; refuses while jobs are queued, running or waiting unless `force`, while
 /// another queue uses it as its dead-letter queue, and for the default queue.
 pub fn drop(queue: &str, force: bool) {
     if queue == DEFAULT_QUEUE {
@@ -224,7 +254,7 @@ pub fn drop(queue: &str, force: bool) {
     }
     locks::lock_queue(queue, true);
     with_client(|client| {
-        crate::engine::schedules::refuse_drop_of_scheduled_queue(client, queue);
+        refuse_drop_of_scheduled_queue(client, queue);
         let rows = DROP.run(client, &[queue.into(), force.into()]);
         let row = rows.first().expect("queues/drop returns one row");
         let outcome: String = row.expect("outcome");
@@ -232,13 +262,29 @@ pub fn drop(queue: &str, force: bool) {
             "dropped" => {
                 settings_changed(queue);
                 groups::forget_freed_heads(queue);
+                // Jobs of other queues that waited for dropped jobs wait for nothing that can
+                // succeed: they are cancelled as after a cancelled dependency.
+                let ended: Vec<i64> = row
+                    .get::<Vec<Option<i64>>>("ended_parents")
+                    .map(|ids| ids.into_iter().flatten().collect())
+                    .unwrap_or_default();
+                dependencies::parents_ended(
+                    client,
+                    ended
+                        .into_iter()
+                        .map(|id| (id, JobState::Cancelled))
+                        .collect(),
+                );
             }
             "unknown" => unknown_queue(queue),
             "busy" => {
                 let active: i64 = row.get("active").unwrap_or(0);
                 raise_with_hint(
                     QUEUE_IN_USE,
-                    format!("queue {} has {active} queued or running jobs", quote(queue)),
+                    format!(
+                        "queue {} has {active} queued, running or waiting jobs",
+                        quote(queue)
+                    ),
                     "Wait for them to finish, cancel them, or pass force => true to drop them too.",
                 )
             }
@@ -304,9 +350,10 @@ thread_local! {
 /// waited for a drop's lock reads the bumped generation. A transaction that changed a queue
 /// itself neither uses nor keeps (its change bumps nothing until it commits, and a rollback
 /// bumps nothing), and a snapshot older than the generation (REPEATABLE READ) keeps nothing.
-/// Call it after the queue lock is taken and before the reads it covers.
+/// Call it after the queue lock is taken and before the reads it covers. With
+/// `pg_jobs.fast_paths` off, `None`: every call reads its queue row.
 pub fn kept_settings() -> Option<KeptSettings> {
-    if effects::queue_settings_changed_here() {
+    if effects::queue_settings_changed_here() || !settings::fast_paths() {
         return None;
     }
     let generation = shared()?.queue_settings().load(Ordering::Acquire);

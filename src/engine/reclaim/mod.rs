@@ -10,6 +10,7 @@ use crate::engine::groups::{self, GroupRef};
 use crate::engine::model::{JobState, Position};
 use crate::engine::tenants::TenantScope;
 use crate::engine::transitions::{self, Settled};
+use crate::engine::workflows::{dependencies, signals};
 use crate::pg::clock::server_now;
 use crate::storage::index_walk::TimeWindow;
 use crate::storage::{param, timestamptz_arg, with_client, Statement};
@@ -35,6 +36,7 @@ static RECLAIM: Statement = Statement {
         "run_at",
         "group_key",
         "tenant",
+        "dependents",
     ],
 };
 
@@ -65,6 +67,18 @@ pub fn reclaim_batch(
         ],
     );
     let mut failed = Vec::new();
+    // Dependents of jobs that failed for good are cancelled before any group's lock is waited
+    // for (engine::workflows::dependencies, lock order).
+    dependencies::parents_ended(
+        client,
+        rows.iter()
+            .filter(|row| {
+                row.expect::<String>("state") == JobState::Failed.as_str()
+                    && row.get::<bool>("dependents") == Some(true)
+            })
+            .map(|row| (row.expect::<i64>("id"), JobState::Failed))
+            .collect(),
+    );
     // The groups' slots are free: their next jobs may run.
     groups::move_on(
         client,
@@ -87,10 +101,11 @@ pub fn reclaim_batch(
     total
 }
 
-/// Reclaims every expired lease within `scope` now and returns how many jobs it took back.
+/// Reclaims every expired lease within `scope` now, and ends every await whose timeout passed
+/// (`engine::workflows::signals`); returns how many jobs it took back.
 pub fn reclaim_all(scope: &TenantScope) -> usize {
     with_client(|client| {
-        let mut total = 0;
+        let mut total = signals::fire_all_timeouts(client, scope);
         loop {
             let reclaimed = reclaim_batch(client, scope, TimeWindow::ALL, BATCH);
             total += reclaimed;

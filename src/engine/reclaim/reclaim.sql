@@ -29,4 +29,4 @@ UPDATE jobs.job j
        -- A unique job that ends failed frees its key; one queued again keeps it.
        unique_hold = j.unique_hold AND j.attempt < j.max_attempts
 WHERE j.id = ANY (ARRAY(SELECT id FROM expired))
-RETURNING j.id, j.queue, j.state::text AS state, j.priority, j.run_at, j.group_key, j.tenant
+RETURNING j.id, j.queue, j.state::text AS state, j.priority, j.run_at, j.group_key, j.tenant, j.dependents

@@ -41,7 +41,7 @@ use crate::engine::enqueue::{enqueue_slots, DueSchedule, SlotJob};
 use crate::engine::queues::{self, unknown_queue};
 use crate::pg::clock::server_now;
 use crate::pg::datum::{Jsonb, ScheduleRow};
-use crate::pg::errors::{quote, raise, raise_with_hint, BAD_ARGUMENT, QUEUE_IN_USE};
+use crate::pg::errors::{quote, raise, BAD_ARGUMENT};
 use crate::pg::settings;
 use crate::storage::progress_writer::{self, Progress};
 use crate::storage::{param, timestamptz_arg, with_client, Statement};
@@ -133,13 +133,6 @@ static CLOCK_WRITE: Statement = Statement {
     sql: include_str!("clock_write.sql"),
     params: &[param("at", TIMESTAMPTZOID), param("stopped", BOOLOID)],
     columns: &[],
-};
-
-static TARGETING: Statement = Statement {
-    name: "schedules/targeting",
-    sql: include_str!("targeting.sql"),
-    params: &[param("queue", TEXTOID)],
-    columns: &["name"],
 };
 
 /// Slots strictly between these two instants came due while no worker was running.
@@ -280,25 +273,6 @@ pub fn define(definition: &Definition<'_>) -> ScheduleRow {
 /// Deletes a schedule; answers whether it existed. Jobs it enqueued stay.
 pub fn unschedule(name: &str) -> bool {
     with_client(|client| !UNSCHEDULE.run(client, &[name.into()]).is_empty())
-}
-
-/// Refuses to drop `queue` while a schedule enqueues into it (the worker would fail to enqueue
-/// its next slot).
-pub fn refuse_drop_of_scheduled_queue(client: &SpiClient<'_>, queue: &str) {
-    if let Some(schedule) = TARGETING.first::<String>(client, &[queue.into()], "name") {
-        raise_with_hint(
-            QUEUE_IN_USE,
-            format!(
-                "queue {} is the queue of schedule {}",
-                quote(queue),
-                quote(&schedule)
-            ),
-            &format!(
-                "Unschedule it first: SELECT jobs_unschedule({});",
-                quote(&schedule)
-            ),
-        );
-    }
 }
 
 /// How far a schedule's `due_floor` may lag behind its `next_slot` (microseconds): within

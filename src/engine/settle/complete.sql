@@ -9,4 +9,4 @@ UPDATE jobs.job j
        unique_hold = j.unique_hold AND j.unique_for IS NOT NULL
  WHERE j.id = $1 AND j.lease = $2 AND j.state = $6::jobs.state
    AND ($5::text[] IS NULL OR (j.tenant IS NULL AND cardinality($5::text[]) = 0) OR j.tenant = ANY ($5::text[]))
-RETURNING j.queue, j.group_key, j.tenant
+RETURNING j.queue, j.group_key, j.tenant, j.dependents

@@ -9,4 +9,4 @@ UPDATE jobs.job j
   FROM (SELECT s.id, s.lease FROM unnest($1::bigint[], $2::uuid[]) AS s(id, lease) ORDER BY s.id) AS s
  WHERE j.id = s.id AND j.lease = s.lease AND j.state = $5::jobs.state
    AND ($4::text[] IS NULL OR (j.tenant IS NULL AND cardinality($4::text[]) = 0) OR j.tenant = ANY ($4::text[]))
-RETURNING j.id, j.lease, j.queue, j.group_key, j.tenant
+RETURNING j.id, j.lease, j.queue, j.group_key, j.tenant, j.dependents

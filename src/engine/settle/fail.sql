@@ -18,4 +18,4 @@ UPDATE jobs.job j
   FROM jobs.queue q
  WHERE j.id = $1 AND j.lease = $2 AND j.state = $8::jobs.state AND q.name = j.queue
    AND ($7::text[] IS NULL OR (j.tenant IS NULL AND cardinality($7::text[]) = 0) OR j.tenant = ANY ($7::text[]))
-RETURNING j.state::text AS state, j.queue, j.priority, j.run_at, j.id, j.group_key, j.tenant
+RETURNING j.state::text AS state, j.queue, j.priority, j.run_at, j.id, j.group_key, j.tenant, j.dependents

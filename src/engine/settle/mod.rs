@@ -21,6 +21,7 @@ use crate::engine::groups::{self, GroupRef};
 use crate::engine::model::{JobState, Outcome};
 use crate::engine::tenants::TenantScope;
 use crate::engine::transitions::{self, Settled};
+use crate::engine::workflows::dependencies;
 use crate::pg::clock::server_now;
 use crate::pg::datum::Jsonb;
 use crate::runtime::locks::{self, lock_job, try_lock_job};
@@ -37,7 +38,7 @@ static COMPLETE: Statement = Statement {
         param("tenants", TEXTARRAYOID),
         param("state", TEXTOID),
     ],
-    columns: &["queue", "group_key", "tenant"],
+    columns: &["queue", "group_key", "tenant", "dependents"],
 };
 
 static COMPLETE_BATCH: Statement = Statement {
@@ -50,7 +51,7 @@ static COMPLETE_BATCH: Statement = Statement {
         param("tenants", TEXTARRAYOID),
         param("state", TEXTOID),
     ],
-    columns: &["id", "lease", "queue", "group_key", "tenant"],
+    columns: &["id", "lease", "queue", "group_key", "tenant", "dependents"],
 };
 
 static HELD_STATE: Statement = Statement {
@@ -85,6 +86,7 @@ static FAIL: Statement = Statement {
         "id",
         "group_key",
         "tenant",
+        "dependents",
     ],
 };
 
@@ -124,6 +126,40 @@ static HEARTBEAT: Statement = Statement {
     ],
     columns: &["renewed"],
 };
+
+static LOST_JOBS: Statement = Statement {
+    name: "settle/lost_jobs",
+    sql: include_str!("lost_jobs.sql"),
+    params: &[param("ids", INT8ARRAYOID), param("tenants", TEXTARRAYOID)],
+    columns: &["id", "queue", "tenant"],
+};
+
+/// Counts the calls on `ids` that answered `lost` in the totals, under each job's queue and
+/// tenant (a job that is gone, or outside the caller's scope, in the overflow line).
+fn count_lost(client: &SpiClient<'_>, ids: &[i64], scope: &TenantScope) {
+    if ids.is_empty() {
+        return;
+    }
+    let rows = LOST_JOBS.run(client, &[ids.to_vec().into(), scope.param()]);
+    let mut found = 0;
+    for row in rows.iter() {
+        let queue: String = row.expect("queue");
+        let tenant: Option<String> = row.get("tenant");
+        transitions::job_counted(&queue, tenant.as_deref(), Settled::Lost);
+        found += 1;
+    }
+    for _ in found..ids.len() {
+        transitions::job_counted("", None, Settled::Lost);
+    }
+}
+
+/// `answer`, the outcome of a call on job `id` that changed nothing, counted when it is `lost`.
+fn unchanged(client: &SpiClient<'_>, id: i64, answer: Outcome, scope: &TenantScope) -> Outcome {
+    if answer == Outcome::Lost {
+        count_lost(client, &[id], scope);
+    }
+    answer
+}
 
 /// A settle call's handle on a job: its id and the lease the caller presents.
 pub type Held = (i64, pgrx::Uuid);
@@ -237,7 +273,7 @@ fn holds_row_lock(client: &SpiClient<'_>, id: i64) -> bool {
 
 /// The grouped jobs in `rows` left `running` (they finished, or went back to the queue): their
 /// groups move on, so the jobs waiting for them may run.
-fn move_groups_on(client: &SpiClient<'_>, rows: &Rows) {
+pub(crate) fn move_groups_on(client: &SpiClient<'_>, rows: &Rows) {
     groups::move_on(
         client,
         rows.iter()
@@ -251,7 +287,7 @@ fn move_groups_on(client: &SpiClient<'_>, rows: &Rows) {
 /// a reclaim put the job back in the queue under this lease and no claim followed, again for
 /// the queued job, under its job lock so no claim is taking it meanwhile ("done wins", Rule 5).
 /// Returns the rows of the run that acted, or the answer to a call that changed nothing.
-fn run_held(
+pub(crate) fn run_held(
     client: &SpiClient<'_>,
     statement: &'static Statement,
     (id, lease): Held,
@@ -304,7 +340,7 @@ pub fn heartbeat(
         ];
         match run_held(client, &HEARTBEAT, held, scope, args) {
             Ok(_) => Outcome::Running,
-            Err(answer) => answer,
+            Err(answer) => unchanged(client, held.0, answer, scope),
         }
     })
 }
@@ -322,10 +358,15 @@ pub fn complete(held: Held, result: Option<Jsonb>, scope: &TenantScope) -> Outco
             Ok(rows) => {
                 rows.iter()
                     .for_each(|row| transitions::job_settled(&row, Settled::Completed));
+                // Its dependents first: their rows are deleted before this settle waits for
+                // any group's lock (engine::workflows::dependencies, lock order).
+                if rows.first().and_then(|row| row.get::<bool>("dependents")) == Some(true) {
+                    dependencies::parents_succeeded(client, vec![held.0]);
+                }
                 move_groups_on(client, &rows);
                 Outcome::Succeeded
             }
-            Err(answer) => answer,
+            Err(answer) => unchanged(client, held.0, answer, scope),
         }
     })
 }
@@ -344,13 +385,19 @@ pub fn complete_batch(pairs: &[Held], scope: &TenantScope) -> Vec<(i64, Outcome)
                 state.as_str().into(),
             ];
             let rows = COMPLETE_BATCH.run(client, &args);
+            let mut parents = Vec::new();
             let done = rows
                 .iter()
                 .filter_map(|row| {
                     transitions::job_settled(&row, Settled::Completed);
-                    Some((row.get::<i64>("id")?, row.get::<pgrx::Uuid>("lease")?))
+                    let id = row.get::<i64>("id")?;
+                    if row.get::<bool>("dependents") == Some(true) {
+                        parents.push(id);
+                    }
+                    Some((id, row.get::<pgrx::Uuid>("lease")?))
                 })
                 .collect();
+            dependencies::parents_succeeded(client, parents);
             move_groups_on(client, &rows);
             done
         };
@@ -380,7 +427,7 @@ pub fn complete_batch(pairs: &[Held], scope: &TenantScope) -> Vec<(i64, Outcome)
             done.extend(complete(&reclaimed, JobState::Queued));
             states = held_states(client, &missed(&done), scope);
         }
-        pairs
+        let outcomes: Vec<(i64, Outcome)> = pairs
             .iter()
             .map(|pair| {
                 let outcome = if done.contains(pair) {
@@ -395,7 +442,14 @@ pub fn complete_batch(pairs: &[Held], scope: &TenantScope) -> Vec<(i64, Outcome)
                 };
                 (pair.0, outcome)
             })
-            .collect()
+            .collect();
+        let lost: Vec<i64> = outcomes
+            .iter()
+            .filter(|(_, outcome)| *outcome == Outcome::Lost)
+            .map(|(id, _)| *id)
+            .collect();
+        count_lost(client, &lost, scope);
+        outcomes
     })
 }
 
@@ -419,11 +473,15 @@ pub fn fail(
         ];
         let rows = match run_held(client, &FAIL, held, scope, args) {
             Ok(rows) => rows,
-            Err(answer) => return answer,
+            Err(answer) => return unchanged(client, held.0, answer, scope),
         };
-        move_groups_on(client, &rows);
         let row = rows.first().expect("settle/fail returned a row");
-        if row.expect::<String>("state") == JobState::Failed.as_str() {
+        let failed = row.expect::<String>("state") == JobState::Failed.as_str();
+        if failed && row.get::<bool>("dependents") == Some(true) {
+            dependencies::parents_ended(client, vec![(held.0, JobState::Failed)]);
+        }
+        move_groups_on(client, &rows);
+        if failed {
             transitions::job_settled(&row, Settled::Failed);
             dead_letter::copy_failed(client, vec![held.0]);
             Outcome::Failed
@@ -453,11 +511,13 @@ pub fn release(
         ];
         match run_held(client, &RELEASE, held, scope, args) {
             Ok(rows) => {
+                rows.iter()
+                    .for_each(|row| transitions::job_settled(&row, Settled::Released));
                 move_groups_on(client, &rows);
                 transitions::queued_rows(&rows);
                 Outcome::Queued
             }
-            Err(answer) => answer,
+            Err(answer) => unchanged(client, held.0, answer, scope),
         }
     })
 }

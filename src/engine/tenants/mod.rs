@@ -97,9 +97,11 @@ thread_local! {
     static GRANTED_CACHE: RefCell<Option<Granted>> = const { RefCell::new(None) };
 }
 
-/// The tenants `role` may act for.
+/// The tenants `role` may act for. With `pg_jobs.fast_paths` off, read every time.
 fn granted_tenants(role: pg_sys::Oid) -> Vec<String> {
-    let shared_generation = shared().map(|s| s.tenant_grants().load(Ordering::Acquire));
+    let shared_generation = shared()
+        .filter(|_| settings::fast_paths())
+        .map(|s| s.tenant_grants().load(Ordering::Acquire));
     let local_generation = roles::generation();
     if let Some(shared_generation) = shared_generation {
         let cached = GRANTED_CACHE.with(|cache| {

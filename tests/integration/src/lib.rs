@@ -19,6 +19,7 @@ pub mod catalog;
 pub mod manifest;
 pub mod markdown;
 pub mod released;
+pub mod vanishing;
 
 /// Where the PostgreSQL binaries live: `PG_JOBS_PG_BIN` (scripts/test points it at each
 /// version's installation in turn: Debian's PostgreSQL 15, or a server build it fetched), else
@@ -186,6 +187,25 @@ pub const TEST_SETTINGS: &[&str] = &[
     "restart_after_crash = on",
 ];
 
+/// Whether the test clusters run pg_jobs's fast paths (`pg_jobs.fast_paths`, on by default):
+/// `PG_JOBS_TEST_FAST_PATHS=off` (scripts/test's second pass on 15) starts every cluster with
+/// them off, so each path takes its SQL statement, and tests that look at a fast path expect
+/// the statement instead.
+pub fn fast_paths() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| match std::env::var("PG_JOBS_TEST_FAST_PATHS") {
+        Err(_) => true,
+        Ok(value) => match value.trim().to_ascii_lowercase().as_str() {
+            "" | "on" | "true" | "1" => true,
+            "off" | "false" | "0" => false,
+            other => panic!("PG_JOBS_TEST_FAST_PATHS is {other:?}; set it to on or off"),
+        },
+    })
+}
+
+/// The line [`Cluster::start`] adds to every cluster's postgresql.conf for [`fast_paths`].
+const FAST_PATHS_OFF: &str = "pg_jobs.fast_paths = off";
+
 impl Cluster {
     /// The cluster shared by every test of this binary, started on first use with
     /// [`TEST_SETTINGS`] and the extension created in database `postgres`.
@@ -268,6 +288,12 @@ impl Cluster {
             conf.push_str(setting);
             conf.push('\n');
         }
+        // After the test's own settings: the run's choice holds for every cluster (a test that
+        // compares both ways sets it per session, which a superuser may).
+        if !fast_paths() {
+            conf.push_str(FAST_PATHS_OFF);
+            conf.push('\n');
+        }
         append_as_owner(&data.join("postgresql.conf"), &conf);
 
         let cluster = Cluster {
@@ -340,6 +366,19 @@ impl Cluster {
     /// Starts the server again after [`Cluster::crash`]; it runs crash recovery first.
     pub fn restart(&self) {
         self.pg_ctl_start();
+    }
+
+    /// Restarts the running server cleanly (`pg_ctl restart -m fast`): sessions are ended, a
+    /// shutdown checkpoint is written, and the server starts again with no recovery to do.
+    pub fn restart_fast(&self) {
+        let mut restart = pg_command_in(&self.bin, "pg_ctl");
+        restart.envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        restart
+            .args(["restart", "-m", "fast", "-w", "-t", "60", "-D"])
+            .arg(&self.data)
+            .arg("-l")
+            .arg(self.base.join("log"));
+        run(restart, "pg_ctl restart -m fast");
     }
 
     /// The server log so far.
@@ -540,7 +579,17 @@ pub fn enqueue(client: &mut Client, queue: &str, payload: serde_json::Value) -> 
         .get(0)
 }
 
-/// The job's state.
+/// The freed heads a test expects once settles moved groups of concurrency 1 on: `heads` with
+/// the fast paths on; none with them off, where a settle clears each head's mark instead of
+/// handing it over (so claims find it through the claim index all the same).
+pub fn offered(heads: impl IntoIterator<Item = i64>) -> Vec<i64> {
+    if fast_paths() {
+        heads.into_iter().collect()
+    } else {
+        Vec::new()
+    }
+}
+
 /// The ids of `queue`'s freed heads that claims may take now (`jobs.runtime_state`), in claim
 /// order: the waiting group heads settles handed to the next claims.
 pub fn freed_heads(client: &mut Client, queue: &str) -> Vec<i64> {
@@ -551,6 +600,7 @@ pub fn freed_heads(client: &mut Client, queue: &str) -> Vec<i64> {
     )
 }
 
+/// The job's state.
 pub fn state(client: &mut Client, id: i64) -> String {
     client
         .query_one("SELECT state::text FROM jobs.job WHERE id = $1", &[&id])

@@ -320,6 +320,7 @@ fn bad_calls_raise_documented_errors_and_change_nothing() {
         bad(format!("SELECT * FROM jobs_complete_batch(ARRAY[{id}, NULL]::bigint[], ARRAY['{lease}', '{lease}']::uuid[])"), "22004", "ids[2] must not be NULL"),
         bad(format!("SELECT * FROM jobs_complete_batch(ARRAY[{id}]::bigint[], ARRAY[NULL]::uuid[])"), "22004", "leases[1] must not be NULL"),
         bad("SELECT jobs_cancel(NULL)", "22004", "id must not be NULL"),
+        bad("SELECT jobs_run_now(NULL)", "22004", "id must not be NULL"),
         bad("SELECT * FROM jobs_get(NULL)", "22004", "id must not be NULL"),
         bad("SELECT jobs_grant_tenant(NULL, 'acme')", "22004", "role must not be NULL"),
         bad("SELECT jobs_grant_tenant('postgres', NULL)", "22004", "tenant must not be NULL"),
@@ -349,7 +350,7 @@ fn bad_calls_raise_documented_errors_and_change_nothing() {
         bad("SELECT * FROM jobs_list(queue => 'a/b')", "22023", "queue must be 1 to 63 characters"),
         bad(format!("SELECT jobs_enqueue('{q}', headers => '[1]')"), "22023", "headers must be a JSON object"),
         bad(format!("SELECT jobs_enqueue_batch('{q}', ARRAY['{{}}']::jsonb[], headers => '\"x\"')"), "22023", "headers must be a JSON object"),
-        bad("SELECT * FROM jobs_list(state => 'done')", "22023", "state must be one of queued, ready, scheduled, running, succeeded, failed, cancelled, got 'done'"),
+        bad("SELECT * FROM jobs_list(state => 'done')", "22023", "state must be one of queued, ready, scheduled, running, succeeded, failed, cancelled, waiting, got 'done'"),
         bad("SELECT * FROM jobs_list(\"limit\" => 0)", "22023", "limit must be between 1 and 10000, got 0"),
         bad("SELECT * FROM jobs_list(\"limit\" => 10001)", "22023", "limit must be between 1 and 10000, got 10001"),
         bad(format!("SELECT jobs_enqueue('{q}', priority => 32768)"), "22023", "priority must be between -32768 and 32767, got 32768"),
@@ -394,6 +395,12 @@ fn bad_calls_raise_documented_errors_and_change_nothing() {
         bad(format!("SELECT jobs_create_queue('{q}', rate_limit => 1e-13)"), "22023", "rate_limit must be a number of claims per second of at least 0.000000001 (0 clears it), got 0.0000000000001"),
         bad(format!("SELECT jobs_create_queue('{q}', rate_limit => 1e-300)"), "22023", "rate_limit must be a number of claims per second of at least 0.000000001"),
         bad(format!("SELECT jobs_create_queue('{q}', rate_burst => 0.5)"), "22023", "rate_burst must be a number of jobs of at least 1"),
+        // One commit per job: the settles' arrays, and the claim's arguments as jobs_claim's.
+        bad(format!("SELECT * FROM jobs_complete_and_claim('{q}', ARRAY[{id}]::bigint[], ARRAY[]::uuid[])"), "22023", "ids and leases must have the same length, got 1 ids and 0 leases"),
+        bad(format!("SELECT * FROM jobs_complete_and_claim('{q}', ARRAY[{id}]::bigint[], ARRAY['{lease}']::uuid[], results => ARRAY['{{}}', '{{}}']::jsonb[])"), "22023", "results must have one element per id (or be NULL), got 2 results for 1 ids"),
+        bad(format!("SELECT * FROM jobs_complete_and_claim('{q}', ARRAY[{id}]::bigint[], ARRAY['{lease}']::uuid[], n => 0)"), "22023", "n must be between 1 and 1000, got 0"),
+        bad(format!("SELECT * FROM jobs_complete_and_claim(NULL, ARRAY[{id}]::bigint[], ARRAY['{lease}']::uuid[])"), "22004", "queue must not be NULL"),
+        bad(format!("SELECT * FROM jobs_complete_and_claim('{q}', NULL, ARRAY['{lease}']::uuid[])"), "22004", "ids must not be NULL"),
         bad(format!("SELECT jobs_create_queue('{q}', group_concurrency => 0)"), "22023", "group_concurrency must be between 1 and 10000, got 0"),
         // Idempotency records: bad arguments, then a live pending record (55P03) and a finished
         // one saved for another request (23000).
@@ -420,17 +427,37 @@ fn bad_calls_raise_documented_errors_and_change_nothing() {
             .after("BEGIN ISOLATION LEVEL REPEATABLE READ"),
         bad(format!("SELECT * FROM jobs_claim('{q}', wait => '1 second')"), "25000", "REPEATABLE READ or SERIALIZABLE")
             .after("BEGIN ISOLATION LEVEL SERIALIZABLE"),
+        // Workflows (engine::workflows): after, results, waits, awaits and signals.
+        bad(format!("SELECT jobs_enqueue('{q}', after => ARRAY[NULL::bigint])"), "22004", "after[1] must not be NULL"),
+        bad(format!("SELECT jobs_enqueue('{q}', after => ARRAY[{stale}])"), "P0002", format!("after[1] names job {stale}, which does not exist or is not visible to this session")),
+        bad(format!("SELECT jobs_enqueue_batch('{q}', ARRAY['{{}}'::jsonb], after => ARRAY[{}, {stale}])", f.queued), "P0002", format!("after[2] names job {stale}")),
+        bad("SELECT * FROM jobs_results(NULL)", "22004", "ids must not be NULL"),
+        bad("SELECT * FROM jobs_results(ARRAY[NULL::bigint])", "22004", "ids[1] must not be NULL"),
+        bad(format!("SELECT * FROM jobs_wait(ARRAY[{}], NULL)", f.queued), "22004", "timeout must not be NULL"),
+        bad(format!("SELECT * FROM jobs_wait(ARRAY[{}], '{over_max_wait}')", f.queued), "22023", "timeout must be at least 0 and at most pg_jobs.max_wait"),
+        bad(format!("SELECT * FROM jobs_wait(ARRAY[{}], '1 second')", f.queued), "25000", "REPEATABLE READ or SERIALIZABLE")
+            .after("BEGIN ISOLATION LEVEL REPEATABLE READ"),
+        bad(format!("SELECT jobs_await({id}, NULL, 'paid')"), "22004", "lease must not be NULL"),
+        bad(format!("SELECT jobs_await({id}, '{lease}', NULL)"), "22004", "signal must not be NULL"),
+        bad(format!("SELECT jobs_await({id}, '{lease}', '')"), "22023", "signal must be 1 to 255 bytes long, got 0 bytes"),
+        bad(format!("SELECT jobs_await({id}, '{lease}', 'paid', timeout => '0')"), "22023", "timeout must be greater than 0 and at most 100 years"),
+        bad("SELECT jobs_signal(NULL)", "22004", "signal must not be NULL"),
+        bad("SELECT jobs_signal('')", "22023", "signal must be 1 to 255 bytes long, got 0 bytes"),
+        bad("SELECT jobs_signal('paid', keep => '-1 second')", "22023", "keep must be at least 0 and at most 100 years"),
+        bad(format!("SELECT jobs_signal('paid', '{payload}')"), "54000", format!("payload is {size} bytes, above pg_jobs.max_payload_bytes"))
+            .after(format!("SET pg_jobs.max_payload_bytes = {}", size - 1)),
         // Unknown roles: 42704.
         bad("SELECT jobs_grant_tenant('no_such_role', 'acme')", "42704", "role 'no_such_role' does not exist"),
         // Unknown job ids: P0002.
         bad(format!("SELECT jobs_cancel({stale})"), "P0002", format!("no job has id {stale}")),
         bad(format!("SELECT jobs_retry({stale})"), "P0002", format!("no job has id {stale}")),
+        bad(format!("SELECT jobs_run_now({stale})"), "P0002", format!("no job has id {stale}")),
         // Retry of a job that is not failed or cancelled: 55000.
         bad(format!("SELECT jobs_retry({id})"), "55000", format!("job {id} is running")),
         bad(format!("SELECT jobs_retry({})", f.queued), "55000", format!("job {} is queued", f.queued)),
         bad(format!("SELECT jobs_retry({})", f.succeeded), "55000", format!("job {} is succeeded", f.succeeded)),
         // Dropping a busy or referenced queue: 55006.
-        bad(format!("SELECT jobs_drop_queue('{q}')"), "55006", format!("queue '{q}' has 2 queued or running jobs")),
+        bad(format!("SELECT jobs_drop_queue('{q}')"), "55006", format!("queue '{q}' has 2 queued, running or waiting jobs")),
         bad(format!("SELECT jobs_drop_queue('{dl}')"), "55006", format!("queue '{dl}' is the dead-letter queue of queue '{q}'")),
         // Schedules: a bad expression, zone or catch_up is refused before anything is stored.
         bad(format!("SELECT jobs_schedule('bad', '0 25 * * *', '{q}')"), "22023", "cron '0 25 * * *' has an invalid hour field '25'"),
@@ -879,7 +906,7 @@ fn monitoring_survives_a_row_with_infinite_times() {
     );
     let metrics: String = scalar(&mut client, "SELECT jobs_metrics()", &[]);
     assert!(metrics.contains(&format!(
-        "pg_jobs_jobs{{queue=\"{queue}\",state=\"scheduled\"}} 1"
+        "pg_jobs_queue_jobs{{queue=\"{queue}\",state=\"scheduled\"}} 1"
     )));
     client
         .execute("DELETE FROM jobs.job WHERE id = ANY($1)", &[&ids])

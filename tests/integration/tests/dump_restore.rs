@@ -22,6 +22,8 @@ const RUNTIME_TABLES: &[&str] = &[
     "jobs.prepared_effects",
     "jobs.rate_bucket",
     "jobs.schedule_clock",
+    // Monitoring history, like PostgreSQL's statistics: a restore starts it afresh.
+    "jobs.throughput_minute",
 ];
 
 /// The rows of a table that pg_dump dumps (those `condition` selects, as
@@ -151,6 +153,33 @@ fn dump_and_restore_with_jobs_in_flight() {
         &[&token],
     );
     assert_eq!(updated, "updated");
+    // Workflows: a job waiting for an unfinished parent, a job waiting for a signal, and a
+    // signal recorded for later awaits.
+    source
+        .batch_execute("SELECT jobs_create_queue('flows')")
+        .unwrap();
+    let parent: i64 = scalar(&mut source, "SELECT jobs_enqueue('flows', '{}')", &[]);
+    let child: i64 = scalar(
+        &mut source,
+        "SELECT jobs_enqueue('flows', '{}', after => ARRAY[$1::bigint])",
+        &[&parent],
+    );
+    let awaiting: i64 = scalar(
+        &mut source,
+        "SELECT jobs_enqueue('flows', '{}', kind => 'awaits')",
+        &[],
+    );
+    let answer: String = scalar(
+        &mut source,
+        "SELECT jobs_await(id, lease, 'restored') FROM jobs_claim('flows', kinds => ARRAY['awaits'])",
+        &[],
+    );
+    assert_eq!(answer, "waiting");
+    let _: i32 = scalar(
+        &mut source,
+        "SELECT jobs_signal('recorded', '{\"kept\": true}')",
+        &[],
+    );
 
     // Every table of schema jobs is dumped or is runtime state.
     let dumped = dumped_tables(&mut source);
@@ -190,8 +219,11 @@ fn dump_and_restore_with_jobs_in_flight() {
         [
             "jobs.idempotency",
             "jobs.job",
+            "jobs.job_await",
+            "jobs.job_dependency",
             "jobs.queue",
             "jobs.schedule",
+            "jobs.signal",
             "jobs.tenant_grant"
         ],
         "the tables of user data"
@@ -323,4 +355,32 @@ fn dump_and_restore_with_jobs_in_flight() {
         &[],
     );
     assert_eq!(response, serde_json::json!({"status": 201}));
+    // ... and the workflows go on: the signal wakes the job that awaits it, the parent's
+    // success queues its child, and the recorded signal answers a later await at once.
+    let woken: i32 = scalar(&mut restored, "SELECT jobs_signal('restored')", &[]);
+    assert_eq!(woken, 1);
+    let state: String = scalar(
+        &mut restored,
+        "SELECT state::text FROM jobs.job WHERE id = $1",
+        &[&awaiting],
+    );
+    assert_eq!(state, "queued");
+    let settled: String = scalar(
+        &mut restored,
+        "SELECT jobs_complete(id, lease) FROM jobs_claim('flows', kinds => ARRAY['default'])",
+        &[],
+    );
+    assert_eq!(settled, "succeeded");
+    let state: String = scalar(
+        &mut restored,
+        "SELECT state::text FROM jobs.job WHERE id = $1",
+        &[&child],
+    );
+    assert_eq!(state, "queued", "the restored dependency queued the child");
+    let recorded: i64 = scalar(
+        &mut restored,
+        "SELECT count(*) FROM jobs.signal WHERE name = 'recorded'",
+        &[],
+    );
+    assert_eq!(recorded, 1);
 }

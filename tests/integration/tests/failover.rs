@@ -51,6 +51,14 @@ const READING_CALLS: &[(&str, &str)] = &[
         "SELECT * FROM jobs_idempotency_get('request-1')",
     ),
     ("jobs_cron_next", "SELECT jobs_cron_next('*/5 * * * *')"),
+    (
+        "jobs_results",
+        "SELECT * FROM jobs_results(ARRAY[1::bigint])",
+    ),
+    (
+        "jobs_wait",
+        "SELECT * FROM jobs_wait(ARRAY[1::bigint], '0')",
+    ),
 ];
 
 /// The primary's settings: the test settings, with commits that wait for the standby (the
@@ -340,6 +348,12 @@ fn writing_calls(jobs: &Jobs) -> Vec<(&'static str, String)> {
             format!("SELECT * FROM jobs_complete_batch(ARRAY[{id}], ARRAY['{lease}'::uuid])"),
         ),
         (
+            "jobs_complete_and_claim",
+            format!(
+                "SELECT * FROM jobs_complete_and_claim('fo', ARRAY[{id}], ARRAY['{lease}'::uuid])"
+            ),
+        ),
+        (
             "jobs_fail",
             format!("SELECT jobs_fail({id}, '{lease}', 'oops')"),
         ),
@@ -352,6 +366,10 @@ fn writing_calls(jobs: &Jobs) -> Vec<(&'static str, String)> {
             format!("SELECT jobs_cancel({})", jobs.queued[0]),
         ),
         ("jobs_retry", format!("SELECT jobs_retry({})", jobs.failed)),
+        (
+            "jobs_run_now",
+            format!("SELECT jobs_run_now({})", jobs.queued[0]),
+        ),
         ("jobs_reclaim", "SELECT jobs_reclaim()".into()),
         (
             "jobs_create_queue",
@@ -396,6 +414,11 @@ fn writing_calls(jobs: &Jobs) -> Vec<(&'static str, String)> {
             "SELECT jobs_unschedule('fo-nightly')".into(),
         ),
         ("jobs_run_schedules", "SELECT jobs_run_schedules()".into()),
+        (
+            "jobs_await",
+            format!("SELECT jobs_await({id}, '{lease}', 'fo-signal')"),
+        ),
+        ("jobs_signal", "SELECT jobs_signal('fo-signal')".into()),
     ]
 }
 
@@ -552,7 +575,7 @@ fn standby_reads(standby: &mut Client, jobs: &Jobs) {
     assert_eq!(running, 4, "jobs.queue_stats on the standby");
     let metrics: String = scalar(standby, "SELECT jobs_metrics()", &[]);
     assert!(
-        metrics.contains("pg_jobs_jobs{queue=\"fo\",state=\"running\"} 4"),
+        metrics.contains("pg_jobs_queue_jobs{queue=\"fo\",state=\"running\"} 4"),
         "jobs_metrics on the standby: {metrics}"
     );
     // Nothing settled on this server yet: its totals are its own.
@@ -660,6 +683,7 @@ fn failover_to_a_synchronous_standby() {
                 "jobs_claim",
                 "jobs_heartbeat",
                 "jobs_complete",
+                "jobs_complete_and_claim",
                 "jobs_fail",
                 "jobs_release",
             ]
@@ -932,11 +956,6 @@ fn failover_to_a_synchronous_standby() {
         floor.is_some_and(|f| f > prepared),
         "the claims should have raised the floor ({floor:?}) past the prepared job ({prepared})"
     );
-    let healed_before: i64 = scalar(
-        &mut admin,
-        "SELECT floors_healed FROM jobs_worker_status() WHERE database = 'postgres'",
-        &[],
-    );
     admin
         .batch_execute("COMMIT PREPARED 'fo-prepared'")
         .unwrap();
@@ -956,18 +975,15 @@ fn failover_to_a_synchronous_standby() {
         took < Duration::from_secs(3),
         "the prepared job took {took:?} to be claimed"
     );
-    // The worker records a tick's count once the tick ends, after the wake-up it sent.
-    wait_until(
-        Duration::from_secs(5),
-        "the worker to count the floor it reset for the prepared job",
-        || {
-            scalar::<i64>(
-                &mut admin,
-                "SELECT floors_healed FROM jobs_worker_status() WHERE database = 'postgres'",
-                &[],
-            ) > healed_before
-        },
+    // PREPARE TRANSACTION recorded its effects in a row of its own, replayed by the standby;
+    // COMMIT PREPARED on the new primary took that row and applied them itself (lowered the
+    // floor, woke the claim), with no help from the worker.
+    let left: i64 = scalar(
+        &mut admin,
+        "SELECT count(*) FROM jobs.prepared_effects WHERE gid = 'fo-prepared'",
+        &[],
     );
+    assert_eq!(left, 0, "COMMIT PREPARED took the recorded effects");
 
     // In a read-only transaction on the new primary, the same calls fail the same way.
     let outcomes = run_calls(

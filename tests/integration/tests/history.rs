@@ -1,40 +1,64 @@
-//! A history checker (issue 5, item 3; issue 16): a seeded random workload records every
-//! operation with its outcome, while backends are terminated, the server crashes and the
-//! background worker is killed, and a checker then judges the whole history, Jepsen style.
+//! A history checker (issue 5, item 3; issue 16; issue 35): a seeded random workload records
+//! every operation with its outcome, while backends are terminated, the server crashes and
+//! restarts, the background worker is killed, transactions are prepared and ended later, and
+//! clients vanish while their claims wait; a checker then judges the whole history, Jepsen
+//! style.
 //!
 //! # The workload
 //!
 //! A private cluster runs with the background worker on (`TEST_SETTINGS`: reclaim every 100
-//! ms, but `synchronous_commit = on`, so that an acknowledged commit survives a crash), one
-//! queue `history` with short leases (each claim asks for 300 ms, 500 ms or 1 s), three
-//! attempts and a backoff of 10–100 ms. Against it run, each thread on its own connection
-//! (workers log in as a `jobs_worker`, producers as a `jobs_client`, the admin as a
-//! `jobs_admin` role; only the fault injector and the checks are superuser):
+//! ms, but `synchronous_commit = on`, so that an acknowledged commit survives a crash, and
+//! `max_prepared_transactions` set), one queue `history` with short leases (each claim asks for
+//! 300 ms, 500 ms or 1 s), three attempts and a backoff of 10–100 ms, and a second queue for the
+//! vanishing clients. Against it run, each thread on its own connection (workers log in as a
+//! `jobs_worker` that is also a `jobs_client`, producers as a `jobs_client`, the admin as a
+//! `jobs_admin` role; only the fault injector, the resolver and the checks are superuser):
 //!
 //! * 2 producers: single and batch enqueues of jobs whose payload carries a unique tag, some
 //!   with `max_attempts` 1 or 2, half of them in one of 8 groups (the queue's
-//!   `group_concurrency` is 1, and 2 in a second, smaller run), paced to keep a few hundred
-//!   jobs outstanding;
+//!   `group_concurrency` is 1, and 2 in a second, smaller run), 8% with one of 24 unique keys
+//!   (half of those calls keeping the key 100 ms after success), paced to keep a few hundred
+//!   jobs outstanding. 12% of the calls run inside `BEGIN ... PREPARE TRANSACTION`, and are
+//!   committed (85%) or rolled back, by the producer at once or by the resolver up to 300 ms
+//!   later;
 //! * 8 workers, each holding up to 12 jobs at a time: claims of 1–5 jobs (waiting claims when
 //!   they hold nothing), then per job a random plan: settle at once (complete, the batch
 //!   complete, fail with retry, fail with `retry => false`, release), work for longer than the
 //!   lease while heartbeating every third of it, stall past the lease and settle late (often
 //!   after a reclaim: "done wins" or `lost`), or abandon the job; now and then a worker stalls
-//!   outright past all its leases;
+//!   outright past all its leases. 5% of the claims (never waiting) and 10% of the settles run
+//!   inside a prepared transaction: a claim is committed (85%) or rolled back by its worker
+//!   within 20 ms (its jobs are worked only once committed), a settle (80% committed) by the
+//!   worker or the resolver. Early on, and now and then after, a worker lets a client vanish:
+//!   a raw connection sends a waiting claim on the second queue for a kind of its own (nothing
+//!   of it is queued), is seen asleep in it, and closes its socket without a Terminate
+//!   message, as a killed process's would; the worker then enqueues a job of that kind, which
+//!   wakes the orphaned claim, watches its backend end, reads the rows that name the claim's
+//!   worker (its lease is 5 s: nothing it took can have moved on meanwhile), and claims the
+//!   job itself;
 //! * 1 admin: random cancels (of queued, running and finished jobs) and `pg_terminate_backend`
 //!   of a random worker's or producer's backend every 50–250 ms. A client whose connection
 //!   dies reconnects, keeps the leases it holds, and retries the settle call that failed once,
 //!   as the README advises;
+//! * 1 resolver: ends the prepared transactions handed to it when their time comes, all that
+//!   are left once everything stops;
 //! * 1 fault injector: at evenly spaced points of the production, in turn, a SIGTERM of the
 //!   background worker (it alone restarts), a server crash (`pg_ctl stop -m immediate`, then a
-//!   start with crash recovery) and a SIGKILL of the background worker (the postmaster then
-//!   ends every backend and restarts, as after any crash of a child). Three faults by default;
-//!   `PG_JOBS_HISTORY_FAULTS` sets how many.
+//!   start with crash recovery), a clean restart (`pg_ctl restart -m fast`) and a SIGKILL of
+//!   the background worker (the postmaster then ends every backend and restarts, as after any
+//!   crash of a child). Before the three that end every backend it waits (up to 3 s) until a
+//!   few transactions are prepared, so that the fault lands between their PREPARE and their
+//!   end. Four faults by default; `PG_JOBS_HISTORY_FAULTS` sets how many.
 //!
 //! Each thread draws from its own generator seeded from `PG_JOBS_HISTORY_SEED` (printed), so the
 //! decisions are reproducible; the interleaving is up to the scheduler. When every job has been
-//! produced and every fault injected, the chaos stops and the workers drain the queue
-//! (complete everything) until every job is finished.
+//! produced and every fault injected, the chaos stops and the workers drain both queues
+//! (complete everything) until every job is finished. Then, beside the final rows, the history
+//! reads what is still in `pg_prepared_xacts` (nothing may be: a lingering prepared
+//! transaction holds its locks and rows), enqueues one job into every group (each must be
+//! claimed at once: nothing of the group is open), and, once every `unique_for` has run out,
+//! probes every unique key with an enqueue it rolls back (it must insert its own job exactly
+//! when no row holds the key).
 //!
 //! # The record
 //!
@@ -49,6 +73,17 @@
 //! whose call had an unknown outcome reads the server's clock on its new connection: the call
 //! took effect, if at all, before that.
 //!
+//! A call inside a prepared transaction is recorded as `Prepared` (its gid and the call): `Ok`
+//! means prepared, with the call's reply. Its gid's `COMMIT PREPARED` or `ROLLBACK PREPARED`
+//! (the workload tries one ending per gid, maybe again after an unknown outcome, never the
+//! other) is a `Finish` op between two readings of the server's clock. After an unknown
+//! outcome of either, the process waits for the old backend to end and records an `Inspect`:
+//! whether the gid is in `pg_prepared_xacts`, which settles it (a prepare that is not there
+//! never took; an end whose gid is gone took). A vanished client's claim is one
+//! `VanishedClaim` op with an unknown outcome, carrying what the worker saw: its backend, when
+//! it was seen asleep, a server time read after its socket closed (`gone_by`), when its backend
+//! was seen gone, and the jobs whose rows named its worker then.
+//!
 //! # The checker
 //!
 //! [`checker::check`] reports, in the categories of Jepsen's queue checker:
@@ -62,6 +97,27 @@
 //! * **unexpected**: a delivered or stored job that was never enqueued, whose enqueue failed,
 //!   or that exists twice;
 //! * **recovered**: a job whose enqueue had an unknown outcome but that showed up (fine);
+//!
+//! and, for this round's reliability work (issue 35):
+//!
+//! * **prepared**: a gid ended twice, never ended, seen prepared after its end, ended without
+//!   having been prepared, or still prepared after the drain. Before anything else is judged,
+//!   each prepared call becomes the plain call it carried: committed, with its reply and its
+//!   effect somewhere between the call and the commit (a prepared claim's lease runs from the
+//!   claim, whose row lock kept everyone else off the job until the commit; what the commit
+//!   made visible counts as done only from the commit's answer); rolled back or never
+//!   prepared, a call that did nothing, so a rolled-back enqueue whose job exists is
+//!   unexpected and a rolled-back settle whose effect shows is a state error;
+//! * **attempts spent by a gone client**: a job a vanished client's claim took (its row's
+//!   `started_at`) after `gone_by`, or a backend still running long after its client was
+//!   gone. Such a claim's unknown outcome explains attempts only until `gone_by`;
+//! * **unique keys**: a duplicate answered by a job that no longer held the key by the time
+//!   the enqueue began (a key held by nothing), a job inserted while another surely held its
+//!   key, a row holding a key its state says it should not (or not holding one it should), a
+//!   key stored otherwise than enqueued, a probe after the drain that inserted while a row
+//!   holds the key;
+//! * **stuck**: a group whose probe job no claim took after the drain, a key whose probe was
+//!   answered by a job that does not hold it;
 //!
 //! and verifies each job's final row against its history:
 //!
@@ -105,7 +161,9 @@
 //!
 //! The checker is tested on synthetic histories (`history/synthetic.rs`): one or more per
 //! anomaly it claims to find, and clean histories with reclaims, late "done wins" completes,
-//! unknown outcomes and claims with unknown outcomes that must pass; and end to end by a
+//! unknown outcomes, claims with unknown outcomes, prepared transactions ended across a crash
+//! and from other sessions, and a vanished client's claim that took a job while its client
+//! was still there, that must pass; and end to end by a
 //! negative control: a small run in which a saboteur breaks the rules behind the extension's
 //! back (putting running jobs back in the queue under live leases, deleting queued jobs) and
 //! lets groups run four jobs at once must come out with duplicated and lost jobs and groups
@@ -113,17 +171,20 @@
 //!
 //! # Running it
 //!
-//! `cargo test -p pg_jobs_tests --test history` runs 2,000 jobs with three faults
-//! (`PG_JOBS_HISTORY_JOBS` and `PG_JOBS_HISTORY_FAULTS` override them). The large history,
-//! 100,000 jobs with 20 faults, runs on demand with one command (after `cargo pgrx install`,
-//! as for every integration test):
+//! `cargo test -p pg_jobs_tests --test history` runs 2,000 jobs with four faults, and 1,000
+//! with groups of two slots, and the negative control (`PG_JOBS_HISTORY_JOBS` and
+//! `PG_JOBS_HISTORY_FAULTS` override the sizes): about half a minute on a 2-core machine. The
+//! large history, 100,000 jobs with 20 faults, runs on demand with one command (after `cargo
+//! pgrx install`, as for every integration test):
 //!
 //! ```sh
 //! PG_JOBS_HISTORY_JOBS=100000 cargo test --release -p pg_jobs_tests --test history -- --ignored --nocapture
 //! ```
 //!
-//! Every run prints the seed, the operations by kind and outcome, the final states and the
-//! checker's counts.
+//! Every run prints the seed, the operations by kind and outcome, the final states, the
+//! checker's counts, and a one-line summary: lost, run twice at once (or by a stale lease),
+//! attempts spent by a gone client, groups or keys stuck, prepared transactions left or
+//! unsquared, unique-key violations.
 
 // A test target's root looks for modules beside itself; these live in `history/`.
 #[path = "history/checker.rs"]
@@ -138,8 +199,10 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use checker::{
-    check, Call, Delivered, ErrorEntry, FinalJob, Micros, Op, OpResult, Reply, Report, WORKERS,
+    check_with_end, Call, Delivered, End, ErrorEntry, FinalJob, KeyProbe, Micros, Op, OpResult,
+    Reply, Report, Took, Vanish, WORKERS,
 };
+use pg_jobs_tests::vanishing::VanishingClient;
 use pg_jobs_tests::{wait_until, Client, Cluster, NoTls, TEST_SETTINGS};
 use postgres::SimpleQueryMessage;
 use uuid::Uuid;
@@ -147,9 +210,19 @@ use uuid::Uuid;
 /// The queue of the workload.
 const QUEUE: &str = "history";
 const PRODUCERS: usize = 2;
-/// The admin's process number; the fault injector's is the next.
+/// The admin's process number; the fault injector's and the resolver's are the next.
 const ADMIN: usize = WORKERS + PRODUCERS;
 const FAULTS: usize = ADMIN + 1;
+/// The process that ends prepared transactions others handed over.
+const RESOLVER: usize = FAULTS + 1;
+/// The queue of the vanishing clients' claims: empty while they wait, so each sleeps until
+/// the job its worker enqueues once the client is gone wakes it.
+const VANISH_QUEUE: &str = "history-vanish";
+/// The lease a vanishing client's claim asks for: long enough that what it took is still its
+/// own when its worker reads the rows.
+const VANISH_LEASE_MS: i64 = 5000;
+/// Unique keys the producers give some jobs.
+const KEYS: u64 = 24;
 /// The queue's `max_attempts`; some jobs get 1 or 2 instead.
 const MAX_ATTEMPTS: i32 = 3;
 /// Lease lengths the workers ask for, in milliseconds.
@@ -226,6 +299,10 @@ struct Shared {
     known_ids: Mutex<Vec<i64>>,
     /// Cancels the producers asked the admin for: (when, id).
     cancel_requests: Mutex<VecDeque<(Instant, i64)>>,
+    /// Prepared transactions handed to the resolver: (when, gid, commit).
+    to_resolve: Mutex<Vec<(Instant, String, bool)>>,
+    /// The server's port (the vanishing clients speak the protocol themselves).
+    port: u16,
 }
 
 impl Shared {
@@ -279,20 +356,30 @@ impl Recorder {
         call: Call,
         run: impl FnOnce(usize) -> Result<Reply, postgres::Error>,
     ) -> &Op {
+        self.record_op(|index| {
+            let result = match run(index) {
+                Ok(reply) => OpResult::Ok(reply),
+                Err(e) => classify(&e),
+            };
+            (call, result)
+        })
+    }
+
+    /// Runs `run` (it gets the op's index, and returns the call it made and how it ended) and
+    /// records it.
+    fn record_op(&mut self, run: impl FnOnce(usize) -> (Call, OpResult)) -> &Op {
         let index = self.shared.next_op.fetch_add(1, Ordering::Relaxed);
         let invoke = self.shared.micros();
         let server_floor = self.server_seen;
-        let result = match run(index) {
-            Ok(reply) => OpResult::Ok(reply),
-            Err(e) => classify(&e),
-        };
+        let (call, result) = run(index);
         let complete = self.shared.micros();
         let latest = match &result {
             OpResult::Ok(
                 Reply::Outcome { after, .. }
                 | Reply::Outcomes { after, .. }
                 | Reply::Ids { after, .. }
-                | Reply::Claimed { after, .. },
+                | Reply::Claimed { after, .. }
+                | Reply::Present { at: after, .. },
             ) => Some(*after),
             _ => None,
         };
@@ -312,6 +399,40 @@ impl Recorder {
             connected_at: self.connected_at,
         });
         self.ops.last().expect("just pushed")
+    }
+
+    /// Takes the next op index and its invocation time, for an op recorded later with
+    /// [`Recorder::push_reserved`] (one that spans calls recorded meanwhile).
+    fn reserve(&mut self) -> (usize, u64, Option<Micros>) {
+        (
+            self.shared.next_op.fetch_add(1, Ordering::Relaxed),
+            self.shared.micros(),
+            self.server_seen,
+        )
+    }
+
+    /// Records the op of a [`Recorder::reserve`]d slot, sent on backend `backend` (connected
+    /// at client time `connected_at`), with an unknown outcome settled by server time
+    /// `ceiling`.
+    fn push_reserved(
+        &mut self,
+        (index, invoke, server_floor): (usize, u64, Option<Micros>),
+        call: Call,
+        result: OpResult,
+        (backend, connected_at, ceiling): (i32, u64, Micros),
+    ) {
+        self.ops.push(Op {
+            index,
+            process: self.process,
+            invoke,
+            complete: self.shared.micros(),
+            call,
+            result,
+            server_floor,
+            server_ceiling: Some(ceiling),
+            backend,
+            connected_at,
+        });
     }
 
     /// Records a fault the injector causes: `run` carries it out.
@@ -373,15 +494,192 @@ fn text(value: &Option<String>) -> String {
 /// Runs `call_sql` between two readings of the server's clock in one implicit transaction and
 /// returns its single text answer.
 fn outcome_call(client: &mut Client, call_sql: &str) -> Result<Reply, postgres::Error> {
+    outcome_call_in(client, call_sql, None)
+}
+
+/// [`outcome_call`], inside a transaction prepared as `gid` when one is given.
+fn outcome_call_in(
+    client: &mut Client,
+    call_sql: &str,
+    gid: Option<&str>,
+) -> Result<Reply, postgres::Error> {
     let rows = simple(
         client,
-        &format!("SELECT {SERVER_NOW}; SELECT {call_sql}; SELECT {SERVER_NOW}"),
+        &maybe_prepared(
+            format!("SELECT {SERVER_NOW}; SELECT {call_sql}; SELECT {SERVER_NOW}"),
+            gid,
+        ),
     )?;
     Ok(Reply::Outcome {
         before: int(&rows[0][0]),
         outcome: text(&rows[1][0]),
         after: int(&rows[2][0]),
     })
+}
+
+/// `sql` (a simple query of one or more statements), inside `BEGIN ... PREPARE TRANSACTION
+/// 'gid'` when `gid` is given.
+fn maybe_prepared(sql: String, gid: Option<&str>) -> String {
+    match gid {
+        Some(gid) => format!("BEGIN; {sql}; PREPARE TRANSACTION '{gid}'"),
+        None => sql,
+    }
+}
+
+/// `call` as the history records it: inside a prepared transaction when `gid` is given.
+fn prepared_call(call: Call, gid: Option<&str>) -> Call {
+    match gid {
+        Some(gid) => Call::Prepared {
+            gid: gid.to_owned(),
+            call: Box::new(call),
+        },
+        None => call,
+    }
+}
+
+/// Ends the prepared transaction `gid` on `client` (`COMMIT PREPARED` when `commit`, else
+/// `ROLLBACK PREPARED`), between two readings of the server's clock. An end whose outcome is
+/// unknown is settled by `pg_prepared_xacts` once its backend has ended ([`inspect`]): still
+/// there, the same end is sent again (never the other, so the gid's absence always means this
+/// end took).
+fn finish(rec: &mut Recorder, client: &mut Client, shared: &Shared, gid: &str, commit: bool) {
+    let verb = if commit { "COMMIT" } else { "ROLLBACK" };
+    loop {
+        let op = rec.record(
+            Call::Finish {
+                gid: gid.to_owned(),
+                commit,
+            },
+            |_| {
+                // COMMIT PREPARED cannot run in a multi-statement query (an implicit block).
+                let before = int(&simple(client, &format!("SELECT {SERVER_NOW}"))?[0][0]);
+                client.batch_execute(&format!("{verb} PREPARED '{gid}'"))?;
+                let after = int(&simple(client, &format!("SELECT {SERVER_NOW}"))?[0][0]);
+                Ok(Reply::Outcome {
+                    outcome: "ok".into(),
+                    before,
+                    after,
+                })
+            },
+        );
+        let (unknown, backend) = (matches!(op.result, OpResult::Unknown(_)), op.backend);
+        if !unknown {
+            return;
+        }
+        *client = connect(shared, rec);
+        if !inspect(rec, client, shared, gid, backend) {
+            return;
+        }
+    }
+}
+
+/// Whether `gid` is still prepared, read (as a [`Call::Inspect`]) once the backend `old`, which
+/// sent a call on it with an unknown outcome, has ended: only then is the answer final.
+fn inspect(rec: &mut Recorder, client: &mut Client, shared: &Shared, gid: &str, old: i32) -> bool {
+    loop {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            match simple(
+                client,
+                &format!("SELECT count(*) FROM pg_stat_activity WHERE pid = {old}"),
+            ) {
+                Ok(rows) if int(&rows[0][0]) == 0 => break,
+                Ok(_) => thread::sleep(Duration::from_millis(5)),
+                Err(_) => *client = connect(shared, rec),
+            }
+        }
+        let op = rec.record(
+            Call::Inspect {
+                gid: gid.to_owned(),
+            },
+            |_| {
+                let rows = simple(
+                    client,
+                    &format!(
+                        "SELECT EXISTS (SELECT FROM pg_prepared_xacts WHERE gid = '{gid}')::text, {SERVER_NOW}"
+                    ),
+                )?;
+                Ok(Reply::Present {
+                    present: text(&rows[0][0]) == "true",
+                    at: int(&rows[0][1]),
+                })
+            },
+        );
+        if let OpResult::Ok(Reply::Present { present, .. }) = op.result {
+            return present;
+        }
+        *client = connect(shared, rec);
+    }
+}
+
+/// After a call sent inside a prepared transaction `gid` (on `client`, whose backend was
+/// `backend`): a definite error leaves the transaction block aborted (rolled back here); an
+/// unknown outcome is settled by `pg_prepared_xacts` on a new connection; a prepared
+/// transaction is then committed (`commit_percent` of the time) or rolled back, by the process
+/// itself or, `handover_percent` of the time, by the resolver a little later.
+#[allow(clippy::too_many_arguments)]
+fn end_prepared(
+    rec: &mut Recorder,
+    client: &mut Client,
+    shared: &Shared,
+    rng: &mut Rng,
+    gid: &str,
+    (result, backend): (&OpResult, i32),
+    commit_percent: u64,
+    handover_percent: u64,
+) {
+    match result {
+        OpResult::Failed(_) => {
+            let _ = client.batch_execute("ROLLBACK");
+            return;
+        }
+        OpResult::Unknown(_) => {
+            *client = connect(shared, rec);
+            if !inspect(rec, client, shared, gid, backend) {
+                return;
+            }
+        }
+        _ => {}
+    }
+    let commit = rng.chance(commit_percent);
+    if rng.chance(handover_percent) {
+        let at = Instant::now() + Duration::from_millis(rng.below(300));
+        shared
+            .to_resolve
+            .lock()
+            .unwrap()
+            .push((at, gid.to_owned(), commit));
+    } else {
+        finish(rec, client, shared, gid, commit);
+    }
+}
+
+/// Ends the prepared transactions handed over to it, each once its time has come (all at once
+/// when everything stops), until everything stops and none is left.
+fn resolve(process: usize, shared: Arc<Shared>) -> Vec<Op> {
+    let mut rec = Recorder::new(process, shared.clone());
+    let mut client = connect(&shared, &mut rec);
+    loop {
+        let stopping = shared.stop.load(Ordering::Relaxed);
+        let now = Instant::now();
+        let due: Vec<(String, bool)> = {
+            let mut queue = shared.to_resolve.lock().unwrap();
+            let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut *queue)
+                .into_iter()
+                .partition(|(at, _, _)| stopping || *at <= now);
+            *queue = later;
+            due.into_iter()
+                .map(|(_, gid, commit)| (gid, commit))
+                .collect()
+        };
+        for (gid, commit) in &due {
+            finish(&mut rec, &mut client, &shared, gid, *commit);
+        }
+        if stopping && due.is_empty() && shared.to_resolve.lock().unwrap().is_empty() {
+            return rec.ops;
+        }
+        thread::sleep(Duration::from_millis(2));
+    }
 }
 
 /// A new connection, retried while the server restarts: the client, its backend pid and the
@@ -414,7 +712,9 @@ fn connect(shared: &Shared, rec: &mut Recorder) -> Client {
         p if p < WORKERS => &shared.worker_dsn,
         p if p < ADMIN => &shared.producer_dsn,
         ADMIN => &shared.admin_dsn,
-        // The fault injector kills backends and the server: only a superuser may.
+        // The fault injector kills backends and the server: only a superuser may. The resolver
+        // ends transactions that workers and producers prepared: only a superuser (or the role
+        // that prepared it) may.
         _ => &shared.dsn,
     };
     let (client, pid, server_now) = open(dsn, &format!("process {}", rec.process));
@@ -470,9 +770,33 @@ struct Worker {
     rng: Rng,
     rec: Recorder,
     holding: Vec<Holding>,
+    /// A superuser connection for what the worker observes beside its calls (the backends of
+    /// its vanishing clients, the rows they touched); no part of the history.
+    observer: Option<Client>,
+    /// Transactions it prepared, and clients it let vanish, so far.
+    prepared: u64,
+    vanished: u64,
+    /// Claims so far (the drain alternates between the queues).
+    claims: u64,
 }
 
 impl Worker {
+    fn new(process: usize, shared: Arc<Shared>, seed: u64) -> Worker {
+        let mut rec = Recorder::new(process, shared.clone());
+        Worker {
+            process,
+            client: connect(&shared, &mut rec),
+            rng: Rng::new(seed, process as u64),
+            rec,
+            shared,
+            holding: Vec::new(),
+            observer: None,
+            prepared: 0,
+            vanished: 0,
+            claims: 0,
+        }
+    }
+
     fn run(mut self) -> Vec<Op> {
         while !self.shared.stop.load(Ordering::Relaxed) {
             let now = Instant::now();
@@ -480,7 +804,20 @@ impl Worker {
                 self.act_on_due(now);
                 continue;
             }
-            if self.holding.len() < HOLD_AT_MOST && self.claim() > 0 {
+            // Every worker lets a client vanish early on, and now and then after.
+            let first = self.vanished == 0 && self.claims >= 10;
+            if !self.draining() && (first || self.rng.below(1000) < 4) {
+                self.vanishing_claim();
+                continue;
+            }
+            self.claims += 1;
+            // The drain empties the vanishing clients' queue too.
+            let queue = if self.draining() && self.claims.is_multiple_of(2) {
+                VANISH_QUEUE
+            } else {
+                QUEUE
+            };
+            if self.holding.len() < HOLD_AT_MOST && self.claim(queue) > 0 {
                 continue;
             }
             let next = self
@@ -506,26 +843,177 @@ impl Worker {
         }
     }
 
-    /// Claims a few jobs (waiting a little when it holds none) and plans each.
-    fn claim(&mut self) -> usize {
+    /// A gid no other transaction of the history uses.
+    fn gid(&mut self) -> String {
+        self.prepared += 1;
+        format!("w{}-{}", self.process, self.prepared)
+    }
+
+    /// Runs `sql` on the observer connection (made again when a restart took it).
+    fn observe(&mut self, sql: &str) -> Vec<Vec<Option<String>>> {
+        loop {
+            let observer = self
+                .observer
+                .get_or_insert_with(|| open(&self.shared.dsn, "an observer").0);
+            match simple(observer, sql) {
+                Ok(rows) => return rows,
+                Err(_) => self.observer = None,
+            }
+        }
+    }
+
+    /// A client killed while its claim waits (issue 35): a raw connection sends a waiting
+    /// claim on the vanishing queue for a kind of its own (of which nothing is queued), is seen
+    /// asleep in it, and closes its socket without a word. The worker then enqueues a job of
+    /// that kind, which wakes the orphaned claim: it must notice its client is gone and end
+    /// without taking it. The worker watches the backend end, reads the rows that name the claim's
+    /// worker (its lease is long: nobody else can have taken them meanwhile), records it all
+    /// as one [`Call::VanishedClaim`], and claims the job itself.
+    fn vanishing_claim(&mut self) {
+        self.vanished += 1;
+        let name = format!("vanish-{}-{}", self.process, self.vanished);
+        let Ok(mut raw) = VanishingClient::connect_as(self.shared.port, "history_worker", &name)
+        else {
+            // The server is restarting: no claim was sent.
+            return;
+        };
+        let (pid, connected_at) = (raw.pid(), self.shared.micros());
+        let slot = self.rec.reserve();
+        let n = 1 + self.rng.below(3) as i32;
+        let wait_ms = 1000 + self.rng.below(2000);
+        let sent = raw.send(&format!(
+            "SELECT id FROM jobs_claim('{VANISH_QUEUE}', worker => '{name}', n => {n},
+                                       kinds => ARRAY['{name}'],
+                                       lease => '{VANISH_LEASE_MS} milliseconds',
+                                       wait => '{wait_ms} milliseconds')"
+        ));
+        let mut asleep_at = None;
+        if sent.is_ok() {
+            let deadline = Instant::now() + Duration::from_secs(2);
+            while Instant::now() < deadline {
+                let rows = self.observe(&format!(
+                    "SELECT coalesce(wait_event_type = 'Extension', false)::text, {SERVER_NOW}
+                       FROM pg_stat_activity WHERE pid = {pid} AND application_name = '{name}'"
+                ));
+                match rows.first() {
+                    Some(row) if text(&row[0]) == "true" => {
+                        asleep_at = Some(int(&row[1]));
+                        break;
+                    }
+                    Some(_) => thread::sleep(Duration::from_millis(2)),
+                    None => break,
+                }
+            }
+        }
+        raw.vanish();
+        let gone_by = int(&self.observe(&format!("SELECT {SERVER_NOW}"))[0][0]);
+        // The job that wakes the orphan.
+        let tag = ((self.process as u64) << 40) | (1 << 39) | self.vanished;
+        let client = &mut self.client;
+        let op = self.rec.record(
+            Call::Enqueue {
+                tags: vec![tag],
+                max_attempts: MAX_ATTEMPTS,
+                unique: vec![None],
+                unique_for: None,
+            },
+            |_| {
+                let rows = simple(
+                    client,
+                    &format!(
+                        "SELECT {SERVER_NOW};
+                         SELECT jobs_enqueue('{VANISH_QUEUE}', '{{\"tag\": {tag}}}', kind => '{name}');
+                         SELECT {SERVER_NOW}"
+                    ),
+                )?;
+                Ok(Reply::Ids {
+                    ids: vec![int(&rows[1][0])],
+                    before: int(&rows[0][0]),
+                    after: int(&rows[2][0]),
+                })
+            },
+        );
+        let unknown = matches!(op.result, OpResult::Unknown(_));
+        self.reconnect_if(unknown);
+        // The backend must end: it notices the closed socket when the job wakes it (or, at the
+        // latest, when its wait runs out and it answers nobody).
+        let deadline = Instant::now() + Duration::from_millis(wait_ms) + Duration::from_secs(30);
+        let mut ended_by = None;
+        while Instant::now() < deadline {
+            let rows = self.observe(&format!(
+                "SELECT count(*), {SERVER_NOW} FROM pg_stat_activity
+                  WHERE pid = {pid} AND application_name = '{name}'"
+            ));
+            if int(&rows[0][0]) == 0 {
+                ended_by = Some(int(&rows[0][1]));
+                break;
+            }
+            thread::sleep(Duration::from_millis(5));
+        }
+        let took = self
+            .observe(&format!(
+                "SELECT id, attempt, (extract(epoch FROM started_at) * 1000000)::int8
+                   FROM jobs.job WHERE worker = '{name}' ORDER BY id"
+            ))
+            .iter()
+            .map(|row| Took {
+                id: int(&row[0]),
+                attempt: int(&row[1]) as i32,
+                started_at: int(&row[2]),
+            })
+            .collect();
+        self.rec.push_reserved(
+            slot,
+            Call::VanishedClaim {
+                n,
+                lease_ms: VANISH_LEASE_MS,
+                vanish: Vanish {
+                    worker: name,
+                    pid,
+                    asleep_at,
+                    gone_by,
+                    ended_by,
+                    took,
+                },
+            },
+            OpResult::Unknown("the client vanished while its claim waited".into()),
+            (pid, connected_at, ended_by.unwrap_or(gone_by)),
+        );
+        if self.holding.len() < HOLD_AT_MOST {
+            self.claim(VANISH_QUEUE);
+        }
+    }
+
+    /// Claims a few jobs of `queue` (waiting a little when it holds none; now and then inside
+    /// a prepared transaction, committed or rolled back right after) and plans each.
+    fn claim(&mut self, queue: &str) -> usize {
         let n = (self.rng.pick(&[1, 1, 2, 3, 5]) as usize).min(HOLD_AT_MOST - self.holding.len());
         let n = n as i32;
         let lease_ms = self.rng.pick(&LEASES_MS);
-        let wait = if self.holding.is_empty() { 100 } else { 0 };
+        let gid = (!self.draining() && self.rng.chance(5)).then(|| self.gid());
+        let wait = if self.holding.is_empty() && gid.is_none() {
+            100
+        } else {
+            0
+        };
         let worker = format!("w{}", self.process);
         let client = &mut self.client;
-        let op = self.rec.record(Call::Claim { n, lease_ms }, |_| {
+        let call = prepared_call(Call::Claim { n, lease_ms }, gid.as_deref());
+        let op = self.rec.record(call, |_| {
             let rows = simple(
                 client,
-                &format!(
-                    "SELECT {SERVER_NOW};
-                     SELECT c.id, c.lease, c.attempt,
-                            (extract(epoch FROM c.lease_until) * 1000000)::int8,
-                            c.payload ->> 'tag'
-                       FROM jobs_claim('{QUEUE}', worker => '{worker}', n => {n},
-                                       lease => '{lease_ms} milliseconds',
-                                       wait => '{wait} milliseconds') c;
-                     SELECT {SERVER_NOW}"
+                &maybe_prepared(
+                    format!(
+                        "SELECT {SERVER_NOW};
+                         SELECT c.id, c.lease, c.attempt,
+                                (extract(epoch FROM c.lease_until) * 1000000)::int8,
+                                c.payload ->> 'tag'
+                           FROM jobs_claim('{queue}', worker => '{worker}', n => {n},
+                                           lease => '{lease_ms} milliseconds',
+                                           wait => '{wait} milliseconds') c;
+                         SELECT {SERVER_NOW}"
+                    ),
+                    gid.as_deref(),
                 ),
             )?;
             let last = rows.len() - 1;
@@ -546,12 +1034,37 @@ impl Worker {
                 after: taken_at,
             })
         });
-        let claimed: Vec<Delivered> = match &op.result {
+        let mut claimed: Vec<Delivered> = match &op.result {
             OpResult::Ok(Reply::Claimed { jobs, .. }) => jobs.clone(),
             _ => Vec::new(),
         };
-        let unknown = matches!(op.result, OpResult::Unknown(_));
-        self.reconnect_if(unknown);
+        let (result, backend) = (op.result.clone(), op.backend);
+        match &gid {
+            None => self.reconnect_if(matches!(result, OpResult::Unknown(_))),
+            Some(gid) => {
+                // A prepared claim whose reply was lost is rolled back: nobody knows what it
+                // took.
+                let commit = matches!(result, OpResult::Ok(_)) && self.rng.chance(85);
+                match result {
+                    OpResult::Failed(_) => {
+                        let _ = self.client.batch_execute("ROLLBACK");
+                    }
+                    OpResult::Unknown(_) => {
+                        self.client = connect(&self.shared, &mut self.rec);
+                        if inspect(&mut self.rec, &mut self.client, &self.shared, gid, backend) {
+                            finish(&mut self.rec, &mut self.client, &self.shared, gid, false);
+                        }
+                    }
+                    _ => {
+                        thread::sleep(Duration::from_millis(self.rng.below(20)));
+                        finish(&mut self.rec, &mut self.client, &self.shared, gid, commit);
+                    }
+                }
+                if !commit {
+                    claimed.clear();
+                }
+            }
+        }
         let now = Instant::now();
         let lease = Duration::from_millis(lease_ms as u64);
         for job in &claimed {
@@ -708,8 +1221,11 @@ impl Worker {
         outcome
     }
 
-    /// Settles one job; a call whose connection died is retried once on a new connection.
+    /// Settles one job, now and then inside a prepared transaction (ended by the worker or
+    /// handed to the resolver); a plain call whose connection died is retried once on a new
+    /// connection.
     fn settle(&mut self, job: &Holding) {
+        let mut gid = (!self.draining() && self.rng.chance(10)).then(|| self.gid());
         for _try in 0..2 {
             let (id, lease) = (job.id, job.lease);
             let (call, sql): (Call, Box<dyn Fn(usize) -> String>) = match job.settle {
@@ -755,10 +1271,18 @@ impl Worker {
                 }
             };
             let client = &mut self.client;
+            let prepared = gid.take();
             let op = self
                 .rec
-                .record(call, |index| outcome_call(client, &sql(index)));
-            let unknown = matches!(op.result, OpResult::Unknown(_));
+                .record(prepared_call(call, prepared.as_deref()), |index| {
+                    outcome_call_in(client, &sql(index), prepared.as_deref())
+                });
+            let (result, backend) = (op.result.clone(), op.backend);
+            if let Some(gid) = prepared {
+                self.end_prepared(&gid, &result, backend);
+                return;
+            }
+            let unknown = matches!(result, OpResult::Unknown(_));
             self.reconnect_if(unknown);
             if !unknown {
                 return;
@@ -766,25 +1290,47 @@ impl Worker {
         }
     }
 
+    /// Ends a prepared settle: committed 80% of the time, by the worker or the resolver.
+    fn end_prepared(&mut self, gid: &str, result: &OpResult, backend: i32) {
+        end_prepared(
+            &mut self.rec,
+            &mut self.client,
+            &self.shared,
+            &mut self.rng,
+            gid,
+            (result, backend),
+            80,
+            50,
+        );
+    }
+
     fn complete_many(&mut self, jobs: &[Holding]) {
         let pairs: Vec<(i64, Uuid)> = jobs.iter().map(|j| (j.id, j.lease)).collect();
+        let mut gid = (!self.draining() && self.rng.chance(10)).then(|| self.gid());
         for _try in 0..2 {
             let ids: Vec<String> = pairs.iter().map(|(id, _)| id.to_string()).collect();
             let leases: Vec<String> = pairs.iter().map(|(_, l)| format!("'{l}'")).collect();
             let client = &mut self.client;
+            let prepared = gid.take();
             let op = self.rec.record(
-                Call::CompleteMany {
-                    pairs: pairs.clone(),
-                },
+                prepared_call(
+                    Call::CompleteMany {
+                        pairs: pairs.clone(),
+                    },
+                    prepared.as_deref(),
+                ),
                 |_| {
                     let rows = simple(
                         client,
-                        &format!(
-                            "SELECT {SERVER_NOW};
-                             SELECT id, outcome FROM jobs_complete_batch(ARRAY[{}]::bigint[], ARRAY[{}]::uuid[]);
-                             SELECT {SERVER_NOW}",
-                            ids.join(","),
-                            leases.join(",")
+                        &maybe_prepared(
+                            format!(
+                                "SELECT {SERVER_NOW};
+                                 SELECT id, outcome FROM jobs_complete_batch(ARRAY[{}]::bigint[], ARRAY[{}]::uuid[]);
+                                 SELECT {SERVER_NOW}",
+                                ids.join(","),
+                                leases.join(",")
+                            ),
+                            prepared.as_deref(),
                         ),
                     )?;
                     let last = rows.len() - 1;
@@ -798,7 +1344,12 @@ impl Worker {
                     })
                 },
             );
-            let unknown = matches!(op.result, OpResult::Unknown(_));
+            let (result, backend) = (op.result.clone(), op.backend);
+            if let Some(gid) = prepared {
+                self.end_prepared(&gid, &result, backend);
+                return;
+            }
+            let unknown = matches!(result, OpResult::Unknown(_));
             self.reconnect_if(unknown);
             if !unknown {
                 return;
@@ -848,7 +1399,9 @@ impl Pacer {
     }
 }
 
-/// Enqueues `jobs` tagged jobs, singly and in batches, paced by the number of open jobs.
+/// Enqueues `jobs` tagged jobs, singly and in batches, paced by the number of open jobs; some
+/// with a unique key (a few of them kept for 100 ms after success), and some inside a prepared
+/// transaction that the producer or the resolver commits or rolls back.
 fn produce(process: usize, shared: Arc<Shared>, seed: u64, jobs: u64) -> Vec<Op> {
     let mut rng = Rng::new(seed, process as u64);
     let mut rec = Recorder::new(process, shared.clone());
@@ -878,29 +1431,57 @@ fn produce(process: usize, shared: Arc<Shared>, seed: u64, jobs: u64) -> Vec<Op>
                 }
             })
             .collect();
+        // Some jobs with a unique key: the key space is small, so keys are often held.
+        let unique: Vec<Option<String>> = tags
+            .iter()
+            .map(|_| rng.chance(8).then(|| format!("u{}", rng.below(KEYS))))
+            .collect();
+        // unique_for needs a unique key.
+        let unique_for = (unique.iter().any(Option::is_some) && rng.chance(50)).then_some(100_000);
+        let keys_sql: Vec<String> = unique
+            .iter()
+            .map(|key| key.as_ref().map_or("NULL".to_owned(), |k| format!("'{k}'")))
+            .collect();
+        let unique_for_sql = if unique_for.is_some() {
+            "'100 milliseconds'"
+        } else {
+            "NULL"
+        };
         let sql = if tags.len() == 1 {
             format!(
-                "SELECT jobs_enqueue('{QUEUE}', '{{\"tag\": {}}}', max_attempts => {max_attempts}, group_key => {})",
-                tags[0], groups[0]
+                "SELECT jobs_enqueue('{QUEUE}', '{{\"tag\": {}}}', max_attempts => {max_attempts}, group_key => {}, unique_key => {}, unique_for => {unique_for_sql})",
+                tags[0], groups[0], keys_sql[0]
             )
         } else {
             let payloads: Vec<String> =
                 tags.iter().map(|t| format!("'{{\"tag\": {t}}}'")).collect();
             format!(
-                "SELECT id FROM jobs_enqueue_batch('{QUEUE}', ARRAY[{}]::jsonb[], max_attempts => {max_attempts}, group_keys => ARRAY[{}]::text[])",
+                "SELECT id FROM jobs_enqueue_batch('{QUEUE}', ARRAY[{}]::jsonb[], max_attempts => {max_attempts}, group_keys => ARRAY[{}]::text[], unique_keys => ARRAY[{}]::text[], unique_for => {unique_for_sql})",
                 payloads.join(","),
-                groups.join(",")
+                groups.join(","),
+                keys_sql.join(",")
             )
         };
+        let gid = rng
+            .chance(12)
+            .then(|| format!("p{process}-{}", produced - count));
         let op = rec.record(
-            Call::Enqueue {
-                tags: tags.clone(),
-                max_attempts,
-            },
+            prepared_call(
+                Call::Enqueue {
+                    tags: tags.clone(),
+                    max_attempts,
+                    unique,
+                    unique_for,
+                },
+                gid.as_deref(),
+            ),
             |_| {
                 let rows = simple(
                     &mut client,
-                    &format!("SELECT {SERVER_NOW}; {sql}; SELECT {SERVER_NOW}"),
+                    &maybe_prepared(
+                        format!("SELECT {SERVER_NOW}; {sql}; SELECT {SERVER_NOW}"),
+                        gid.as_deref(),
+                    ),
                 )?;
                 let last = rows.len() - 1;
                 Ok(Reply::Ids {
@@ -910,6 +1491,21 @@ fn produce(process: usize, shared: Arc<Shared>, seed: u64, jobs: u64) -> Vec<Op>
                 })
             },
         );
+        if let Some(gid) = &gid {
+            let (result, backend) = (op.result.clone(), op.backend);
+            end_prepared(
+                &mut rec,
+                &mut client,
+                &shared,
+                &mut rng,
+                gid,
+                (&result, backend),
+                85,
+                50,
+            );
+            shared.produced.fetch_add(count, Ordering::Relaxed);
+            continue;
+        }
         match &op.result {
             OpResult::Ok(Reply::Ids { ids, .. }) => {
                 shared.known_ids.lock().unwrap().extend(ids);
@@ -998,12 +1594,19 @@ enum Fault {
     Crash,
     /// SIGKILL of the background worker: the postmaster ends every backend and restarts.
     KillWorker,
+    /// `pg_ctl restart -m fast`: a clean shutdown and a start.
+    Restart,
 }
 
 /// `count` faults at evenly spaced points of the production of `jobs` jobs, in turn each
 /// kind.
 fn fault_plan(jobs: u64, count: u64) -> Vec<(u64, Fault)> {
-    const KINDS: [Fault; 3] = [Fault::TermWorker, Fault::Crash, Fault::KillWorker];
+    const KINDS: [Fault; 4] = [
+        Fault::TermWorker,
+        Fault::Crash,
+        Fault::Restart,
+        Fault::KillWorker,
+    ];
     (0..count)
         .map(|k| {
             (
@@ -1048,6 +1651,18 @@ fn inject_faults(shared: Arc<Shared>, cluster: Arc<Cluster>, plan: Vec<(u64, Fau
             }
             thread::sleep(Duration::from_millis(5));
         }
+        if !matches!(fault, Fault::TermWorker) {
+            // A fault that ends every backend lands between some PREPARE TRANSACTION and its
+            // end: wait (a little) until a few are pending.
+            let deadline = Instant::now() + Duration::from_secs(3);
+            while Instant::now() < deadline
+                && simple(&mut client, "SELECT count(*) FROM pg_prepared_xacts")
+                    .map(|rows| int(&rows[0][0]) < 3)
+                    .unwrap_or(true)
+            {
+                thread::sleep(Duration::from_millis(2));
+            }
+        }
         match fault {
             Fault::TermWorker => {
                 let pid = worker_pid(&mut client);
@@ -1062,6 +1677,12 @@ fn inject_faults(shared: Arc<Shared>, cluster: Arc<Cluster>, plan: Vec<(u64, Fau
                 rec.record_fault(Call::Crash, || {
                     cluster.crash();
                     cluster.restart();
+                    client = open(&shared.dsn, "the fault injector").0;
+                });
+            }
+            Fault::Restart => {
+                rec.record_fault(Call::Restart, || {
+                    cluster.restart_fast();
                     client = open(&shared.dsn, "the fault injector").0;
                 });
             }
@@ -1098,9 +1719,12 @@ fn final_jobs(client: &mut Client) -> Vec<FinalJob> {
                                 (extract(epoch FROM (e ->> 'at')::timestamptz) * 1000000)::int8)
                               ORDER BY n), '[]')
                        FROM jsonb_array_elements(j.errors) WITH ORDINALITY AS x(e, n))::text,
-                    (result ->> 'op')::int8, release_reason, lease, group_key
-               FROM jobs.job j WHERE queue = $1 ORDER BY id",
-            &[&QUEUE],
+                    (result ->> 'op')::int8, release_reason, lease, group_key,
+                    unique_key, unique_hold,
+                    (extract(epoch FROM unique_for) * 1000000)::int8,
+                    (extract(epoch FROM finished_at) * 1000000)::int8
+               FROM jobs.job j WHERE queue = ANY ($1) ORDER BY id",
+            &[&vec![QUEUE, VANISH_QUEUE]],
         )
         .expect("read the final jobs")
         .iter()
@@ -1121,6 +1745,10 @@ fn final_jobs(client: &mut Client) -> Vec<FinalJob> {
                 release_reason: row.get(7),
                 lease: row.get(8),
                 group: row.get(9),
+                unique_key: row.get(10),
+                unique_hold: row.get(11),
+                unique_for: row.get(12),
+                finished_at: row.get(13),
             }
         })
         .collect()
@@ -1163,7 +1791,11 @@ fn history_settings() -> Vec<&'static str> {
         .iter()
         .copied()
         .filter(|s| !s.starts_with("synchronous_commit"))
-        .chain(["synchronous_commit = on"])
+        .chain([
+            "synchronous_commit = on",
+            // Producers and workers prepare some of their calls' transactions.
+            "max_prepared_transactions = 100",
+        ])
         .collect()
 }
 
@@ -1186,6 +1818,8 @@ fn run_history(
         .batch_execute(&format!(
             "CREATE EXTENSION pg_jobs;
              CREATE ROLE history_worker LOGIN;   GRANT jobs_worker TO history_worker;
+             -- A worker enqueues the job that wakes its vanished client's claim.
+             GRANT jobs_client TO history_worker;
              CREATE ROLE history_producer LOGIN; GRANT jobs_client TO history_producer;
              CREATE ROLE history_admin LOGIN;    GRANT jobs_admin TO history_admin;
              -- The admin also ends workers' and producers' backends (none is a superuser).
@@ -1193,9 +1827,12 @@ fn run_history(
              SELECT jobs_create_queue('{QUEUE}', lease => '500 milliseconds',
                                       max_attempts => {MAX_ATTEMPTS}, backoff_base => '10 milliseconds',
                                       backoff_max => '100 milliseconds', jitter => 0.1,
-                                      group_concurrency => {group_concurrency});"
+                                      group_concurrency => {group_concurrency});
+             SELECT jobs_create_queue('{VANISH_QUEUE}', lease => '500 milliseconds',
+                                      max_attempts => {MAX_ATTEMPTS}, backoff_base => '10 milliseconds',
+                                      backoff_max => '100 milliseconds');"
         ))
-        .expect("set up the queue");
+        .expect("set up the queues");
     let shared = Arc::new(Shared {
         dsn: cluster.dsn("postgres"),
         worker_dsn: cluster.dsn_as("history_worker", "postgres"),
@@ -1207,9 +1844,11 @@ fn run_history(
         draining: AtomicBool::new(false),
         produced_all: AtomicBool::new(false),
         produced: AtomicU64::new(0),
-        pids: (0..=FAULTS).map(|_| AtomicI32::new(0)).collect(),
+        pids: (0..=RESOLVER).map(|_| AtomicI32::new(0)).collect(),
         known_ids: Mutex::new(Vec::new()),
         cancel_requests: Mutex::new(VecDeque::new()),
+        to_resolve: Mutex::new(Vec::new()),
+        port: cluster.port,
     });
 
     // Whatever happens to the test thread, the others stop.
@@ -1225,16 +1864,7 @@ fn run_history(
     for process in 0..WORKERS {
         let shared = shared.clone();
         workers.push(thread::spawn(move || {
-            let mut rec = Recorder::new(process, shared.clone());
-            Worker {
-                process,
-                client: connect(&shared, &mut rec),
-                rng: Rng::new(seed, process as u64),
-                rec,
-                shared,
-                holding: Vec::new(),
-            }
-            .run()
+            Worker::new(process, shared, seed).run()
         }));
     }
     let mut producers = Vec::new();
@@ -1248,6 +1878,10 @@ fn run_history(
     let admin_thread = {
         let shared = shared.clone();
         thread::spawn(move || administer(ADMIN, shared, seed))
+    };
+    let resolver = {
+        let shared = shared.clone();
+        thread::spawn(move || resolve(RESOLVER, shared))
     };
     let injector = {
         let (shared, cluster) = (shared.clone(), cluster.clone());
@@ -1281,8 +1915,9 @@ fn run_history(
         wait_until(drain, "the workers to finish every job", || {
             let open: i64 = admin
                 .query_one(
-                    "SELECT count(*) FROM jobs.job WHERE queue = $1 AND state IN ('queued', 'running')",
-                    &[&QUEUE],
+                    "SELECT count(*) FROM jobs.job
+                      WHERE queue = ANY ($1) AND state IN ('queued', 'running')",
+                    &[&vec![QUEUE, VANISH_QUEUE]],
                 )
                 .expect("count open jobs")
                 .get(0);
@@ -1293,6 +1928,7 @@ fn run_history(
     for worker in workers {
         ops.extend(worker.join().expect("a worker panicked"));
     }
+    ops.extend(resolver.join().expect("the resolver panicked"));
     ops.sort_by_key(|op| op.index);
     eprintln!(
         "history: {} operations; produced in {:.1?}, finished in {:.1?}",
@@ -1304,12 +1940,125 @@ fn run_history(
         eprintln!("history: jobs were still open after {drain:?} of draining (reported as lost)");
     }
 
+    let now: i64 = admin
+        .query_one(&format!("SELECT {SERVER_NOW}"), &[])
+        .expect("read the server's clock")
+        .get(0);
     let finals = final_jobs(&mut admin);
     let broken = impossible_states(&mut admin);
-    let report = check(&ops, &finals, group_concurrency);
+    let end = End {
+        now: Some(now),
+        prepared_left: admin
+            .query("SELECT gid FROM pg_prepared_xacts ORDER BY gid", &[])
+            .expect("read pg_prepared_xacts")
+            .iter()
+            .map(|row| row.get(0))
+            .collect(),
+        group_probes: probe_groups(&mut admin),
+        key_probes: probe_keys(&mut admin),
+    };
+    let report = check_with_end(&ops, &finals, &end, group_concurrency);
     report.print();
     print_deadlocks(&cluster.log());
+    eprintln!(
+        "history summary: seed {seed}, {jobs} jobs, {faults} faults, {:.1?}: lost {}, run twice at once or by a stale lease {}, attempts spent by a gone client {} (of {} vanished clients), groups or keys stuck {}, prepared transactions left or unsquared {} (of {} prepared, {} across a crash or restart), unique-key violations {}, {}",
+        shared.start.elapsed(),
+        report.lost.len(),
+        report.duplicated.len(),
+        report.gone.len(),
+        report.vanished.0,
+        report.stuck.len(),
+        report.prepared.len(),
+        report.prepared_counts.prepared,
+        report.prepared_counts.across_restarts,
+        report.unique.len(),
+        if report.is_clean() && broken.is_empty() { "clean" } else { "NOT CLEAN" }
+    );
     (report, broken)
+}
+
+/// After the drain, with nothing of any group open: a job enqueued into each group must be
+/// claimable at once (a group whose slot a cache still thinks taken, or whose head it lost,
+/// would keep its job). The probe jobs are claimed and completed; they come after the final
+/// rows were read, so the checker never sees them as jobs of the history.
+fn probe_groups(client: &mut Client) -> Vec<(String, bool)> {
+    let groups: Vec<String> = (0..GROUPS).map(|g| format!("g{g}")).collect();
+    for group in &groups {
+        client
+            .execute(
+                "SELECT jobs_enqueue($1, jsonb_build_object('probe', $2::text), group_key => $2)",
+                &[&QUEUE, group],
+            )
+            .expect("enqueue a group probe");
+    }
+    let mut claimed: Vec<String> = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while claimed.len() < groups.len() && Instant::now() < deadline {
+        let rows = client
+            .query(
+                "SELECT c.id, c.lease, c.payload ->> 'probe' FROM jobs_claim($1, n => 100, wait => '1 second') c",
+                &[&QUEUE],
+            )
+            .expect("claim the group probes");
+        for row in rows {
+            let (id, lease, group): (i64, Uuid, Option<String>) =
+                (row.get(0), row.get(1), row.get(2));
+            client
+                .execute("SELECT jobs_complete($1, $2)", &[&id, &lease])
+                .expect("complete a group probe");
+            claimed.extend(group);
+        }
+    }
+    groups
+        .into_iter()
+        .map(|group| {
+            let taken = claimed.contains(&group);
+            (group, taken)
+        })
+        .collect()
+}
+
+/// After the drain, once every key's `unique_for` has run out: one enqueue per unique key,
+/// rolled back, answering whether it inserted its own job or which job it found holding the
+/// key.
+fn probe_keys(client: &mut Client) -> Vec<KeyProbe> {
+    // The longest unique_for of the workload is 100 ms.
+    thread::sleep(Duration::from_millis(200));
+    (0..KEYS)
+        .map(|k| {
+            let key = format!("u{k}");
+            let mut tx = client.transaction().expect("begin a key probe");
+            let before: i64 = tx
+                .query_one(&format!("SELECT {SERVER_NOW}"), &[])
+                .expect("read the clock")
+                .get(0);
+            let id: i64 = tx
+                .query_one(
+                    "SELECT jobs_enqueue($1, '{\"probe\": true}', unique_key => $2)",
+                    &[&QUEUE, &key],
+                )
+                .expect("enqueue a key probe")
+                .get(0);
+            let inserted: bool = tx
+                .query_one(
+                    "SELECT coalesce(payload ? 'probe', false) FROM jobs.job WHERE id = $1",
+                    &[&id],
+                )
+                .expect("read the probe's answer")
+                .get(0);
+            let after: i64 = tx
+                .query_one(&format!("SELECT {SERVER_NOW}"), &[])
+                .expect("read the clock")
+                .get(0);
+            tx.rollback().expect("roll the key probe back");
+            KeyProbe {
+                key,
+                before,
+                after,
+                holder: (!inserted).then_some(id),
+            }
+        })
+        .collect()
 }
 
 /// Prints the server log's reports of deadlocks (the error, which processes waited for what,
@@ -1399,8 +2148,8 @@ fn assert_clean_and_exercised(jobs: u64, faults: u64, report: &Report, broken: &
     let (acked, failed, unknown) = report.enqueues;
     assert_eq!(
         acked + failed + unknown,
-        jobs as usize,
-        "every job was enqueued by one call (failed: calls that never ran)"
+        jobs as usize + report.vanished.0,
+        "every job was enqueued by one call (failed: calls that never ran), and one more woke each vanished client's claim"
     );
     assert!(
         answered("terminate", "worker true") > 0,
@@ -1420,17 +2169,43 @@ fn assert_clean_and_exercised(jobs: u64, faults: u64, report: &Report, broken: &
     );
     assert!(report.judged > 0, "no answer that did nothing was judged");
     assert!(report.grouped.0 > 0, "no job was in a group");
-    let injected = ["server crash", "worker SIGKILL", "worker SIGTERM"]
-        .iter()
-        .map(|kind| answered(kind, "ok"))
-        .sum::<usize>();
+    let injected = [
+        "server crash",
+        "server restart",
+        "worker SIGKILL",
+        "worker SIGTERM",
+    ]
+    .iter()
+    .map(|kind| answered(kind, "ok"))
+    .sum::<usize>();
     assert_eq!(injected as u64, faults, "every planned fault was injected");
+    let prepared = report.prepared_counts;
+    assert!(
+        prepared.committed > 0 && prepared.rolled_back > 0,
+        "no prepared transaction was committed, or none rolled back"
+    );
+    if faults >= 2 {
+        assert!(
+            prepared.across_restarts > 0,
+            "no prepared transaction was ended after a crash or restart that came after its prepare"
+        );
+    }
+    let (vanished, asleep, ended, _) = report.vanished;
+    assert!(
+        asleep > 0,
+        "no vanishing client's claim was seen asleep before its socket closed"
+    );
+    assert_eq!(ended, vanished, "every vanished client's backend ended");
+    assert!(
+        report.unique_counts.1 > 0,
+        "no enqueue was answered by a job holding its unique key"
+    );
 }
 
-/// Faults of a run of `jobs` jobs: `PG_JOBS_HISTORY_FAULTS`, else three, and one more per
-/// 5,000 jobs beyond 15,000.
+/// Faults of a run of `jobs` jobs: `PG_JOBS_HISTORY_FAULTS`, else four (one of each kind),
+/// and one more per 5,000 jobs beyond 20,000.
 fn faults_for(jobs: u64) -> u64 {
-    env_u64("PG_JOBS_HISTORY_FAULTS").unwrap_or((jobs / 5_000).max(3))
+    env_u64("PG_JOBS_HISTORY_FAULTS").unwrap_or((jobs / 5_000).max(4))
 }
 
 #[test]

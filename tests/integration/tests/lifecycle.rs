@@ -979,6 +979,53 @@ fn jobs_of_a_claim_rolled_back_to_a_savepoint_are_claimable_again() {
     );
 }
 
+/// A rolled-back part of a transaction that took no job (a waiting claim's empty attempt, a
+/// savepoint around a claim that found nothing) leaves the claim floor where it is, even when
+/// the transaction took jobs before it; one that took jobs resets it (the jobs come back).
+/// Resetting it for nothing made every claim after a busy queue's contended wake-ups start at
+/// the head of the queue, walking every dead index entry an old snapshot keeps.
+#[test]
+fn a_rolled_back_part_that_took_nothing_leaves_the_floor() {
+    let mut client = Cluster::shared().connect();
+    let queue = unique_queue(&mut client, "floor-kept", "");
+    let ids: Vec<i64> = (1..=5)
+        .map(|n| enqueue(&mut client, &queue, json!({ "n": n })))
+        .collect();
+    let floor = |client: &mut postgres::Transaction<'_>| -> Option<i64> {
+        client
+            .query_one("SELECT floor_id FROM jobs.runtime_state($1)", &[&queue])
+            .unwrap()
+            .get(0)
+    };
+    let mut tx = client.transaction().unwrap();
+    let taken: Vec<i64> = claim(&mut tx, &queue, 2, "").iter().map(|c| c.id).collect();
+    assert_eq!(taken, ids[..2]);
+    let raised = floor(&mut tx);
+    assert!(raised.is_some(), "the claim raised the floor");
+    tx.batch_execute("SAVEPOINT nothing").unwrap();
+    assert!(claim(&mut tx, &queue, 1, ", kinds => ARRAY['no-such-kind']").is_empty());
+    tx.batch_execute("ROLLBACK TO SAVEPOINT nothing").unwrap();
+    assert_eq!(
+        floor(&mut tx),
+        raised,
+        "a part that took nothing reset the floor"
+    );
+    tx.batch_execute("SAVEPOINT something").unwrap();
+    assert_eq!(claim(&mut tx, &queue, 1, "")[0].id, ids[2]);
+    tx.batch_execute("ROLLBACK TO SAVEPOINT something").unwrap();
+    assert_eq!(
+        floor(&mut tx),
+        None,
+        "a part that took a job must reset the floor"
+    );
+    tx.commit().unwrap();
+    let again: Vec<i64> = claim(&mut client, &queue, 10, "")
+        .iter()
+        .map(|c| c.id)
+        .collect();
+    assert_eq!(again, ids[2..]);
+}
+
 /// Claims start past the jobs that claims in flight hold (the queue's reach), but a job
 /// enqueued before them in claim order, and the jobs of such a claim that rolls back, are
 /// claimed first.
@@ -1493,7 +1540,7 @@ fn get_list_stats_and_metrics_report_the_jobs() {
         ("failed", 1),
         ("cancelled", 1),
     ] {
-        let line = format!("pg_jobs_jobs{{queue=\"{queue}\",state=\"{state}\"}} {n}");
+        let line = format!("pg_jobs_queue_jobs{{queue=\"{queue}\",state=\"{state}\"}} {n}");
         assert!(
             metrics.lines().any(|l| l == line),
             "jobs_metrics() lacks {line:?}:\n{metrics}"
@@ -2304,4 +2351,122 @@ fn a_rolled_back_heartbeat_of_a_reclaimed_job_leaves_no_trace() {
         "the next claim must take the job the rolled-back heartbeat had revived, first in order"
     );
     assert_eq!(heartbeat(&mut holder, revived, old.lease), "lost");
+}
+
+/// A row of `jobs_complete_and_claim`: a settled job with its outcome, or a claimed job.
+#[derive(Debug, PartialEq)]
+enum Cycled {
+    Settled(i64, String),
+    Claimed(i64, i32),
+}
+
+/// Completes `held` (with `results`, when given) and claims up to `n` jobs of `queue`.
+fn complete_and_claim(
+    client: &mut impl postgres::GenericClient,
+    queue: &str,
+    held: &[Claimed],
+    results: Option<Vec<Value>>,
+    n: i32,
+) -> Vec<Cycled> {
+    let ids: Vec<i64> = held.iter().map(|c| c.id).collect();
+    let leases: Vec<Uuid> = held.iter().map(|c| c.lease).collect();
+    client
+        .query(
+            "SELECT settled, outcome, (claimed).id, (claimed).attempt
+               FROM jobs_complete_and_claim($1, $2, $3, results => $4, n => $5)",
+            &[&queue, &ids, &leases, &results, &n],
+        )
+        .unwrap()
+        .iter()
+        .map(|row| match row.get::<_, Option<i64>>(0) {
+            Some(id) => Cycled::Settled(id, row.get(1)),
+            None => Cycled::Claimed(row.get(2), row.get(3)),
+        })
+        .collect()
+}
+
+/// One commit per job: `jobs_complete_and_claim` completes what a worker finished (with each
+/// result) and claims its next jobs in one call and one transaction, answering each settle's
+/// outcome first (`succeeded`, `cancelled`, `lost`), then the claimed jobs in claim order; a
+/// rollback undoes both, and it never waits.
+#[test]
+fn one_call_completes_and_claims_in_one_transaction() {
+    let cluster = Cluster::shared();
+    let mut client = cluster.connect();
+    let queue = unique_queue(&mut client, "cycle", "");
+    let ids: Vec<i64> = (0..5)
+        .map(|n| enqueue_with(&mut client, &queue, json!({ "n": n }), ""))
+        .collect();
+    let first = claim_one(&mut client, &queue, "");
+    assert_eq!(first.id, ids[0]);
+
+    // A rolled-back call leaves no trace: the job still runs, nothing else was claimed.
+    let mut transaction = client.transaction().unwrap();
+    let rows = complete_and_claim(&mut transaction, &queue, &[first], None, 2);
+    assert_eq!(
+        rows,
+        [
+            Cycled::Settled(ids[0], "succeeded".into()),
+            Cycled::Claimed(ids[1], 1),
+            Cycled::Claimed(ids[2], 1),
+        ]
+    );
+    transaction.rollback().unwrap();
+    assert_eq!(state(&mut client, ids[0]), "running");
+    assert_eq!(state(&mut client, ids[1]), "queued");
+
+    // Committed: the result is stored, the next jobs run.
+    let rows = complete_and_claim(
+        &mut client,
+        &queue,
+        &[first],
+        Some(vec![json!({ "sent": true })]),
+        2,
+    );
+    assert_eq!(
+        rows,
+        [
+            Cycled::Settled(ids[0], "succeeded".into()),
+            Cycled::Claimed(ids[1], 1),
+            Cycled::Claimed(ids[2], 1),
+        ]
+    );
+    assert_eq!(
+        job_row(&mut client, ids[0])["result"],
+        json!({ "sent": true })
+    );
+    assert_eq!(state(&mut client, ids[1]), "running");
+
+    // Each settle's outcome: a cancelled job and a stale lease.
+    let running: Vec<Claimed> = client
+        .query(
+            "SELECT id, lease, attempt FROM jobs.job WHERE id = ANY($1) ORDER BY id",
+            &[&vec![ids[1], ids[2]]],
+        )
+        .unwrap()
+        .iter()
+        .map(|row| Claimed {
+            id: row.get(0),
+            lease: row.get(1),
+            attempt: row.get(2),
+        })
+        .collect();
+    assert_eq!(cancel(&mut client, ids[1]), "cancelled");
+    let stale = Claimed {
+        lease: Uuid::new_v4(),
+        ..running[1]
+    };
+    let rows = complete_and_claim(&mut client, &queue, &[running[0], stale], None, 5);
+    assert_eq!(
+        rows,
+        [
+            Cycled::Settled(ids[1], "cancelled".into()),
+            Cycled::Settled(ids[2], "lost".into()),
+            Cycled::Claimed(ids[3], 1),
+            Cycled::Claimed(ids[4], 1),
+        ]
+    );
+
+    // Nothing to settle and nothing due: no rows (it has no wait to sleep in).
+    assert_eq!(complete_and_claim(&mut client, &queue, &[], None, 1), []);
 }

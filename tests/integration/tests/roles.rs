@@ -430,7 +430,7 @@ fn tenants_cannot_see_or_touch_each_others_jobs() {
     }
     let metrics: String = one(&mut acme, "SELECT jobs_metrics()", &[]);
     assert!(
-        metrics.contains("pg_jobs_jobs{queue=\"tenants\",state=\"running\"} 1"),
+        metrics.contains("pg_jobs_queue_jobs{queue=\"tenants\",state=\"running\"} 1"),
         "metrics count other tenants' jobs:\n{metrics}"
     );
     assert_eq!(

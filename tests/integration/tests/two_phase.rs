@@ -15,7 +15,7 @@ use std::sync::OnceLock;
 use std::thread;
 
 use pg_jobs_tests::{
-    claim, enqueue, freed_heads, scalar, unique_queue, wait_for_a_lock, Client, Cluster,
+    claim, enqueue, freed_heads, offered, scalar, unique_queue, wait_for_a_lock, Client, Cluster,
     TEST_SETTINGS,
 };
 use postgres::error::SqlState;
@@ -232,7 +232,7 @@ fn a_freed_head_behind_a_job_of_a_prepared_enqueue_is_not_taken() {
         &[&running[0].id, &running[0].lease],
     );
     assert_eq!(settled, "succeeded");
-    assert_eq!(freed_heads(&mut admin, &queue), [head]);
+    assert_eq!(freed_heads(&mut admin, &queue), offered([head]));
     cluster
         .connect()
         .batch_execute(&format!("COMMIT PREPARED 'pl-{queue}'"))

@@ -20,6 +20,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant, SystemTime};
 
+use pg_jobs_tests::vanishing::VanishingClient;
 use pg_jobs_tests::{
     enqueue, scalar, state, unique_queue, wait_until, Claimed, Client, Cluster, TEST_SETTINGS,
 };
@@ -1040,71 +1041,6 @@ fn wake_up_latency_of_looping_claimers() {
     );
 }
 
-/// A client that speaks just enough of the wire protocol to start a statement and then vanish
-/// as a killed process does: its socket closes without a Terminate message.
-struct VanishingClient {
-    stream: std::net::TcpStream,
-}
-
-impl VanishingClient {
-    /// Connects to `cluster` as postgres with `application_name` (trust authentication, as the
-    /// test clusters use) and waits until the server is ready for a query.
-    fn connect(cluster: &Cluster, application_name: &str) -> VanishingClient {
-        use std::io::Write;
-        let mut stream = std::net::TcpStream::connect(("127.0.0.1", cluster.port)).unwrap();
-        let mut body = Vec::new();
-        body.extend_from_slice(&196_608_i32.to_be_bytes());
-        for (key, value) in [
-            ("user", "postgres"),
-            ("database", "postgres"),
-            ("application_name", application_name),
-        ] {
-            body.extend_from_slice(key.as_bytes());
-            body.push(0);
-            body.extend_from_slice(value.as_bytes());
-            body.push(0);
-        }
-        body.push(0);
-        let mut startup = ((body.len() + 4) as i32).to_be_bytes().to_vec();
-        startup.extend_from_slice(&body);
-        stream.write_all(&startup).unwrap();
-        let mut client = VanishingClient { stream };
-        client.read_until(b'Z');
-        client
-    }
-
-    /// Reads messages until one of type `wanted`.
-    fn read_until(&mut self, wanted: u8) {
-        use std::io::Read;
-        loop {
-            let mut header = [0u8; 5];
-            self.stream.read_exact(&mut header).unwrap();
-            let len = i32::from_be_bytes(header[1..5].try_into().unwrap()) as usize;
-            let mut body = vec![0u8; len - 4];
-            self.stream.read_exact(&mut body).unwrap();
-            assert_ne!(
-                header[0],
-                b'E',
-                "the server refused: {}",
-                String::from_utf8_lossy(&body)
-            );
-            if header[0] == wanted {
-                return;
-            }
-        }
-    }
-
-    /// Sends `sql` as a simple query and does not wait for its answer.
-    fn send(&mut self, sql: &str) {
-        use std::io::Write;
-        let mut message = vec![b'Q'];
-        message.extend_from_slice(&((sql.len() + 5) as i32).to_be_bytes());
-        message.extend_from_slice(sql.as_bytes());
-        message.push(0);
-        self.stream.write_all(&message).unwrap();
-    }
-}
-
 /// A client killed while its claim waits (its socket closed, nothing said) must not take a
 /// job: the orphaned backend notices the closed connection before it claims, ends, and the
 /// job goes to a live worker with its attempts untouched. Without the check the orphan claims
@@ -1116,9 +1052,11 @@ fn a_killed_clients_waiting_claim_takes_nothing() {
     let mut observer = cluster.connect();
     let queue = unique_queue(&mut observer, "vanished", "max_attempts => 2");
     let mut vanishing = VanishingClient::connect(cluster, "vanishing-worker");
-    vanishing.send(&format!(
-        "SELECT * FROM jobs_claim('{queue}', wait => '60 seconds')"
-    ));
+    vanishing
+        .send(&format!(
+            "SELECT * FROM jobs_claim('{queue}', wait => '60 seconds')"
+        ))
+        .unwrap();
     let pid: i32 = {
         let mut pid = 0;
         wait_until(Duration::from_secs(20), "the claim to sleep", || {
@@ -1133,7 +1071,7 @@ fn a_killed_clients_waiting_claim_takes_nothing() {
         });
         pid
     };
-    drop(vanishing);
+    vanishing.vanish();
 
     let id = enqueue(&mut observer, &queue, json!({ "for": "a live worker" }));
     wait_until(
@@ -1187,4 +1125,48 @@ fn a_waiting_claim_ends_with_a_clear_error_when_the_extension_is_dropped() {
         error.as_db_error().map(|db| db.message()),
         Some("jobs_claim stopped waiting: pg_jobs was dropped from this database")
     );
+}
+
+/// A client gone before its claim returns takes nothing, also when the claim does not wait
+/// (or has not slept yet): the claim checks the connection before it returns what it took, and
+/// the session ends with the claim rolled back.
+#[test]
+fn a_claim_whose_client_left_before_it_ran_takes_nothing() {
+    let cluster = quiet_cluster();
+    let mut observer = cluster.connect();
+    for wait in ["0", "5 seconds"] {
+        let queue = unique_queue(&mut observer, "left-early", "");
+        let id = enqueue(&mut observer, &queue, json!({ "wait": wait }));
+        let mut vanishing = VanishingClient::connect(cluster, "left-early");
+        let pid = vanishing.pid();
+        // The sleep runs first, while the socket closes; the claim then finds the job.
+        vanishing
+            .send(&format!(
+                "SELECT pg_sleep(0.3); SELECT * FROM jobs_claim('{queue}', wait => '{wait}')"
+            ))
+            .unwrap();
+        vanishing.vanish();
+        wait_until(
+            Duration::from_secs(20),
+            "the orphaned backend to end",
+            || {
+                !scalar::<bool>(
+                    &mut observer,
+                    "SELECT EXISTS (SELECT FROM pg_stat_activity WHERE pid = $1)",
+                    &[&pid],
+                )
+            },
+        );
+        let row = observer
+            .query_one(
+                "SELECT state::text, attempt FROM jobs.job WHERE id = $1",
+                &[&id],
+            )
+            .unwrap();
+        assert_eq!(
+            (row.get::<_, String>(0).as_str(), row.get::<_, i32>(1)),
+            ("queued", 0),
+            "wait => '{wait}': the job a gone client's claim found"
+        );
+    }
 }

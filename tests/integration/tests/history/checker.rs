@@ -19,10 +19,13 @@ pub const WORKERS: usize = 8;
 #[derive(Clone, Debug)]
 pub enum Call {
     /// One `jobs_enqueue` (one tag) or `jobs_enqueue_batch` (several), every job with
-    /// `max_attempts`.
+    /// `max_attempts`; `unique` holds each tag's unique key (if any), all of them kept for
+    /// `unique_for` after success (`None`: not kept).
     Enqueue {
         tags: Vec<u64>,
         max_attempts: i32,
+        unique: Vec<Option<String>>,
+        unique_for: Option<Micros>,
     },
     Claim {
         n: i32,
@@ -69,6 +72,68 @@ pub enum Call {
     KillWorker {
         sigkill: bool,
     },
+    /// `pg_ctl restart -m fast`: a clean shutdown (every session ended, a shutdown checkpoint)
+    /// and a start. Complete once the server accepts connections again.
+    Restart,
+    /// `BEGIN`, then `call` (between two readings of the server's clock), then `PREPARE
+    /// TRANSACTION gid`, in one simple query. The op's outcome is the call's: `Ok` means
+    /// prepared, with the call's reply. What the call did is decided by the gid's later
+    /// [`Call::Finish`]: committed, it took effect between the call and the finish; rolled
+    /// back, it did nothing.
+    Prepared {
+        gid: String,
+        call: Box<Call>,
+    },
+    /// `COMMIT PREPARED gid` (`commit`) or `ROLLBACK PREPARED gid`, from any session, answered
+    /// between two readings of the server's clock. The workload decides each gid's ending once
+    /// and never tries the other.
+    Finish {
+        gid: String,
+        commit: bool,
+    },
+    /// Whether `gid` is in `pg_prepared_xacts`, read once the backend of a call with an unknown
+    /// outcome on it (its prepare, or its finish) had ended: the answer settles that outcome.
+    Inspect {
+        gid: String,
+    },
+    /// A waiting `jobs_claim(n, lease)` sent on a raw connection whose socket was then closed
+    /// without a word, as a killed client's is (its outcome is unknown by nature), and what
+    /// was seen of its backend afterwards.
+    VanishedClaim {
+        n: i32,
+        lease_ms: i64,
+        vanish: Vanish,
+    },
+}
+
+/// What the history saw of a claim whose client vanished while it waited.
+#[derive(Clone, Debug)]
+pub struct Vanish {
+    /// The `worker` name the claim passed; no other claim uses it.
+    pub worker: String,
+    /// The claim's backend.
+    pub pid: i32,
+    /// When (server time) the backend was seen asleep in the claim; `None`: it was not seen
+    /// asleep before the socket closed (the server went away, say).
+    pub asleep_at: Option<Micros>,
+    /// A server time read after the socket had closed: the client was gone by then, so the
+    /// claim may have taken a job only before it.
+    pub gone_by: Micros,
+    /// A server time by which the backend had ended (`None`: it was still there when the
+    /// history stopped watching).
+    pub ended_by: Option<Micros>,
+    /// The jobs whose row named the claim's worker once its backend had ended (with a lease
+    /// long enough that nobody took them meanwhile): what it claimed and committed.
+    pub took: Vec<Took>,
+}
+
+/// A job a vanished client's claim took, as its row told.
+#[derive(Clone, Debug)]
+pub struct Took {
+    pub id: i64,
+    pub attempt: i32,
+    /// The row's `started_at`: the server time the claim took it.
+    pub started_at: Micros,
 }
 
 impl Call {
@@ -88,12 +153,38 @@ impl Call {
             Call::Crash => "server crash",
             Call::KillWorker { sigkill: true } => "worker SIGKILL",
             Call::KillWorker { sigkill: false } => "worker SIGTERM",
+            Call::Restart => "server restart",
+            Call::Prepared { call, .. } => match call.name() {
+                "enqueue" => "prepared enqueue",
+                "enqueue_batch" => "prepared enqueue_batch",
+                "claim" => "prepared claim",
+                "heartbeat" => "prepared heartbeat",
+                "complete" => "prepared complete",
+                "complete_many" => "prepared complete_many",
+                "fail" => "prepared fail",
+                "fail_final" => "prepared fail_final",
+                "release" => "prepared release",
+                "cancel" => "prepared cancel",
+                _ => "prepared other",
+            },
+            Call::Finish { commit: true, .. } => "commit prepared",
+            Call::Finish { commit: false, .. } => "rollback prepared",
+            Call::Inspect { .. } => "inspect prepared",
+            Call::VanishedClaim { .. } => "vanished claim",
         }
     }
 
     /// Whether it is a fault the injector caused rather than a call on a connection.
     fn is_fault(&self) -> bool {
-        matches!(self, Call::Crash | Call::KillWorker { .. })
+        matches!(self, Call::Crash | Call::KillWorker { .. } | Call::Restart)
+    }
+
+    /// Whether it ends every backend of the server (a crash, or a restart).
+    fn ends_every_backend(&self) -> bool {
+        matches!(
+            self,
+            Call::Crash | Call::KillWorker { sigkill: true } | Call::Restart
+        )
     }
 }
 
@@ -141,6 +232,8 @@ pub enum Reply {
     },
     /// `pg_terminate_backend`'s answer.
     Terminated(bool),
+    /// Whether a gid was in `pg_prepared_xacts` at server time `at`.
+    Present { present: bool, at: Micros },
     /// A fault that was carried out.
     Done,
 }
@@ -219,6 +312,40 @@ pub struct FinalJob {
     pub lease: Option<Uuid>,
     /// Its group, if any.
     pub group: Option<String>,
+    /// Its unique key, whether the row holds it (`unique_hold`), and for how long it keeps
+    /// it after success (`unique_for`, µs).
+    pub unique_key: Option<String>,
+    pub unique_hold: bool,
+    pub unique_for: Option<Micros>,
+    /// When it finished, on the server's clock.
+    pub finished_at: Option<Micros>,
+}
+
+/// What the history read at the end besides the jobs' rows: probes of the rules that a stuck
+/// cache would break while the rows look fine.
+#[derive(Clone, Debug, Default)]
+pub struct End {
+    /// The server time the final rows were read at (`None`: unknown, skip the checks that
+    /// need it).
+    pub now: Option<Micros>,
+    /// Gids still in `pg_prepared_xacts` once the drain was over.
+    pub prepared_left: Vec<String>,
+    /// For each group of the workload: whether a job enqueued into it after the drain (when
+    /// nothing of it was left open) was claimed right away.
+    pub group_probes: Vec<(String, bool)>,
+    /// For each unique key of the workload: an enqueue with that key (then rolled back).
+    pub key_probes: Vec<KeyProbe>,
+}
+
+/// An enqueue with a unique key after the drain, rolled back once answered.
+#[derive(Clone, Debug)]
+pub struct KeyProbe {
+    pub key: String,
+    /// The server's clock before and after it.
+    pub before: Micros,
+    pub after: Micros,
+    /// The id of the job it found holding the key (`None`: it inserted its own).
+    pub holder: Option<i64>,
 }
 
 /// The checker's verdict.
@@ -271,6 +398,42 @@ pub struct Report {
     pub open_unknowns: usize,
     /// Job attempts that only claims with unknown outcomes can explain.
     pub phantom_attempts: usize,
+    /// Prepared transactions the history cannot square: finished twice, never finished, left
+    /// prepared at the end, seen prepared after their end.
+    pub prepared: Vec<String>,
+    pub prepared_counts: PreparedCounts,
+    /// Attempts spent by a client that was gone: a vanished client's claim that took a job
+    /// after its socket had closed, or whose backend outlived the watch.
+    pub gone: Vec<String>,
+    /// Claims whose client vanished; of them, seen asleep in their wait before, and seen to
+    /// end after; jobs they took (before their client was gone).
+    pub vanished: (usize, usize, usize, usize),
+    /// Unique keys held against the rules: two holders at once, a duplicate answered by a job
+    /// that no longer held the key, rows holding a key they should not (or not one they
+    /// should), a probe after the drain that disagrees with the rows.
+    pub unique: Vec<String>,
+    /// Tags enqueued with a unique key; of them, deduplicated (answered another job's id).
+    pub unique_counts: (usize, usize),
+    /// Groups and keys stuck after the drain: a group whose new job no claim took.
+    pub stuck: Vec<String>,
+    /// For the first jobs an anomaly names: every op that touched each, as recorded (prepared
+    /// calls, their ends and inspections included), and its final row.
+    pub excerpts: Vec<String>,
+}
+
+/// How the prepared transactions of a history ended.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PreparedCounts {
+    /// Surely prepared.
+    pub prepared: usize,
+    pub committed: usize,
+    pub rolled_back: usize,
+    /// Calls whose transaction never got prepared (the connection died first).
+    pub never: usize,
+    /// Prepared before a crash or restart and ended after it.
+    pub across_restarts: usize,
+    /// Ends whose outcome was unknown and that `pg_prepared_xacts` settled.
+    pub settled_by_inspection: usize,
 }
 
 impl Report {
@@ -282,6 +445,10 @@ impl Report {
             && self.answers.is_empty()
             && self.call_errors.is_empty()
             && self.groups.is_empty()
+            && self.prepared.is_empty()
+            && self.gone.is_empty()
+            && self.unique.is_empty()
+            && self.stuck.is_empty()
     }
 
     /// How many `kind` operations answered `outcome` ("ok" for replies without one).
@@ -319,6 +486,29 @@ impl Report {
             self.grouped.1,
             self.groups.len()
         );
+        let p = self.prepared_counts;
+        eprintln!(
+            "  prepared transactions: {} prepared ({} committed, {} rolled back, {} across a crash or restart, {} ends settled by pg_prepared_xacts), {} never prepared; {} anomalies",
+            p.prepared,
+            p.committed,
+            p.rolled_back,
+            p.across_restarts,
+            p.settled_by_inspection,
+            p.never,
+            self.prepared.len()
+        );
+        let (vanished, asleep, ended, took) = self.vanished;
+        eprintln!(
+            "  vanished clients: {vanished} waiting claims ({asleep} seen asleep before their socket closed), {ended} backends seen to end, {took} jobs taken before the client was gone; attempts spent by a gone client: {}",
+            self.gone.len()
+        );
+        eprintln!(
+            "  unique keys: {} tags with a key, {} deduplicated; {} violations",
+            self.unique_counts.0,
+            self.unique_counts.1,
+            self.unique.len()
+        );
+        eprintln!("  stuck after the drain: {}", self.stuck.len());
         let states: Vec<String> = self
             .final_states
             .iter()
@@ -341,6 +531,10 @@ impl Report {
             ("unexplained answers", &self.answers),
             ("calls with definite errors", &self.call_errors),
             ("group violations", &self.groups),
+            ("prepared transactions", &self.prepared),
+            ("attempts spent by a gone client", &self.gone),
+            ("unique keys", &self.unique),
+            ("stuck after the drain", &self.stuck),
         ] {
             if !list.is_empty() {
                 eprintln!("  {name}:");
@@ -349,13 +543,152 @@ impl Report {
                 }
             }
         }
+        if !self.excerpts.is_empty() {
+            eprintln!("  the history of the jobs named above (the first few):");
+            for line in &self.excerpts {
+                eprintln!("    {line}");
+            }
+        }
     }
+
+    /// Every anomaly, of every category.
+    fn anomalies(&self) -> impl Iterator<Item = &String> {
+        [
+            &self.lost,
+            &self.duplicated,
+            &self.unexpected,
+            &self.state_errors,
+            &self.answers,
+            &self.call_errors,
+            &self.groups,
+            &self.prepared,
+            &self.gone,
+            &self.unique,
+            &self.stuck,
+        ]
+        .into_iter()
+        .flatten()
+    }
+}
+
+/// The job ids an anomaly names ("job 12", "jobs [10, 11]", "before job 10").
+fn named_jobs(line: &str) -> Vec<i64> {
+    let mut ids = Vec::new();
+    for (i, _) in line.match_indices("job") {
+        let rest = line[i + 3..].trim_start_matches('s').trim_start();
+        let rest = rest.trim_start_matches('[');
+        for part in rest.split(", ") {
+            let digits: String = part.chars().take_while(char::is_ascii_digit).collect();
+            match digits.parse() {
+                Ok(id) => ids.push(id),
+                Err(_) => break,
+            }
+            if digits.len() < part.len() {
+                break;
+            }
+        }
+    }
+    ids
+}
+
+/// Whether `op` touched job `id` (whose tag is `tag`): enqueued it, delivered it, presented
+/// a lease of it, cancelled it, or is a prepared call that did.
+fn touches(op: &Call, result: &OpResult, id: i64, tag: Option<u64>) -> bool {
+    match op {
+        Call::Enqueue { tags, .. } => tag.is_some_and(|t| tags.contains(&t)),
+        Call::Claim { .. } => match result {
+            OpResult::Ok(Reply::Claimed { jobs, .. }) => jobs.iter().any(|j| j.id == id),
+            _ => false,
+        },
+        Call::Heartbeat { id: of, .. }
+        | Call::Complete { id: of, .. }
+        | Call::Fail { id: of, .. }
+        | Call::Release { id: of, .. }
+        | Call::Cancel { id: of } => *of == id,
+        Call::CompleteMany { pairs } => pairs.iter().any(|(of, _)| *of == id),
+        Call::Prepared { call, .. } => touches(call, result, id, tag),
+        Call::VanishedClaim { vanish, .. } => vanish.took.iter().any(|t| t.id == id),
+        _ => false,
+    }
+}
+
+/// Every op of `ops` that touched one of the first jobs the report's anomalies name, with
+/// the ends and inspections of its prepared transactions, and each job's final row.
+fn excerpts(ops: &[Op], finals: &[FinalJob], report: &Report) -> Vec<String> {
+    let mut ids: Vec<i64> = Vec::new();
+    for line in report.anomalies() {
+        for id in named_jobs(line) {
+            if !ids.contains(&id) && ids.len() < 6 {
+                ids.push(id);
+            }
+        }
+    }
+    let mut lines = Vec::new();
+    for id in ids {
+        let job = finals.iter().find(|j| j.id == id);
+        let tag = job.and_then(|j| j.tag);
+        lines.push(format!("job {id}, finally: {job:?}"));
+        let mine: Vec<&Op> = ops
+            .iter()
+            .filter(|op| touches(&op.call, &op.result, id, tag))
+            .collect();
+        let gids: HashSet<&str> = mine
+            .iter()
+            .filter_map(|op| match &op.call {
+                Call::Prepared { gid, .. } => Some(gid.as_str()),
+                _ => None,
+            })
+            .collect();
+        for op in ops.iter().filter(|op| {
+            touches(&op.call, &op.result, id, tag)
+                || matches!(&op.call, Call::Finish { gid, .. } | Call::Inspect { gid } if gids.contains(gid.as_str()))
+                || op.call.is_fault()
+        }) {
+            let result = match &op.result {
+                // A claim's reply, but only this job of it.
+                OpResult::Ok(Reply::Claimed {
+                    jobs,
+                    before,
+                    after,
+                }) => format!(
+                    "claimed {:?} of {} job(s) between {before} and {after}",
+                    jobs.iter().find(|j| j.id == id),
+                    jobs.len()
+                ),
+                other => format!("{other:?}"),
+            };
+            let call = match &op.call {
+                Call::Enqueue { tags, unique, .. } if tags.len() > 1 => {
+                    let i = tags.iter().position(|t| Some(*t) == tag);
+                    format!(
+                        "Enqueue of {} tags (this one at {i:?}, key {:?})",
+                        tags.len(),
+                        i.and_then(|i| unique.get(i))
+                    )
+                }
+                other => format!("{other:?}"),
+            };
+            lines.push(format!(
+                "  op {} by process {} (client {}..{} µs, backend {}, server floor {:?}, ceiling {:?}): {call} → {result}",
+                op.index,
+                op.process,
+                op.invoke,
+                op.complete,
+                op.backend,
+                op.server_floor,
+                op.server_ceiling
+            ));
+        }
+    }
+    lines
 }
 
 /// How an enqueue of a tag ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Enqueued {
     Acked(i64),
+    /// Answered the id of another job that held its unique key: nothing was inserted.
+    Deduplicated(i64),
     Failed,
     Unknown,
 }
@@ -579,9 +912,7 @@ fn mark_never_ran(ops: &[Op], report: &mut Report) -> Vec<Op> {
     let crashes: Vec<(u64, u64)> = ops
         .iter()
         .filter_map(|op| match (&op.call, &op.result) {
-            (Call::Crash | Call::KillWorker { sigkill: true }, OpResult::Ok(_)) => {
-                Some((op.invoke, op.complete))
-            }
+            (call, OpResult::Ok(_)) if call.ends_every_backend() => Some((op.invoke, op.complete)),
             _ => None,
         })
         .collect();
@@ -623,8 +954,525 @@ fn mark_never_ran(ops: &[Op], report: &mut Report) -> Vec<Op> {
         .collect()
 }
 
+/// A tag enqueued with a unique key.
+struct KeyedTag {
+    key: String,
+    /// How long a success keeps it, as the enqueue asked.
+    unique_for: Option<Micros>,
+    /// The enqueue's window on the server's clock, when it answered.
+    window: Option<(Micros, Micros)>,
+    /// The enqueue op.
+    op: usize,
+}
+
+/// The claims whose client vanished while they waited: none may take a job once its client
+/// is gone (the row's `started_at` after `gone_by`), and each backend must end (it notices
+/// the closed connection when it wakes, or at the latest when its wait runs out and it answers
+/// nobody).
+fn check_vanished(ops: &[Op], report: &mut Report) {
+    for op in ops {
+        let Call::VanishedClaim {
+            vanish, lease_ms, ..
+        } = &op.call
+        else {
+            continue;
+        };
+        report.vanished.0 += 1;
+        report.vanished.1 += usize::from(vanish.asleep_at.is_some());
+        match vanish.ended_by {
+            Some(_) => report.vanished.2 += 1,
+            None => report.gone.push(format!(
+                "op {} (vanished claim, worker {}): its backend {} was still running when the history stopped watching, long after its client was gone by {}",
+                op.index, vanish.worker, vanish.pid, vanish.gone_by
+            )),
+        }
+        for took in &vanish.took {
+            if took.started_at > vanish.gone_by {
+                report.gone.push(format!(
+                    "job {}: attempt {} spent at {} by backend {} (claim op {}, worker {}, a {lease_ms} ms lease), whose client was gone by {}",
+                    took.id, took.attempt, took.started_at, vanish.pid, op.index, vanish.worker, vanish.gone_by
+                ));
+            } else {
+                report.vanished.3 += 1;
+            }
+        }
+    }
+}
+
+/// How a prepared transaction ended, as far as the history tells.
+#[derive(Clone, Copy, Debug)]
+enum Ending {
+    /// Committed by this server time (the finish op's answer, or the inspection that settled
+    /// its unknown outcome).
+    Committed(Micros),
+    /// Rolled back by this op.
+    RolledBack(usize),
+    /// Never prepared: its transaction rolled back before `PREPARE TRANSACTION` took.
+    Never,
+    /// Prepared (or maybe), and nothing ended it.
+    Open,
+}
+
+/// Turns each [`Call::Prepared`] op into the plain call it carried, with the outcome its
+/// transaction's ending gave it: committed, the call's reply, its effect taking place between
+/// the call and the commit (so the reply's closing server time becomes the commit's); rolled
+/// back or never prepared, an op that did nothing; left open, an unknown outcome. Each gid's
+/// ending is read from its ops in order: a finish that answered, or a finish with an unknown
+/// outcome after which an inspection no longer found the gid (the workload tries one ending
+/// per gid, so the gid's absence means that finish took effect); an inspection finding the gid
+/// prepared means the finish before it did not. Whatever does not square (two endings, a gid
+/// prepared after its end, an end of a gid never prepared, a gid never ended or left prepared
+/// at the end) is reported.
+fn resolve_prepared(ops: &[Op], end: &End, report: &mut Report) -> Vec<Op> {
+    let mut by_gid: BTreeMap<&str, Vec<&Op>> = BTreeMap::new();
+    for op in ops {
+        if let Call::Prepared { gid, .. } | Call::Finish { gid, .. } | Call::Inspect { gid } =
+            &op.call
+        {
+            by_gid.entry(gid.as_str()).or_default().push(op);
+        }
+    }
+    let restarts: Vec<(u64, u64)> = ops
+        .iter()
+        .filter(|op| op.call.ends_every_backend() && matches!(op.result, OpResult::Ok(_)))
+        .map(|op| (op.invoke, op.complete))
+        .collect();
+    let mut endings: HashMap<usize, Ending> = HashMap::new();
+    for (gid, mut list) in by_gid {
+        list.sort_by_key(|op| op.index);
+        let prepares: Vec<&Op> = list
+            .iter()
+            .copied()
+            .filter(|op| matches!(op.call, Call::Prepared { .. }))
+            .collect();
+        let Some(prepare) = prepares.first().copied() else {
+            if list.iter().any(|op| {
+                matches!(op.call, Call::Finish { .. }) && matches!(op.result, OpResult::Ok(_))
+            }) {
+                report
+                    .prepared
+                    .push(format!("gid {gid}: ended, but no op prepared it"));
+            }
+            continue;
+        };
+        if prepares.len() > 1 {
+            report.prepared.push(format!(
+                "gid {gid}: prepared by {} ops (the workload uses each gid once)",
+                prepares.len()
+            ));
+        }
+        let mut known = matches!(prepare.result, OpResult::Ok(_));
+        let mut never = matches!(prepare.result, OpResult::Failed(_) | OpResult::NotRun(_));
+        // The ending: committed or not, its window, and the op that did it.
+        let mut ending: Option<(bool, Micros, Micros, &Op)> = None;
+        let mut pending: Option<&Op> = None;
+        for op in list.iter().copied().filter(|op| op.index > prepare.index) {
+            match (&op.call, &op.result) {
+                (Call::Finish { commit, .. }, OpResult::Ok(Reply::Outcome { before, after, .. })) => {
+                    if never {
+                        report.prepared.push(format!(
+                            "gid {gid}: op {} ended it, but its prepare op {} never took",
+                            op.index, prepare.index
+                        ));
+                    }
+                    if let Some((_, _, _, first)) = ending {
+                        report.prepared.push(format!(
+                            "gid {gid}: ended twice, by op {} and op {}",
+                            first.index, op.index
+                        ));
+                    } else {
+                        ending = Some((*commit, *before, *after, op));
+                    }
+                    known = true;
+                    pending = None;
+                }
+                (Call::Finish { .. }, OpResult::Unknown(_)) => pending = Some(op),
+                (Call::Inspect { .. }, OpResult::Ok(Reply::Present { present: true, at })) => {
+                    if never {
+                        report.prepared.push(format!(
+                            "gid {gid}: prepared at {at} (op {}), but its prepare op {} failed",
+                            op.index, prepare.index
+                        ));
+                    }
+                    if let Some((_, _, _, by)) = ending {
+                        report.prepared.push(format!(
+                            "gid {gid}: still prepared at {at} (op {}), after op {} ended it",
+                            op.index, by.index
+                        ));
+                    }
+                    known = true;
+                    pending = None;
+                }
+                (Call::Inspect { .. }, OpResult::Ok(Reply::Present { present: false, at })) => {
+                    match (pending.take(), known, ending) {
+                        (Some(finish), true, None) => {
+                            let Call::Finish { commit, .. } = finish.call else {
+                                unreachable!("pending holds finishes")
+                            };
+                            report.prepared_counts.settled_by_inspection += 1;
+                            ending = Some((
+                                commit,
+                                finish.server_floor.unwrap_or(Micros::MIN),
+                                *at,
+                                finish,
+                            ));
+                        }
+                        (Some(finish), false, None) => report.prepared.push(format!(
+                            "gid {gid}: absent at {at}, but neither its prepare (op {}) nor its end (op {}) is known to have taken",
+                            prepare.index, finish.index
+                        )),
+                        (None, false, None) => never = true,
+                        (None, true, None) => report.prepared.push(format!(
+                            "gid {gid}: gone from pg_prepared_xacts at {at} (op {}), but nothing ended it",
+                            op.index
+                        )),
+                        (_, _, Some(_)) => {}
+                    }
+                }
+                _ => {}
+            }
+        }
+        let state = match ending {
+            Some((true, _, hi, _)) => Ending::Committed(hi),
+            Some((false, _, _, by)) => Ending::RolledBack(by.index),
+            None if never => Ending::Never,
+            None => {
+                if end.prepared_left.iter().any(|left| left == gid) {
+                    // Reported below with the others left prepared.
+                } else {
+                    report.prepared.push(format!(
+                        "gid {gid}: prepared by op {}, and the history never saw it end",
+                        prepare.index
+                    ));
+                }
+                Ending::Open
+            }
+        };
+        match state {
+            Ending::Committed(..) | Ending::RolledBack(_) => {
+                report.prepared_counts.prepared += 1;
+                if matches!(state, Ending::Committed(..)) {
+                    report.prepared_counts.committed += 1;
+                } else {
+                    report.prepared_counts.rolled_back += 1;
+                }
+                let (_, _, _, by) = ending.expect("ended");
+                if restarts
+                    .iter()
+                    .any(|(invoke, complete)| prepare.complete < *invoke && *complete < by.invoke)
+                {
+                    report.prepared_counts.across_restarts += 1;
+                }
+            }
+            Ending::Never => report.prepared_counts.never += 1,
+            Ending::Open => report.prepared_counts.prepared += usize::from(known),
+        }
+        if let (Ending::Committed(..), OpResult::Failed(e)) = (state, &prepare.result) {
+            report.prepared.push(format!(
+                "gid {gid}: committed, but its call (op {}) failed: {e}",
+                prepare.index
+            ));
+        }
+        endings.insert(prepare.index, state);
+    }
+    for gid in &end.prepared_left {
+        report.prepared.push(format!(
+            "gid {gid} was still prepared after the drain (it holds its locks and rows)"
+        ));
+    }
+
+    ops.iter()
+        .map(|op| {
+            let Call::Prepared { call, .. } = &op.call else {
+                return op.clone();
+            };
+            let mut plain = Op {
+                call: (**call).clone(),
+                ..op.clone()
+            };
+            match (endings.get(&op.index).copied(), &op.result) {
+                (Some(Ending::Committed(hi)), OpResult::Ok(reply)) => {
+                    plain.result = OpResult::Ok(committed_by(reply, hi));
+                }
+                (Some(Ending::Committed(hi)), OpResult::Unknown(_)) => {
+                    plain.server_ceiling = Some(hi);
+                }
+                (Some(Ending::RolledBack(by)), _) => {
+                    plain.result = OpResult::NotRun(format!("rolled back by op {by}"));
+                }
+                (Some(Ending::Never), OpResult::Unknown(why)) => {
+                    plain.result = OpResult::NotRun(format!("never prepared ({why})"));
+                }
+                (Some(Ending::Open), OpResult::Ok(_)) => {
+                    plain.result = OpResult::Unknown("prepared, never ended".into());
+                    plain.server_ceiling = None;
+                }
+                _ => {}
+            }
+            plain
+        })
+        .collect()
+}
+
+/// A prepared call's reply once its transaction committed by server time `hi`: what it did
+/// took effect before then (and not before the call).
+fn committed_by(reply: &Reply, hi: Micros) -> Reply {
+    match reply.clone() {
+        Reply::Ids { ids, before, after } => Reply::Ids {
+            ids,
+            before,
+            after: after.max(hi),
+        },
+        Reply::Claimed {
+            jobs,
+            before,
+            after,
+        } => Reply::Claimed {
+            jobs,
+            before,
+            after: after.max(hi),
+        },
+        Reply::Outcome {
+            outcome,
+            before,
+            after,
+        } => Reply::Outcome {
+            outcome,
+            before,
+            after: after.max(hi),
+        },
+        Reply::Outcomes {
+            rows,
+            before,
+            after,
+        } => Reply::Outcomes {
+            rows,
+            before,
+            after: after.max(hi),
+        },
+        other => other,
+    }
+}
+
+/// Whether a succeeded job's hold on its key had run out by server time `at`.
+fn hold_ran_out(job: &FinalJob, at: Micros) -> bool {
+    match (job.state.as_str(), job.finished_at, job.unique_for) {
+        ("succeeded", Some(finished), Some(keep)) => finished + keep <= at,
+        _ => false,
+    }
+}
+
+/// Unique keys (README "Unique jobs"): at most one job holds a key at a time, from its insert
+/// until it fails, is cancelled, or succeeds (then for `unique_for` longer); a duplicate
+/// answers the id of the job that holds the key then. Judged on the server's clock, with the
+/// rows' `finished_at` (the hold ends no earlier: in the transaction that finished the job)
+/// and the answers that finished each job (no later), and at the end on the rows and on one
+/// probe enqueue per key.
+fn check_unique(
+    ops: &[Op],
+    finals: &[FinalJob],
+    by_id: &HashMap<i64, &FinalJob>,
+    enqueued: &HashMap<u64, (Enqueued, i32, Micros)>,
+    keyed: &HashMap<u64, KeyedTag>,
+    end: &End,
+    report: &mut Report,
+) {
+    report.unique_counts.0 = keyed.len();
+    // The earliest answer that finished each job (its hold ends no later, unless it keeps its
+    // key for unique_for after success).
+    let mut finished_by: HashMap<i64, Micros> = HashMap::new();
+    let mut note = |id: i64, after: Micros| {
+        let at = finished_by.entry(id).or_insert(after);
+        *at = (*at).min(after);
+    };
+    for op in ops {
+        match (&op.call, &op.result) {
+            (
+                Call::Complete { id, .. } | Call::Fail { id, .. } | Call::Cancel { id },
+                OpResult::Ok(Reply::Outcome { outcome, after, .. }),
+            ) if matches!(outcome.as_str(), "succeeded" | "failed" | "cancelled") => {
+                // A cancel answering 'succeeded' or 'failed' found it finished by then too.
+                note(*id, *after);
+            }
+            (Call::CompleteMany { .. }, OpResult::Ok(Reply::Outcomes { rows, after, .. })) => {
+                for (id, outcome) in rows {
+                    if outcome == "succeeded" {
+                        note(*id, *after);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    // When a job surely held its key from, and until (no earlier than).
+    let enqueue_of = |job: &FinalJob| job.tag.and_then(|tag| keyed.get(&tag));
+    let held_from = |job: &FinalJob| enqueue_of(job).and_then(|k| k.window).map(|(_, a)| a);
+    let held_until = |job: &FinalJob| -> Micros {
+        match (job.state.as_str(), job.finished_at) {
+            ("succeeded", Some(finished)) => finished + job.unique_for.unwrap_or(0),
+            (_, Some(finished)) => finished,
+            _ => Micros::MAX,
+        }
+    };
+    // When a job surely no longer held its key, if the history tells.
+    let released_by = |job: &FinalJob| -> Option<Micros> {
+        match (job.state.as_str(), job.finished_at, job.unique_for) {
+            ("succeeded", Some(finished), Some(keep)) => Some(finished + keep),
+            ("succeeded" | "failed" | "cancelled", _, _) => finished_by.get(&job.id).copied(),
+            _ => None,
+        }
+    };
+    let mut holders: HashMap<&str, Vec<&FinalJob>> = HashMap::new();
+    for job in finals {
+        if let Some(key) = &job.unique_key {
+            holders.entry(key.as_str()).or_default().push(job);
+        }
+    }
+    let stored: HashMap<u64, &FinalJob> = finals
+        .iter()
+        .filter_map(|job| Some((job.tag?, job)))
+        .collect();
+    let mut tags: Vec<(&u64, &KeyedTag)> = keyed.iter().collect();
+    tags.sort_by_key(|(tag, _)| **tag);
+    for (tag, k) in tags {
+        if let Some(job) = stored.get(tag) {
+            if job.unique_key.as_deref() != Some(k.key.as_str()) || job.unique_for != k.unique_for {
+                report.unique.push(format!(
+                    "job {} (tag {tag}): stored with key {:?} kept for {:?} µs, enqueued (op {}) with key {} kept for {:?}",
+                    job.id, job.unique_key, job.unique_for, k.op, k.key, k.unique_for
+                ));
+            }
+        }
+        let Some((b, a)) = k.window else { continue };
+        match enqueued.get(tag).map(|e| e.0) {
+            Some(Enqueued::Deduplicated(holder)) => {
+                report.unique_counts.1 += 1;
+                let job = by_id[&holder];
+                if job.unique_key.as_deref() != Some(k.key.as_str()) {
+                    report.unique.push(format!(
+                        "tag {tag} (op {}, key {}): answered job {holder}, whose key is {:?}",
+                        k.op, k.key, job.unique_key
+                    ));
+                } else if let Some(released) = released_by(job).filter(|r| *r < b) {
+                    report.unique.push(format!(
+                        "tag {tag} (op {}, key {}): answered job {holder} over [{b}, {a}], but that job ({}) no longer held the key by {released}: a key held by nothing",
+                        k.op, k.key, job.state
+                    ));
+                } else if enqueued
+                    .get(&job.tag.unwrap_or(u64::MAX))
+                    .is_some_and(|(_, _, since)| *since > a)
+                {
+                    report.unique.push(format!(
+                        "tag {tag} (op {}, key {}): answered job {holder}, enqueued only after it answered",
+                        k.op, k.key
+                    ));
+                }
+            }
+            Some(Enqueued::Acked(id)) => {
+                let Some(others) = holders.get(k.key.as_str()) else {
+                    continue;
+                };
+                for other in others.iter().filter(|o| o.id != id) {
+                    let Some(from) = held_from(other) else {
+                        continue;
+                    };
+                    if from < b && held_until(other) > a {
+                        report.unique.push(format!(
+                            "key {}: op {} inserted job {id} over [{b}, {a}] while job {} held the key (from {from} until no earlier than {})",
+                            k.key,
+                            k.op,
+                            other.id,
+                            held_until(other)
+                        ));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    // The rows at the end: a job holds its key while open, and after success for unique_for
+    // (a hold that ran out may linger until an enqueue of the key takes it over); never after
+    // it failed or was cancelled.
+    for job in finals {
+        let Some(key) = &job.unique_key else {
+            if job.unique_hold {
+                report
+                    .unique
+                    .push(format!("job {}: holds a unique key but has none", job.id));
+            }
+            continue;
+        };
+        let should = match job.state.as_str() {
+            "queued" | "running" => Some(true),
+            "failed" | "cancelled" => Some(false),
+            "succeeded" if job.unique_for.is_none() => Some(false),
+            // Within its window it holds; past it, it may still.
+            _ => match (end.now, job.finished_at, job.unique_for) {
+                (Some(now), Some(finished), Some(keep)) if finished + keep > now => Some(true),
+                _ => None,
+            },
+        };
+        if let Some(should) = should.filter(|s| *s != job.unique_hold) {
+            report.unique.push(format!(
+                "job {} ({}, key {key}): unique_hold is {}, the rows say it should {}hold the key",
+                job.id,
+                job.state,
+                job.unique_hold,
+                if should { "" } else { "not " }
+            ));
+        }
+    }
+    // The probes after the drain: an enqueue of each key inserts exactly when no job holds it
+    // (a cache that thought it held, or free, shows here).
+    for probe in &end.key_probes {
+        // The jobs whose rows hold the key at server time `at`.
+        let holding = |at: Micros| -> Vec<i64> {
+            holders
+                .get(probe.key.as_str())
+                .map(|jobs| {
+                    jobs.iter()
+                        .filter(|j| j.unique_hold && !hold_ran_out(j, at))
+                        .map(|j| j.id)
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        match probe.holder {
+            None if !holding(probe.after).is_empty() => report.unique.push(format!(
+                "key {}: a probe enqueue after the drain inserted its own job, but job(s) {:?} hold the key",
+                probe.key,
+                holding(probe.after)
+            )),
+            Some(holder) if !holding(probe.before).contains(&holder) => {
+                let row = by_id.get(&holder).map_or("no row".to_owned(), |j| {
+                    format!(
+                        "{}, unique_hold {}, key {:?}",
+                        j.state, j.unique_hold, j.unique_key
+                    )
+                });
+                report.stuck.push(format!(
+                    "key {}: a probe enqueue after the drain was answered by job {holder} ({row}), which does not hold it: a key held by nothing",
+                    probe.key
+                ));
+            }
+            _ => {}
+        }
+    }
+}
+
 /// Judges a history against the jobs the database holds at the end.
 pub fn check(recorded: &[Op], finals: &[FinalJob], group_concurrency: usize) -> Report {
+    check_with_end(recorded, finals, &End::default(), group_concurrency)
+}
+
+/// Judges a history against the jobs the database holds at the end and what was read at the
+/// end besides ([`End`]).
+pub fn check_with_end(
+    recorded: &[Op],
+    finals: &[FinalJob],
+    end: &End,
+    group_concurrency: usize,
+) -> Report {
     let mut report = Report::default();
     let ops = mark_never_ran(recorded, &mut report);
     let ops = &ops[..];
@@ -687,14 +1535,44 @@ pub fn check(recorded: &[Op], finals: &[FinalJob], group_concurrency: usize) -> 
         }
     }
 
+    // Prepared calls become the plain calls they were, with the outcome their ending gave.
+    check_vanished(ops, &mut report);
+    let ops = resolve_prepared(ops, end, &mut report);
+    let ops = &ops[..];
+
     // Enqueues: every tag is enqueued by exactly one call, no earlier than its server floor.
     let mut enqueued: HashMap<u64, (Enqueued, i32, Micros)> = HashMap::new();
     let mut enqueue_answered: HashMap<u64, Micros> = HashMap::new();
+    // Tags with a unique key: the key, how long a success keeps it, and the enqueue's window
+    // on the server's clock (acknowledged enqueues only).
+    let mut keyed: HashMap<u64, KeyedTag> = HashMap::new();
     for op in ops {
-        let Call::Enqueue { tags, max_attempts } = &op.call else {
+        let Call::Enqueue {
+            tags,
+            max_attempts,
+            unique,
+            unique_for,
+        } = &op.call
+        else {
             continue;
         };
         for (i, tag) in tags.iter().enumerate() {
+            if let Some(Some(key)) = unique.get(i) {
+                keyed.insert(
+                    *tag,
+                    KeyedTag {
+                        key: key.clone(),
+                        unique_for: *unique_for,
+                        window: match &op.result {
+                            OpResult::Ok(Reply::Ids { before, after, .. }) => {
+                                Some((*before, *after))
+                            }
+                            _ => None,
+                        },
+                        op: op.index,
+                    },
+                );
+            }
             let (status, since) = match &op.result {
                 OpResult::Ok(Reply::Ids { ids, before, after }) if ids.len() == tags.len() => {
                     enqueue_answered.insert(*tag, *after);
@@ -724,7 +1602,7 @@ pub fn check(recorded: &[Op], finals: &[FinalJob], group_concurrency: usize) -> 
     report.enqueues = enqueued
         .values()
         .fold((0, 0, 0), |(a, f, u), (s, _, _)| match s {
-            Enqueued::Acked(_) => (a + 1, f, u),
+            Enqueued::Acked(_) | Enqueued::Deduplicated(_) => (a + 1, f, u),
             Enqueued::Failed => (a, f + 1, u),
             Enqueued::Unknown => (a, f, u + 1),
         });
@@ -765,6 +1643,15 @@ pub fn check(recorded: &[Op], finals: &[FinalJob], group_concurrency: usize) -> 
             report
                 .unexpected
                 .push(format!("tag {tag} is stored twice (job {})", job.id));
+        }
+    }
+    // A tag with a unique key whose enqueue answered the id of a stored job that carries
+    // another tag was deduplicated: that job held the key, and nothing was inserted.
+    for (tag, entry) in enqueued.iter_mut() {
+        if let (Enqueued::Acked(id), Some(_)) = (entry.0, keyed.get(tag)) {
+            if !by_tag.contains_key(tag) && by_id.get(&id).is_some_and(|j| j.tag != Some(*tag)) {
+                entry.0 = Enqueued::Deduplicated(id);
+            }
         }
     }
     let enqueued_at = |job: &FinalJob| -> Micros {
@@ -928,6 +1815,14 @@ pub fn check(recorded: &[Op], finals: &[FinalJob], group_concurrency: usize) -> 
                 ceiling: op.server_ceiling.unwrap_or(Micros::MAX),
                 n: *n,
             }),
+            // A vanished client's claim may take jobs only while its client was there: what
+            // it took later is an attempt spent by a gone client, which no unknown outcome
+            // explains.
+            (Call::VanishedClaim { n, vanish, .. }, OpResult::Unknown(_)) => Some(Phantom {
+                floor: op.server_floor.unwrap_or(Micros::MIN),
+                ceiling: vanish.gone_by,
+                n: *n,
+            }),
             _ => None,
         })
         .collect();
@@ -965,6 +1860,14 @@ pub fn check(recorded: &[Op], finals: &[FinalJob], group_concurrency: usize) -> 
         }
     }
     check_groups(finals, &runs, &committed_by, group_concurrency, &mut report);
+    check_unique(ops, finals, &by_id, &enqueued, &keyed, end, &mut report);
+    for (group, claimed) in &end.group_probes {
+        if !claimed {
+            report.stuck.push(format!(
+                "group {group}: a job enqueued into it after the drain, with nothing of the group open, was not claimed"
+            ));
+        }
+    }
     // Across jobs: the claims with unknown outcomes took at most their `n` jobs each.
     let capacity: i32 = phantoms.iter().map(|p| p.n).sum();
     if report.phantom_attempts > capacity as usize {
@@ -973,6 +1876,9 @@ pub fn check(recorded: &[Op], finals: &[FinalJob], group_concurrency: usize) -> 
             report.phantom_attempts,
             phantoms.len()
         ));
+    }
+    if !report.is_clean() {
+        report.excerpts = excerpts(recorded, finals, &report);
     }
     report
 }

@@ -4,13 +4,16 @@
 use uuid::Uuid;
 
 use super::checker::{
-    check, Call, Delivered, ErrorEntry, FinalJob, Micros, Op, OpResult, Reply, Report,
+    check, check_with_end, Call, Delivered, End, ErrorEntry, FinalJob, KeyProbe, Micros, Op,
+    OpResult, Reply, Report, Took, Vanish,
 };
 
 /// Builds synthetic histories: one server clock (µs) and one client clock (10 µs per op).
 #[derive(Default)]
 struct Synthetic {
     ops: Vec<Op>,
+    /// When (client clock) the connections the next ops are sent on were made.
+    connected_at: u64,
 }
 
 /// Server times used below.
@@ -30,9 +33,116 @@ impl Synthetic {
             server_floor: None,
             server_ceiling: None,
             backend: 1000 + process as i32,
-            connected_at: 0,
+            connected_at: self.connected_at,
         });
         index
+    }
+
+    /// Every later op goes over a connection made now (after a crash or a restart).
+    fn reconnect_all(&mut self) {
+        self.connected_at = self.ops.len() as u64 * 10;
+    }
+
+    /// `call` run inside a transaction prepared as `gid`, with `result`.
+    fn prepared(&mut self, process: usize, gid: &str, call: Call, result: OpResult) -> usize {
+        self.push(
+            process,
+            Call::Prepared {
+                gid: gid.into(),
+                call: Box::new(call),
+            },
+            result,
+        )
+    }
+
+    /// `COMMIT PREPARED` (`commit`) or `ROLLBACK PREPARED` of `gid`, answered from server time
+    /// `at` to `at + 100`.
+    fn finish(&mut self, process: usize, gid: &str, commit: bool, at: Micros) -> usize {
+        self.push(
+            process,
+            Call::Finish {
+                gid: gid.into(),
+                commit,
+            },
+            OpResult::Ok(Reply::Outcome {
+                outcome: "ok".into(),
+                before: at,
+                after: at + 100,
+            }),
+        )
+    }
+
+    /// Whether `gid` was in `pg_prepared_xacts` at server time `at`.
+    fn inspect(&mut self, process: usize, gid: &str, present: bool, at: Micros) -> usize {
+        self.push(
+            process,
+            Call::Inspect { gid: gid.into() },
+            OpResult::Ok(Reply::Present { present, at }),
+        )
+    }
+
+    /// A claim of one job taken at server time `at` (began 50 µs before), asking for a lease
+    /// of `lease_ms`: its lease and its reply.
+    fn claim_reply(
+        &self,
+        (id, tag, attempt): (i64, u64, i32),
+        at: Micros,
+        lease_ms: i64,
+    ) -> (Uuid, OpResult) {
+        let lease = Uuid::from_u128(((id as u128) << 32) | (self.ops.len() as u128 + 1));
+        let reply = Reply::Claimed {
+            jobs: vec![Delivered {
+                id,
+                lease,
+                attempt,
+                lease_until: at + lease_ms * 1000,
+                tag,
+                taken_at: at,
+            }],
+            before: at - 50,
+            after: at,
+        };
+        (lease, OpResult::Ok(reply))
+    }
+
+    /// A one-job enqueue of `tag` with unique key `key` (kept `unique_for` µs after success),
+    /// answered `id` between server times `before` and `after`.
+    fn enqueue_keyed(
+        &mut self,
+        (tag, id): (u64, i64),
+        key: &str,
+        unique_for: Option<Micros>,
+        (before, after): (Micros, Micros),
+    ) -> usize {
+        self.push(
+            9,
+            Call::Enqueue {
+                tags: vec![tag],
+                max_attempts: 3,
+                unique: vec![Some(key.into())],
+                unique_for,
+            },
+            OpResult::Ok(Reply::Ids {
+                ids: vec![id],
+                before,
+                after,
+            }),
+        )
+    }
+
+    /// A claim whose client vanished while it waited, sent after server time `floor`.
+    fn vanished(&mut self, process: usize, floor: Micros, vanish: Vanish) -> usize {
+        let ceiling = vanish.ended_by.unwrap_or(vanish.gone_by);
+        self.unknown(
+            process,
+            Call::VanishedClaim {
+                n: 1,
+                lease_ms: 5000,
+                vanish,
+            },
+            floor,
+            ceiling,
+        )
     }
 
     /// A call with an unknown outcome that may have run between server times `floor` and
@@ -55,6 +165,8 @@ impl Synthetic {
             Call::Enqueue {
                 tags: vec![tag],
                 max_attempts: 3,
+                unique: vec![None],
+                unique_for: None,
             },
             OpResult::Ok(Reply::Ids {
                 ids: vec![id],
@@ -176,6 +288,13 @@ impl Synthetic {
         self.check_groups(finals, 1)
     }
 
+    /// [`Synthetic::check`] with what was read at the end besides the rows.
+    fn check_end(&self, finals: &[FinalJob], end: &End) -> Report {
+        let report = check_with_end(&self.ops, finals, end, 1);
+        report.print();
+        report
+    }
+
     /// [`Synthetic::check`] for a queue whose groups run `concurrency` jobs at once.
     fn check_groups(&self, finals: &[FinalJob], concurrency: usize) -> Report {
         let report = check(&self.ops, finals, concurrency);
@@ -210,6 +329,10 @@ fn final_job(
         release_reason: None,
         lease: None,
         group: None,
+        unique_key: None,
+        unique_hold: false,
+        unique_for: None,
+        finished_at: None,
     }
 }
 
@@ -268,6 +391,8 @@ fn the_checker_passes_clean_histories_with_reclaims_unknown_outcomes_and_late_su
         Call::Enqueue {
             tags: vec![2],
             max_attempts: 3,
+            unique: vec![None],
+            unique_for: None,
         },
         0,
         200,
@@ -303,6 +428,8 @@ fn the_checker_passes_clean_histories_with_reclaims_unknown_outcomes_and_late_su
         Call::Enqueue {
             tags: vec![5],
             max_attempts: 3,
+            unique: vec![None],
+            unique_for: None,
         },
         8 * S,
         9 * S,
@@ -894,4 +1021,345 @@ fn the_checker_orders_a_group_by_what_was_committed_when_a_claim_began() {
         &h.check_groups(&finals, 1).groups,
         "job 11 was claimed by server time 1000000, before job 10, earlier in the group and enqueued by 900000",
     );
+}
+
+/// A one-job enqueue of `tag` as a call (no key).
+fn enqueue_call(tag: u64) -> Call {
+    Call::Enqueue {
+        tags: vec![tag],
+        max_attempts: 3,
+        unique: vec![None],
+        unique_for: None,
+    }
+}
+
+/// An answer `outcome` from server time `at` to `at + 100`.
+fn outcome(outcome: &str, at: Micros) -> OpResult {
+    OpResult::Ok(Reply::Outcome {
+        outcome: outcome.into(),
+        before: at,
+        after: at + 100,
+    })
+}
+
+/// Ids answered by an enqueue from server time `at` to `at + 100`.
+fn ids(ids: &[i64], at: Micros) -> OpResult {
+    OpResult::Ok(Reply::Ids {
+        ids: ids.to_vec(),
+        before: at,
+        after: at + 100,
+    })
+}
+
+#[test]
+fn the_checker_passes_prepared_transactions_ended_across_a_crash_and_from_other_sessions() {
+    let mut h = Synthetic::default();
+    // Job 10: enqueued in a prepared transaction that the resolver (process 12) commits.
+    h.prepared(8, "p1", enqueue_call(1), ids(&[10], 0));
+    h.finish(12, "p1", true, 200_000);
+    // A prepared claim of it at 1 s; the server crashes before its end, which, still prepared
+    // after the restart, is committed then (1.3 s).
+    let (a, reply) = h.claim_reply((10, 1, 1), S, 1000);
+    h.prepared(
+        0,
+        "w1",
+        Call::Claim {
+            n: 1,
+            lease_ms: 1000,
+        },
+        reply,
+    );
+    h.push(11, Call::Crash, OpResult::Ok(Reply::Done));
+    h.reconnect_all();
+    h.inspect(0, "w1", true, 1_250_000);
+    h.finish(0, "w1", true, 1_300_000);
+    // A prepared complete (1.4 s) whose ROLLBACK PREPARED lost its connection; the gid is gone
+    // afterwards, so it was rolled back; the plain complete at 1.6 s succeeds.
+    h.prepared(
+        0,
+        "w2",
+        Call::Complete { id: 10, lease: a },
+        outcome("succeeded", 1_400_000),
+    );
+    h.unknown(
+        12,
+        Call::Finish {
+            gid: "w2".into(),
+            commit: false,
+        },
+        1_450_000,
+        1_500_000,
+    );
+    h.inspect(12, "w2", false, 1_500_000);
+    let done = h.complete(0, 10, a, "succeeded", 1_600_000);
+    // A prepared enqueue whose connection died before PREPARE took: the gid never showed up.
+    h.unknown(
+        9,
+        Call::Prepared {
+            gid: "p2".into(),
+            call: Box::new(enqueue_call(2)),
+        },
+        0,
+        2 * S,
+    );
+    h.inspect(9, "p2", false, 2 * S);
+
+    let report = h.check(&[succeeded(10, 1, 1, &[], done, a)]);
+    assert!(report.is_clean(), "a clean history was judged anomalous");
+    let counts = report.prepared_counts;
+    assert_eq!(
+        (
+            counts.prepared,
+            counts.committed,
+            counts.rolled_back,
+            counts.never
+        ),
+        (3, 2, 1, 1)
+    );
+    assert_eq!(counts.across_restarts, 1, "w1 ended after the crash");
+    assert_eq!(counts.settled_by_inspection, 1, "w2's rollback");
+}
+
+#[test]
+fn the_checker_reports_prepared_transactions_that_do_not_square() {
+    let mut h = Synthetic::default();
+    h.enqueue(1, 10);
+    // w1: a prepared complete that nothing ends.
+    let a = h.claim(0, 10, 1, 1, S);
+    let w1 = h.prepared(
+        0,
+        "w1",
+        Call::Complete { id: 10, lease: a },
+        outcome("succeeded", 1_100_000),
+    );
+    // w2: ended twice.
+    h.prepared(8, "w2", enqueue_call(2), ids(&[11], 0));
+    let first = h.finish(12, "w2", true, 200_000);
+    let second = h.finish(12, "w2", true, 300_000);
+    // w3: seen prepared after its rollback.
+    h.prepared(8, "w3", enqueue_call(3), ids(&[12], 0));
+    let rollback = h.finish(12, "w3", false, 200_000);
+    h.inspect(12, "w3", true, 400_000);
+    // w4: left prepared at the end.
+    h.prepared(8, "w4", enqueue_call(4), ids(&[13], 0));
+
+    let end = End {
+        prepared_left: vec!["w4".into()],
+        ..End::default()
+    };
+    let report = h.check_end(
+        &[
+            succeeded(10, 1, 1, &[], w1, a),
+            final_job(11, 2, "cancelled", 0, &[]),
+        ],
+        &end,
+    );
+    assert_reported(
+        &report.prepared,
+        &format!("gid w1: prepared by op {w1}, and the history never saw it end"),
+    );
+    assert_reported(
+        &report.prepared,
+        &format!("gid w2: ended twice, by op {first} and op {second}"),
+    );
+    assert_reported(
+        &report.prepared,
+        &format!(
+            "gid w3: still prepared at 400000 (op {}), after op {rollback} ended it",
+            rollback + 1
+        ),
+    );
+    assert_reported(
+        &report.prepared,
+        "gid w4 was still prepared after the drain",
+    );
+    assert!(!report.is_clean());
+}
+
+#[test]
+fn the_checker_reports_effects_of_rolled_back_prepared_calls_and_holds_a_prepared_claims_job_from_the_claim(
+) {
+    let mut h = Synthetic::default();
+    // Job 10: its prepared enqueue was rolled back, yet the job is stored.
+    h.prepared(8, "p1", enqueue_call(1), ids(&[10], 0));
+    h.finish(12, "p1", false, 200_000);
+    // Job 11: a prepared complete rolled back, yet the job succeeded with its result.
+    h.enqueue(2, 11);
+    let a = h.claim(0, 11, 2, 1, S);
+    let rolled_back = h.prepared(
+        0,
+        "w1",
+        Call::Complete { id: 11, lease: a },
+        outcome("succeeded", 1_100_000),
+    );
+    h.finish(0, "w1", false, 1_200_000);
+    // Job 12: claimed at 1 s in a prepared transaction committed at 1.8 s; its lease ran from
+    // the claim (the row was locked since), so a claim at 1.5 s is a second holder.
+    h.enqueue(3, 12);
+    let (_, reply) = h.claim_reply((12, 3, 1), S, 1000);
+    h.prepared(
+        1,
+        "w2",
+        Call::Claim {
+            n: 1,
+            lease_ms: 1000,
+        },
+        reply,
+    );
+    h.finish(1, "w2", true, 1_800_000);
+    let b = h.claim(2, 12, 3, 2, 1_500_000);
+    let done = h.complete(2, 12, b, "succeeded", 1_600_000);
+
+    let report = h.check(&[
+        final_job(10, 1, "queued", 0, &[]),
+        succeeded(11, 2, 1, &[], rolled_back, a),
+        succeeded(12, 3, 2, &[], done, b),
+    ]);
+    assert_reported(
+        &report.unexpected,
+        "job 10 carries tag 1, whose enqueue failed (rolled back) or never ran",
+    );
+    assert_reported(
+        &report.state_errors,
+        "job 11 is succeeded, but no complete of it answered succeeded",
+    );
+    assert_reported(&report.duplicated, "live over (1000000, 1999950)");
+}
+
+/// Job 10, enqueued at once, taken by a vanished client's claim as `took` tells, then
+/// reclaimed (6.3 s) and completed by another worker's claim (6.5 s).
+fn vanished_history(took_at: Micros, ended_by: Option<Micros>) -> Report {
+    let mut h = Synthetic::default();
+    h.enqueue(1, 10);
+    h.vanished(
+        3,
+        500_000,
+        Vanish {
+            worker: "vanish-3-1".into(),
+            pid: 77,
+            asleep_at: Some(900_000),
+            gone_by: S,
+            ended_by,
+            took: vec![Took {
+                id: 10,
+                attempt: 1,
+                started_at: took_at,
+            }],
+        },
+    );
+    let b = h.claim(1, 10, 1, 2, 6_500_000);
+    let done = h.complete(1, 10, b, "succeeded", 6_600_000);
+    h.check(&[succeeded(
+        10,
+        1,
+        2,
+        &[(1, "lease expired", 6_300_000)],
+        done,
+        b,
+    )])
+}
+
+#[test]
+fn the_checker_reports_an_attempt_spent_by_a_gone_client() {
+    // Taken at 0.95 s, before the socket closed (by 1 s): the client was there.
+    let report = vanished_history(950_000, Some(1_300_000));
+    assert!(report.is_clean(), "{:?}", report.gone);
+    assert_eq!(report.vanished, (1, 1, 1, 1));
+    // Taken at 1.2 s, after the client was gone by 1 s.
+    let report = vanished_history(1_200_000, Some(1_300_000));
+    assert_reported(
+        &report.gone,
+        "job 10: attempt 1 spent at 1200000 by backend 77 (claim op 1, worker vanish-3-1, a 5000 ms lease), whose client was gone by 1000000",
+    );
+    assert!(!report.is_clean());
+    // A backend still there when the watch ended.
+    let report = vanished_history(950_000, None);
+    assert_reported(&report.gone, "its backend 77 was still running");
+}
+
+#[test]
+fn the_checker_reports_unique_keys_held_twice_or_by_nothing() {
+    let mut h = Synthetic::default();
+    // Job 10 holds k from 0.1 ms; completed (no unique_for) at 1.1 s. An enqueue of k at 2 s
+    // answered job 10, which held nothing by then.
+    h.enqueue_keyed((1, 10), "k", None, (0, 100));
+    let a = h.claim(0, 10, 1, 1, S);
+    let done = h.complete(0, 10, a, "succeeded", 1_100_000);
+    h.enqueue_keyed((2, 10), "k", None, (2 * S, 2_100_000));
+    // Job 11 holds j until its cancel at 3 s, yet job 12 was inserted with j at 2 s.
+    h.enqueue_keyed((3, 11), "j", None, (0, 100));
+    h.enqueue_keyed((4, 12), "j", None, (2 * S, 2_100_000));
+    h.cancel(11, "cancelled", 3 * S);
+    h.cancel(12, "cancelled", 4 * S);
+    // Job 13 failed for good, and its row still holds m.
+    h.enqueue_keyed((5, 13), "m", None, (0, 100));
+    let c = h.claim(1, 13, 5, 1, S);
+    let fail = h.fail(1, (13, c), false, "failed", 1_100_000);
+    let fail_entry = format!("fail op {fail}");
+
+    let keyed = |mut job: FinalJob, key: &str, hold: bool, finished: Micros| {
+        job.unique_key = Some(key.into());
+        job.unique_hold = hold;
+        job.finished_at = Some(finished);
+        job
+    };
+    let finals = [
+        keyed(succeeded(10, 1, 1, &[], done, a), "k", false, 1_100_050),
+        keyed(final_job(11, 3, "cancelled", 0, &[]), "j", false, 3_000_050),
+        keyed(final_job(12, 4, "cancelled", 0, &[]), "j", false, 4_000_050),
+        keyed(
+            final_job(13, 5, "failed", 1, &[(1, &fail_entry, 1_100_050)]),
+            "m",
+            true,
+            1_100_050,
+        ),
+    ];
+    // After the drain: a probe of k answered job 10 (which holds nothing), one of m inserted
+    // its own job (while job 13's row holds m), and group g1's probe job was never claimed.
+    let end = End {
+        now: Some(10 * S),
+        prepared_left: Vec::new(),
+        group_probes: vec![("g0".into(), true), ("g1".into(), false)],
+        key_probes: vec![
+            KeyProbe {
+                key: "k".into(),
+                before: 9 * S,
+                after: 9_100_000,
+                holder: Some(10),
+            },
+            KeyProbe {
+                key: "m".into(),
+                before: 9 * S,
+                after: 9_100_000,
+                holder: None,
+            },
+        ],
+    };
+    let report = h.check_end(&finals, &end);
+    assert_eq!(report.unique_counts, (5, 1));
+    assert_reported(
+        &report.unique,
+        "tag 2 (op 3, key k): answered job 10 over [2000000, 2100000], but that job (succeeded) no longer held the key by 1100100: a key held by nothing",
+    );
+    assert_reported(
+        &report.unique,
+        "key j: op 5 inserted job 12 over [2000000, 2100000] while job 11 held the key",
+    );
+    assert_reported(
+        &report.unique,
+        "job 13 (failed, key m): unique_hold is true, the rows say it should not hold the key",
+    );
+    assert_reported(
+        &report.unique,
+        "key m: a probe enqueue after the drain inserted its own job, but job(s) [13] hold the key",
+    );
+    assert_reported(
+        &report.stuck,
+        "key k: a probe enqueue after the drain was answered by job 10",
+    );
+    assert_reported(
+        &report.stuck,
+        "group g1: a job enqueued into it after the drain",
+    );
+    assert!(!report.stuck.iter().any(|line| line.contains("group g0")));
 }

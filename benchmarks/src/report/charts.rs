@@ -10,8 +10,9 @@ use anyhow::{Context, Result};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-use crate::report::Run;
-use crate::scenarios::{scaling, soak, Measurement};
+use crate::format::int;
+use crate::results::{Measurement, Run};
+use crate::scenarios::{scaling, soak};
 
 pub const SOAK_THROUGHPUT: &str = "soak-throughput.svg";
 pub const SOAK_SIZES: &str = "soak-sizes.svg";
@@ -70,7 +71,7 @@ fn panel(
     let top = if top > 0.0 { top * 1.3 } else { 1.0 };
     let y_label = |v: &f64| {
         if top >= 20.0 {
-            crate::report::int(*v)
+            int(*v)
         } else {
             format!("{v:.1}")
         }

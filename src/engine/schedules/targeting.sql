@@ -1,2 +1,0 @@
--- A schedule that enqueues into queue $1, if any.
-SELECT s.name FROM jobs.schedule s WHERE s.queue = $1 ORDER BY s.name LIMIT 1

@@ -1,0 +1,145 @@
+//! Outcomes of jobs: read now (`jobs_results`), or waited for until every listed job has
+//! finished (`jobs_wait`).
+//!
+//! A wait is driven by commits, as a waiting claim is (`engine::claim::wait`): every commit
+//! that finishes jobs (a settle, a failure for good, a cancel, a prepared transaction's
+//! `COMMIT PREPARED`) wakes the waits when any is asleep (`runtime::wakeup::wake_finish_waiters`).
+//! Each look runs in a subtransaction rolled back at once, so the sleep holds no lock, and,
+//! when the statement is nothing but the call, no snapshot (`pg::snapshot`): an idle waiter does
+//! not hold VACUUM back. It refuses REPEATABLE READ and SERIALIZABLE, whose snapshot would
+//! never see the jobs finish. A job that does not exist (never did, or was purged) cannot
+//! finish and is not waited for; it has no row.
+
+use pgrx::datum::TimestampWithTimeZone;
+use pgrx::pg_sys::{self, INT8ARRAYOID, TEXTARRAYOID};
+use pgrx::spi::SpiClient;
+
+use crate::engine::model::JobState;
+use crate::engine::tenants::TenantScope;
+use crate::pg::clock::server_now;
+use crate::pg::datum::Jsonb;
+use crate::pg::errors::{raise_with_hint, WAIT_NEEDS_READ_COMMITTED};
+use crate::pg::snapshot;
+use crate::pg::subtransaction::in_subtransaction;
+use crate::runtime::wakeup::Waiter;
+use crate::storage::{param, with_client, Statement};
+
+static RESULTS: Statement = Statement {
+    name: "workflows/results",
+    sql: include_str!("results.sql"),
+    params: &[param("ids", INT8ARRAYOID), param("tenants", TEXTARRAYOID)],
+    columns: &["id", "state", "result", "errors", "finished_at"],
+};
+
+static OWN_FUNCTION: Statement = Statement {
+    name: "workflows/own_function",
+    sql: include_str!("own_function.sql"),
+    params: &[],
+    columns: &["function"],
+};
+
+/// One job's outcome.
+pub struct JobResult {
+    /// The job.
+    pub id: i64,
+    /// Its state.
+    pub state: String,
+    /// What it returned, if it succeeded with a result.
+    pub result: Option<Jsonb>,
+    /// Its error history.
+    pub errors: Option<Jsonb>,
+    /// When it finished, if it has.
+    pub finished_at: Option<TimestampWithTimeZone>,
+}
+
+impl JobResult {
+    /// Whether the job has finished.
+    fn finished(&self) -> bool {
+        JobState::parse(&self.state).is_some_and(JobState::is_finished)
+    }
+}
+
+/// The outcomes of the jobs `ids` within `scope`, in the order given, copied into `context`.
+fn read(
+    client: &SpiClient<'_>,
+    ids: &[i64],
+    scope: &TenantScope,
+    context: pg_sys::MemoryContext,
+) -> Vec<JobResult> {
+    RESULTS
+        .run(client, &[ids.to_vec().into(), scope.param()])
+        .iter()
+        .map(|row| JobResult {
+            id: row.expect("id"),
+            state: row.expect("state"),
+            result: row.get_in("result", context),
+            errors: row.get_in("errors", context),
+            finished_at: row.get("finished_at"),
+        })
+        .collect()
+}
+
+/// The outcomes of the jobs `ids` the caller may see, in the order given.
+pub fn results(ids: &[i64], scope: &TenantScope) -> Vec<JobResult> {
+    // SAFETY: reading the current context pointer (the caller's, which outlives SPI).
+    let context = unsafe { pg_sys::CurrentMemoryContext };
+    with_client(|client| read(client, ids, scope, context))
+}
+
+thread_local! {
+    /// The oid of jobs_wait in this session's database, once looked up.
+    static WAIT_FUNCTION: std::cell::Cell<Option<pg_sys::Oid>> = const { std::cell::Cell::new(None) };
+}
+
+/// The oid of `jobs_wait` (looked up once per session).
+fn wait_function() -> Option<pg_sys::Oid> {
+    if let Some(oid) = WAIT_FUNCTION.with(std::cell::Cell::get) {
+        return Some(oid);
+    }
+    // In a subtransaction rolled back at once, so the catalog locks are not held while asleep.
+    let oid: Option<pg_sys::Oid> = in_subtransaction(|| {
+        let oid = with_client(|client| OWN_FUNCTION.first(client, &[], "function"));
+        (oid, false)
+    });
+    WAIT_FUNCTION.with(|cell| cell.set(oid));
+    oid
+}
+
+/// Waits until every one of the jobs `ids` the caller may see has finished, or `timeout_micros`
+/// passed, and returns their outcomes as [`results`] does.
+pub fn wait(ids: &[i64], timeout_micros: i64, scope: &TenantScope) -> Vec<JobResult> {
+    // SAFETY: reads the session's isolation level.
+    if unsafe { pg_sys::XactIsoLevel } >= pg_sys::XACT_REPEATABLE_READ as i32 {
+        raise_with_hint(
+            WAIT_NEEDS_READ_COMMITTED,
+            "jobs_wait cannot wait under REPEATABLE READ or SERIALIZABLE isolation".into(),
+            "Its snapshot would never see the jobs finish; wait in a READ COMMITTED transaction, or read them now with jobs_results.",
+        );
+    }
+    // SAFETY: reading the current context pointer (the caller's, which outlives SPI and the
+    // subtransactions below).
+    let context = unsafe { pg_sys::CurrentMemoryContext };
+    let deadline = server_now().saturating_add(timeout_micros);
+    // Whether nothing reads with the statement's snapshot after this call (as for a waiting
+    // claim, `pg::snapshot`): decided before the first sleep.
+    let mut release_snapshot: Option<bool> = None;
+    let waiter = Waiter::on_finishes();
+    loop {
+        let seen = waiter.generation();
+        let found = in_subtransaction(|| {
+            (
+                with_client(|client| read(client, ids, scope, context)),
+                false,
+            )
+        });
+        if found.iter().all(JobResult::finished) || server_now() >= deadline {
+            return found;
+        }
+        if *release_snapshot.get_or_insert_with(|| {
+            wait_function().is_some_and(snapshot::nothing_reads_older_snapshots)
+        }) {
+            snapshot::stop_advertising_xmin();
+        }
+        waiter.sleep(deadline, seen);
+    }
+}
