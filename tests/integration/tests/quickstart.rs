@@ -254,10 +254,9 @@ fn scripts_up_settings() -> Vec<String> {
     settings
 }
 
-/// A cluster of the quickstart's own, set up as `scripts/up` sets its cluster up (the test
-/// settings, with what `scripts/up` writes in place of theirs), with the extension in
-/// database `postgres`.
-fn as_scripts_up_sets_it_up() -> Cluster {
+/// A cluster named `name`, set up as `scripts/up` sets its cluster up (the test settings, with
+/// what `scripts/up` writes in place of theirs), with the extension in database `postgres`.
+fn as_scripts_up_sets_it_up(name: &str) -> Cluster {
     let up = scripts_up_settings();
     let key = |line: &str| line.split('=').next().unwrap_or_default().trim().to_owned();
     let mut settings: Vec<&str> = TEST_SETTINGS
@@ -266,7 +265,7 @@ fn as_scripts_up_sets_it_up() -> Cluster {
         .filter(|line| up.iter().all(|u| key(u) != key(line)))
         .collect();
     settings.extend(up.iter().map(String::as_str));
-    let cluster = Cluster::start("quickstart", &settings);
+    let cluster = Cluster::start(name, &settings);
     cluster
         .connect()
         .batch_execute("CREATE EXTENSION pg_jobs")
@@ -305,7 +304,7 @@ fn the_quickstart_prints_what_it_shows() {
         std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
     let steps = steps(&page);
     assert!(steps.len() >= 10, "the quickstart has its steps");
-    let outputs = run(&as_scripts_up_sets_it_up(), &steps);
+    let outputs = run(&as_scripts_up_sets_it_up("quickstart"), &steps);
     let mut differences = Vec::new();
     for (step, printed) in steps.iter().zip(&outputs) {
         let shown = step.output.as_deref().unwrap_or("");
@@ -329,6 +328,52 @@ fn the_quickstart_prints_what_it_shows() {
         steps.len(),
         differences.join("\n\n")
     );
+}
+
+/// `scripts/up`'s cluster serves both databases people use: `postgres` (the README's example,
+/// `scripts/up`'s own `CREATE EXTENSION`) and `quickstart`, which the quickstart creates after
+/// the server started. A worker serves each (a pid, ticks with the extension found), and
+/// `CREATE EXTENSION` in the later one warns of nothing.
+#[test]
+fn scripts_up_serves_postgres_and_the_quickstart_database() {
+    let cluster = as_scripts_up_sets_it_up("scripts-up-databases");
+    let mut postgres = cluster.connect();
+    postgres
+        .batch_execute("CREATE DATABASE quickstart")
+        .unwrap();
+    let warnings = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = warnings.clone();
+    let mut config: postgres::Config = cluster.dsn("quickstart").parse().unwrap();
+    config.notice_callback(move |notice| {
+        if notice.severity() == "WARNING" {
+            sink.lock().unwrap().push(notice.message().to_owned());
+        }
+    });
+    let mut quickstart = config.connect(postgres::NoTls).unwrap();
+    quickstart
+        .batch_execute("CREATE EXTENSION pg_jobs")
+        .unwrap();
+    assert!(
+        warnings.lock().unwrap().is_empty(),
+        "CREATE EXTENSION in database quickstart warned: {:?}",
+        warnings.lock().unwrap()
+    );
+    for database in ["postgres", "quickstart"] {
+        pg_jobs_tests::wait_until(
+            std::time::Duration::from_secs(30),
+            &format!("a worker serving database {database}"),
+            || {
+                postgres
+                    .query_opt(
+                        "SELECT 1 FROM jobs_worker_status()
+                          WHERE database = $1 AND pid IS NOT NULL AND serving AND ticks > 0",
+                        &[&database],
+                    )
+                    .unwrap()
+                    .is_some()
+            },
+        );
+    }
 }
 
 /// The README's ten-line example runs as it is written, in a database of its own, and
