@@ -3,8 +3,9 @@
 //! captured by a database's hostile search path, starts serving a
 //! database whose extension is created after start-up, waits quietly for a database that does
 //! not exist and leaves one that is dropped, is started by a launcher that comes back alone,
-//! purges only finished jobs past their queue's retention, and without the preload everything
-//! but the worker still works.
+//! holds no snapshot for long and reclaims a bounded number of jobs a tick among dead index
+//! entries, purges only finished jobs past their queue's retention, and without the preload
+//! everything but the worker still works.
 //!
 //! Tests that kill processes, lock the job table or need other server settings run on a
 //! private cluster of their own, so the other tests of this binary (on [`Cluster::shared`])
@@ -827,6 +828,99 @@ fn the_worker_holds_no_snapshot_for_long_on_a_bloated_table() {
     let last = enqueue(&mut client, "bloat", json!({"last": true}));
     let woken = waiter.join().expect("the waiting claim panicked");
     assert_eq!(woken.iter().map(|c| c.id).collect::<Vec<_>>(), [last]);
+}
+
+/// Jobs a tick reclaims at most (`worker::tick::RECLAIM_PER_TICK`).
+const RECLAIMED_PER_TICK: i64 = 10_000;
+
+/// A tick reclaims at most [`RECLAIMED_PER_TICK`] jobs, however the expired leases lie in the
+/// lease index. Reclaim walks that index a window of 1,000 entries at a time, and under a held
+/// snapshot half of each window can be dead entries (jobs completed since): every batch then
+/// takes fewer than a full batch's 1,000, and a tick that bounded itself by full batches
+/// walked the whole index in one go. Here 25,000 expired leases lie between as many dead
+/// entries: they take at least three ticks, and every one of them is reclaimed.
+#[test]
+fn a_tick_reclaims_a_bounded_number_of_jobs_between_dead_entries() {
+    const EXPIRED: i64 = 25_000;
+    // The worker waits an hour between ticks until told otherwise, so nothing is reclaimed
+    // while the leases are taken.
+    let (cluster, mut client) = private_cluster(
+        "worker-reclaim-bound",
+        &settings_with(&["pg_jobs.tick = '1h'", "autovacuum = off"]),
+    );
+    let mut holder = cluster.connect();
+    holder
+        .batch_execute(
+            "BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM pg_catalog.pg_class",
+        )
+        .unwrap();
+    client
+        .batch_execute(&format!(
+            "SELECT jobs_create_queue('reclaim-bound', lease => '1 second');
+             SELECT jobs_enqueue_batch('reclaim-bound',
+                 (SELECT array_agg('{{}}'::jsonb) FROM generate_series(1, {})));",
+            2 * EXPIRED
+        ))
+        .unwrap();
+    // Claims of 1,000, every other one completed: its lease index entry is left dead.
+    for _ in 0..2 * EXPIRED / 1000 {
+        client
+            .batch_execute(
+                "WITH c AS (SELECT id, lease, row_number() OVER (ORDER BY id) AS n
+                              FROM jobs_claim('reclaim-bound', n => 1000)),
+                      done AS (SELECT array_agg(id) AS ids, array_agg(lease) AS leases
+                                 FROM c WHERE n % 2 = 0)
+                 SELECT count(*) FROM done, jobs_complete_batch(done.ids, done.leases)",
+            )
+            .unwrap();
+    }
+    let expired = |client: &mut Client| -> i64 {
+        scalar(
+            client,
+            "SELECT count(*) FROM jobs.job
+              WHERE queue = 'reclaim-bound' AND state = 'running' AND lease_until < now()",
+            &[],
+        )
+    };
+    wait_until(Duration::from_secs(30), "every lease to expire", || {
+        expired(&mut client) == EXPIRED
+    });
+
+    let status = |client: &mut Client| -> (i64, i64) {
+        let status = worker_status(client, "postgres").expect("the worker's row");
+        (status.ticks, status.reclaimed)
+    };
+    let (ticks_before, reclaimed_before) = status(&mut client);
+    client
+        .batch_execute("ALTER SYSTEM SET pg_jobs.tick = '100ms'")
+        .unwrap();
+    client.batch_execute("SELECT pg_reload_conf()").unwrap();
+    wait_until(Duration::from_secs(120), "the worker to reclaim", || {
+        scalar::<i64>(
+            &mut client,
+            "SELECT count(*) FROM jobs.job WHERE queue = 'reclaim-bound' AND state = 'running'",
+            &[],
+        ) == 0
+    });
+    // The tick that reclaimed the last ones may not be counted yet.
+    wait_until(Duration::from_secs(30), "the last tick's report", || {
+        status(&mut client).1 - reclaimed_before == EXPIRED
+    });
+    let (ticks_after, _) = status(&mut client);
+    holder.batch_execute("ROLLBACK").unwrap();
+    let ticks = ticks_after - ticks_before;
+    let fewest = (EXPIRED + RECLAIMED_PER_TICK - 1) / RECLAIMED_PER_TICK;
+    println!("{EXPIRED} expired leases between as many dead entries: reclaimed in {ticks} ticks");
+    assert!(
+        ticks >= fewest,
+        "{EXPIRED} leases reclaimed in {ticks} ticks: more than {RECLAIMED_PER_TICK} a tick"
+    );
+    let queued: i64 = scalar(
+        &mut client,
+        "SELECT count(*) FROM jobs.job WHERE queue = 'reclaim-bound' AND state = 'queued'",
+        &[],
+    );
+    assert_eq!(queued, EXPIRED);
 }
 
 /// How a job of the retention test ends.
