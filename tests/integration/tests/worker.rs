@@ -4,7 +4,7 @@
 //! database whose extension is created after start-up, waits quietly for a database that does
 //! not exist and leaves one that is dropped, is started by a launcher that comes back alone,
 //! holds no snapshot for long and reclaims a bounded number of jobs a tick among dead index
-//! entries, purges only finished jobs past their queue's retention, and without the preload
+//! entries, checks many queues' floors in few transactions, purges only finished jobs past their queue's retention, and without the preload
 //! everything but the worker still works.
 //!
 //! Tests that kill processes, lock the job table or need other server settings run on a
@@ -921,6 +921,68 @@ fn a_tick_reclaims_a_bounded_number_of_jobs_between_dead_entries() {
         &[],
     );
     assert_eq!(queued, EXPIRED);
+}
+
+/// Queues of [`floor_checks_of_many_queues_share_transactions`].
+const FLOOR_QUEUES: usize = 256;
+
+/// The floor check of each queue runs in short transactions, but the checks of queues with
+/// little below their floors share them (up to 16 windows a transaction): a tick does not run
+/// a transaction per queue. With some 250 queues holding claim floors, an idle tick runs a few
+/// dozen transactions at most; a transaction per floor would be more than the floors.
+#[test]
+fn floor_checks_of_many_queues_share_transactions() {
+    let (_cluster, mut client) = private_cluster(
+        "worker-floor-transactions",
+        &settings_with(&["autovacuum = off"]),
+    );
+    let mut queues = Vec::new();
+    for _ in 0..FLOOR_QUEUES {
+        let queue = unique_queue(&mut client, "floors", "");
+        enqueue(&mut client, &queue, json!({}));
+        enqueue(&mut client, &queue, json!({}));
+        // A claim sets the queue's floor.
+        assert_eq!(claim(&mut client, &queue, 1, "").len(), 1);
+        queues.push(queue);
+    }
+    // Queues that share a floor cell own it one at a time.
+    let floors: i64 = scalar(
+        &mut client,
+        "SELECT count(*) FROM unnest($1::text[]) q, jobs.runtime_state(q)
+          WHERE floor_id IS NOT NULL",
+        &[&queues],
+    );
+    assert!(floors as usize > FLOOR_QUEUES / 2, "{floors} floors");
+    wait_for_serving_worker(&mut client, "postgres");
+
+    let read = |client: &mut Client| -> (i64, i64) {
+        pg_jobs_tests::flush_statistics(client);
+        let row = client
+            .query_one(
+                "SELECT (SELECT xact_commit + xact_rollback FROM pg_stat_database
+                          WHERE datname = current_database()),
+                        (SELECT ticks FROM jobs_worker_status()
+                          WHERE database = current_database())",
+                &[],
+            )
+            .unwrap();
+        (row.get(0), row.get(1))
+    };
+    let (transactions_before, ticks_before) = read(&mut client);
+    thread::sleep(Duration::from_secs(5));
+    let (transactions_after, ticks_after) = read(&mut client);
+    let ticks = (ticks_after - ticks_before).max(1);
+    // Up to a second of the worker's transactions may be flushed on either side of the window
+    // (a worker flushes its statistics at most once a second), and our reads count a few.
+    let per_tick = (transactions_after - transactions_before) / ticks;
+    println!(
+        "{floors} floors: {} transactions in {ticks} ticks, {per_tick} a tick",
+        transactions_after - transactions_before
+    );
+    assert!(
+        per_tick * 3 < floors,
+        "an idle tick ran {per_tick} transactions with {floors} floors to check"
+    );
 }
 
 /// How a job of the retention test ends.
