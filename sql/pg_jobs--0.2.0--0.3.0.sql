@@ -280,6 +280,12 @@ GRANT EXECUTE ON FUNCTION jobs_signal(pg_catalog.text, pg_catalog.jsonb, pg_cata
 UPDATE jobs.queue SET rate_limit = 0.000000001
  WHERE rate_limit OPERATOR(pg_catalog.<) 0.000000001;
 
+-- Reliability (0.3.0): a batch payload whose unique key's holder had run out of its window went
+-- in without its group and could be marked behind it: a waiting job of no group, which nothing
+-- ever made claimable again. Such jobs are made claimable.
+UPDATE jobs.job SET group_wait = false
+ WHERE group_wait AND group_key IS NULL AND state OPERATOR(pg_catalog.=) 'queued';
+
 -- Prepared transactions (0.3.0): their effects on shared memory are recorded in the transaction
 -- itself (sql/schema.sql has why). 0.2.0 kept them in shared memory, which a restart between
 -- PREPARE TRANSACTION and COMMIT PREPARED lost: a transaction prepared by 0.2.0 and committed
@@ -550,3 +556,24 @@ $privileges$;
 -- ---------------------------------------------------------------------------------------------
 -- End of the dashboard's part.
 -- ---------------------------------------------------------------------------------------------
+
+-- ==== Scale-out on Citus (0.3.0, issue 40) =================================================
+-- jobs_distribute() turns a Citus cluster's pg_jobs distributed (docs/src/internals/citus.md);
+-- the trigger function gives jobs ids that route to their shards there. Nothing changes on a
+-- single server.
+CREATE  FUNCTION "jobs_distribute"(
+	"shard_count" INT DEFAULT 32 /* Option < i32 > */
+) RETURNS TEXT /* String */
+VOLATILE SECURITY DEFINER PARALLEL UNSAFE
+SET search_path TO pg_catalog, pg_temp
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'jobs_distribute_wrapper';
+REVOKE ALL ON FUNCTION jobs_distribute(pg_catalog.int4) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobs_distribute(pg_catalog.int4) TO jobs_client;
+CREATE FUNCTION jobs."distributed_job_id"()
+	RETURNS TRIGGER
+	LANGUAGE c
+	AS 'MODULE_PATHNAME', 'distributed_job_id_wrapper';
+REVOKE ALL ON FUNCTION jobs.distributed_job_id() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobs.distributed_job_id() TO jobs_client;
+-- ==== end of scale-out on Citus ==============================================================

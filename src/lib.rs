@@ -8,14 +8,17 @@
 //! * `worker` — the background worker's loop and tick;
 //! * `engine` — the model: states, transitions, the claim pipeline, settle, reclaim, backoff;
 //! * `runtime` — shared memory, claim floors, wake-ups, locks, transaction effects;
-//! * `storage` — declared SQL statements run as kept SPI plans;
-//! * `pg` — PostgreSQL plumbing: errors, settings, datums, the clock, version shims.
+//! * `storage` — declared SQL statements run as kept SPI plans, the extension's row types;
+//! * `config` — the `pg_jobs.*` settings;
+//! * `pg` — PostgreSQL plumbing, knowing nothing of jobs: errors, datums, the clock, version
+//!   shims.
 //!
 //! This file only wires them together.
 
 use pgrx::prelude::*;
 
 mod api;
+mod config;
 mod engine;
 mod pg;
 mod runtime;
@@ -36,7 +39,7 @@ extension_sql_file!("../sql/finalize.sql", name = "finalize", finalize);
 pub extern "C-unwind" fn _PG_init() {
     pg::errors::quiet_backtraces();
     pg::errors::install_privilege_hints();
-    pg::settings::register();
+    config::settings::register();
     runtime::effects::register_callbacks(engine::two_phase::STORE);
     pg::roles::register_callbacks();
     pg::extension::register_callbacks();

@@ -61,6 +61,13 @@ pub struct Scale {
     pub storage_jobs: u64,
     pub storage_live: u64,
     pub storage_rate: f64,
+    /// j: parents of the fan-in, and rounds of it (each burns the parents down without and
+    /// with their child); steps of the chain; signals sent (BENCH_FANIN_PARENTS,
+    /// BENCH_FANIN_ROUNDS, BENCH_CHAIN_STEPS, BENCH_SIGNALS override them).
+    pub fanin_parents: u64,
+    pub fanin_rounds: u64,
+    pub chain_steps: u64,
+    pub signals: u64,
 }
 
 impl Scale {
@@ -94,6 +101,10 @@ impl Scale {
             storage_jobs: 2_000_000,
             storage_live: 100_000,
             storage_rate: 5_000.0,
+            fanin_parents: 10_000,
+            fanin_rounds: 10,
+            chain_steps: 1_000,
+            signals: 200,
         }
     }
 
@@ -127,6 +138,10 @@ impl Scale {
             storage_jobs: 200_000,
             storage_live: 10_000,
             storage_rate: 5_000.0,
+            fanin_parents: 2_000,
+            fanin_rounds: 3,
+            chain_steps: 200,
+            signals: 50,
         }
     }
 }
@@ -143,7 +158,7 @@ fn positive(name: &str) -> Result<Option<f64>> {
 }
 
 impl Scale {
-    /// Applies the environment's overrides of the sizes of o and y, so that a run of one of
+    /// Applies the environment's overrides of the sizes of o, y and j, so that a run of one of
     /// them can be cut shorter (or made longer) than its scale says.
     fn overridden(&mut self) -> Result<()> {
         let whole = |v: f64| v.round().max(1.0) as u64;
@@ -164,6 +179,18 @@ impl Scale {
         }
         if let Some(v) = positive("BENCH_STORAGE_RATE")? {
             self.storage_rate = v;
+        }
+        if let Some(v) = positive("BENCH_FANIN_PARENTS")? {
+            self.fanin_parents = whole(v);
+        }
+        if let Some(v) = positive("BENCH_FANIN_ROUNDS")? {
+            self.fanin_rounds = whole(v);
+        }
+        if let Some(v) = positive("BENCH_CHAIN_STEPS")? {
+            self.chain_steps = whole(v).max(2);
+        }
+        if let Some(v) = positive("BENCH_SIGNALS")? {
+            self.signals = whole(v);
         }
         Ok(())
     }

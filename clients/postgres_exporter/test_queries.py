@@ -78,6 +78,7 @@ def test_every_query_is_declared_as_postgres_exporter_reads_it(queries: dict) ->
         "pg_jobs",
         "pg_jobs_queue",
         "pg_jobs_client",
+        "pg_jobs_database",
         "pg_jobs_worker",
         "pg_jobs_worker_last_error",
     }
@@ -125,6 +126,26 @@ def test_the_queries_follow_a_queue(queries: dict, exporter: psycopg.Connection)
     assert 0 <= worker["last_tick_age_seconds"] < 30
     assert worker["ticks_total"] > 0
     assert worker["last_error_age_seconds"] == math.inf
+
+    assert scrape(exporter, queries["pg_jobs_database"]) == [
+        {"database": exporter.info.dbname, "served": 1}
+    ]
+
+
+def test_a_database_no_worker_serves_is_exported_as_unserved(queries: dict) -> None:
+    database = f"exported_unserved_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(admin_dsn(), autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{database}"')
+    try:
+        conninfo = psycopg.conninfo.make_conninfo(admin_dsn(), dbname=database)
+        with psycopg.connect(conninfo, autocommit=True) as conn:
+            conn.execute("CREATE EXTENSION pg_jobs")
+            assert scrape(conn, queries["pg_jobs_database"]) == [
+                {"database": database, "served": 0}
+            ]
+    finally:
+        with psycopg.connect(admin_dsn(), autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE "{database}" WITH (FORCE)')
 
 
 def families(text: str) -> dict[str, tuple[str, frozenset[str]]]:

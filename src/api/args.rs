@@ -5,12 +5,11 @@
 
 use pgrx::datum::{Interval, TimestampWithTimeZone};
 
+use crate::config::settings;
+use crate::engine::errors::PAYLOAD_TOO_LARGE;
 use crate::pg::clock::{applied_length, interval_of, is_finite};
 use crate::pg::datum::Jsonb;
-use crate::pg::errors::{
-    quote, raise, raise_with_hint, required, BAD_ARGUMENT, NULL_ARGUMENT, PAYLOAD_TOO_LARGE,
-};
-use crate::pg::settings;
+use crate::pg::errors::{quote, raise, raise_with_hint, required, BAD_ARGUMENT, NULL_ARGUMENT};
 
 /// One second in microseconds.
 pub const SECOND: i64 = 1_000_000;

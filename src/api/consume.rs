@@ -7,14 +7,16 @@ use super::args::{
     check_interval, check_payload_size, check_range, check_text, cut_text, delay_arg, lease_arg,
     limits, queue_arg, required_elements,
 };
+use crate::config::settings;
 use crate::engine::access::{self, Role};
 use crate::engine::claim::{self, ClaimFilter, ClaimRequest};
+use crate::engine::distribute;
 use crate::engine::settle::{self, Held};
 use crate::engine::tenants;
-use crate::pg::datum::{ClaimedRow, Jsonb};
+use crate::pg::datum::Jsonb;
 use crate::pg::errors::{raise, required, BAD_ARGUMENT};
-use crate::pg::settings;
 use crate::pg::srf::{SetOfIterator, TableIterator};
+use crate::storage::rows::ClaimedRow;
 
 /// The worker name a claim records when none is given: `application_name`, else the pid.
 fn default_worker_name() -> String {
@@ -51,7 +53,9 @@ fn jobs_claim(
 ) -> SetOfIterator<'static, ClaimedRow> {
     access::require(Role::Worker, "claim jobs");
     let request = claim_request(queue, worker, n, lease, kinds, wait);
-    SetOfIterator::new(claim::claim(&request))
+    SetOfIterator::new(distribute::on_queue(request.queue, || {
+        claim::claim(&request)
+    }))
 }
 
 /// Checks `jobs_claim`'s arguments (shared with `jobs_complete_and_claim`) and makes the
@@ -167,23 +171,28 @@ fn jobs_complete_and_claim(
     });
     let request = claim_request(queue, worker, n, lease, kinds, Some(Interval::from_days(0)));
     let scope = tenants::scope();
-    let outcomes: Vec<(i64, String)> = match results {
-        Some(results) => pairs
-            .iter()
-            .zip(results)
-            .map(|(held, result)| {
-                (
-                    held.0,
-                    settle::complete(*held, result, &scope).as_str().to_owned(),
-                )
-            })
-            .collect(),
-        None => settle::complete_batch(&pairs, &scope)
-            .into_iter()
-            .map(|(id, outcome)| (id, outcome.as_str().to_owned()))
-            .collect(),
-    };
-    let claimed = claim::claim(&request);
+    // On a distributed cluster, on the queue's shard: jobs of other queues' shards are lost
+    // to this call (docs/src/internals/citus.md).
+    let (outcomes, claimed) = distribute::on_queue(request.queue, || {
+        let outcomes: Vec<(i64, String)> = match results {
+            Some(results) => pairs
+                .iter()
+                .zip(results)
+                .map(|(held, result)| {
+                    (
+                        held.0,
+                        settle::complete(*held, result, &scope).as_str().to_owned(),
+                    )
+                })
+                .collect(),
+            None => settle::complete_batch(&pairs, &scope)
+                .into_iter()
+                .map(|(id, outcome)| (id, outcome.as_str().to_owned()))
+                .collect(),
+        };
+        let claimed = claim::claim(&request);
+        (outcomes, claimed)
+    });
     TableIterator::new(
         outcomes
             .into_iter()
@@ -234,7 +243,10 @@ fn jobs_heartbeat(
     if let Some(progress) = progress {
         check_payload_size(progress, || "progress".to_owned());
     }
-    settle::heartbeat(held, extend, progress, &tenants::scope()).as_str()
+    distribute::on_job(held.0, || {
+        settle::heartbeat(held, extend, progress, &tenants::scope())
+    })
+    .as_str()
 }
 
 /// Marks a job succeeded, storing `result`: `succeeded`, `cancelled` or `lost`.
@@ -250,7 +262,7 @@ fn jobs_complete(
     if let Some(result) = result {
         check_payload_size(result, || "result".to_owned());
     }
-    settle::complete(held, result, &tenants::scope()).as_str()
+    distribute::on_job(held.0, || settle::complete(held, result, &tenants::scope())).as_str()
 }
 
 /// Marks many jobs succeeded in one call; one `(id, outcome)` row per pair, in input order.
@@ -264,8 +276,9 @@ fn jobs_complete_batch(
 ) -> TableIterator<'static, (name!(id, i64), name!(outcome, String))> {
     access::require(Role::Worker, "complete jobs");
     let pairs = held_pairs(ids, leases);
+    let ids: Vec<i64> = pairs.iter().map(|held| held.0).collect();
     TableIterator::new(
-        settle::complete_batch(&pairs, &tenants::scope())
+        distribute::on_jobs(&ids, || settle::complete_batch(&pairs, &tenants::scope()))
             .into_iter()
             .map(|(id, outcome)| (id, outcome.as_str().to_owned())),
     )
@@ -288,7 +301,10 @@ fn jobs_fail(
     let retry = required(retry, "retry");
     let retry_in = retry_in.map(|retry_in| delay_arg(&retry_in, "retry_in"));
     let error = cut_text(error, limits::ERROR_BYTES);
-    settle::fail(held, &error, retry_in, retry, &tenants::scope()).as_str()
+    distribute::on_job(held.0, || {
+        settle::fail(held, &error, retry_in, retry, &tenants::scope())
+    })
+    .as_str()
 }
 
 /// Hands a job back without spending its attempt: `queued`, `cancelled` or `lost`. A reason
@@ -305,5 +321,8 @@ fn jobs_release(
     let held = held(id, lease);
     let retry_in = delay_arg(&required(retry_in, "retry_in"), "retry_in");
     let reason = reason.map(|reason| cut_text(reason, limits::REASON_BYTES));
-    settle::release(held, reason.as_deref(), retry_in, &tenants::scope()).as_str()
+    distribute::on_job(held.0, || {
+        settle::release(held, reason.as_deref(), retry_in, &tenants::scope())
+    })
+    .as_str()
 }

@@ -10,8 +10,9 @@ use super::args::{check_interval, check_payload_size, check_text, limits};
 use crate::engine::access::{self, Role};
 use crate::engine::idempotency::{self, NewRecord, RecordKey, STATUSES};
 use crate::engine::tenants;
-use crate::pg::datum::{IdempotencyRecordRow, IdempotencySavedRow, Jsonb};
+use crate::pg::datum::Jsonb;
 use crate::pg::errors::{quote, raise, raise_with_hint, required, BAD_ARGUMENT};
+use crate::storage::rows::{IdempotencyRecordRow, IdempotencySavedRow};
 
 /// Checks the key and scope arguments and names the caller's record of them.
 #[track_caller]

@@ -3,6 +3,7 @@
 
 mod args;
 mod consume;
+mod distribute;
 mod idempotency;
 mod observe;
 mod operate;

@@ -7,21 +7,23 @@ use pgrx::prelude::*;
 
 use super::args::{check_queue_name, check_range, limits};
 use crate::engine::access::{self, Role};
+use crate::engine::distribute;
 use crate::engine::observe::{
     self, ClientWorker, ListFilter, QueueStats, QueueTotals, WorkerReport, LIST_STATES,
 };
 use crate::engine::tenants;
 use crate::pg::clock::server_now;
-use crate::pg::datum::JobRow;
 use crate::pg::errors::{raise, required, BAD_ARGUMENT};
 use crate::pg::srf::{SetOfIterator, TableIterator};
+use crate::storage::rows::JobRow;
 
 /// The job with this id, or NULL.
 #[pg_extern(volatile, parallel_restricted, security_definer)]
 #[search_path(pg_catalog, pg_temp)]
 fn jobs_get(id: Option<i64>) -> Option<JobRow> {
     access::require_to_read(Role::Client, "read jobs");
-    observe::get(required(id, "id"), &tenants::scope())
+    let id = required(id, "id");
+    distribute::on_job(id, || observe::get(id, &tenants::scope()))
 }
 
 /// Jobs newest first, filtered by queue, state and kind; pass the last id of a page as

@@ -4,7 +4,7 @@ use pgrx::prelude::*;
 
 use super::args::check_finite;
 use crate::engine::access::{self, Role};
-use crate::engine::{operate, reclaim, tenants};
+use crate::engine::{distribute, operate, reclaim, tenants};
 use crate::pg::errors::required;
 
 /// Cancels a queued, running or waiting job at once (and the jobs waiting for it, transitively)
@@ -14,7 +14,8 @@ use crate::pg::errors::required;
 #[search_path(pg_catalog, pg_temp)]
 fn jobs_cancel(id: Option<i64>) -> &'static str {
     access::require(Role::Client, "cancel jobs");
-    operate::cancel(required(id, "id"), &tenants::scope()).as_str()
+    let id = required(id, "id");
+    distribute::on_job(id, || operate::cancel(id, &tenants::scope())).as_str()
 }
 
 /// Brings a failed or cancelled job back to queued at `run_at`, with fresh attempts: `queued`,
@@ -29,7 +30,7 @@ fn jobs_retry(
     let id = required(id, "id");
     let run_at = required(run_at, "run_at");
     check_finite(run_at, "run_at");
-    operate::retry(id, run_at, &tenants::scope()).as_str()
+    distribute::on_job(id, || operate::retry(id, run_at, &tenants::scope())).as_str()
 }
 
 /// Makes a queued job due now (a delayed one, or one waiting out a retry's backoff), keeping
@@ -47,5 +48,11 @@ fn jobs_run_now(id: Option<i64>) -> &'static str {
 #[search_path(pg_catalog, pg_temp)]
 fn jobs_reclaim() -> i32 {
     access::require(Role::Admin, "reclaim expired leases");
-    i32::try_from(reclaim::reclaim_all(&tenants::scope())).unwrap_or(i32::MAX)
+    let scope = tenants::scope();
+    // On a distributed cluster, this node's shards.
+    let mut reclaimed = 0;
+    if distribute::on_each_local_shard(|| reclaimed += reclaim::reclaim_all(&scope)).is_none() {
+        reclaimed = reclaim::reclaim_all(&scope);
+    }
+    i32::try_from(reclaimed).unwrap_or(i32::MAX)
 }

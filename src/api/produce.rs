@@ -7,12 +7,14 @@ use super::args::{
     queue_arg, required_elements,
 };
 use crate::engine::access::{self, Role};
+use crate::engine::distribute;
 use crate::engine::enqueue::{self, JobOptions, OnConflict, Uniqueness};
 use crate::engine::tenants;
 use crate::engine::workflows::dependencies;
-use crate::pg::datum::{EnqueuedRow, Jsonb, JsonbArray};
+use crate::pg::datum::{Jsonb, JsonbArray};
 use crate::pg::errors::{raise, required, BAD_ARGUMENT, NULL_ARGUMENT};
 use crate::pg::srf::SetOfIterator;
+use crate::storage::rows::EnqueuedRow;
 
 /// What a call asked of unique keys and groups, before checking.
 struct FlowArguments<'a> {
@@ -197,7 +199,7 @@ fn jobs_enqueue(
         },
         1,
     );
-    enqueue::enqueue(queue, payload, &options).id
+    distribute::on_queue(queue, || enqueue::enqueue(queue, payload, &options).id)
 }
 
 /// Enqueues one job per payload in one statement; one `(id, inserted)` row per payload, in
@@ -258,7 +260,7 @@ fn jobs_enqueue_batch(
         elements.len(),
     );
     SetOfIterator::new(
-        enqueue::enqueue_batch(queue, payloads, &options)
+        distribute::on_queue(queue, || enqueue::enqueue_batch(queue, payloads, &options))
             .into_iter()
             .map(|e| EnqueuedRow::new(e.id, e.inserted)),
     )

@@ -4,9 +4,10 @@ use pgrx::prelude::*;
 
 use super::args::{check_queue_name, check_range, delay_arg, lease_arg, limits, queue_arg};
 use crate::engine::access::{self, Role};
+use crate::engine::distribute;
 use crate::engine::queues::{self, QueueSettings};
-use crate::pg::datum::QueueRow;
 use crate::pg::errors::{raise, raise_with_hint, required, BAD_ARGUMENT};
+use crate::storage::rows::QueueRow;
 
 /// Creates a queue, or updates the settings given of an existing one. `NULL` leaves a setting
 /// as it is (or at its default for a new queue); `rate_limit => 0`, `rate_burst => 0` and
@@ -75,21 +76,19 @@ fn jobs_create_queue(
     if let Some(dead_letter) = dead_letter.filter(|d| !d.is_empty()) {
         check_queue_name(dead_letter, "dead_letter");
     }
-    queues::create_or_update(
-        queue,
-        &QueueSettings {
-            lease,
-            max_attempts,
-            backoff_base,
-            backoff_max,
-            jitter,
-            retention,
-            rate_limit,
-            rate_burst,
-            group_concurrency,
-            dead_letter,
-        },
-    )
+    let settings = QueueSettings {
+        lease,
+        max_attempts,
+        backoff_base,
+        backoff_max,
+        jitter,
+        retention,
+        rate_limit,
+        rate_burst,
+        group_concurrency,
+        dead_letter,
+    };
+    distribute::on_queue(queue, || queues::create_or_update(queue, &settings))
 }
 
 /// Drops a queue and its jobs; refuses while jobs are queued or running unless `force`, while
@@ -100,7 +99,7 @@ fn jobs_drop_queue(queue: Option<&str>, force: default!(Option<bool>, "false")) 
     access::require(Role::Admin, "drop queues");
     let queue = queue_arg(queue);
     let force = required(force, "force");
-    queues::drop(queue, force);
+    distribute::on_queue(queue, || queues::drop(queue, force));
 }
 
 /// Pauses a queue: it keeps accepting jobs but hands none out until resumed.
@@ -108,7 +107,8 @@ fn jobs_drop_queue(queue: Option<&str>, force: default!(Option<bool>, "false")) 
 #[search_path(pg_catalog, pg_temp)]
 fn jobs_pause(queue: Option<&str>) {
     access::require(Role::Admin, "pause queues");
-    queues::set_paused(queue_arg(queue), true);
+    let queue = queue_arg(queue);
+    distribute::on_queue(queue, || queues::set_paused(queue, true));
 }
 
 /// Resumes a paused queue and wakes the claims waiting on it.
@@ -116,5 +116,6 @@ fn jobs_pause(queue: Option<&str>) {
 #[search_path(pg_catalog, pg_temp)]
 fn jobs_resume(queue: Option<&str>) {
     access::require(Role::Admin, "resume queues");
-    queues::set_paused(queue_arg(queue), false);
+    let queue = queue_arg(queue);
+    distribute::on_queue(queue, || queues::set_paused(queue, false));
 }

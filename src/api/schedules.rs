@@ -9,8 +9,9 @@ use crate::engine::access::{self, Role};
 use crate::engine::schedules::plan::CatchUp;
 use crate::engine::schedules::{self, Definition};
 use crate::pg::clock::server_now;
-use crate::pg::datum::{Jsonb, ScheduleRow};
+use crate::pg::datum::Jsonb;
 use crate::pg::errors::{raise, required, BAD_ARGUMENT};
+use crate::storage::rows::ScheduleRow;
 use crate::storage::with_client;
 
 /// Checks a schedule expression argument: not NULL, at most `limits::CRON_BYTES`, and one that

@@ -6,6 +6,7 @@ use pgrx::prelude::*;
 use super::args::{
     check_interval, check_payload_size, check_text, delay_arg, limits, required_elements,
 };
+use crate::config::settings;
 use crate::engine::access::{self, Role};
 use crate::engine::settle::Held;
 use crate::engine::tenants;
@@ -13,7 +14,6 @@ use crate::engine::workflows::results::{self, JobResult};
 use crate::engine::workflows::signals;
 use crate::pg::datum::Jsonb;
 use crate::pg::errors::{raise, required, BAD_ARGUMENT};
-use crate::pg::settings;
 use crate::pg::srf::TableIterator;
 
 /// Longest signal name, in bytes.

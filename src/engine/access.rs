@@ -21,7 +21,8 @@ use std::cell::Cell;
 
 use pgrx::pg_sys;
 
-use crate::pg::errors::{raise_with_hint, INSUFFICIENT_PRIVILEGE, READ_ONLY, VERSION_MISMATCH};
+use crate::engine::errors::VERSION_MISMATCH;
+use crate::pg::errors::{raise_with_hint, INSUFFICIENT_PRIVILEGE, READ_ONLY};
 use crate::pg::extension::{self, LIBRARY_VERSION};
 use crate::pg::{recovery, roles};
 
@@ -143,7 +144,7 @@ pub fn require_to_read(role: Role, what: &str) {
 /// Refuses, with 25006, a call that would write on a standby or in a read-only transaction,
 /// saying where it can run instead.
 #[track_caller]
-fn require_writable(what: &str) {
+pub fn require_writable(what: &str) {
     if recovery::in_recovery() {
         raise_with_hint(
             READ_ONLY,

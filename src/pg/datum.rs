@@ -1,31 +1,26 @@
-//! Pass-through SQL values: `jsonb`, `jsonb[]` and the extension's row types.
+//! Pass-through SQL values: `jsonb` and `jsonb[]`, and the macro that declares such types.
 //!
 //! pgrx's own `JsonB` parses every value into a `serde_json::Value` and prints it back; a job
 //! queue only stores and returns payloads, so these types keep the Postgres datum untouched and
 //! hand it straight to SPI or back to the caller.
 
-use pgrx::callconv::{Arg, ArgAbi, BoxRet, FcInfo};
-use pgrx::datum::Datum;
-use pgrx::pgrx_sql_entity_graph::metadata::{
-    ArgumentError, ReturnsError, ReturnsRef, SqlMappingRef, SqlTranslatable, TypeOrigin,
-};
 use pgrx::prelude::*;
-use pgrx::{FromDatum, IntoDatum, PgMemoryContexts};
+use pgrx::IntoDatum;
 
 /// Declares a newtype over a raw datum of one SQL type.
 macro_rules! raw_datum_type {
     ($(#[$meta:meta])* $name:ident, $sql:literal, $oid:expr) => {
         $(#[$meta])*
         #[derive(Clone, Copy, Debug)]
-        pub struct $name(pg_sys::Datum);
+        pub struct $name(pgrx::pg_sys::Datum);
 
-        impl FromDatum for $name {
+        impl pgrx::FromDatum for $name {
             /// # Safety
             /// `datum` is a value of this SQL type, as `FromDatum` requires.
             unsafe fn from_polymorphic_datum(
-                datum: pg_sys::Datum,
+                datum: pgrx::pg_sys::Datum,
                 is_null: bool,
-                _typoid: pg_sys::Oid,
+                _typoid: pgrx::pg_sys::Oid,
             ) -> Option<Self> {
                 (!is_null).then_some(Self(datum))
             }
@@ -33,40 +28,40 @@ macro_rules! raw_datum_type {
             /// # Safety
             /// `datum` is a value of this SQL type, as `FromDatum` requires.
             unsafe fn from_datum_in_memory_context(
-                mut memory_context: PgMemoryContexts,
-                datum: pg_sys::Datum,
+                mut memory_context: pgrx::PgMemoryContexts,
+                datum: pgrx::pg_sys::Datum,
                 is_null: bool,
-                _typoid: pg_sys::Oid,
+                _typoid: pgrx::pg_sys::Oid,
             ) -> Option<Self> {
                 if is_null {
                     return None;
                 }
                 // SAFETY: a varlena datum of our type; the flat copy lives in the target context.
                 memory_context.switch_to(|_| unsafe {
-                    let copy = pg_sys::pg_detoast_datum_copy(datum.cast_mut_ptr());
-                    Some(Self(pg_sys::Datum::from(copy)))
+                    let copy = pgrx::pg_sys::pg_detoast_datum_copy(datum.cast_mut_ptr());
+                    Some(Self(pgrx::pg_sys::Datum::from(copy)))
                 })
             }
         }
 
-        impl IntoDatum for $name {
-            fn into_datum(self) -> Option<pg_sys::Datum> {
+        impl pgrx::IntoDatum for $name {
+            fn into_datum(self) -> Option<pgrx::pg_sys::Datum> {
                 Some(self.0)
             }
 
-            fn type_oid() -> pg_sys::Oid {
+            fn type_oid() -> pgrx::pg_sys::Oid {
                 $oid
             }
 
-            fn is_compatible_with(other: pg_sys::Oid) -> bool {
+            fn is_compatible_with(other: pgrx::pg_sys::Oid) -> bool {
                 // Row types are named in SQL, so their oids are not known here.
-                other == $oid || $oid == pg_sys::RECORDOID
+                other == $oid || $oid == pgrx::pg_sys::RECORDOID
             }
         }
 
         // SAFETY: arguments are unboxed through FromDatum above, which takes the datum as it is.
-        unsafe impl<'fcx> ArgAbi<'fcx> for $name {
-            unsafe fn unbox_arg_unchecked(arg: Arg<'_, 'fcx>) -> Self {
+        unsafe impl<'fcx> pgrx::callconv::ArgAbi<'fcx> for $name {
+            unsafe fn unbox_arg_unchecked(arg: pgrx::callconv::Arg<'_, 'fcx>) -> Self {
                 let index = arg.index();
                 // SAFETY: the argument is of this SQL type (the function's signature says so).
                 unsafe { arg.unbox_arg_using_from_datum() }
@@ -75,8 +70,8 @@ macro_rules! raw_datum_type {
         }
 
         // SAFETY: the datum returned is a valid value of the function's declared result type.
-        unsafe impl BoxRet for $name {
-            unsafe fn box_into<'fcx>(self, fcinfo: &mut FcInfo<'fcx>) -> Datum<'fcx> {
+        unsafe impl pgrx::callconv::BoxRet for $name {
+            unsafe fn box_into<'fcx>(self, fcinfo: &mut pgrx::callconv::FcInfo<'fcx>) -> pgrx::datum::Datum<'fcx> {
                 // SAFETY: a datum of the declared result type, allocated in a memory context
                 // that outlives the call (the caller's or the SRF's).
                 unsafe { fcinfo.return_raw_datum(self.0) }
@@ -84,16 +79,24 @@ macro_rules! raw_datum_type {
         }
 
         // SAFETY: the SQL type named here is the type of the datums this wrapper carries.
-        unsafe impl SqlTranslatable for $name {
+        unsafe impl pgrx::pgrx_sql_entity_graph::metadata::SqlTranslatable for $name {
             const TYPE_IDENT: &'static str = pgrx::pgrx_resolved_type!($name);
-            const TYPE_ORIGIN: TypeOrigin = TypeOrigin::External;
-            const ARGUMENT_SQL: Result<SqlMappingRef, ArgumentError> =
-                Ok(SqlMappingRef::literal($sql));
-            const RETURN_SQL: Result<ReturnsRef, ReturnsError> =
-                Ok(ReturnsRef::One(SqlMappingRef::literal($sql)));
+            const TYPE_ORIGIN: pgrx::pgrx_sql_entity_graph::metadata::TypeOrigin =
+                pgrx::pgrx_sql_entity_graph::metadata::TypeOrigin::External;
+            const ARGUMENT_SQL: Result<
+                pgrx::pgrx_sql_entity_graph::metadata::SqlMappingRef,
+                pgrx::pgrx_sql_entity_graph::metadata::ArgumentError,
+            > = Ok(pgrx::pgrx_sql_entity_graph::metadata::SqlMappingRef::literal($sql));
+            const RETURN_SQL: Result<
+                pgrx::pgrx_sql_entity_graph::metadata::ReturnsRef,
+                pgrx::pgrx_sql_entity_graph::metadata::ReturnsError,
+            > = Ok(pgrx::pgrx_sql_entity_graph::metadata::ReturnsRef::One(
+                pgrx::pgrx_sql_entity_graph::metadata::SqlMappingRef::literal($sql),
+            ));
         }
     };
 }
+pub(crate) use raw_datum_type;
 
 raw_datum_type!(
     /// A `jsonb` value passed through untouched.
@@ -107,48 +110,6 @@ raw_datum_type!(
     JsonbArray,
     "jsonb[]",
     pg_sys::JSONBARRAYOID
-);
-
-raw_datum_type!(
-    /// A row of `jobs.job`, as `jobs_get` and `jobs_list` return it.
-    JobRow,
-    "jobs.job",
-    pg_sys::RECORDOID
-);
-
-raw_datum_type!(
-    /// A row of `jobs.queue`, as `jobs_create_queue` returns it.
-    QueueRow,
-    "jobs.queue",
-    pg_sys::RECORDOID
-);
-
-raw_datum_type!(
-    /// A row of `jobs.schedules`, as `jobs_schedule` returns it.
-    ScheduleRow,
-    "jobs.schedules",
-    pg_sys::RECORDOID
-);
-
-raw_datum_type!(
-    /// A row of `jobs.claimed`, as `jobs_claim` returns it.
-    ClaimedRow,
-    "jobs.claimed",
-    pg_sys::RECORDOID
-);
-
-raw_datum_type!(
-    /// A row of `jobs.idempotency_saved`, as `jobs_idempotency_save` returns it.
-    IdempotencySavedRow,
-    "jobs.idempotency_saved",
-    pg_sys::RECORDOID
-);
-
-raw_datum_type!(
-    /// A row of `jobs.idempotency_record`, as `jobs_idempotency_get` returns it.
-    IdempotencyRecordRow,
-    "jobs.idempotency_record",
-    pg_sys::RECORDOID
 );
 
 impl Jsonb {
@@ -200,58 +161,6 @@ impl JsonbArray {
             (0..count as usize)
                 .map(|i| (!*nulls.add(i)).then(|| Jsonb(*values.add(i))))
                 .collect()
-        }
-    }
-}
-
-raw_datum_type!(
-    /// A row of `jobs.enqueued`, as `jobs_enqueue_batch` returns it.
-    EnqueuedRow,
-    "jobs.enqueued",
-    pg_sys::RECORDOID
-);
-
-thread_local! {
-    /// Blessed tuple descriptors of the row types this session built rows of, by type name.
-    static ROW_TYPES: std::cell::RefCell<std::collections::HashMap<&'static str, pg_sys::TupleDesc>> =
-        std::cell::RefCell::new(std::collections::HashMap::new());
-}
-
-/// The blessed tuple descriptor of the row type `name` (schema-qualified), looked up once per
-/// session and kept in `TopMemoryContext`.
-fn row_type(name: &'static std::ffi::CStr) -> pg_sys::TupleDesc {
-    ROW_TYPES.with(|types| {
-        *types
-            .borrow_mut()
-            .entry(name.to_str().expect("a type name is UTF-8"))
-            .or_insert_with(|| {
-                // SAFETY: regtypein parses a qualified type name (no search path needed); the
-                // descriptor is copied into TopMemoryContext, so it lives as long as the session.
-                unsafe {
-                    let oid = pgrx::direct_function_call::<pg_sys::Oid>(
-                        pg_sys::regtypein,
-                        &[Some(pg_sys::Datum::from(name.as_ptr()))],
-                    )
-                    .expect("the row type exists");
-                    PgMemoryContexts::TopMemoryContext.switch_to(|_| {
-                        pg_sys::BlessTupleDesc(pg_sys::lookup_rowtype_tupdesc_copy(oid, -1))
-                    })
-                }
-            })
-    })
-}
-
-impl EnqueuedRow {
-    /// A `jobs.enqueued` row: the job's id and whether it was inserted.
-    pub fn new(id: i64, inserted: bool) -> EnqueuedRow {
-        let tupdesc = row_type(c"jobs.enqueued");
-        let mut values = [pg_sys::Datum::from(id), pg_sys::Datum::from(inserted)];
-        let mut nulls = [false, false];
-        // SAFETY: two values of the row type's two columns (bigint, boolean), formed into a
-        // tuple in the current memory context, which the SRF's result outlives.
-        unsafe {
-            let tuple = pg_sys::heap_form_tuple(tupdesc, values.as_mut_ptr(), nulls.as_mut_ptr());
-            EnqueuedRow(pg_sys::HeapTupleHeaderGetDatum((*tuple).t_data))
         }
     }
 }

@@ -1,8 +1,9 @@
 //! PostgreSQL plumbing that knows nothing about jobs: errors, settings, pass-through datums,
-//! the server clock, the current database, the installed extension's version, recovery (standbys), set-returning functions,
+//! the server clock, the current database, the installed extension's version, Citus distribution, recovery (standbys), set-returning functions,
 //! subtransactions, and the shims that hide differences between PostgreSQL
 //! versions. Every other layer may use it; it uses none of them.
 
+pub mod citus;
 pub mod client;
 pub mod clock;
 pub mod database;
@@ -11,7 +12,6 @@ pub mod errors;
 pub mod extension;
 pub mod recovery;
 pub mod roles;
-pub mod settings;
 pub mod snapshot;
 pub mod srf;
 pub mod subtransaction;

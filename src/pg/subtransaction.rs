@@ -57,6 +57,10 @@ impl Subtransaction {
     }
 
     /// Makes the memory context and resource owner from before `begin` current again.
+    ///
+    /// # Safety
+    /// Only once, after the subtransaction begun by `begin` ended (committed or rolled back), in
+    /// the same process; the saved context and owner must still exist.
     unsafe fn restore(self) {
         // SAFETY: both were current when the subtransaction began and outlive it.
         unsafe {

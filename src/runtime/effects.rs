@@ -79,7 +79,7 @@ impl QueueEffects {
     fn apply(&self, slot: &Slot, committed: bool) {
         if committed {
             if let Some(lowest) = self.lowest {
-                floor::lower(slot, &self.queue, lowest);
+                floor::lower(slot.floor(), &self.queue, lowest);
             }
             if self.earliest_due != i64::MAX {
                 wakeup::lower_next_due(slot, self.earliest_due);
@@ -87,7 +87,7 @@ impl QueueEffects {
             wakeup::wake(slot, self.wake_on_commit);
         } else {
             if self.reset_levels != 0 {
-                floor::reset(slot, &self.queue);
+                floor::reset(slot.floor(), &self.queue);
             }
             wakeup::wake(slot, self.wake_on_abort);
         }
@@ -472,7 +472,7 @@ fn subtransaction_aborted() {
         for effects in pending.borrow_mut().iter_mut() {
             if effects.reset_levels & rolled_back != 0 {
                 if let Some(shared) = shared() {
-                    floor::reset(shared.slot(effects.slot), &effects.queue);
+                    floor::reset(shared.slot(effects.slot).floor(), &effects.queue);
                 }
             }
             effects.reset_levels &= !rolled_back;
@@ -516,7 +516,7 @@ fn on_two_phase_statement(statement: TwoPhaseStatement, gid: &str) {
                 // A claim it made put its jobs back (below where the claim raised the floor,
                 // and maybe after waiting claims slept); which queues is not recorded.
                 if let Some(shared) = shared() {
-                    floor::reset_database(shared, current_database());
+                    floor::reset_database(shared.floor_cells(), current_database());
                     wakeup::wake_everyone();
                 }
                 return;

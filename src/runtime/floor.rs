@@ -29,7 +29,6 @@
 
 use super::position::Position;
 use super::queue_id::current_database;
-use super::shmem::{Shared, Slot};
 use super::spin::SpinLocked;
 
 /// Longest tenant name a tenant's reach records; claims of longer names do without one.
@@ -133,10 +132,10 @@ impl Seen {
 
 /// Reads the queue's floor, and the reach of `scope` (none without a scope); `None` without
 /// shared memory.
-pub fn read(slot: Option<&Slot>, queue: &str, scope: Option<ReachScope<'_>>) -> Option<Seen> {
+pub fn read(cell: Option<&FloorCell>, queue: &str, scope: Option<ReachScope<'_>>) -> Option<Seen> {
     let database = current_database();
-    slot.map(|slot| {
-        slot.floor().with(|data| {
+    cell.map(|cell| {
+        cell.with(|data| {
             let owned = data.owned_by(database, queue);
             Seen {
                 generation: data.generation,
@@ -151,9 +150,9 @@ pub fn read(slot: Option<&Slot>, queue: &str, scope: Option<ReachScope<'_>>) -> 
 
 /// Raises the queue's floor to `to` (the last job a claim of every kind took), unless it was
 /// lowered or reset since `seen` was read.
-pub fn raise(slot: &Slot, queue: &str, seen: &Seen, to: Position) {
+pub fn raise(cell: &FloorCell, queue: &str, seen: &Seen, to: Position) {
     let database = current_database();
-    slot.floor().with(|data| {
+    cell.with(|data| {
         if data.generation != seen.generation {
             return;
         }
@@ -175,14 +174,14 @@ pub fn raise(slot: &Slot, queue: &str, seen: &Seen, to: Position) {
 }
 
 /// Lowers the queue's floor to `key`: a job became queued there.
-pub fn lower(slot: &Slot, queue: &str, key: Position) {
-    lower_in(slot, current_database(), queue, key);
+pub fn lower(cell: &FloorCell, queue: &str, key: Position) {
+    lower_in(cell, current_database(), queue, key);
 }
 
 /// [`lower`] for a queue of `database` (the end of a prepared transaction may be handled in
 /// any session of that database).
-fn lower_in(slot: &Slot, database: u32, queue: &str, key: Position) {
-    slot.floor().with(|data| {
+fn lower_in(cell: &FloorCell, database: u32, queue: &str, key: Position) {
+    cell.with(|data| {
         // A reach before the new job still holds; claims that read the old generation may not
         // extend it, as they did not see the job.
         let reach_holds = data.reach_valid() && data.reach < key;
@@ -213,9 +212,15 @@ fn lower_in(slot: &Slot, database: u32, queue: &str, key: Position) {
 /// A tenant's reach says the same of that tenant's jobs alone: its claims see no other jobs.
 /// The cell keeps one tenant's; another tenant's claim takes it over (its predecessor's claims
 /// then start at the floor, as they would without one).
-pub fn extend_reach(slot: &Slot, queue: &str, seen: &Seen, scope: ReachScope<'_>, to: Position) {
+pub fn extend_reach(
+    cell: &FloorCell,
+    queue: &str,
+    seen: &Seen,
+    scope: ReachScope<'_>,
+    to: Position,
+) {
     let database = current_database();
-    slot.floor().with(|data| {
+    cell.with(|data| {
         if data.generation != seen.generation || !data.owned_by(database, queue) || !data.has_key {
             return;
         }
@@ -245,13 +250,13 @@ pub fn extend_reach(slot: &Slot, queue: &str, seen: &Seen, scope: ReachScope<'_>
 }
 
 /// Forgets the queue's floor: jobs may be claimable anywhere again.
-pub fn reset(slot: &Slot, queue: &str) {
-    reset_in(slot, current_database(), queue);
+pub fn reset(cell: &FloorCell, queue: &str) {
+    reset_in(cell, current_database(), queue);
 }
 
 /// [`reset`] for a queue of `database`.
-fn reset_in(slot: &Slot, database: u32, queue: &str) {
-    slot.floor().with(|data| {
+fn reset_in(cell: &FloorCell, database: u32, queue: &str) {
+    cell.with(|data| {
         data.generation += 1;
         if data.owned_by(database, queue) {
             data.has_key = false;
@@ -261,9 +266,9 @@ fn reset_in(slot: &Slot, database: u32, queue: &str) {
 
 /// Forgets every floor of `database`: used when a change whose queues are not known ends (a
 /// prepared transaction whose effects could not all be recorded).
-pub fn reset_database(shared: &Shared, database: u32) {
-    for slot in shared.slots() {
-        slot.floor().with(|data| {
+pub fn reset_database<'a>(cells: impl Iterator<Item = &'a FloorCell>, database: u32) {
+    for cell in cells {
+        cell.with(|data| {
             data.generation += 1;
             if data.database == database {
                 data.has_key = false;
@@ -276,9 +281,9 @@ pub fn reset_database(shared: &Shared, database: u32) {
 /// a transaction that was not a claim held it (a cancel or a late settle that then left the
 /// job queued) would otherwise wait until claims run out of jobs past the reach; this way it
 /// waits at most a tick.
-pub fn forget_reaches(shared: &Shared) {
-    for slot in shared.slots() {
-        slot.floor().with(|data| {
+pub fn forget_reaches<'a>(cells: impl Iterator<Item = &'a FloorCell>) {
+    for cell in cells {
+        cell.with(|data| {
             data.has_reach = false;
             data.has_tenant_reach = false;
         });
@@ -287,25 +292,25 @@ pub fn forget_reaches(shared: &Shared) {
 
 /// The floors that queues of this database hold right now, for the worker's check that no due
 /// job sits below one.
-pub fn owned_floors(shared: &Shared) -> Vec<(usize, String, Position)> {
+pub fn owned_floors<'a>(
+    cells: impl Iterator<Item = &'a FloorCell>,
+) -> Vec<(usize, String, Position)> {
     let database = current_database();
-    shared
-        .slots()
-        .iter()
+    cells
         .enumerate()
-        .filter_map(|(index, slot)| {
-            slot.floor().with(|data| {
+        .filter_map(|(index, cell)| {
+            cell.with(|data| {
                 (data.database == database && data.has_key).then(|| (index, data.queue(), data.key))
             })
         })
         .collect()
 }
 
-/// Resets the floor of `queue` in slot `index` if it is still at `key`: the worker found a due
-/// job below it. Returns whether it did.
-pub fn heal(shared: &Shared, index: usize, queue: &str, key: Position) -> bool {
+/// Resets the floor of `queue` in `cell` if it is still at `key`: the worker found a due job
+/// below it. Returns whether it did.
+pub fn heal(cell: &FloorCell, queue: &str, key: Position) -> bool {
     let database = current_database();
-    shared.slot(index).floor().with(|data| {
+    cell.with(|data| {
         if !(data.owned_by(database, queue) && data.has_key && data.key == key) {
             return false;
         }
@@ -326,9 +331,9 @@ pub struct FloorView {
 }
 
 /// The queue's floor, for `jobs.runtime_state`.
-pub fn view(slot: &Slot, queue: &str) -> FloorView {
+pub fn view(cell: &FloorCell, queue: &str) -> FloorView {
     let database = current_database();
-    slot.floor().with(|data| {
+    cell.with(|data| {
         let owned = data.owned_by(database, queue);
         FloorView {
             key: (owned && data.has_key).then_some(data.key),

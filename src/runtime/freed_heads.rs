@@ -27,10 +27,10 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use pgrx::pg_sys;
 
+use super::attached::Attached;
 use super::position::Position;
-use super::queue_id::{current_database, slot_index};
+use super::queue_id::{current_database, slot_index, SLOTS};
 use super::queued_changes::Stamp;
-use super::shmem::{shared, SLOTS};
 use super::spin::SpinLocked;
 
 /// Freed heads held at once, in every database.
@@ -199,8 +199,11 @@ thread_local! {
     static SWEPT_SEEN: Cell<bool> = const { Cell::new(false) };
 }
 
+/// The freed heads in shared memory (`shmem` attaches them).
+pub(super) static TABLE: Attached<FreedHeads> = Attached::new();
+
 fn heads() -> Option<&'static FreedHeads> {
-    shared().map(|shared| shared.freed_heads())
+    TABLE.get()
 }
 
 fn my_pid() -> i32 {

@@ -6,6 +6,7 @@
 //! status. It uses `pg`
 //! only; the engine drives it.
 
+mod attached;
 pub mod effects;
 pub mod floor;
 pub mod freed_heads;

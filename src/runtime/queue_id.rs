@@ -2,7 +2,9 @@
 
 use pgrx::pg_sys;
 
-use super::shmem::SLOTS;
+/// Number of wake-up slots; queues hash onto them, and two queues sharing one only cost each
+/// other a spurious wake-up (and share a floor cell, which one of them owns at a time).
+pub const SLOTS: usize = 1024;
 
 /// A stable 64-bit hash of a queue name (FNV-1a), shared by the queue lock and the wake-up
 /// slots so both identify a queue the same way in every backend.

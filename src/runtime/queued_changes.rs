@@ -23,8 +23,8 @@
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::queue_id::slot_index;
-use super::shmem::{shared, SLOTS};
+use super::attached::Attached;
+use super::queue_id::{slot_index, SLOTS};
 
 /// The counts, in shared memory. All-zero is the start.
 #[repr(C)]
@@ -54,8 +54,11 @@ thread_local! {
     static TWO_PHASE_BEGUN: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
+/// The counts in shared memory (`shmem` attaches them).
+pub(super) static TABLE: Attached<QueuedChanges> = Attached::new();
+
 fn changes() -> Option<&'static QueuedChanges> {
-    shared().map(|shared| shared.queued_changes())
+    TABLE.get()
 }
 
 /// The counts of `queue`'s slot now, read `ended` before `begun` (so equal counts mean that

@@ -9,9 +9,12 @@
 //! not give its tokens back: the limit is a ceiling, and a claim that handed out nothing only
 //! makes the rate lower.
 
+use super::attached::Attached;
 use super::queue_id::current_database;
-use super::shmem::shared;
 use super::spin::SpinLocked;
+
+/// The token buckets in shared memory (`shmem` attaches it).
+pub(super) static TABLE: Attached<RateTable> = Attached::new();
 
 /// Rate-limited queues the shared table holds at once; beyond them the slower path serves.
 pub const BUCKETS: usize = 256;
@@ -92,9 +95,9 @@ fn with_bucket<R>(
     now: i64,
     body: impl FnOnce(&mut Bucket) -> R,
 ) -> Option<R> {
-    let shared = shared()?;
+    let table = TABLE.get()?;
     let database = current_database();
-    shared.rate_table().with(|buckets| {
+    table.with(|buckets| {
         let index = match buckets.iter().position(|b| b.is(database, queue)) {
             Some(index) => index,
             None => {
@@ -120,7 +123,7 @@ fn with_bucket<R>(
 /// is none. `None` without shared memory, or with `pg_jobs.fast_paths` off: the caller takes
 /// them from `jobs.rate_bucket`.
 pub fn acquire(queue: &str, limit: Limit, want: u32, reserve: bool, now: i64) -> Option<Admission> {
-    if shared().is_none() || queue.len() > 63 || !crate::pg::settings::fast_paths() {
+    if TABLE.get().is_none() || queue.len() > 63 || !crate::config::settings::fast_paths() {
         return None;
     }
     let admission = with_bucket(queue, limit, now, |bucket| {
@@ -151,9 +154,9 @@ pub fn refund(queue: &str, limit: Limit, count: u32, now: i64) {
 /// Forgets the bucket of `queue` (its limit was changed or cleared, or the queue dropped): the
 /// next claim starts a fresh one.
 pub fn forget(queue: &str) {
-    let Some(shared) = shared() else { return };
+    let Some(table) = TABLE.get() else { return };
     let database = current_database();
-    shared.rate_table().with(|buckets| {
+    table.with(|buckets| {
         for bucket in buckets.iter_mut().filter(|b| b.is(database, queue)) {
             bucket.used = false;
         }

@@ -10,17 +10,15 @@ use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering};
 use pgrx::pg_sys;
 
 use super::floor::FloorCell;
-use super::freed_heads::FreedHeads;
-use super::queued_changes::QueuedChanges;
-use super::rate::RateTable;
-use super::totals::TotalsTable;
-use super::waiting_claims::WaitingClaims;
+use super::freed_heads::{self, FreedHeads};
+use super::queued_changes::{self, QueuedChanges};
+use super::rate::{self, RateTable};
+use super::totals::{self, TotalsTable};
+use super::waiting_claims::{self, WaitingClaims};
 use super::worker_status::WorkerStatus;
 use crate::pg::version;
 
-/// Number of wake-up slots; queues hash onto them, and two queues sharing one only cost each
-/// other a spurious wake-up (and share a floor cell, which one of them owns at a time).
-pub const SLOTS: usize = 1024;
+pub use super::queue_id::SLOTS;
 /// Most databases the background worker can serve.
 pub const MAX_DATABASES: usize = 16;
 
@@ -58,7 +56,7 @@ impl Slot {
     }
 
     /// The claim floor and reach of the queue that owns this slot's floor cell.
-    pub(super) fn floor(&self) -> &FloorCell {
+    pub fn floor(&self) -> &FloorCell {
         &self.floor
     }
 }
@@ -89,6 +87,11 @@ impl Shared {
         &self.slots
     }
 
+    /// Every slot's floor cell, in slot order.
+    pub fn floor_cells(&self) -> impl Iterator<Item = &FloorCell> {
+        self.slots.iter().map(Slot::floor)
+    }
+
     /// The wake-up slot at `index` (see `queue_id::slot_index`).
     pub fn slot(&self, index: usize) -> &Slot {
         &self.slots[index]
@@ -114,34 +117,9 @@ impl Shared {
         &self.queue_settings
     }
 
-    /// The token buckets of rate-limited queues.
-    pub(super) fn rate_table(&self) -> &RateTable {
-        &self.rate_table
-    }
-
-    /// Jobs settled since the server started.
-    pub(super) fn totals(&self) -> &TotalsTable {
-        &self.totals
-    }
-
-    /// The freed heads of groups, offered by settles to the next claims.
-    pub(super) fn freed_heads(&self) -> &FreedHeads {
-        &self.freed_heads
-    }
-
     /// The slot `jobs_wait` calls sleep on, woken by commits that finish jobs.
     pub(super) fn finished(&self) -> &Slot {
         &self.finished
-    }
-
-    /// The counts of commits that make jobs queued (`runtime::queued_changes`).
-    pub(super) fn queued_changes(&self) -> &QueuedChanges {
-        &self.queued_changes
-    }
-
-    /// The claims waiting for work now (`runtime::waiting_claims`).
-    pub(super) fn waiting_claims(&self) -> &WaitingClaims {
-        &self.waiting_claims
     }
 }
 
@@ -194,6 +172,12 @@ unsafe extern "C-unwind" fn initialise() {
                 .store(i64::MAX, Ordering::Relaxed);
         }
         SHARED = shared;
+        // The parts that their own modules keep (see runtime::attached).
+        rate::TABLE.attach(&raw mut (*shared).rate_table);
+        totals::TABLE.attach(&raw mut (*shared).totals);
+        freed_heads::TABLE.attach(&raw mut (*shared).freed_heads);
+        queued_changes::TABLE.attach(&raw mut (*shared).queued_changes);
+        waiting_claims::TABLE.attach(&raw mut (*shared).waiting_claims);
         pg_sys::LWLockRelease(init_lock);
     }
 }

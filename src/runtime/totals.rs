@@ -16,8 +16,11 @@
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+use super::attached::Attached;
 use super::queue_id::{current_database, queue_hash};
-use super::shmem::shared;
+
+/// The counters in shared memory (`shmem` attaches it).
+pub(super) static TABLE: Attached<TotalsTable> = Attached::new();
 
 /// Entries in the table (distinct database, queue and tenant keys that ever settled a job).
 pub const ENTRIES: usize = 8192;
@@ -277,8 +280,7 @@ pub fn add(key: &Key, counts: Counts) {
     if counts.is_empty() {
         return;
     }
-    let Some(shared) = shared() else { return };
-    let table = shared.totals();
+    let Some(table) = TABLE.get() else { return };
     let database = current_database();
     let entry = if !key.queue.is_empty() && key.queue.len() < NAME_BYTES {
         table.entry(&EntryKey::new(database, key))
@@ -303,7 +305,7 @@ pub enum Visible<'a> {
 /// This database's counters by queue (`None`: the overflow entry), summed over the tenants
 /// `visible` covers, in no particular order. Empty without shared memory.
 pub fn read(visible: Visible<'_>) -> Vec<(Option<String>, Counts)> {
-    let Some(shared) = shared() else {
+    let Some(table) = TABLE.get() else {
         return Vec::new();
     };
     let database = current_database();
@@ -319,7 +321,7 @@ pub fn read(visible: Visible<'_>) -> Vec<(Option<String>, Counts)> {
         }
     };
     let mut by_queue: Vec<(Option<String>, Counts)> = Vec::new();
-    for entry in shared.totals().entries.iter() {
+    for entry in table.entries.iter() {
         let Some(key) = entry.key() else { continue };
         if key.database != database || !shown(&key) {
             continue;
@@ -376,12 +378,12 @@ impl Entry {
 /// The keys of this database (the overflow entry left out) that counted something since their
 /// last flush, with what they counted. Empty without shared memory.
 pub fn unflushed() -> Vec<Unflushed> {
-    let Some(shared) = shared() else {
+    let Some(table) = TABLE.get() else {
         return Vec::new();
     };
     let database = current_database();
     let mut out = Vec::new();
-    for (index, entry) in shared.totals().entries.iter().enumerate() {
+    for (index, entry) in table.entries.iter().enumerate() {
         let Some(key) = entry.key() else { continue };
         if key.database != database || key.overflow {
             continue;
@@ -406,9 +408,9 @@ pub fn unflushed() -> Vec<Unflushed> {
 /// Records that `written` is in the history now (called once the transaction that wrote it
 /// committed): later reads count from the values read then.
 pub fn mark_flushed(written: &[Unflushed]) {
-    let Some(shared) = shared() else { return };
+    let Some(table) = TABLE.get() else { return };
     for unflushed in written {
-        let flushed = &shared.totals().entries[unflushed.index].flushed;
+        let flushed = &table.entries[unflushed.index].flushed;
         for (counter, value) in [
             &flushed.enqueued,
             &flushed.completed,
@@ -427,7 +429,7 @@ pub fn mark_flushed(written: &[Unflushed]) {
 /// (enqueued, completed, failed, retried): the current minute of the history. The overflow
 /// entry is left out. Empty without shared memory.
 pub fn pending(visible: Visible<'_>) -> Vec<(String, [u64; 4])> {
-    let Some(shared) = shared() else {
+    let Some(table) = TABLE.get() else {
         return Vec::new();
     };
     let database = current_database();
@@ -436,7 +438,7 @@ pub fn pending(visible: Visible<'_>) -> Vec<(String, [u64; 4])> {
         _ => Vec::new(),
     };
     let mut by_queue: Vec<(String, [u64; 4])> = Vec::new();
-    for entry in shared.totals().entries.iter() {
+    for entry in table.entries.iter() {
         let Some(key) = entry.key() else { continue };
         let shown = match visible {
             Visible::All => true,

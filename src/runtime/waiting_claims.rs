@@ -10,9 +10,12 @@
 
 use pgrx::pg_sys;
 
+use super::attached::Attached;
 use super::queue_id::current_database;
-use super::shmem::shared;
 use super::spin::SpinLocked;
+
+/// The waiting claims in shared memory (`shmem` attaches it).
+pub(super) static TABLE: Attached<WaitingClaims> = Attached::new();
 
 /// Waiting claims shown at once; a claim that finds the table full waits unlisted.
 pub const ENTRIES: usize = 512;
@@ -90,7 +93,7 @@ fn copy_name(into: &mut [u8], text: &str) -> u8 {
 /// of `tenants` (`None`: every tenant's). Nothing without shared memory, or when the table is
 /// full.
 pub fn register(queue: &str, worker: &str, tenants: Option<&[String]>, since: i64) -> Registration {
-    let Some(shared) = shared() else {
+    let Some(table) = TABLE.get() else {
         return Registration { index: None };
     };
     let mut entry = Entry {
@@ -118,7 +121,7 @@ pub fn register(queue: &str, worker: &str, tenants: Option<&[String]>, since: i6
             entry.tenants_len = copy_name(&mut entry.tenants, &joined);
         }
     }
-    let index = shared.waiting_claims().with(|entries| {
+    let index = table.with(|entries| {
         let free = entries.iter().position(|e| e.pid == 0)?;
         entries[free] = entry;
         Some(free)
@@ -128,12 +131,12 @@ pub fn register(queue: &str, worker: &str, tenants: Option<&[String]>, since: i6
 
 impl Drop for Registration {
     fn drop(&mut self) {
-        let (Some(index), Some(shared)) = (self.index, shared()) else {
+        let (Some(index), Some(table)) = (self.index, TABLE.get()) else {
             return;
         };
         // SAFETY: set by PostgreSQL for the life of the process.
         let pid = unsafe { pg_sys::MyProcPid };
-        shared.waiting_claims().with(|entries| {
+        table.with(|entries| {
             if entries[index].pid == pid {
                 entries[index].pid = 0;
             }
@@ -143,14 +146,14 @@ impl Drop for Registration {
 
 /// The waiting claims of this database that `visible` covers and whose backends are alive.
 pub fn read(visible: Visible<'_>) -> Vec<WaitingClaim> {
-    let Some(shared) = shared() else {
+    let Some(table) = TABLE.get() else {
         return Vec::new();
     };
     if matches!(visible, Visible::Nothing) {
         return Vec::new();
     }
     let database = current_database();
-    let entries: Vec<Entry> = shared.waiting_claims().with(|entries| {
+    let entries: Vec<Entry> = table.with(|entries| {
         entries
             .iter()
             .filter(|e| e.pid != 0 && e.database == database)

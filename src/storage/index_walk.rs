@@ -22,7 +22,8 @@ pub const WINDOW_ENTRIES: usize = 1_000;
 
 /// The key columns of the `WINDOW_ENTRIES`-th entry of index `index_name` (of `jobs.job`)
 /// that `keys` select, in index order: where the window that starts at the first such entry
-/// ends. `Ok(None)`: fewer entries than that, and the window runs to the end of the range.
+/// ends. `Ok(None)`: fewer entries than that, and the window runs to the end of the range (and
+/// always on a shard of a Citus cluster).
 /// `Err(())`: the relations are not there (the extension is being dropped), or an index column
 /// is not passed by value.
 ///
@@ -34,6 +35,11 @@ pub unsafe fn window_end(
     index_name: &std::ffi::CStr,
     keys: impl FnOnce(pg_sys::Relation) -> Option<Vec<pg_sys::ScanKeyData>>,
 ) -> Result<Option<Vec<Datum>>, ()> {
+    // On a shard of a Citus cluster (`storage::shard`) the relations by these names are the
+    // distributed tables' shells, not the shard's: there the window is the whole range.
+    if super::shard::current_key() != 0 {
+        return Ok(None);
+    }
     // SAFETY: relations opened here and closed before returning (their locks kept until the
     // transaction ends, as a statement's are); the scan and its snapshot end here too.
     unsafe {

@@ -53,8 +53,9 @@ struct KeptPlan {
 }
 
 thread_local! {
-    // Kept plans live for the whole session, keyed by the address of their Statement.
-    static PLANS: RefCell<HashMap<usize, KeptPlan>> = RefCell::new(HashMap::new());
+    // Kept plans live for the whole session, keyed by the address of their Statement and the
+    // shard they run on (0: the plain tables).
+    static PLANS: RefCell<HashMap<(usize, i64), KeptPlan>> = RefCell::new(HashMap::new());
 }
 
 impl Statement {
@@ -65,11 +66,21 @@ impl Statement {
     /// custom plan per call would cost more to plan (about a millisecond for the claim) than
     /// to run.
     fn plan(&'static self) -> (pg_sys::SPIPlanPtr, bool) {
-        let key = self as *const Statement as usize;
+        // On a shard (storage::shard), the statement names the shard's tables, under a plan
+        // of its own for each shard.
+        let key = (
+            self as *const Statement as usize,
+            super::shard::current_key(),
+        );
         PLANS.with(|plans| {
             let mut plans = plans.borrow_mut();
             let kept = plans.entry(key).or_insert_with(|| {
-                let sql = CString::new(self.sql).expect("statement text has no NUL byte");
+                let text = match key.1 {
+                    0 => None,
+                    _ => super::shard::rewrite(self.name, self.sql),
+                };
+                let sql = CString::new(text.as_deref().unwrap_or(self.sql))
+                    .expect("statement text has no NUL byte");
                 let mut types: Vec<pg_sys::Oid> = self.params.iter().map(|p| p.type_oid).collect();
                 // SAFETY: a valid statement and argument types; SPI is connected (with_client).
                 let plan = unsafe {

@@ -30,8 +30,8 @@ use pgrx::pg_sys;
 use pgrx::prelude::*;
 
 use super::transaction;
+use crate::config::settings;
 use crate::pg::database::{self, Presence};
-use crate::pg::settings;
 use crate::runtime::shmem::{self, MAX_DATABASES};
 use crate::runtime::worker_status::WorkerStatus;
 

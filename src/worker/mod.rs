@@ -41,9 +41,10 @@ use pgrx::bgworkers::{BackgroundWorker, SignalWakeFlags};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
+use crate::config::settings;
 use crate::engine::throughput;
 use crate::pg::clock::server_now;
-use crate::pg::{database, recovery, settings};
+use crate::pg::{database, recovery};
 use crate::runtime::shmem::{self, MAX_DATABASES};
 use crate::runtime::totals;
 use crate::runtime::worker_status::WorkerStatus;

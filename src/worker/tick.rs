@@ -22,7 +22,7 @@ use pgrx::spi::SpiClient;
 use super::transaction::{self, Failure};
 use crate::engine::tenants::TenantScope;
 use crate::engine::workflows::signals;
-use crate::engine::{claim, groups, idempotency, purge, reclaim, schedules, two_phase};
+use crate::engine::{claim, distribute, groups, idempotency, purge, reclaim, schedules, two_phase};
 use crate::pg::clock::server_now;
 use crate::pg::extension::LIBRARY_VERSION;
 use crate::runtime::shmem::shared;
@@ -64,50 +64,75 @@ struct Step {
     /// What it does, for the log and `jobs_worker_status()` when it fails ("reclaiming
     /// expired leases failed, retrying next tick: ...").
     doing: &'static str,
+    /// What it works on, which decides where it runs on a Citus cluster.
+    on: On,
     /// The step.
     run: fn(&mut Tick) -> Result<(), Failure>,
+}
+
+/// What a step works on. On a Citus cluster (docs/src/internals/citus.md) the steps on jobs
+/// run once for each shard of `jobs.job` on this node, on the shard's tables, and the
+/// schedules on the coordinator only; elsewhere every step runs once.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum On {
+    /// `jobs.job` and the tables distributed with it.
+    Jobs,
+    /// The schedules, which the coordinator runs.
+    Schedules,
+    /// This node's own tables.
+    Node,
 }
 
 /// The steps of a tick, in order.
 const STEPS: &[Step] = &[
     Step {
         doing: "reclaiming expired leases",
+        on: On::Jobs,
         run: reclaim_step,
     },
     Step {
         doing: "ending awaits whose timeout passed",
+        on: On::Jobs,
         run: await_timeouts_step,
     },
     Step {
         doing: "checking the claim floors",
+        on: On::Jobs,
         run: floors_step,
     },
     Step {
         doing: "enqueueing schedules",
+        on: On::Schedules,
         run: schedules_step,
     },
     Step {
         doing: "purging finished jobs past retention",
+        on: On::Jobs,
         run: purge_step,
     },
     Step {
         doing: "purging expired idempotency records",
+        on: On::Node,
         run: idempotency_step,
     },
     Step {
         doing: "deleting the records of ended prepared transactions",
+        on: On::Node,
         run: prepared_step,
     },
     Step {
         doing: "purging expired signals",
+        on: On::Node,
         run: signals_step,
     },
     Step {
         doing: "clearing the marks of stranded group heads",
+        on: On::Jobs,
         run: stranded_step,
     },
     Step {
         doing: "waking claims whose jobs came due",
+        on: On::Jobs,
         run: wake_step,
     },
 ];
@@ -141,19 +166,33 @@ pub struct TickReport {
 pub struct Tick {
     /// When this worker started (server clock).
     started_at: i64,
+    /// The Citus shard of `jobs.job` the step works on, by key (see [`On`]).
+    shard: Option<i64>,
     /// What the tick did so far.
     pub report: TickReport,
 }
 
 impl Tick {
-    /// Runs `work` in a transaction of its own, under the tick's lock and statement timeouts;
-    /// commits when it returns, rolls back on an ERROR.
+    /// Runs `work` in a transaction of its own, under the tick's lock and statement timeouts
+    /// (and on the step's shard, under its placement lock); commits when it returns, rolls back
+    /// on an ERROR.
     pub fn transaction<R>(&self, work: impl FnOnce(&SpiClient<'_>) -> R) -> Result<R, Failure> {
+        let shard = self.shard;
         transaction::run(ACTIVITY, || {
-            with_client(|client| {
-                TICK_SETTINGS.run(client, &[]);
-                work(client)
-            })
+            with_client(|client| TICK_SETTINGS.run(client, &[]));
+            let work = || with_client(work);
+            match shard {
+                None => Some(work()),
+                Some(key) => distribute::on_local_shard(key, work),
+            }
+        })?
+        .ok_or_else(|| Failure {
+            message: format!(
+                "shard {} of jobs.job moved to another node",
+                self.shard.unwrap_or(0)
+            ),
+            lock_timeout: false,
+            shard_moved: true,
         })
     }
 }
@@ -162,6 +201,7 @@ impl Tick {
 pub fn run(started_at: i64) -> TickReport {
     let mut tick = Tick {
         started_at,
+        shard: None,
         report: TickReport::default(),
     };
     let installed = transaction::run(ACTIVITY, || {
@@ -187,10 +227,31 @@ pub fn run(started_at: i64) -> TickReport {
         return tick.report;
     }
     if let Some(shared) = shared() {
-        floor::forget_reaches(shared);
+        floor::forget_reaches(shared.floor_cells());
     }
+    // On a Citus cluster: this node's shards, and whether it is the coordinator.
+    let citus = transaction::run(ACTIVITY, || {
+        distribute::local_shard_keys().map(|keys| (keys, distribute::on_coordinator()))
+    });
+    let citus = match citus {
+        Ok(citus) => citus,
+        Err(failure) => {
+            tick.report
+                .failures
+                .push(("reading this node's shards", failure.message));
+            return tick.report;
+        }
+    };
     for step in STEPS {
-        if let Err(failure) = (step.run)(&mut tick) {
+        let outcome = match (&citus, step.on) {
+            (None, _) | (Some(_), On::Node) => (step.run)(&mut tick),
+            (Some((_, coordinator)), On::Schedules) => match coordinator {
+                true => (step.run)(&mut tick),
+                false => Ok(()),
+            },
+            (Some((shards, _)), On::Jobs) => on_each_shard(&mut tick, step, shards),
+        };
+        if let Err(failure) = outcome {
             tick.report.failures.push((step.doing, failure.message));
             if failure.lock_timeout {
                 break;
@@ -198,6 +259,31 @@ pub fn run(started_at: i64) -> TickReport {
         }
     }
     tick.report
+}
+
+/// Runs `step` once for each of `shards` (on a Citus cluster), skipping a shard that moved
+/// away meanwhile; the first failure is the step's, and a lock timeout ends it.
+fn on_each_shard(tick: &mut Tick, step: &Step, shards: &[i64]) -> Result<(), Failure> {
+    let mut outcome = Ok(());
+    for shard in shards {
+        tick.shard = Some(*shard);
+        let done = (step.run)(tick);
+        tick.shard = None;
+        match done {
+            Err(failure) if failure.shard_moved => {}
+            Err(failure) => {
+                let lock_timeout = failure.lock_timeout;
+                if outcome.is_ok() {
+                    outcome = Err(failure);
+                }
+                if lock_timeout {
+                    break;
+                }
+            }
+            Ok(()) => {}
+        }
+    }
+    outcome
 }
 
 /// Rule 5: expired leases back to queued (or failed), within a tick of expiring. The lease

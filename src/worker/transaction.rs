@@ -11,6 +11,9 @@ pub struct Failure {
     pub message: String,
     /// Whether it was a lock timeout (SQLSTATE 55P03): DDL holds a table the work needs.
     pub lock_timeout: bool,
+    /// Whether it was not an ERROR: the Citus shard the work was for moved to another node
+    /// (`worker::tick`), and the work was not done.
+    pub shard_moved: bool,
 }
 
 /// Runs `work` in a transaction of its own, shown as `activity` in `pg_stat_activity`;
@@ -57,6 +60,7 @@ fn failure(error: pg_sys::panic::CaughtError) -> Failure {
             message: report.message().to_owned(),
             lock_timeout: report.sql_error_code()
                 == pg_sys::errcodes::PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE,
+            shard_moved: false,
         },
     }
 }

@@ -139,7 +139,8 @@ pub fn cases() -> Vec<Case> {
 }
 
 /// The cases whose queue (as the table names it) contains one of the comma-separated words
-/// of `filter` (BENCH_COUNTS_ONLY, for iterating on a few rows); all of them without one.
+/// of `filter` (BENCH_COUNTS_ONLY, for iterating on a few rows), or is exactly a word written
+/// with a leading `=` (`=pg_jobs`: pg_jobs's plain rows alone); all of them without one.
 pub fn only(cases: Vec<Case>, filter: Option<&str>) -> Vec<Case> {
     let Some(filter) = filter.filter(|f| !f.trim().is_empty()) else {
         return cases;
@@ -151,7 +152,12 @@ pub fn only(cases: Vec<Case>, filter: Option<&str>) -> Vec<Case> {
         .collect();
     cases
         .into_iter()
-        .filter(|c| words.iter().any(|w| c.queue.contains(w)))
+        .filter(|c| {
+            words.iter().any(|w| match w.strip_prefix('=') {
+                Some(exact) => c.queue == exact,
+                None => c.queue.contains(w),
+            })
+        })
         .collect()
 }
 
@@ -603,6 +609,10 @@ mod tests {
         assert!(mine.iter().all(|c| c.queue == ONE_COMMIT));
         assert_eq!(super::only(cases(), Some("pgmq, hand-rolled")).len(), 8);
         assert!(super::only(cases(), Some("nothing")).is_empty());
+        let plain = super::only(cases(), Some("=pg_jobs"));
+        assert_eq!(plain.len(), 4);
+        assert!(plain.iter().all(|c| c.queue == PG_JOBS));
+        assert_eq!(super::only(cases(), Some("=pg_jobs, pgmq")).len(), 8);
     }
 
     fn row(instructions: [f64; 2], commits: [f64; 2]) -> CountRow {

@@ -14,6 +14,7 @@ mod pressure;
 mod schedules;
 mod sections;
 mod targets;
+mod workflows;
 
 pub use charts::write as write_charts;
 
@@ -463,6 +464,8 @@ fn method(out: &mut String, run: &Run) {
          - w: every point loads, vacuums and checkpoints its queue afresh.\n\
          - s: see the soak's section; capacity and soak each start with 5 s of the same traffic \
          and an `ANALYZE` of the table.\n\
+         - j: see its section; sizes BENCH_FANIN_PARENTS, BENCH_FANIN_ROUNDS, \
+         BENCH_CHAIN_STEPS and BENCH_SIGNALS.\n\
          - o and y: see their sections; o starts with 5 s of its traffic and an `ANALYZE` of the \
          table; the hold, the window before it and the rate are BENCH_HOLD_SECS, \
          BENCH_HOLD_BEFORE_SECS and BENCH_HOLD_RATE, y's sizes and rate BENCH_STORAGE_JOBS, \
@@ -581,6 +584,7 @@ pub fn render(run: &Run) -> String {
     idempotency::report(&mut out, &view);
     schedules::report(&mut out, &view);
     flow::report(&mut out, &view);
+    workflows::report(&mut out, run);
     sections::noise(&mut out, run);
     method(&mut out, run);
     machine(&mut out, run);

@@ -12,12 +12,13 @@ use std::fmt::Write;
 
 use super::counts::{lifecycle, LIFECYCLES};
 use super::markdown::{cell, PG_JOBS};
+use super::workflows as report_workflows;
 use crate::counts::{CLAIM_1, CLAIM_100, ONE_COMMIT};
 use crate::format::{cpu, int, mib, ms, opt, percent, ratio};
 use crate::results::{CountRow, Measurement, PerJob, Run, Sample, Storage};
 use crate::scenarios::{
     backlog, burndown, clients, enqueue, flow, horizon, idempotency, idle, kinds, latency, long,
-    pgbench, roles, scaling, schedules, snapshot, soak, storage, vacuum, wal,
+    pgbench, roles, scaling, schedules, snapshot, soak, storage, vacuum, wal, workflows,
 };
 
 /// What a target asks of its figure.
@@ -270,13 +271,13 @@ impl Judge<'_> {
         bound: Bound,
         show: Show,
         row: Option<CountRow>,
-        figure: fn(&PerJob) -> f64,
+        figure: impl Fn(&PerJob) -> f64,
     ) -> Target {
         let row = row.filter(|r| r.missing.is_none());
         let value = row.as_ref().and_then(CountRow::mean).map(|m| figure(&m));
         let noise = row
             .as_ref()
-            .and_then(|r| Noise::of(r.runs.iter().map(figure).collect()));
+            .and_then(|r| Noise::of(r.runs.iter().map(&figure).collect()));
         Target {
             measure: measure.to_owned(),
             target: format!("{} ({issues})", bound.describe(&show)),
@@ -1095,6 +1096,98 @@ fn counted(j: &Judge) -> Vec<Target> {
     out
 }
 
+/// Issue 37: the fan-in, the chain and the signal (j), and queues that use none of it, whose
+/// counts must stay within the counts' own agreement of those recorded before workflows.
+fn workflow_targets(j: &Judge) -> Vec<Target> {
+    use workflows::{CHAIN, CHILD, FAN_IN, NO_CHILD, ONE_CHILD, SCENARIO, SIDE, SIGNAL};
+    let mut out = vec![j.side_ratio(
+        "j. fan-in of 10,000 parents, 8 workers claiming 100: with one child after all of them ÷ without, jobs/s",
+        "#37",
+        (SCENARIO, FAN_IN),
+        ONE_CHILD,
+        NO_CHILD,
+        Bound::AtLeast(workflows::FAN_IN_TARGET),
+    )];
+    let latency = |variant: &'static str, p99: bool| {
+        move |r: &Run| {
+            r.get(SCENARIO, variant, SIDE)
+                .and_then(|m| if p99 { m.p99_ms } else { m.p50_ms })
+        }
+    };
+    let samples = |variant: &'static str| {
+        move |r: &Run| {
+            r.get(SCENARIO, variant, SIDE)
+                .map_or(String::new(), |m| format!("{} samples", int(m.jobs as f64)))
+        }
+    };
+    // Their figures are percentiles over the samples of one measurement: no repetitions.
+    for (measure, variant, p99, bound) in [
+        (
+            "j. fan-in: the last parent's commit → the child in a waiting worker's hands, p99 over the rounds",
+            CHILD,
+            true,
+            Bound::AtMost(workflows::CHILD_P99_MS),
+        ),
+        (
+            "j. chain of 1,000 steps: a step's commit → the next in a waiting worker's hands, p50",
+            CHAIN,
+            false,
+            Bound::Below(workflows::CHAIN_P50_MS),
+        ),
+        (
+            "j. chain of 1,000 steps: a step's commit → the next in a waiting worker's hands, p99",
+            CHAIN,
+            true,
+            Bound::Below(workflows::CHAIN_P99_MS),
+        ),
+        (
+            "j. jobs_signal's commit → the awaiting job in a waiting worker's hands, p50",
+            SIGNAL,
+            false,
+            Bound::Below(workflows::SIGNAL_P50_MS),
+        ),
+    ] {
+        out.push(j.target(
+            measure,
+            "#37",
+            &[],
+            bound,
+            ms,
+            latency(variant, p99),
+            samples(variant),
+        ));
+    }
+    let now = |operation: &str, queue: &str| {
+        j.raw
+            .counts
+            .as_ref()
+            .and_then(|c| report_workflows::row(c, operation, queue))
+    };
+    for (operation, queue) in report_workflows::PLAIN {
+        let Some(before) = report_workflows::before(operation, queue) else {
+            continue;
+        };
+        let bound = Bound::AtMost(1.0 + report_workflows::PLAIN_TOLERANCE);
+        out.push(j.counted(
+            &format!("counts: instructions per job, {operation}, plain pg_jobs ÷ before workflows"),
+            "#37",
+            bound,
+            report_workflows::fine_ratio,
+            now(operation, queue),
+            move |p: &PerJob| p.instructions / before.instructions,
+        ));
+        out.push(j.counted(
+            &format!("counts: WAL bytes per job, {operation}, plain pg_jobs ÷ before workflows"),
+            "#37",
+            bound,
+            report_workflows::fine_ratio,
+            now(operation, queue),
+            move |p: &PerJob| p.wal_bytes / before.wal_bytes,
+        ));
+    }
+    out
+}
+
 /// Every target judged on the run, in the table's order.
 pub fn all(j: &Judge) -> Vec<Target> {
     let mut out = throughput(j);
@@ -1106,6 +1199,7 @@ pub fn all(j: &Judge) -> Vec<Target> {
     out.extend(flow_control(j));
     out.extend(features(j));
     out.extend(counted(j));
+    out.extend(workflow_targets(j));
     out
 }
 
@@ -1370,6 +1464,106 @@ mod tests {
         // One statement in one of the two quiet windows is polling: 0.05/s on average,
         // exactly its half-range away from zero, so the run says it missed.
         assert_eq!(t[5].verdict, Verdict::Missed);
+    }
+
+    #[test]
+    fn workflows_are_judged_per_round_and_plain_counts_against_the_recorded_ones() {
+        use super::workflow_targets;
+        use crate::report::workflows::{before, PLAIN};
+        use crate::results::{CountRow, Counts, PerJob};
+        use crate::scenarios::workflows::{
+            CHAIN, CHILD, FAN_IN, NO_CHILD, ONE_CHILD, SCENARIO, SIDE, SIGNAL,
+        };
+        let fan = |side: &str, repeat: u32, rate: f64| {
+            let mut m = Measurement::new(SCENARIO, FAN_IN, side);
+            m.rate = Some(rate);
+            m.repeat = repeat;
+            m
+        };
+        let latency = |variant: &str, p50: f64, p99: f64| {
+            let mut m = Measurement::new(SCENARIO, variant, SIDE);
+            m.jobs = 10;
+            m.p50_ms = Some(p50);
+            m.p99_ms = Some(p99);
+            m
+        };
+        // Enqueue 1: 1% more instructions (the same); claim 1: 5% more (missed).
+        let (enqueue, queue) = PLAIN[0];
+        let (claim, _) = PLAIN[2];
+        let grown = |operation: &str, by: f64| {
+            let then = before(operation, queue).unwrap();
+            CountRow {
+                operation: operation.to_owned(),
+                queue: queue.to_owned(),
+                runs: vec![PerJob {
+                    instructions: then.instructions * by,
+                    wal_bytes: then.wal_bytes,
+                    ..PerJob::default()
+                }],
+                ..CountRow::default()
+            }
+        };
+        let raw = Run {
+            measurements: vec![
+                fan(NO_CHILD, 0, 1000.0),
+                fan(ONE_CHILD, 0, 900.0),
+                fan(ONE_CHILD, 1, 700.0),
+                fan(NO_CHILD, 1, 1000.0),
+                latency(CHILD, 2.0, 6.0),
+                latency(CHAIN, 0.5, 2.5),
+                latency(SIGNAL, 1.5, 3.0),
+            ],
+            counts: Some(Counts {
+                rows: vec![grown(enqueue, 1.01), grown(claim, 1.05)],
+                ..Counts::default()
+            }),
+            ..Run::default()
+        };
+        let view = raw.merged();
+        let t = workflow_targets(&Judge {
+            view: &view,
+            raw: &raw,
+        });
+        // 0.8× from 0.9× and 0.7×: within the rounds' noise of the target.
+        assert_eq!(
+            t[0].figure,
+            "0.80× (one child after all of them 800/s, no child 1,000/s)"
+        );
+        assert_eq!(t[0].verdict, Verdict::WithinNoise);
+        assert!(t[0].noise.contains("0.90×, 0.70×"), "{}", t[0].noise);
+        assert_eq!(t[1].verdict, Verdict::Missed, "child p99 6 ms against 5");
+        assert_eq!(t[1].noise, "one run");
+        assert_eq!(t[2].verdict, Verdict::Met, "chain p50");
+        assert_eq!(t[3].verdict, Verdict::Met, "chain p99");
+        assert_eq!(t[4].verdict, Verdict::Missed, "signal p50");
+        let counted = |measure: &str| {
+            t.iter()
+                .find(|x| x.measure == measure)
+                .unwrap_or_else(|| panic!("{measure}"))
+        };
+        let same = counted(&format!(
+            "counts: instructions per job, {enqueue}, plain pg_jobs ÷ before workflows"
+        ));
+        assert_eq!(
+            (same.figure.as_str(), same.verdict),
+            ("1.010×", Verdict::Met)
+        );
+        let more = counted(&format!(
+            "counts: instructions per job, {claim}, plain pg_jobs ÷ before workflows"
+        ));
+        assert_eq!(
+            (more.figure.as_str(), more.verdict),
+            ("1.050×", Verdict::Missed)
+        );
+        let wal = counted(&format!(
+            "counts: WAL bytes per job, {claim}, plain pg_jobs ÷ before workflows"
+        ));
+        assert_eq!((wal.figure.as_str(), wal.verdict), ("1.000×", Verdict::Met));
+        let unmeasured = counted(&format!(
+            "counts: instructions per job, {}, plain pg_jobs ÷ before workflows",
+            PLAIN[1].0
+        ));
+        assert_eq!(unmeasured.verdict, Verdict::NotMeasured);
     }
 
     #[test]

@@ -23,6 +23,7 @@ pub mod soak;
 pub mod storage;
 pub mod vacuum;
 pub mod wal;
+pub mod workflows;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -100,7 +101,7 @@ type AllQueues = fn(&Ctx, &mut Client, &[&dyn Comparator]) -> Vec<Measurement>;
 
 /// Every scenario, in the order a run takes them. A new scenario is a file of this folder with
 /// a `run` function, its `pub mod` line above, and one line here.
-pub const ALL: [Scenario; 20] = [
+pub const ALL: [Scenario; 21] = [
     once(
         'p',
         "pgbench: the machine's commit-rate ceiling",
@@ -129,6 +130,7 @@ pub const ALL: [Scenario; 20] = [
     pg_jobs_only('u', "flow control", flow::run),
     once('s', "soak", soak::run),
     pg_jobs_only('y', "storage over a long steady run", storage::run),
+    pg_jobs_only('j', "workflows: fan-in, chains and signals", workflows::run),
 ];
 
 /// What every scenario needs.

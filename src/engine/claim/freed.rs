@@ -23,7 +23,7 @@ use crate::engine::model::Position;
 use crate::runtime::freed_heads::{self, Wanted};
 use crate::runtime::locks;
 use crate::runtime::queued_changes;
-use crate::storage::group_reader::{self, GroupName};
+use crate::storage::direct::group_reader::{self, GroupName};
 
 /// What a claim wants of freed heads: due now, of its kinds and tenants.
 struct Wants<'a> {

@@ -29,14 +29,13 @@ use pgrx::spi::SpiClient;
 pub use filter::ClaimFilter;
 pub use wait::wake_due_waiters;
 
+use crate::config::settings;
 use crate::engine::groups::{sweep_stranded, unmark};
 use crate::engine::model::Position;
 use crate::engine::queues::{self, unknown_queue};
 use crate::engine::transitions;
 use crate::pg::client;
 use crate::pg::clock::server_now;
-use crate::pg::datum::ClaimedRow;
-use crate::pg::settings;
 use crate::runtime::effects;
 use crate::runtime::floor::{self, Seen};
 use crate::runtime::freed_heads;
@@ -44,6 +43,7 @@ use crate::runtime::locks;
 use crate::runtime::shmem::{shared, Slot};
 use crate::runtime::wakeup;
 use crate::storage::direct::{self, Compare};
+use crate::storage::rows::ClaimedRow;
 use crate::storage::{index_walk, param, timestamptz_arg, with_client, Statement};
 use pick::{earliest, Picking, Resume};
 
@@ -221,7 +221,7 @@ fn attempt(
         // reach never move for them. Taken before the floor is read: a sweep or unmark here
         // makes jobs queued that this claim's pick must find.
         let mut freed = take_freed(client, queue, concurrency, request, now, allowed);
-        let seen = floor::read(slot, queue, request.filter.reach_scope())
+        let seen = floor::read(slot.map(Slot::floor), queue, request.filter.reach_scope())
             .map(|seen| seen.lowered_to(effects::pending_lowest(queue)));
         let picking = Picking {
             queue,
@@ -328,7 +328,7 @@ fn attempt(
                     .filter(|key| !freed_taken.contains(&key.id))
                     .collect();
                 match new_floor(client, queue, seen, &taken, first_skipped) {
-                    Some(to) => floor::raise(slot, queue, seen, to),
+                    Some(to) => floor::raise(slot.floor(), queue, seen, to),
                     // Every job it took lay past the reach: it cannot tell what lies between
                     // the floor and the reach, so it cannot raise the floor past it. Left at
                     // that, the floor rose only after the worker forgot the reach at its tick,
@@ -418,7 +418,7 @@ fn probe(client: &SpiClient<'_>, queue: &str) -> Probe {
 /// exist.
 fn probe_known(client: &SpiClient<'_>, queue: &str) -> Option<Probe> {
     // From the queue's floor when it is known (see probe_from.sql).
-    let floor = floor::read(wakeup::slot(queue), queue, None)
+    let floor = floor::read(wakeup::slot(queue).map(Slot::floor), queue, None)
         .and_then(|seen| seen.lowered_to(effects::pending_lowest(queue)).key);
     let rows = match floor {
         Some(at) => PROBE_FROM.run(
@@ -532,13 +532,15 @@ fn advance_floor(
             return;
         }
     }
-    floor::raise(slot, queue, seen, first);
+    floor::raise(slot.floor(), queue, seen, first);
 }
 
 /// The claim floors that queues of this database hold, for the worker's check that each is
 /// sound ([`check_floor_window`]): the slot of each, its queue and its floor.
 pub fn owned_floors() -> Vec<(usize, String, Position)> {
-    shared().map(floor::owned_floors).unwrap_or_default()
+    shared()
+        .map(|shared| floor::owned_floors(shared.floor_cells()))
+        .unwrap_or_default()
 }
 
 /// What the check of one window below a claim floor found.
@@ -575,7 +577,7 @@ pub fn check_floor_window(
     });
     let until = end.unwrap_or(floor);
     let healed = stranded_below(client, queue, from, until, floor, server_now())
-        && floor::heal(shared, slot, queue, floor);
+        && floor::heal(shared.slot(slot).floor(), queue, floor);
     if healed {
         wakeup::wake_queue(queue);
     }

@@ -13,7 +13,7 @@ use crate::engine::model::Position;
 use crate::runtime::floor::{self, Seen};
 use crate::runtime::locks;
 use crate::runtime::shmem::Slot;
-use crate::storage::claim_reader::{self, DueJob, DueQuery};
+use crate::storage::direct::claim_reader::{self, DueJob, DueQuery};
 use crate::storage::{param, timestamptz_arg, Param, Rows, Statement};
 
 /// The parameters both candidate statements take.
@@ -239,7 +239,7 @@ impl Picking<'_> {
             // Should this transaction roll back, the jobs it took come back below the reach: the
             // claim notes them taken (`transitions::jobs_claimed`), so the rollback resets the
             // floor and the reach with it. What it kept but did not take, another claim took.
-            floor::extend_reach(slot, self.queue, seen, scope, *furthest);
+            floor::extend_reach(slot.floor(), self.queue, seen, scope, *furthest);
         }
     }
 

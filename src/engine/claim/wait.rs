@@ -14,16 +14,17 @@ use pgrx::spi::SpiClient;
 
 use super::{attempt, rate, ClaimRequest, Probe};
 use crate::engine::access;
+use crate::engine::errors::{VERSION_MISMATCH, WAIT_NEEDS_READ_COMMITTED};
 use crate::pg::client;
 use crate::pg::clock::server_now;
-use crate::pg::datum::ClaimedRow;
-use crate::pg::errors::{raise_with_hint, VERSION_MISMATCH, WAIT_NEEDS_READ_COMMITTED};
+use crate::pg::errors::raise_with_hint;
 use crate::pg::extension;
 use crate::pg::snapshot;
 use crate::pg::subtransaction::in_subtransaction;
 use crate::pg::version;
 use crate::runtime::waiting_claims;
 use crate::runtime::wakeup::{self, Waiter};
+use crate::storage::rows::ClaimedRow;
 use crate::storage::{with_client, Statement};
 
 static OWN_FUNCTION: Statement = Statement {

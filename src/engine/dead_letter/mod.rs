@@ -2,11 +2,12 @@
 //! queue, in the same transaction, with the origin (queue, job id) and the error history, so
 //! failures can be inspected and redriven.
 
-use pgrx::pg_sys::INT8ARRAYOID;
+use pgrx::pg_sys::{self, INT4OID, INT8ARRAYOID, JSONBOID, TEXTOID};
 use pgrx::spi::SpiClient;
 
 use crate::engine::transitions;
-use crate::storage::{param, Statement};
+use crate::pg::datum::Jsonb;
+use crate::storage::{param, shard, Statement};
 
 static COPY: Statement = Statement {
     name: "dead_letter/copy",
@@ -15,10 +16,44 @@ static COPY: Statement = Statement {
     columns: &["queue", "id", "priority", "run_at", "tenant"],
 };
 
+static COPIES: Statement = Statement {
+    name: "dead_letter/copies",
+    sql: include_str!("copies.sql"),
+    params: &[param("ids", INT8ARRAYOID)],
+    columns: &[
+        "queue",
+        "kind",
+        "payload",
+        "headers",
+        "max_attempts",
+        "tenant",
+        "origin",
+    ],
+};
+
+static INSERT_ROUTED: Statement = Statement {
+    name: "dead_letter/insert_routed",
+    sql: include_str!("insert_routed.sql"),
+    params: &[
+        param("queue", TEXTOID),
+        param("kind", TEXTOID),
+        param("payload", JSONBOID),
+        param("headers", JSONBOID),
+        param("max_attempts", INT4OID),
+        param("tenant", TEXTOID),
+        param("origin", JSONBOID),
+    ],
+    columns: &["queue", "id", "priority", "run_at"],
+};
+
 /// Copies the jobs `failed` (which just ended failed) into their queues' dead-letter queues,
 /// where they have one; the copies are claimable once the transaction commits.
 pub fn copy_failed(client: &SpiClient<'_>, failed: Vec<i64>) {
     if failed.is_empty() {
+        return;
+    }
+    if shard::current().is_some() {
+        copy_through_citus(client, failed);
         return;
     }
     let copies = COPY.run(client, &[failed.into()]);
@@ -27,5 +62,53 @@ pub fn copy_failed(client: &SpiClient<'_>, failed: Vec<i64>) {
         let queue: String = copy.expect("queue");
         let tenant: Option<String> = copy.get("tenant");
         transitions::jobs_enqueued(&queue, tenant.as_deref(), 1);
+    }
+}
+
+/// One dead-letter copy, read from a shard.
+struct Copy {
+    queue: String,
+    kind: String,
+    payload: Option<Jsonb>,
+    headers: Option<Jsonb>,
+    max_attempts: Option<i32>,
+    tenant: Option<String>,
+    origin: Option<Jsonb>,
+}
+
+/// [`copy_failed`] on a Citus shard (docs/src/internals/citus.md): the dead-letter queue's
+/// shard may be on another node, so each copy is inserted through Citus, which cannot run
+/// copy.sql (an `INSERT ... SELECT` with parameters) as a kept plan.
+fn copy_through_citus(client: &SpiClient<'_>, failed: Vec<i64>) {
+    // SAFETY: reads the current context pointer (SPI's, which outlives these statements).
+    let context = unsafe { pg_sys::CurrentMemoryContext };
+    let copies: Vec<Copy> = COPIES
+        .run(client, &[failed.into()])
+        .iter()
+        .map(|row| Copy {
+            queue: row.expect("queue"),
+            kind: row.expect("kind"),
+            payload: row.get_in("payload", context),
+            headers: row.get_in("headers", context),
+            max_attempts: row.get("max_attempts"),
+            tenant: row.get("tenant"),
+            origin: row.get_in("origin", context),
+        })
+        .collect();
+    for copy in copies {
+        let rows = INSERT_ROUTED.run(
+            client,
+            &[
+                copy.queue.as_str().into(),
+                copy.kind.as_str().into(),
+                copy.payload.into(),
+                copy.headers.into(),
+                copy.max_attempts.into(),
+                copy.tenant.as_deref().into(),
+                copy.origin.into(),
+            ],
+        );
+        transitions::queued_rows(&rows);
+        transitions::jobs_enqueued(&copy.queue, copy.tenant.as_deref(), 1);
     }
 }

@@ -29,6 +29,8 @@ use pgrx::pg_sys::{
 use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
 
+use crate::config::settings;
+use crate::engine::errors::UNIQUE_VIOLATION;
 use crate::engine::groups::{self, GroupRef};
 use crate::engine::model::Position;
 use crate::engine::queues::{self, unknown_queue};
@@ -37,11 +39,10 @@ use crate::engine::transitions;
 use crate::engine::workflows::dependencies;
 use crate::pg::clock::server_now;
 use crate::pg::datum::{Jsonb, JsonbArray};
-use crate::pg::errors::{quote, raise, raise_with_hint, UNIQUE_VIOLATION};
-use crate::pg::settings;
+use crate::pg::errors::{quote, raise, raise_with_hint};
 use crate::pg::subtransaction::unless_it_raises;
 use crate::runtime::locks;
-use crate::storage::job_writer::{Inserted, JobWriter, NewJobs, PerJob};
+use crate::storage::direct::job_writer::{Inserted, JobWriter, NewJobs, PerJob};
 use crate::storage::{param, timestamptz_arg, with_client, Statement};
 
 /// The parameters every insert statement starts with.
@@ -230,6 +231,17 @@ impl JobOptions {
 
     /// The first nine arguments of every insert statement.
     fn job_args<'a>(&'a self, queue: &'a str, payload: DatumWithOid<'a>) -> Vec<DatumWithOid<'a>> {
+        self.job_args_in_group(queue, payload, self.group_key.as_deref())
+    }
+
+    /// [`Self::job_args`] of one payload of a batch, whose group is `group_key` (its element of
+    /// `group_keys`, or `group_key`).
+    fn job_args_in_group<'a>(
+        &'a self,
+        queue: &'a str,
+        payload: DatumWithOid<'a>,
+        group_key: Option<&'a str>,
+    ) -> Vec<DatumWithOid<'a>> {
         vec![
             queue.into(),
             payload,
@@ -239,7 +251,7 @@ impl JobOptions {
             self.max_attempts.into(),
             self.headers.into(),
             self.tenant.as_deref().into(),
-            self.group_key.as_deref().into(),
+            group_key.into(),
         ]
     }
 
@@ -332,7 +344,14 @@ fn enqueue_one(queue: &str, payload: Jsonb, options: &JobOptions) -> Enqueued {
             Enqueued { id, inserted: true }
         }
         Some(key) => {
-            let enqueued = enqueue_unique(client, queue, payload, key, options);
+            let enqueued = enqueue_unique(
+                client,
+                queue,
+                payload,
+                key,
+                options.group_key.as_deref(),
+                options,
+            );
             if enqueued.inserted {
                 if options.announces() {
                     transitions::job_queued(queue, options.position(enqueued.id));
@@ -504,12 +523,14 @@ fn write_jobs(
     }
 }
 
-/// [`enqueue`] of a job with unique key `key`, without announcing the job (the caller does).
+/// [`enqueue`] of a job with unique key `key` in group `group_key`, without announcing the job
+/// (the caller does).
 fn enqueue_unique(
     client: &SpiClient<'_>,
     queue: &str,
     payload: Jsonb,
     key: &str,
+    group_key: Option<&str>,
     options: &JobOptions,
 ) -> Enqueued {
     let unique = options
@@ -517,7 +538,7 @@ fn enqueue_unique(
         .as_ref()
         .expect("a unique key comes with its options");
     for _ in 0..UNIQUE_ROUNDS {
-        let mut args = options.job_args(queue, payload.into());
+        let mut args = options.job_args_in_group(queue, payload.into(), group_key);
         args.push(key.into());
         args.push(unique.unique_for.into());
         if let Some(id) = INSERT_UNIQUE.first::<i64>(client, &args, "id") {
@@ -742,7 +763,7 @@ fn enqueue_many(queue: &str, payloads: JsonbArray, options: &JobOptions) -> Vec<
                 args.push(unique.key.as_deref().into());
                 args.push(unique.keys.clone().into());
                 args.push(unique.unique_for.into());
-                let enqueued = batch_unique(client, queue, payloads, count, options, &args);
+                let enqueued = batch_unique(client, queue, payloads, &group_keys, options, &args);
                 mark_waiting_in_batch(client, &enqueued, &group_keys, || {
                     unique_concurrency.unwrap_or(1)
                 });
@@ -804,10 +825,11 @@ fn batch_unique(
     client: &SpiClient<'_>,
     queue: &str,
     payloads: JsonbArray,
-    count: usize,
+    group_keys: &[Option<&str>],
     options: &JobOptions,
     args: &[DatumWithOid<'_>],
 ) -> Vec<Enqueued> {
+    let count = group_keys.len();
     let rows = INSERT_BATCH_UNIQUE.run(client, args);
     let returned: Vec<(i64, Option<String>)> = rows
         .iter()
@@ -892,7 +914,9 @@ fn batch_unique(
                 if let Some(holder) = other {
                     release(client, &[holder.id]);
                 }
-                let single = enqueue_unique(client, queue, payload, key, options);
+                // In its own group: the batch marks it behind the batch's jobs of that group.
+                let single =
+                    enqueue_unique(client, queue, payload, key, group_keys[index], options);
                 if single.inserted {
                     taken_here.insert(key.to_owned(), single.id);
                 }

@@ -10,7 +10,9 @@
 use std::collections::HashMap;
 
 use pgrx::datum::TimestampWithTimeZone;
-use pgrx::pg_sys::{self, TEXTARRAYOID, TIMESTAMPTZARRAYOID};
+use pgrx::pg_sys::{
+    self, INT2OID, INT4OID, JSONBOID, TEXTARRAYOID, TEXTOID, TIMESTAMPTZARRAYOID, TIMESTAMPTZOID,
+};
 use pgrx::spi::SpiClient;
 use pgrx::IntoDatum;
 
@@ -19,7 +21,7 @@ use crate::engine::queues::{self, unknown_queue};
 use crate::engine::transitions;
 use crate::pg::datum::Jsonb;
 use crate::runtime::locks;
-use crate::storage::job_writer::{Inserted, JobWriter, NewJobs, PerJob};
+use crate::storage::direct::job_writer::{Inserted, JobWriter, NewJobs, PerJob};
 use crate::storage::{param, Statement};
 
 static INSERT_SLOTS: Statement = Statement {
@@ -31,6 +33,30 @@ static INSERT_SLOTS: Statement = Statement {
         param("slots as text", TEXTARRAYOID),
     ],
     columns: &["id", "queue", "priority", "run_at"],
+};
+
+static INSERT_SLOT_ROUTED: Statement = Statement {
+    name: "enqueue/insert_slot_routed",
+    sql: include_str!("insert_slot_routed.sql"),
+    params: &[
+        param("queue", TEXTOID),
+        param("kind", TEXTOID),
+        param("payload", JSONBOID),
+        param("headers", JSONBOID),
+        param("priority", INT2OID),
+        param("slot", TIMESTAMPTZOID),
+        param("max_attempts", INT4OID),
+        param("schedule", TEXTOID),
+        param("slot as text", TEXTOID),
+    ],
+    columns: &["id", "queue", "priority", "run_at"],
+};
+
+static QUEUE_ATTEMPTS: Statement = Statement {
+    name: "enqueue/queue_attempts",
+    sql: include_str!("queue_attempts.sql"),
+    params: &[param("queue", TEXTOID)],
+    columns: &["max_attempts"],
 };
 
 /// A schedule whose due slots a run enqueues, as the run read it from its locked row.
@@ -194,6 +220,9 @@ fn write_direct(queue: &str, jobs: &[SlotJob<'_>]) -> Option<Vec<Position>> {
 /// Inserts `jobs` with one statement that joins their schedules' locked rows: their claim
 /// positions in order.
 fn write_by_statement(client: &SpiClient<'_>, jobs: &[SlotJob<'_>]) -> Vec<Position> {
+    if crate::pg::citus::distributed() {
+        return write_routed(client, jobs);
+    }
     let rows_of: Vec<String> = jobs.iter().map(|j| j.schedule.tid.clone()).collect();
     let slots: Vec<TimestampWithTimeZone> = jobs
         .iter()
@@ -209,6 +238,42 @@ fn write_by_statement(client: &SpiClient<'_>, jobs: &[SlotJob<'_>]) -> Vec<Posit
         jobs.len()
     );
     rows.iter().map(|row| Position::from_row(&row)).collect()
+}
+
+/// [`write_by_statement`] on a Citus cluster: one insert per job into the distributed table,
+/// which Citus routes to the job's queue's shard.
+fn write_routed(client: &SpiClient<'_>, jobs: &[SlotJob<'_>]) -> Vec<Position> {
+    let mut attempts: HashMap<&str, i32> = HashMap::new();
+    jobs.iter()
+        .map(|job| {
+            let schedule = job.schedule;
+            let max_attempts = match schedule.max_attempts {
+                Some(max_attempts) => max_attempts,
+                None => *attempts.entry(schedule.queue.as_str()).or_insert_with(|| {
+                    QUEUE_ATTEMPTS
+                        .first(client, &[schedule.queue.as_str().into()], "max_attempts")
+                        .unwrap_or_else(|| unknown_queue(&schedule.queue))
+                }),
+            };
+            let slot = TimestampWithTimeZone::try_from(job.slot).expect("a slot is a finite time");
+            let rows = INSERT_SLOT_ROUTED.run(
+                client,
+                &[
+                    schedule.queue.as_str().into(),
+                    schedule.kind.as_str().into(),
+                    schedule.payload.into(),
+                    schedule.headers.into(),
+                    schedule.priority.into(),
+                    slot.into(),
+                    max_attempts.into(),
+                    schedule.name.as_str().into(),
+                    rfc3339(job.slot).into(),
+                ],
+            );
+            let row = rows.first().expect("an insert returns its row");
+            Position::from_row(&row)
+        })
+        .collect()
 }
 
 /// The jsonb object `{"pg_jobs.schedule": name, "pg_jobs.slot": slot}`, written in jsonb's

@@ -68,8 +68,8 @@ use crate::pg::clock::server_now;
 use crate::runtime::freed_heads::{self, FreedHead};
 use crate::runtime::locks;
 use crate::runtime::queued_changes::{self, Stamp};
-use crate::storage::group_reader::{self, GroupHead, GroupName};
-use crate::storage::key_reader;
+use crate::storage::direct::group_reader::{self, GroupHead, GroupName};
+use crate::storage::direct::key_reader;
 use crate::storage::{param, Row, Rows, Statement};
 
 static BLOCKED: Statement = Statement {
@@ -378,7 +378,7 @@ pub fn sweep_stranded(client: &SpiClient<'_>) -> Option<usize> {
 /// For [`move_on`], when every one of `groups` (locked) is in a queue of `group_concurrency` 1
 /// and the transaction reads committed data (as the statement's latest snapshot does): the
 /// waiting heads of the groups that nothing of runs, which may run now, read without the
-/// executor (`storage::group_reader`), each with its group. `None`: the statement decides.
+/// executor (`storage::direct::group_reader`), each with its group. `None`: the statement decides.
 fn waiting_heads(groups: &[GroupRef]) -> Option<Vec<(&GroupRef, GroupHead)>> {
     // SAFETY: reads a backend global.
     let read_committed = unsafe { pg_sys::XactIsoLevel } < pg_sys::XACT_REPEATABLE_READ as i32;

@@ -17,14 +17,15 @@ use pgrx::{FromDatum, Uuid};
 // Tokens fence, as leases do, and are no secret (whoever may read the record sees it): the
 // claim's fast generator, seeded from the strong random source, serves them too.
 use crate::engine::claim::token::lease_token;
+use crate::engine::errors::{IDEMPOTENCY_CONFLICT, IDEMPOTENCY_MISMATCH};
 use crate::engine::tenants::TenantScope;
 use crate::pg::clock::server_now;
-use crate::pg::datum::{IdempotencyRecordRow, IdempotencySavedRow, Jsonb};
-use crate::pg::errors::{
-    quote, raise_with_hint, BAD_ARGUMENT, IDEMPOTENCY_CONFLICT, IDEMPOTENCY_MISMATCH,
-};
+use crate::pg::datum::Jsonb;
+use crate::pg::errors::{quote, raise_with_hint, BAD_ARGUMENT};
+use crate::storage::direct::key_reader;
 use crate::storage::index_walk::TimeWindow;
-use crate::storage::{key_reader, param, timestamptz_arg, with_client, Statement};
+use crate::storage::rows::{IdempotencyRecordRow, IdempotencySavedRow};
+use crate::storage::{param, timestamptz_arg, with_client, Statement};
 
 static SAVE: Statement = Statement {
     name: "idempotency/save",

@@ -11,13 +11,13 @@ use pgrx::spi::SpiClient;
 use crate::engine::model::Position;
 use crate::engine::tenants::TenantScope;
 use crate::pg::database::current_database_name;
-use crate::pg::datum::JobRow;
 use crate::runtime::floor;
 use crate::runtime::freed_heads;
 use crate::runtime::shmem::shared;
 use crate::runtime::totals::{self, Counts, Visible};
 use crate::runtime::waiting_claims;
 use crate::runtime::wakeup;
+use crate::storage::rows::JobRow;
 use crate::storage::{param, with_client, Statement};
 
 static GET: Statement = Statement {
@@ -301,7 +301,7 @@ pub fn unserved_because() -> Option<String> {
                 .to_owned(),
         );
     }
-    if crate::pg::settings::configured_databases().contains(&database) {
+    if crate::config::settings::configured_databases().contains(&database) {
         return None;
     }
     Some(format!(
@@ -359,7 +359,7 @@ pub struct RuntimeState {
 /// The queue's state in shared memory; `None` without shared memory.
 pub fn runtime_state(queue: &str) -> Option<RuntimeState> {
     let slot = wakeup::slot(queue)?;
-    let floor = floor::view(slot, queue);
+    let floor = floor::view(slot.floor(), queue);
     let wake = wakeup::view(slot);
     Some(RuntimeState {
         floor: floor.key,

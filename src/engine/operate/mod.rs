@@ -6,15 +6,14 @@ use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
 
 use crate::engine::enqueue;
+use crate::engine::errors::{UNIQUE_VIOLATION, UNKNOWN_JOB, WRONG_STATE};
 use crate::engine::groups::{self, GroupRef};
 use crate::engine::model::JobState;
 use crate::engine::tenants::TenantScope;
 use crate::engine::transitions::{self, Settled};
 use crate::engine::workflows::dependencies;
 use crate::pg::clock::server_now;
-use crate::pg::errors::{
-    quote, raise, raise_with_hint, UNIQUE_VIOLATION, UNKNOWN_JOB, WRONG_STATE,
-};
+use crate::pg::errors::{quote, raise, raise_with_hint};
 use crate::pg::subtransaction::unless_it_raises;
 use crate::runtime::locks;
 use crate::storage::{param, timestamptz_arg, with_client, Statement};

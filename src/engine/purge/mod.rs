@@ -6,7 +6,7 @@
 use pgrx::pg_sys::{INT4OID, INT8OID};
 use pgrx::spi::SpiClient;
 
-use crate::storage::{param, Statement};
+use crate::storage::{param, shard, Statement};
 
 /// Jobs the retention sweep looks at per statement.
 pub const WINDOW: usize = 2_000;
@@ -37,9 +37,17 @@ struct Sweep {
     span: i64,
 }
 
+/// Where a sweep starts.
+const START: Sweep = Sweep {
+    after: 0,
+    span: SPAN,
+};
+
 thread_local! {
-    /// Where the retention sweep is (a restart just starts the sweep over).
-    static SWEEP: std::cell::Cell<Sweep> = const { std::cell::Cell::new(Sweep { after: 0, span: SPAN }) };
+    /// Where the retention sweep is, per shard (`storage::shard`; 0: the plain table). A
+    /// restart just starts the sweep over.
+    static SWEEP: std::cell::RefCell<std::collections::HashMap<i64, Sweep>> =
+        std::cell::RefCell::new(std::collections::HashMap::new());
 }
 
 /// What one window of the sweep did.
@@ -60,15 +68,22 @@ pub struct Window {
 /// A window that reaches the newest id ends the pass: the next one starts over at the oldest.
 /// Waiting for an empty window instead would never start over while producers keep adding
 /// jobs behind the sweep, which would then chase the newest jobs and purge nothing.
+///
+/// On a shard of a Citus cluster, job ids are sparse (they encode the node and the shard,
+/// `engine::distribute::job_id_for`) and the sequence does not give the newest: a window there
+/// is the next [`WINDOW`] jobs, however far apart, and one that finds fewer ends the pass.
 pub fn sweep_window(client: &SpiClient<'_>) -> Window {
-    let sweep = SWEEP.with(|s| s.get());
+    let key = shard::current_key();
+    let sharded = key != 0;
+    let sweep = SWEEP.with(|s| s.borrow().get(&key).copied().unwrap_or(START));
+    let span = if sharded {
+        i64::MAX - sweep.after.max(0)
+    } else {
+        sweep.span
+    };
     let rows = PURGE.run(
         client,
-        &[
-            sweep.after.into(),
-            (WINDOW as i32).into(),
-            sweep.span.into(),
-        ],
+        &[sweep.after.into(), (WINDOW as i32).into(), span.into()],
     );
     let row = rows.first().expect("purge/purge returns one row");
     let purged = row.get::<i64>("purged").unwrap_or(0) as usize;
@@ -77,6 +92,8 @@ pub fn sweep_window(client: &SpiClient<'_>) -> Window {
     let (after, span) = if looked >= WINDOW as i64 {
         // A full window: the next one starts after its last job.
         (row.get::<i64>("last_id").unwrap_or(sweep.after), SPAN)
+    } else if sharded {
+        (i64::MAX, SPAN)
     } else if looked == 0 {
         (
             sweep.after.saturating_add(sweep.span),
@@ -85,16 +102,16 @@ pub fn sweep_window(client: &SpiClient<'_>) -> Window {
     } else {
         (sweep.after.saturating_add(sweep.span), SPAN)
     };
-    let pass_ended = after >= newest;
+    let pass_ended = after == i64::MAX || (!sharded && after >= newest);
     SWEEP.with(|s| {
-        s.set(if pass_ended {
-            Sweep {
-                after: 0,
-                span: SPAN,
-            }
-        } else {
-            Sweep { after, span }
-        })
+        s.borrow_mut().insert(
+            key,
+            if pass_ended {
+                START
+            } else {
+                Sweep { after, span }
+            },
+        )
     });
     Window {
         purged,

@@ -5,15 +5,14 @@ use pgrx::pg_sys::{BOOLOID, FLOAT8OID, INT4OID, INTERVALOID, TEXTOID};
 use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
 
+use crate::config::settings;
+use crate::engine::errors::{QUEUE_IN_USE, UNKNOWN_QUEUE, WRONG_STATE};
 use crate::engine::groups;
 use crate::engine::model::JobState;
 use crate::engine::transitions;
 use crate::engine::workflows::dependencies;
-use crate::pg::datum::QueueRow;
-use crate::pg::errors::{
-    quote, raise, raise_with_hint, BAD_ARGUMENT, QUEUE_IN_USE, UNKNOWN_QUEUE, WRONG_STATE,
-};
-use crate::pg::settings;
+use crate::pg::errors::{quote, raise, raise_with_hint, BAD_ARGUMENT};
+use crate::storage::rows::QueueRow;
 use std::cell::RefCell;
 use std::sync::atomic::Ordering;
 
@@ -21,8 +20,8 @@ use crate::runtime::effects;
 use crate::runtime::locks;
 use crate::runtime::rate::{self, Limit};
 use crate::runtime::shmem::shared;
+use crate::storage::direct::job_writer::QueueRowUse;
 use crate::storage::direct::Generational;
-use crate::storage::job_writer::QueueRowUse;
 use crate::storage::{param, with_client, Statement};
 
 /// The queue `CREATE EXTENSION` makes, which the contract says always exists.

@@ -37,13 +37,14 @@ use pgrx::pg_sys::{
 };
 use pgrx::spi::SpiClient;
 
+use crate::config::settings;
 use crate::engine::enqueue::{enqueue_slots, DueSchedule, SlotJob};
 use crate::engine::queues::{self, unknown_queue};
 use crate::pg::clock::server_now;
-use crate::pg::datum::{Jsonb, ScheduleRow};
+use crate::pg::datum::Jsonb;
 use crate::pg::errors::{quote, raise, BAD_ARGUMENT};
-use crate::pg::settings;
-use crate::storage::progress_writer::{self, Progress};
+use crate::storage::direct::progress_writer::{self, Progress};
+use crate::storage::rows::ScheduleRow;
 use crate::storage::{param, timestamptz_arg, with_client, Statement};
 use plan::{CatchUp, Plan};
 use slots::Slots;

@@ -15,10 +15,10 @@ use std::sync::atomic::Ordering;
 use pgrx::datum::DatumWithOid;
 use pgrx::pg_sys::{self, OIDOID, TEXTOID};
 
+use crate::config::settings;
 use crate::engine::access::{self, Role};
 use crate::pg::errors::{quote, raise, raise_with_hint, BAD_ARGUMENT, INSUFFICIENT_PRIVILEGE};
 use crate::pg::roles;
-use crate::pg::settings;
 use crate::runtime::effects;
 use crate::runtime::shmem::shared;
 use crate::storage::{param, with_client, Statement};
@@ -255,7 +255,7 @@ pub fn check_tenant_name(tenant: &str, argument: &str) {
 pub fn grant(role: &str, tenant: &str) -> bool {
     if roles::role_oid(role).is_none() {
         raise(
-            crate::pg::errors::UNKNOWN_ROLE,
+            crate::engine::errors::UNKNOWN_ROLE,
             format!("role {} does not exist", quote(role)),
         );
     }

@@ -65,11 +65,12 @@ use pgrx::datum::DatumWithOid;
 use pgrx::pg_sys::{INT8ARRAYOID, INT8OID, TEXTARRAYOID, TIMESTAMPTZOID};
 use pgrx::spi::SpiClient;
 
+use crate::engine::errors::UNKNOWN_JOB;
 use crate::engine::model::JobState;
 use crate::engine::tenants::TenantScope;
 use crate::engine::transitions;
 use crate::pg::clock::server_now;
-use crate::pg::errors::{quote, raise, BAD_ARGUMENT, UNKNOWN_JOB};
+use crate::pg::errors::{quote, raise, BAD_ARGUMENT};
 use crate::storage::{param, timestamptz_arg, Statement};
 
 static FLAG_PARENTS: Statement = Statement {

@@ -4,8 +4,8 @@
 //! A job that waits is in state `waiting`: no lease, no attempt spent, and in none of the
 //! claim indexes (their predicate is `state = 'queued'`), nor in its group's index (queued or
 //! running jobs only), so no claim path sees it: not the candidate statements, not the direct
-//! reader of `job_claim_idx` (`storage::claim_reader`, which checks the state on the row), not
-//! the group heads (`storage::group_reader`, queued or running only) nor the freed heads a
+//! reader of `job_claim_idx` (`storage::direct::claim_reader`, which checks the state on the row), not
+//! the group heads (`storage::direct::group_reader`, queued or running only) nor the freed heads a
 //! settle hands over (`runtime::freed_heads`, which are group heads). A waiting job takes no
 //! slot of its group: its group's later jobs may run meanwhile, and once queued it is decided
 //! by claims like any job of the group. It becomes `queued` in the transaction that settles its

@@ -14,11 +14,12 @@ use pgrx::datum::TimestampWithTimeZone;
 use pgrx::pg_sys::{self, INT8ARRAYOID, TEXTARRAYOID};
 use pgrx::spi::SpiClient;
 
+use crate::engine::errors::WAIT_NEEDS_READ_COMMITTED;
 use crate::engine::model::JobState;
 use crate::engine::tenants::TenantScope;
 use crate::pg::clock::server_now;
 use crate::pg::datum::Jsonb;
-use crate::pg::errors::{raise_with_hint, WAIT_NEEDS_READ_COMMITTED};
+use crate::pg::errors::raise_with_hint;
 use crate::pg::snapshot;
 use crate::pg::subtransaction::in_subtransaction;
 use crate::runtime::wakeup::Waiter;

@@ -446,6 +446,9 @@ fn bad_calls_raise_documented_errors_and_change_nothing() {
         bad("SELECT jobs_signal('paid', keep => '-1 second')", "22023", "keep must be at least 0 and at most 100 years"),
         bad(format!("SELECT jobs_signal('paid', '{payload}')"), "54000", format!("payload is {size} bytes, above pg_jobs.max_payload_bytes"))
             .after(format!("SET pg_jobs.max_payload_bytes = {}", size - 1)),
+        bad("SELECT jobs_distribute(NULL)", "22004", "shard_count must not be NULL"),
+        bad("SELECT jobs_distribute(0)", "22023", "shard_count must be between 1 and 4096, got 0"),
+        bad("SELECT jobs_distribute(4097)", "22023", "shard_count must be between 1 and 4096, got 4097"),
         // Unknown roles: 42704.
         bad("SELECT jobs_grant_tenant('no_such_role', 'acme')", "42704", "role 'no_such_role' does not exist"),
         // Unknown job ids: P0002.

@@ -419,6 +419,7 @@ fn writing_calls(jobs: &Jobs) -> Vec<(&'static str, String)> {
             format!("SELECT jobs_await({id}, '{lease}', 'fo-signal')"),
         ),
         ("jobs_signal", "SELECT jobs_signal('fo-signal')".into()),
+        ("jobs_distribute", "SELECT jobs_distribute()".into()),
     ]
 }
 

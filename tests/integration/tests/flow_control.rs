@@ -958,6 +958,70 @@ fn a_batch_marks_the_jobs_behind_its_own_jobs_of_a_group_and_no_others() {
     }
 }
 
+/// A batch payload whose unique key's holder has run out of its window goes in on its own, after
+/// the batch's statement: it keeps its own group, so the mark that puts it behind the batch's
+/// earlier job of that group is cleared when that job ends (it was once inserted without its
+/// group, marked, and never claimable again).
+#[test]
+fn a_batch_job_whose_keys_holder_ran_out_keeps_its_group() {
+    let mut client = Cluster::shared().connect();
+    let queue = unique_queue(&mut client, "group-batch-key", "group_concurrency => 1");
+    // The key's holder: succeeded, its window of 1 ms long past once the batch comes.
+    client
+        .execute(
+            "SELECT jobs_enqueue($1, '{}', unique_key => 'k', unique_for => '1 millisecond')",
+            &[&queue],
+        )
+        .unwrap();
+    let held = claim(&mut client, &queue, 1, "");
+    assert_eq!(complete(&mut client, &held[0]), "succeeded");
+    thread::sleep(Duration::from_millis(20));
+    let ids: Vec<i64> = client
+        .query(
+            "SELECT id FROM jobs_enqueue_batch($1, ARRAY['{}', '{}', '{}']::jsonb[],
+                                               unique_keys => ARRAY[NULL, 'k', NULL],
+                                               group_keys => ARRAY['g', 'g', NULL],
+                                               unique_for => '1 hour')",
+            &[&queue],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(ids.len(), 3);
+    let rows: Vec<(i64, Option<String>, bool)> = client
+        .query(
+            "SELECT id, group_key, group_wait FROM jobs.job WHERE id = ANY ($1) ORDER BY id",
+            &[&ids],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    let keyed = rows.iter().find(|(id, _, _)| *id == ids[1]).unwrap();
+    assert_eq!(
+        (keyed.1.as_deref(), keyed.2),
+        (Some("g"), true),
+        "the keyed payload is in group g, behind the batch's first job of g: {rows:?}"
+    );
+    // Claims that complete what they got run all three.
+    let mut done = Vec::new();
+    for _ in 0..10 {
+        let held = claim(&mut client, &queue, 10, "");
+        if held.is_empty() {
+            break;
+        }
+        for job in &held {
+            assert_eq!(complete(&mut client, job), "succeeded");
+            done.push(job.id);
+        }
+    }
+    done.sort_unstable();
+    let mut expected = ids.clone();
+    expected.sort_unstable();
+    assert_eq!(done, expected, "every job of the batch ran");
+}
+
 #[test]
 fn a_larger_group_frees_one_waiting_job_per_free_slot_and_a_new_concurrency_frees_all() {
     let mut client = Cluster::shared().connect();

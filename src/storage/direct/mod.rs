@@ -2,6 +2,12 @@
 //! finding the extension's relations, scanning an index as a statement would, and keeping
 //! what a session read under the generation of the settings it came from.
 
+pub mod claim_reader;
+pub mod group_reader;
+pub mod job_writer;
+pub mod key_reader;
+pub mod progress_writer;
+
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::ffi::CStr;
@@ -63,6 +69,10 @@ impl StatementScan {
         unsafe { Self::begin_under(heap, index, keys, true) }
     }
 
+    /// Begins the scan under the statement's snapshot, or the latest one when `latest`.
+    ///
+    /// # Safety
+    /// As for [`StatementScan::begin`].
     unsafe fn begin_under(
         heap: pg_sys::Relation,
         index: pg_sys::Relation,

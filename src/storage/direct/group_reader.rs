@@ -17,12 +17,12 @@ use std::ffi::CStr;
 
 use pgrx::pg_sys::{self, Datum, Oid};
 
-use super::direct::{
+use super::job_writer::attribute;
+use super::{
     enum_value, jobs_relation, key, relcache_invalidations, text_is, text_of, value, Compare,
     StatementScan,
 };
-use super::job_writer::attribute;
-use crate::pg::settings::fast_paths;
+use crate::config::settings::fast_paths;
 
 /// The first unfinished job of a group: a running one if any runs, else its first queued one.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -122,6 +122,9 @@ thread_local! {
 /// The columns of the open `heap` the scan reads, if it and its open group `index` are as
 /// expected; checked once per session and again after a relcache invalidation (the checks
 /// copy the index's expressions, too costly for every call).
+///
+/// # Safety
+/// `heap` and `index` must be open, `index` an index of `heap`, inside a transaction.
 unsafe fn layout(heap: pg_sys::Relation, index: pg_sys::Relation) -> Option<Columns> {
     // SAFETY: open relations, as the checks require.
     unsafe {
@@ -147,6 +150,10 @@ unsafe fn layout(heap: pg_sys::Relation, index: pg_sys::Relation) -> Option<Colu
 }
 
 /// Where the open `jobs.job` keeps what the scan reads, if it is as expected.
+///
+/// # Safety
+/// `heap` must be an open relation, locked at least as a statement reading it would lock it, for as
+/// long as the call runs.
 unsafe fn columns(heap: pg_sys::Relation) -> Option<Columns> {
     // SAFETY: an open relation; catalog lookups.
     unsafe {
@@ -175,6 +182,9 @@ unsafe fn columns(heap: pg_sys::Relation) -> Option<Columns> {
 }
 
 /// The `index`-th element of the list `list`, if it has one.
+///
+/// # Safety
+/// `list` must be NULL or a valid `List` of nodes.
 unsafe fn nth(list: *mut pg_sys::List, index: i32) -> Option<*mut pg_sys::Node> {
     // SAFETY: a valid list or NULL.
     unsafe {
@@ -184,6 +194,9 @@ unsafe fn nth(list: *mut pg_sys::List, index: i32) -> Option<*mut pg_sys::Node> 
 }
 
 /// Whether `node` is a call of function `function` (by oid); its arguments then.
+///
+/// # Safety
+/// `node` must be NULL or a valid expression node.
 unsafe fn call_of(node: *mut pg_sys::Node, function: u32) -> Option<*mut pg_sys::List> {
     // SAFETY: a valid expression node.
     unsafe {
@@ -195,6 +208,9 @@ unsafe fn call_of(node: *mut pg_sys::Node, function: u32) -> Option<*mut pg_sys:
 }
 
 /// Whether `node` is column `attnum` of the indexed table.
+///
+/// # Safety
+/// `node` must be NULL or a valid expression node.
 unsafe fn is_column(node: *mut pg_sys::Node, attnum: i16) -> bool {
     // SAFETY: a valid expression node.
     unsafe {
@@ -211,6 +227,10 @@ const INT8_OF_INT4: u32 = 481;
 /// Whether the open `index` is the group index the scan expects: a btree on
 /// `(hashtextextended(group_key, hashtext(queue)), CASE WHEN state = 'running' THEN 0 ELSE id
 /// END)`, whose second column orders a group's running jobs first, then its queued ones by id.
+///
+/// # Safety
+/// `heap` and `index` must be open, `index` an index of `heap`, and `columns` read from `heap` by
+/// [`columns`].
 unsafe fn group_index_fits(
     heap: pg_sys::Relation,
     index: pg_sys::Relation,
@@ -269,6 +289,10 @@ unsafe fn group_index_fits(
 }
 
 /// The hash `job_group_idx` keys `group` by, computed by the functions its expression calls.
+///
+/// # Safety
+/// `columns` must come from [`layout`] in this session, since the last invalidation of the
+/// relations, inside a transaction (the hash functions run as the index's expression would).
 unsafe fn group_hash(columns: &Columns, group: &GroupName<'_>) -> Datum {
     // SAFETY: calls of built-in hash functions on texts made here.
     unsafe {
@@ -294,6 +318,10 @@ unsafe fn group_hash(columns: &Columns, group: &GroupName<'_>) -> Datum {
 /// The scans, one per group in one index scan begun once: each group's first entry whose row,
 /// under the latest snapshot, is a queued or running job of the group (entries of groups whose
 /// keys hash alike are passed over).
+///
+/// # Safety
+/// `heap` and `index` must be open and locked as a statement's scan would lock them, their layout
+/// checked by [`layout`] into `columns`; inside a transaction.
 unsafe fn heads(
     heap: pg_sys::Relation,
     index: pg_sys::Relation,
@@ -350,6 +378,10 @@ unsafe fn heads(
 }
 
 /// The head of `group`, read by `scan` (its key set to the group's hash) into `slot`.
+///
+/// # Safety
+/// `scan` must be an index scan begun by [`heads`] on the group index, `slot` a slot of the heap's
+/// tuple descriptor, both still open.
 unsafe fn head(
     scan: pg_sys::IndexScanDesc,
     slot: *mut pg_sys::TupleTableSlot,

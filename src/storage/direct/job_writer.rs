@@ -30,8 +30,8 @@ use std::ffi::CStr;
 use pgrx::pg_sys::{self, Datum, Oid};
 use pgrx::{IntoDatum, PgTupleDesc};
 
-use super::direct::{jobs_relation, Generational};
-use crate::pg::settings::fast_paths;
+use super::{jobs_relation, Generational};
+use crate::config::settings::fast_paths;
 use crate::pg::version;
 
 /// The columns of `jobs.job` an enqueue sets; the others take their defaults.
@@ -312,12 +312,20 @@ fn forget() {
 }
 
 /// The attributes of the open relation `rel` (its tuple descriptor lives while it is open).
+///
+/// # Safety
+/// `rel` must be an open relation, locked at least as a statement reading it would lock it, for as
+/// long as the call runs. The descriptor returned must not outlive it.
 unsafe fn attributes<'a>(rel: pg_sys::Relation) -> PgTupleDesc<'a> {
     // SAFETY: the relcache's descriptor, not reference counted by us.
     unsafe { PgTupleDesc::from_pg_unchecked((*rel).rd_att) }
 }
 
 /// Column `name` of `rel` if it has type `type_oid`: its attribute number and collation.
+///
+/// # Safety
+/// `rel` must be an open relation, locked at least as a statement reading it would lock it, for as
+/// long as the call runs.
 pub(super) unsafe fn attribute(
     rel: pg_sys::Relation,
     name: &CStr,
@@ -333,6 +341,10 @@ pub(super) unsafe fn attribute(
 }
 
 /// Compiles `expr` (planned first, as the executor does) in the current memory context.
+///
+/// # Safety
+/// `expr` must be a valid expression tree; inside a transaction, in a memory context that outlives
+/// the state's use.
 unsafe fn compile(expr: *mut pg_sys::Expr) -> *mut pg_sys::ExprState {
     // SAFETY: a valid expression tree; the state needs no parent plan.
     unsafe { pg_sys::ExecInitExpr(pg_sys::expression_planner(expr), std::ptr::null_mut()) }
@@ -340,6 +352,10 @@ unsafe fn compile(expr: *mut pg_sys::Expr) -> *mut pg_sys::ExprState {
 
 /// Builds what the session keeps, or `None` when the direct path does not apply (no such
 /// tables, columns of other types, triggers, row-level security for the owner).
+///
+/// # Safety
+/// Inside a transaction, outside any SPI connection's statement (it opens and closes the relations
+/// itself).
 unsafe fn build() -> Option<Kept> {
     // SAFETY: catalog lookups and relcache reads inside a transaction; every allocation is in
     // the new context, switched to for the duration.
@@ -364,6 +380,10 @@ unsafe fn build() -> Option<Kept> {
 }
 
 /// [`build`], in the kept context.
+///
+/// # Safety
+/// As for [`build`]; `context` must be the session's kept context, and `job` and `queue` the oids
+/// of `jobs.job` and `jobs.queue`.
 unsafe fn build_in(context: pg_sys::MemoryContext, job: Oid, queue: Oid) -> Option<Kept> {
     // SAFETY: as build; relations are opened and closed here, keeping their locks until the
     // transaction ends.
@@ -402,6 +422,10 @@ struct QueueColumns {
 }
 
 /// [`build_in`], for the open `jobs.job`.
+///
+/// # Safety
+/// As for [`build_in`]; `rel` must be `jobs.job`, open and locked, `queue_pkey` the primary key of
+/// `jobs.queue` and `queue_columns` read from it.
 unsafe fn build_for_table(
     context: pg_sys::MemoryContext,
     rel: pg_sys::Relation,
@@ -507,6 +531,10 @@ unsafe fn build_for_table(
 }
 
 /// The queue's `max_attempts`, read under a fresh snapshot; `None` when it does not exist.
+///
+/// # Safety
+/// `kept` must be built in this session since the last invalidation of the relations it names;
+/// inside a transaction.
 unsafe fn queue_max_attempts(kept: &Kept, queue: &str) -> Option<i32> {
     // SAFETY: an index scan of jobs.queue by its primary key under a registered snapshot; the
     // tuple is read before the scan ends.
@@ -543,6 +571,9 @@ unsafe fn queue_max_attempts(kept: &Kept, queue: &str) -> Option<i32> {
 
 /// The queue's `max_attempts` as `how` allows: kept by the session or read (and kept); `None`
 /// when the queue does not exist (which is never kept: a queue created since is found at once).
+///
+/// # Safety
+/// As for [`queue_max_attempts`].
 unsafe fn queue_attempts(kept: &Kept, queue: &str, how: QueueRowUse) -> Option<i32> {
     let QueueRowUse::Kept { generation, keep } = how else {
         // SAFETY: as the caller's.
@@ -561,6 +592,10 @@ unsafe fn queue_attempts(kept: &Kept, queue: &str, how: QueueRowUse) -> Option<i
 }
 
 /// Evaluates `state` in `econtext`.
+///
+/// # Safety
+/// `state` must be compiled by [`compile`] and `econtext` an expression context whose scan slot
+/// holds the row the expression reads, both alive.
 unsafe fn evaluate(
     state: *mut pg_sys::ExprState,
     econtext: *mut pg_sys::ExprContext,
@@ -587,6 +622,11 @@ unsafe fn admits(qual: *mut pg_sys::ExprState, econtext: *mut pg_sys::ExprContex
 }
 
 /// The insert itself.
+///
+/// # Safety
+/// `kept` must be built in this session since the last invalidation of the relations it names,
+/// inside a transaction that may write, with SPI free to run (the checks it calls may run
+/// statements).
 unsafe fn insert_with(kept: &Kept, jobs: &NewJobs<'_>) -> Option<Inserted> {
     // SAFETY: as JobWriter::insert requires; every allocation is in the executor state's
     // memory, freed at the end (the ids are copied out first).
@@ -772,6 +812,10 @@ unsafe fn insert_with(kept: &Kept, jobs: &NewJobs<'_>) -> Option<Inserted> {
 }
 
 /// Raises the executor's errors for a row that breaks NOT NULL or a check constraint.
+///
+/// # Safety
+/// `kept` as for [`insert_with`]; `slot` must hold the new row in `jobs.job`'s layout and
+/// `econtext` have it as its scan tuple.
 unsafe fn check_row(
     kept: &Kept,
     slot: *mut pg_sys::TupleTableSlot,

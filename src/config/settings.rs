@@ -91,9 +91,11 @@ pub fn register() {
 }
 
 /// Whether the fast paths may run now ([`FAST_PATHS`]): read by each one as it starts, so a
-/// change takes effect from the next call on. A plain read of the setting's variable.
+/// change takes effect from the next call on. A plain read of the setting's variable, and never
+/// in a database distributed by Citus, where `jobs.job` is an empty shell and its rows are in
+/// the shards (docs/src/internals/citus.md).
 pub fn fast_paths() -> bool {
-    FAST_PATHS.get()
+    FAST_PATHS.get() && !crate::pg::citus::distributed()
 }
 
 /// The databases named in `pg_jobs.databases`.

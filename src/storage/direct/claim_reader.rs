@@ -19,9 +19,9 @@ use std::ffi::CStr;
 
 use pgrx::pg_sys::{self, Datum, Oid};
 
-use super::direct::{enum_value, jobs_relation, key, text_of, value, Compare, StatementScan};
 use super::job_writer::attribute;
-use crate::pg::settings::fast_paths;
+use super::{enum_value, jobs_relation, key, text_of, value, Compare, StatementScan};
+use crate::config::settings::fast_paths;
 
 /// A due job the scan found.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -103,6 +103,10 @@ pub unsafe fn due_in_priority(query: &DueQuery<'_>) -> Option<Vec<DueJob>> {
 }
 
 /// Where the open `jobs.job` keeps what the scan reads, if it is as expected.
+///
+/// # Safety
+/// `heap` must be an open relation, locked at least as a statement reading it would lock it, for as
+/// long as the call runs.
 unsafe fn columns(heap: pg_sys::Relation) -> Option<Columns> {
     // SAFETY: an open relation; catalog lookups.
     unsafe {
@@ -129,6 +133,10 @@ unsafe fn columns(heap: pg_sys::Relation) -> Option<Columns> {
 
 /// Whether the open `index` is the claim index the scan expects: a btree on
 /// `(hashtext(queue), priority, run_at, id)`.
+///
+/// # Safety
+/// `heap` and `index` must be open, `index` an index of `heap`, and `columns` read from `heap` by
+/// [`columns`].
 unsafe fn claim_index_fits(
     heap: pg_sys::Relation,
     index: pg_sys::Relation,
@@ -169,6 +177,11 @@ unsafe fn claim_index_fits(
 }
 
 /// The scan itself.
+///
+/// # Safety
+/// `heap` and `index` must be open and locked as a statement's scan would lock them, `index`
+/// checked by [`claim_index_fits`] and `columns` read by [`columns`] since their last invalidation;
+/// inside a transaction, with SPI free to run.
 unsafe fn scan(
     heap: pg_sys::Relation,
     index: pg_sys::Relation,

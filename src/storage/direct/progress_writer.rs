@@ -16,8 +16,8 @@ use std::ffi::CStr;
 
 use pgrx::pg_sys::{self, Datum, Oid};
 
-use super::direct::jobs_relation;
-use crate::pg::settings::fast_paths;
+use super::jobs_relation;
+use crate::config::settings::fast_paths;
 use crate::pg::version;
 
 /// The new progress of one schedule whose row the caller holds locked.
@@ -84,6 +84,10 @@ pub unsafe fn write(progress: &[Progress]) -> bool {
 
 /// The progress columns of the open `rel`, if it has them with the types they must have (and
 /// nullable).
+///
+/// # Safety
+/// `rel` must be an open relation, locked at least as a statement reading it would lock it, for as
+/// long as the call runs.
 unsafe fn columns(rel: pg_sys::Relation) -> Option<Columns> {
     // SAFETY: the relcache's descriptor of an open relation.
     let desc = unsafe { pgrx::PgTupleDesc::from_pg_unchecked((*rel).rd_att) };
@@ -109,6 +113,10 @@ unsafe fn columns(rel: pg_sys::Relation) -> Option<Columns> {
 
 /// Whether an UPDATE of the open `rel` (with oid `oid`) would do nothing that [`write_in`]
 /// does not.
+///
+/// # Safety
+/// `rel` must be an open relation, locked at least as a statement reading it would lock it, for as
+/// long as the call runs. `oid` must be its oid.
 unsafe fn plain(rel: pg_sys::Relation, oid: Oid) -> bool {
     // SAFETY: an open relation; its indexes are opened and closed here.
     unsafe {
@@ -153,6 +161,10 @@ unsafe fn plain(rel: pg_sys::Relation, oid: Oid) -> bool {
 /// current memory context, with their names. The others read only columns a progress write
 /// leaves as they are, so they held for the old version and hold for the new one; the progress
 /// columns may be NULL.
+///
+/// # Safety
+/// `rel` must be an open relation, locked at least as a statement reading it would lock it, for as
+/// long as the call runs. `columns` must be read from it by [`columns`].
 unsafe fn checks_on(
     rel: pg_sys::Relation,
     columns: &Columns,
@@ -190,6 +202,10 @@ unsafe fn checks_on(
 }
 
 /// The writes themselves.
+///
+/// # Safety
+/// `rel` must be open and locked ROW EXCLUSIVE, checked by [`plain`], `columns` read by
+/// [`columns`]; each row named in `progress` locked by this transaction, inside it.
 unsafe fn write_in(rel: pg_sys::Relation, columns: &Columns, progress: &[Progress]) {
     // SAFETY: as write requires; every allocation is in the executor state's memory, freed at
     // the end, and each row's expression memory is reset after it.

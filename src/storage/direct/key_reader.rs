@@ -14,8 +14,8 @@ use std::ffi::CStr;
 
 use pgrx::pg_sys::{self, Datum, Oid};
 
-use super::direct::{jobs_relation, StatementScan};
-use crate::pg::settings::fast_paths;
+use super::{jobs_relation, StatementScan};
+use crate::config::settings::fast_paths;
 
 /// The columns of one row version, by name, while [`read`] holds its buffer.
 pub struct RowView {
@@ -85,6 +85,10 @@ pub unsafe fn read<R>(
 /// The open primary key of the open `heap`, if a statement would find rows the way [`scan`]
 /// does: no row-level security for the current role, and a btree over exactly `columns`, each
 /// of type text in the text operator family.
+///
+/// # Safety
+/// `heap` must be an open relation, locked at least as a statement reading it would lock it, for as
+/// long as the call runs. The index returned is opened here; the caller closes it.
 unsafe fn primary_key(heap: pg_sys::Relation, columns: &[&CStr]) -> Option<pg_sys::Relation> {
     // SAFETY: an open relation; the index is opened here and closed when it does not fit.
     unsafe {
@@ -113,6 +117,9 @@ unsafe fn primary_key(heap: pg_sys::Relation, columns: &[&CStr]) -> Option<pg_sy
 
 /// Whether the open btree `index` of `heap` has exactly `columns` as its key columns, in
 /// order, each text in the text operator family.
+///
+/// # Safety
+/// `heap` and `index` must be open, `index` a btree index of `heap`.
 unsafe fn key_columns_are(
     heap: pg_sys::Relation,
     index: pg_sys::Relation,
@@ -140,6 +147,10 @@ unsafe fn key_columns_are(
 }
 
 /// Searches `index` of `heap` for `key` and hands `read` the visible row version, if any.
+///
+/// # Safety
+/// `heap` and `index` must be open and locked as a statement's scan would lock them, `index` the
+/// index [`primary_key`] returned for `heap` with as many columns as `key` has.
 unsafe fn scan<R>(
     heap: pg_sys::Relation,
     index: pg_sys::Relation,
