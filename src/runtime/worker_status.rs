@@ -1,5 +1,5 @@
-//! One background worker's report in shared memory, written by the worker, read by
-//! `jobs_worker_status()`.
+//! One background worker's report in shared memory, written by the worker (and, while no
+//! worker runs for its database, by the launcher), read by `jobs_worker_status()`.
 
 use std::sync::atomic::{AtomicI32, AtomicI64, AtomicU32, AtomicU64, AtomicU8, Ordering};
 
@@ -13,7 +13,8 @@ pub const NAME_BYTES: usize = 64;
 pub struct WorkerStatus {
     /// Database name, NUL-padded; empty when the entry is unused.
     database: [AtomicU8; NAME_BYTES],
-    /// The worker's pid, 0 when it is not running.
+    /// The worker's pid, 0 when it is not running. A starting worker claims the entry by
+    /// setting it from 0, and sets it back to 0 as it exits (`worker::claim_entry`).
     pub pid: AtomicI32,
     /// When the worker started.
     pub started_at: AtomicI64,
@@ -73,6 +74,20 @@ impl WorkerStatus {
         self.error_seq.fetch_add(1, Ordering::AcqRel);
         write_text(&self.last_error, error);
         self.error_seq.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Shows why no worker serves the database (the launcher's note: the database does not
+    /// exist, say) in place of a tick error, with no time of failure. Written only while no
+    /// worker runs for the entry, so the worker and the launcher never write it at once.
+    pub fn note(&self, reason: &str) {
+        self.set_last_error(reason);
+        self.last_error_at.store(0, Ordering::Release);
+    }
+
+    /// Forgets the last error or note (a worker starting).
+    pub fn clear_error(&self) {
+        self.set_last_error("");
+        self.last_error_at.store(0, Ordering::Release);
     }
 }
 

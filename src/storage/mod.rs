@@ -3,6 +3,7 @@
 //! session and kept, and run under settings that no user object can change.
 
 pub mod direct;
+pub mod index_walk;
 pub mod rows;
 pub mod shard;
 mod statement;

@@ -1,42 +1,55 @@
-//! The background worker: one per database in `pg_jobs.databases`, registered while the library
-//! is preloaded. Every `pg_jobs.tick` it runs one tick ([`tick`]): reclaim expired leases, check
-//! the claim floors, purge finished jobs past their queue's retention, and wake claims waiting
-//! on queues whose delayed jobs came due. Once a minute it writes the minute's counts into the
-//! throughput history (`engine::throughput`). A database without the extension is skipped until
-//! `CREATE EXTENSION pg_jobs` runs there. A failing tick is logged, recorded in
-//! `jobs_worker_status()` and retried at the next tick; the postmaster restarts a worker that
-//! dies.
+//! The background workers: a launcher ([`launcher`]) and one worker per database of
+//! `pg_jobs.databases` that exists, which the launcher starts and starts again. Every
+//! `pg_jobs.tick` a worker runs one tick ([`tick`]): reclaim expired leases, check the claim
+//! floors, enqueue schedules' slots, purge finished jobs past their queue's retention, and
+//! wake claims waiting on queues whose delayed jobs came due, each step in short transactions
+//! of its own. Once a minute it writes the minute's counts into the throughput history
+//! (`engine::throughput`). A database without the extension is skipped until `CREATE EXTENSION pg_jobs`
+//! runs there. A failing step is logged, recorded in `jobs_worker_status()` and retried at the
+//! next tick.
+//!
+//! A worker's status lives in shared memory at its database's position in `pg_jobs.databases`
+//! ([`WorkerStatus`]): the launcher writes the names there when it starts, and why a database
+//! has no worker (it does not exist); the worker claims the entry when it starts (its pid,
+//! set from 0, so two workers never serve one database) and gives it back when it exits.
+//!
+//! A worker leaves its database when another session wants it to itself (`DROP DATABASE`,
+//! `ALTER DATABASE ... RENAME TO` or `SET TABLESPACE`, `CREATE DATABASE ... TEMPLATE` of it):
+//! those wait a few seconds for the database's other sessions to leave, and the worker looks
+//! at every tick. The launcher starts it again once the database is free, or waits for it to
+//! be created again if it was dropped. A worker that exits for any other reason
+//! (`pg_terminate_backend`, say) is started again by the launcher at once.
 //!
 //! While the database has the SQL definitions of another version than the library's (after an
 //! upgrade's restart, before `ALTER EXTENSION pg_jobs UPDATE`), the worker runs no work: it
 //! shows as not serving, says once in the log what to run, and serves from the first tick
 //! after the update, without a restart (README "Upgrading").
 //!
-//! On a hot standby the worker starts too, but runs no tick while the server is in recovery:
-//! nothing can be written there, and the primary's worker does the work. It shows in
+//! On a hot standby the workers start too, but run no tick while the server is in recovery:
+//! nothing can be written there, and the primary's workers do the work. A worker shows in
 //! `jobs_worker_status()` with its pid, not serving, and starts ticking at its next wake-up
 //! after `pg_ctl promote`.
 
+pub mod launcher;
 mod tick;
+mod transaction;
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use pgrx::bgworkers::{
-    BackgroundWorker, BackgroundWorkerBuilder, BgWorkerStartTime, SignalWakeFlags,
-};
+use pgrx::bgworkers::{BackgroundWorker, SignalWakeFlags};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
 use crate::config::settings;
 use crate::engine::throughput;
 use crate::pg::clock::server_now;
-use crate::pg::recovery;
+use crate::pg::{database, recovery};
 use crate::runtime::shmem::{self, MAX_DATABASES};
 use crate::runtime::totals;
 use crate::runtime::worker_status::WorkerStatus;
 
-/// Registers one worker per configured database; called from `_PG_init` while preloading.
+/// Registers the launcher, which starts the workers; called from `_PG_init` while preloading.
 pub fn register() {
     let databases = settings::configured_databases();
     if databases.len() > MAX_DATABASES {
@@ -45,30 +58,28 @@ pub fn register() {
             databases.len()
         );
     }
-    for (index, database) in databases.iter().take(MAX_DATABASES).enumerate() {
-        BackgroundWorkerBuilder::new(&format!("pg_jobs worker for {database}"))
-            .set_type("pg_jobs worker")
-            .set_library("pg_jobs")
-            .set_function("pg_jobs_worker_main")
-            .set_argument(Some(pg_sys::Datum::from(index)))
-            .set_extra(database)
-            .enable_spi_access()
-            // Started on a hot standby as well, where it idles (see the loop): it is then
-            // visible there, and serves within a tick of the promotion.
-            .set_start_time(BgWorkerStartTime::ConsistentState)
-            .set_restart_time(Some(Duration::from_secs(1)))
-            .load();
+    if !databases.is_empty() {
+        launcher::register();
     }
 }
 
-/// The worker's entry point: connect, then tick until told to stop.
+/// A worker's entry point (started by the launcher): claim the status entry, connect, then
+/// tick until told to stop or until another session wants the database to itself.
 #[pg_guard]
 #[no_mangle]
 pub extern "C-unwind" fn pg_jobs_worker_main(argument: pg_sys::Datum) {
     BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP | SignalWakeFlags::SIGTERM);
     let database = BackgroundWorker::get_extra().to_owned();
-    let status = shmem::shared().map(|s| s.worker(argument.value()));
+    let index = argument.value() % MAX_DATABASES;
+    let status = shmem::shared().map(|s| s.worker(index));
     if let Some(status) = status {
+        if let Err(holder) = claim_entry(status, index) {
+            pgrx::log!(
+                "pg_jobs worker for database {database}: the worker with pid {holder} serves it already; this one exits"
+            );
+            // SAFETY: ends the process the way Postgres expects.
+            unsafe { pg_sys::proc_exit(0) };
+        }
         announce(status, &database);
     }
     BackgroundWorker::connect_worker_to_spi(Some(&database), None);
@@ -106,42 +117,87 @@ pub extern "C-unwind" fn pg_jobs_worker_main(argument: pg_sys::Datum) {
                 "pg_jobs worker for database {database}: the server was promoted; the worker serves it"
             );
         }
-        let outcome = tick::run(started_at);
+        // No session can want the database to itself on a standby (a replayed DROP DATABASE
+        // ends the worker's connection by itself).
+        if leaving(&database) {
+            break;
+        }
+        let report = tick::run(started_at);
         // Once a minute, the minute that ended goes into the history.
         let minute = throughput::minute_of(server_now());
         if minute > history_minute {
             flush_throughput(status, &database, history_minute);
             history_minute = minute;
         }
-        if let Ok(report) = &outcome {
-            note_version(&database, report, &mut outdated);
-        }
+        note_version(&database, &report, &mut outdated);
         if let Some(status) = status {
-            record(status, &database, outcome);
+            record(status, &database, report);
         }
     }
 
-    tick::stopping();
-    // A clean stop keeps the current minute: the next worker's writes add to it.
     if !recovery::in_recovery() {
+        tick::stopping();
+        // A clean stop keeps the current minute: the next worker's writes add to it.
         flush_throughput(status, &database, history_minute);
     }
-    // Leave with status 1 so the postmaster starts us again unless it is shutting down:
-    // pg_terminate_backend on the worker restarts it rather than stopping the queue for good.
-    if let Some(status) = status {
-        status.pid.store(0, Ordering::Release);
-    }
+    // Exit 0: the postmaster forgets this worker (it never restarts it); the launcher starts
+    // another one when the database is there to serve.
     // SAFETY: ends the process the way Postgres expects.
-    unsafe { pg_sys::proc_exit(1) };
+    unsafe { pg_sys::proc_exit(0) };
 }
 
-/// Claims the worker's status entry at start.
-fn announce(status: &WorkerStatus, database: &str) {
-    status.set_database(database);
+/// Whether the worker must leave its database: another session wants it to itself (said in
+/// the log). Asked in a short transaction of its own.
+fn leaving(database: &str) -> bool {
+    // SAFETY: MyDatabaseId is set once connected; inside the transaction opened here.
+    let wanted = transaction::run(c"pg_jobs worker", || unsafe {
+        database::wanted_alone(pg_sys::MyDatabaseId)
+    })
+    .unwrap_or(false);
+    if wanted {
+        pgrx::log!(
+            "pg_jobs worker for database {database}: another session wants the database to itself (DROP DATABASE, ALTER DATABASE, or CREATE DATABASE from it as a template); the worker leaves it, and serves it again once it is free"
+        );
+    }
+    wanted
+}
+
+/// Takes the status entry at `index` for this process: its pid, set from 0, given back (set to
+/// 0) when the process exits however it exits, short of a crash (which makes the postmaster
+/// set shared memory up afresh). `Err` holds the pid of the live worker that has it.
+fn claim_entry(status: &WorkerStatus, index: usize) -> Result<(), i32> {
     // SAFETY: MyProcPid is set for the life of the process.
+    let pid = unsafe { pg_sys::MyProcPid };
     status
         .pid
-        .store(unsafe { pg_sys::MyProcPid }, Ordering::Release);
+        .compare_exchange(0, pid, Ordering::AcqRel, Ordering::Acquire)?;
+    // SAFETY: registers a plain function, run once as the process exits.
+    unsafe { pg_sys::before_shmem_exit(Some(give_entry_back), pg_sys::Datum::from(index)) };
+    Ok(())
+}
+
+/// Gives the status entry of the exiting worker back (see [`claim_entry`]).
+#[pg_guard]
+unsafe extern "C-unwind" fn give_entry_back(_code: std::ffi::c_int, index: pg_sys::Datum) {
+    if let Some(shared) = shmem::shared() {
+        // SAFETY: MyProcPid is set for the life of the process.
+        let pid = unsafe { pg_sys::MyProcPid };
+        let status = shared.worker(index.value());
+        if status
+            .pid
+            .compare_exchange(pid, 0, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+        {
+            status.serving.store(0, Ordering::Release);
+        }
+    }
+}
+
+/// Starts the worker's report afresh, once its status entry is claimed.
+fn announce(status: &WorkerStatus, database: &str) {
+    status.set_database(database);
+    status.clear_error();
+    status.serving.store(0, Ordering::Release);
     status.started_at.store(server_now(), Ordering::Release);
     status.ticks.store(0, Ordering::Release);
 }
@@ -189,54 +245,35 @@ fn step_failed(status: &WorkerStatus, database: &str, step: &str, message: &str)
     status.last_error_at.store(server_now(), Ordering::Release);
 }
 
-/// Records what a tick did, or why it failed.
-fn record(status: &WorkerStatus, database: &str, outcome: Result<tick::TickReport, String>) {
+/// Records what a tick did, and why its failing steps failed.
+fn record(status: &WorkerStatus, database: &str, report: tick::TickReport) {
     status.ticks.fetch_add(1, Ordering::AcqRel);
-    match outcome {
-        Ok(report) => {
-            status
-                .serving
-                .store(u32::from(report.serving), Ordering::Release);
-            status
-                .reclaimed
-                .fetch_add(report.reclaimed as u64, Ordering::AcqRel);
-            status
-                .purged
-                .fetch_add(report.purged as u64, Ordering::AcqRel);
-            status
-                .floors_healed
-                .fetch_add(report.floors_healed as u64, Ordering::AcqRel);
-            status
-                .idempotency_purged
-                .fetch_add(report.idempotency_purged as u64, Ordering::AcqRel);
-            status
-                .scheduled
-                .fetch_add(report.scheduled as u64, Ordering::AcqRel);
-            if let Some(message) = report.schedule_error {
-                step_failed(status, database, "enqueueing schedules", &message);
-            }
-            if report.stranded_cleared > 0 {
-                pgrx::log!(
-                    "pg_jobs worker for database {database}: {} jobs at the head of their groups waited for a hand-over that shared memory lost in a restart; they are claimable again",
-                    report.stranded_cleared
-                );
-            }
-            if let Some(message) = report.sweep_error {
-                step_failed(
-                    status,
-                    database,
-                    "clearing the marks of stranded group heads",
-                    &message,
-                );
-            }
-        }
-        Err(message) => {
-            pgrx::log!(
-                "pg_jobs worker for database {database}: tick failed, retrying next tick: {message}"
-            );
-            status.set_last_error(&message);
-            status.last_error_at.store(server_now(), Ordering::Release);
-        }
+    status
+        .serving
+        .store(u32::from(report.serving), Ordering::Release);
+    status
+        .reclaimed
+        .fetch_add(report.reclaimed as u64, Ordering::AcqRel);
+    status
+        .purged
+        .fetch_add(report.purged as u64, Ordering::AcqRel);
+    status
+        .floors_healed
+        .fetch_add(report.floors_healed as u64, Ordering::AcqRel);
+    status
+        .idempotency_purged
+        .fetch_add(report.idempotency_purged as u64, Ordering::AcqRel);
+    status
+        .scheduled
+        .fetch_add(report.scheduled as u64, Ordering::AcqRel);
+    if report.stranded_cleared > 0 {
+        pgrx::log!(
+            "pg_jobs worker for database {database}: {} jobs at the head of their groups waited for a hand-over that shared memory lost in a restart; they are claimable again",
+            report.stranded_cleared
+        );
+    }
+    for (step, message) in &report.failures {
+        step_failed(status, database, step, message);
     }
     status.last_tick.store(server_now(), Ordering::Release);
 }

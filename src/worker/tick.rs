@@ -1,21 +1,49 @@
-//! One tick of the background worker, in its own transaction: what the worker does, in order.
+//! One tick of a worker: what it does, in order ([`STEPS`]), each step in short transactions of
+//! its own.
+//!
+//! A transaction holds back vacuum for as long as it runs (its snapshot's xmin), everywhere
+//! in the server. So no step holds one for long: every step runs in a transaction of its own,
+//! and a step that works through a backlog (reclaim, the retention purge, the idempotency
+//! purge) commits each bounded batch in its own transaction, the next batch starting with a
+//! fresh snapshot. Between transactions the worker holds no snapshot at all. And no statement
+//! walks an unbounded stretch of an index: dead index entries, which a held-back horizon keeps
+//! by the thousand (every job claimed since), are walked in bounded windows too.
+//!
+//! A step that fails is rolled back alone, logged and recorded in `jobs_worker_status()`; the
+//! tick goes on with the next step, except after a lock timeout (DDL holds a table, and the
+//! next steps would each wait for it in turn): then the tick ends, and the next one starts over.
+//!
+//! Adding a step: write a `fn(&mut Tick) -> Result<(), Failure>` that does its work through
+//! [`Tick::transaction`] (once, or once per batch), counts what it did in [`Tick::report`]
+//! if `jobs_worker_status()` shows it, and add it to [`STEPS`] where it belongs in the order.
 
-use pgrx::pg_sys;
-use pgrx::PgTryBuilder;
+use pgrx::spi::SpiClient;
 
+use super::transaction::{self, Failure};
 use crate::engine::tenants::TenantScope;
 use crate::engine::workflows::signals;
 use crate::engine::{claim, distribute, groups, idempotency, purge, reclaim, schedules, two_phase};
 use crate::pg::clock::server_now;
 use crate::pg::extension::LIBRARY_VERSION;
-use crate::pg::subtransaction::in_subtransaction;
 use crate::runtime::shmem::shared;
 use crate::runtime::{floor, freed_heads};
+use crate::storage::index_walk::TimeWindow;
 use crate::storage::{with_client, Statement};
 
-/// Reclaim statements per tick, so one tick stays short however far behind it is: with
-/// `reclaim::BATCH` jobs each, at most 10,000 jobs a tick.
-pub const RECLAIM_BATCHES: usize = 10;
+/// Jobs reclaimed per tick at most, so a tick stays short however
+/// far behind it is; the rest waits for the next ticks.
+pub const RECLAIM_PER_TICK: usize = 10 * reclaim::BATCH;
+/// Await timeouts a tick fires at most, a transaction a batch of `signals::BATCH`.
+pub const AWAIT_TIMEOUTS_PER_TICK: usize = 10 * signals::BATCH;
+/// Idempotency records purged per tick at most.
+pub const IDEMPOTENCY_PURGED_PER_TICK: usize =
+    idempotency::PURGE_BATCH * idempotency::PURGE_BATCHES_PER_TICK;
+
+/// Windows of the claim index below claim floors one transaction checks at most.
+const FLOOR_CHECKS_PER_TRANSACTION: usize = 16;
+
+/// What `pg_stat_activity.query` shows while a tick's transaction runs.
+const ACTIVITY: &std::ffi::CStr = c"pg_jobs tick";
 
 static EXTENSION_EXISTS: Statement = Statement {
     name: "worker/extension_exists",
@@ -31,7 +59,86 @@ static TICK_SETTINGS: Statement = Statement {
     columns: &["lock_timeout", "statement_timeout"],
 };
 
-/// What one successful tick did.
+/// A step of the tick.
+struct Step {
+    /// What it does, for the log and `jobs_worker_status()` when it fails ("reclaiming
+    /// expired leases failed, retrying next tick: ...").
+    doing: &'static str,
+    /// What it works on, which decides where it runs on a Citus cluster.
+    on: On,
+    /// The step.
+    run: fn(&mut Tick) -> Result<(), Failure>,
+}
+
+/// What a step works on. On a Citus cluster (docs/src/internals/citus.md) the steps on jobs
+/// run once for each shard of `jobs.job` on this node, on the shard's tables, and the
+/// schedules on the coordinator only; elsewhere every step runs once.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum On {
+    /// `jobs.job` and the tables distributed with it.
+    Jobs,
+    /// The schedules, which the coordinator runs.
+    Schedules,
+    /// This node's own tables.
+    Node,
+}
+
+/// The steps of a tick, in order.
+const STEPS: &[Step] = &[
+    Step {
+        doing: "reclaiming expired leases",
+        on: On::Jobs,
+        run: reclaim_step,
+    },
+    Step {
+        doing: "ending awaits whose timeout passed",
+        on: On::Jobs,
+        run: await_timeouts_step,
+    },
+    Step {
+        doing: "checking the claim floors",
+        on: On::Jobs,
+        run: floors_step,
+    },
+    Step {
+        doing: "enqueueing schedules",
+        on: On::Schedules,
+        run: schedules_step,
+    },
+    Step {
+        doing: "purging finished jobs past retention",
+        on: On::Jobs,
+        run: purge_step,
+    },
+    Step {
+        doing: "purging expired idempotency records",
+        on: On::Node,
+        run: idempotency_step,
+    },
+    Step {
+        doing: "deleting the records of ended prepared transactions",
+        on: On::Node,
+        run: prepared_step,
+    },
+    Step {
+        doing: "purging expired signals",
+        on: On::Node,
+        run: signals_step,
+    },
+    Step {
+        doing: "clearing the marks of stranded group heads",
+        on: On::Jobs,
+        run: stranded_step,
+    },
+    Step {
+        doing: "waking claims whose jobs came due",
+        on: On::Jobs,
+        run: wake_step,
+    },
+];
+
+/// What one tick did.
+#[derive(Default)]
 pub struct TickReport {
     /// Whether the extension exists in the database, with this library's version.
     pub serving: bool,
@@ -48,230 +155,297 @@ pub struct TickReport {
     pub idempotency_purged: usize,
     /// Jobs enqueued for schedules' slots.
     pub scheduled: usize,
-    /// Why the schedules' step failed (rolled back alone; the rest of the tick commits).
-    pub schedule_error: Option<String>,
     /// Waiting jobs whose marks the tick cleared because shared memory lost their freed heads
     /// (the first tick after a start or a crash restart; `engine::groups::sweep_stranded`).
     pub stranded_cleared: usize,
-    /// Why clearing them failed (rolled back alone; a later tick or claim tries again).
-    pub sweep_error: Option<String>,
+    /// The steps that failed (each rolled back alone): what the step does, and why.
+    pub failures: Vec<(&'static str, String)>,
 }
 
-/// Runs one tick in its own transaction; an ERROR rolls the tick back and is returned.
-/// `started_at` is when this worker started (server clock).
-pub fn run(started_at: i64) -> Result<TickReport, String> {
-    run_transaction(|| tick(started_at))
+/// A tick under way: what the steps share.
+pub struct Tick {
+    /// When this worker started (server clock).
+    started_at: i64,
+    /// The Citus shard of `jobs.job` the step works on, by key (see [`On`]).
+    shard: Option<i64>,
+    /// What the tick did so far.
+    pub report: TickReport,
 }
 
-/// Runs `work` in a transaction of its own, committed when it returns and rolled back on an
-/// ERROR, whose message is returned.
-fn run_transaction<R>(work: impl FnOnce() -> R) -> Result<R, String> {
-    // SAFETY: the standard transaction bracket of a background worker.
-    unsafe {
-        pg_sys::SetCurrentStatementStartTimestamp();
-        pg_sys::StartTransactionCommand();
-        pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot());
-        pg_sys::pgstat_report_activity(
-            pg_sys::BackendState::STATE_RUNNING,
-            c"pg_jobs tick".as_ptr(),
-        );
-    }
-    let outcome = PgTryBuilder::new(std::panic::AssertUnwindSafe(|| Ok(work())))
-        .catch_others(|error| Err(error_message(error)))
-        .execute();
-    // SAFETY: closes the transaction opened above, committing or rolling back.
-    unsafe {
-        match outcome {
-            Ok(_) => {
-                pg_sys::PopActiveSnapshot();
-                pg_sys::CommitTransactionCommand();
+impl Tick {
+    /// Runs `work` in a transaction of its own, under the tick's lock and statement timeouts
+    /// (and on the step's shard, under its placement lock); commits when it returns, rolls back
+    /// on an ERROR.
+    pub fn transaction<R>(&self, work: impl FnOnce(&SpiClient<'_>) -> R) -> Result<R, Failure> {
+        let shard = self.shard;
+        transaction::run(ACTIVITY, || {
+            with_client(|client| TICK_SETTINGS.run(client, &[]));
+            let work = || with_client(work);
+            match shard {
+                None => Some(work()),
+                Some(key) => distribute::on_local_shard(key, work),
             }
-            Err(_) => pg_sys::AbortCurrentTransaction(),
+        })?
+        .ok_or_else(|| Failure {
+            message: format!(
+                "shard {} of jobs.job moved to another node",
+                self.shard.unwrap_or(0)
+            ),
+            lock_timeout: false,
+            shard_moved: true,
+        })
+    }
+}
+
+/// Runs one tick. `started_at` is when this worker started (server clock).
+pub fn run(started_at: i64) -> TickReport {
+    let mut tick = Tick {
+        started_at,
+        shard: None,
+        report: TickReport::default(),
+    };
+    let installed = transaction::run(ACTIVITY, || {
+        with_client(|client| EXTENSION_EXISTS.first::<String>(client, &[], "installed"))
+    });
+    let installed = match installed {
+        Ok(installed) => installed,
+        Err(failure) => {
+            tick.report
+                .failures
+                .push(("looking for the extension", failure.message));
+            return tick.report;
         }
-        // A background worker must flush its own statistics: without them autovacuum would
-        // never hear of the rows reclaim and purge leave dead.
-        pg_sys::pgstat_report_stat(false);
-        pg_sys::pgstat_report_activity(pg_sys::BackendState::STATE_IDLE, std::ptr::null());
+    };
+    // The library of a newer (or older) version than the SQL definitions would run its
+    // statements against tables they do not describe: idle until ALTER EXTENSION UPDATE.
+    tick.report.outdated = installed
+        .as_ref()
+        .filter(|version| version.as_str() != LIBRARY_VERSION)
+        .cloned();
+    tick.report.serving = installed.is_some() && tick.report.outdated.is_none();
+    if !tick.report.serving {
+        return tick.report;
+    }
+    if let Some(shared) = shared() {
+        floor::forget_reaches(shared.floor_cells());
+    }
+    // On a Citus cluster: this node's shards, and whether it is the coordinator.
+    let citus = transaction::run(ACTIVITY, || {
+        distribute::local_shard_keys().map(|keys| (keys, distribute::on_coordinator()))
+    });
+    let citus = match citus {
+        Ok(citus) => citus,
+        Err(failure) => {
+            tick.report
+                .failures
+                .push(("reading this node's shards", failure.message));
+            return tick.report;
+        }
+    };
+    for step in STEPS {
+        let outcome = match (&citus, step.on) {
+            (None, _) | (Some(_), On::Node) => (step.run)(&mut tick),
+            (Some((_, coordinator)), On::Schedules) => match coordinator {
+                true => (step.run)(&mut tick),
+                false => Ok(()),
+            },
+            (Some((shards, _)), On::Jobs) => on_each_shard(&mut tick, step, shards),
+        };
+        if let Err(failure) = outcome {
+            tick.report.failures.push((step.doing, failure.message));
+            if failure.lock_timeout {
+                break;
+            }
+        }
+    }
+    tick.report
+}
+
+/// Runs `step` once for each of `shards` (on a Citus cluster), skipping a shard that moved
+/// away meanwhile; the first failure is the step's, and a lock timeout ends it.
+fn on_each_shard(tick: &mut Tick, step: &Step, shards: &[i64]) -> Result<(), Failure> {
+    let mut outcome = Ok(());
+    for shard in shards {
+        tick.shard = Some(*shard);
+        let done = (step.run)(tick);
+        tick.shard = None;
+        match done {
+            Err(failure) if failure.shard_moved => {}
+            Err(failure) => {
+                let lock_timeout = failure.lock_timeout;
+                if outcome.is_ok() {
+                    outcome = Err(failure);
+                }
+                if lock_timeout {
+                    break;
+                }
+            }
+            Ok(()) => {}
+        }
     }
     outcome
 }
 
-/// The work of one tick, inside its transaction.
-fn tick(started_at: i64) -> TickReport {
-    with_client(|client| {
-        let installed = EXTENSION_EXISTS.first::<String>(client, &[], "installed");
-        // The library of a newer (or older) version than the SQL definitions would run its
-        // statements against tables they do not describe: idle until ALTER EXTENSION UPDATE.
-        let outdated = installed
-            .as_ref()
-            .filter(|version| version.as_str() != LIBRARY_VERSION)
-            .cloned();
-        let serving = installed.is_some() && outdated.is_none();
-        if !serving {
-            return TickReport {
-                serving,
-                outdated,
-                reclaimed: 0,
-                purged: 0,
-                floors_healed: 0,
-                idempotency_purged: 0,
-                scheduled: 0,
-                schedule_error: None,
-                stranded_cleared: 0,
-                sweep_error: None,
-            };
+/// Rule 5: expired leases back to queued (or failed), within a tick of expiring. The lease
+/// index is walked from its start to now a window at a time, a transaction a window (a window
+/// with more expired leases than a batch takes is taken again), up to [`RECLAIM_PER_TICK`]
+/// jobs a tick.
+fn reclaim_step(tick: &mut Tick) -> Result<(), Failure> {
+    let now = server_now();
+    let mut from = i64::MIN;
+    let mut reclaimed = 0;
+    while reclaimed < RECLAIM_PER_TICK {
+        let limit = (RECLAIM_PER_TICK - reclaimed).min(reclaim::BATCH);
+        let (batch, window) = tick
+            .transaction(|client| {
+                let window = reclaim::lease_window(from)?;
+                Some((
+                    reclaim::reclaim_batch(client, &TenantScope::All, window, limit),
+                    window,
+                ))
+            })?
+            .unwrap_or((0, TimeWindow::ALL));
+        reclaimed += batch;
+        tick.report.reclaimed += batch;
+        // A full batch: the window may hold more (the loop ends once the tick's share is taken).
+        if batch >= limit {
+            continue;
         }
-        TICK_SETTINGS.run(client, &[]);
-        if let Some(shared) = shared() {
-            floor::forget_reaches(shared.floor_cells());
+        if window.until > now {
+            break;
         }
-
-        let mut jobs = JobSteps::default();
-        let (scheduled, schedule_error) = if crate::pg::citus::distributed() {
-            // On a Citus cluster (docs/src/internals/citus.md) the steps on jobs run once for
-            // each shard on this node, on the shard's tables; the schedules on the coordinator.
-            distribute::on_each_local_shard(|| {
-                jobs.reclaim_and_heal(client);
-                jobs.purge(client);
-                jobs.sweep_and_wake(client);
-            });
-            let scheduled = if distribute::on_coordinator() {
-                schedule_step(client, started_at)
-            } else {
-                (0, None)
-            };
-            purge_node_tables(&mut jobs, client);
-            scheduled
-        } else {
-            jobs.reclaim_and_heal(client);
-            // Each due schedule slot once: its job and the schedule's progress commit together.
-            let scheduled = schedule_step(client, started_at);
-            jobs.purge(client);
-            purge_node_tables(&mut jobs, client);
-            jobs.sweep_and_wake(client);
-            scheduled
-        };
-        let JobSteps {
-            reclaimed,
-            floors_healed,
-            purged,
-            idempotency_purged,
-            stranded_cleared,
-            sweep_error,
-        } = jobs;
-        TickReport {
-            serving,
-            outdated: None,
-            reclaimed,
-            purged,
-            floors_healed,
-            idempotency_purged,
-            scheduled,
-            schedule_error,
-            stranded_cleared,
-            sweep_error,
-        }
-    })
+        from = window.until;
+    }
+    Ok(())
 }
 
-/// What a tick does to jobs (on each shard of this node, on a Citus cluster), and its counts.
-#[derive(Default)]
-struct JobSteps {
-    reclaimed: usize,
-    floors_healed: usize,
-    purged: usize,
-    idempotency_purged: usize,
-    stranded_cleared: usize,
-    sweep_error: Option<String>,
+/// Awaits whose timeout passed go back to the queue (`engine::workflows::signals`), a
+/// transaction a batch, up to [`AWAIT_TIMEOUTS_PER_TICK`] a tick.
+fn await_timeouts_step(tick: &mut Tick) -> Result<(), Failure> {
+    let mut fired = 0;
+    while fired < AWAIT_TIMEOUTS_PER_TICK {
+        let batch = tick.transaction(|client| signals::fire_timeouts(client, &TenantScope::All))?;
+        fired += batch;
+        if batch < signals::BATCH {
+            break;
+        }
+    }
+    Ok(())
 }
 
-impl JobSteps {
-    /// Rule 5: expired leases back to queued (or failed), within a tick of expiring, and awaits
-    /// whose timeout passed; then no due job may wait below a claim floor for longer than a
-    /// tick, whatever made it claimable.
-    fn reclaim_and_heal(&mut self, client: &pgrx::spi::SpiClient<'_>) {
-        for _ in 0..RECLAIM_BATCHES {
-            let batch = reclaim::reclaim_batch(client, &TenantScope::All);
-            self.reclaimed += batch;
-            if batch < reclaim::BATCH {
-                break;
+/// No due job may wait below a claim floor for longer than a tick, whatever made it
+/// claimable: each floor is checked from its queue's head, a window of the claim index at a
+/// time. A transaction checks up to [`FLOOR_CHECKS_PER_TRANSACTION`] windows, and ends after
+/// the first full one (a window that ends before the floor): many queues with little below
+/// their floors share transactions, and a queue with many dead entries below its floor gets a
+/// transaction a window.
+fn floors_step(tick: &mut Tick) -> Result<(), Failure> {
+    let mut pending: std::collections::VecDeque<_> = claim::owned_floors()
+        .into_iter()
+        .map(|(slot, queue, floor)| (slot, queue, floor, None))
+        .collect();
+    while !pending.is_empty() {
+        let healed = tick.transaction(|client| {
+            let mut healed = 0;
+            for _ in 0..FLOOR_CHECKS_PER_TRANSACTION {
+                let Some((slot, queue, floor, from)) = pending.pop_front() else {
+                    break;
+                };
+                let window = claim::check_floor_window(client, slot, &queue, floor, from);
+                healed += usize::from(window.healed);
+                if let Some(next) = window.next {
+                    pending.push_back((slot, queue, floor, Some(next)));
+                    break;
+                }
             }
-        }
-        // Awaits whose timeout passed go back to the queue (engine::workflows::signals), in
-        // bounded batches as the reclaim.
-        for _ in 0..RECLAIM_BATCHES {
-            if signals::fire_timeouts(client, &TenantScope::All) < signals::BATCH {
-                break;
-            }
-        }
-        self.floors_healed += claim::heal_floors(client);
+            healed
+        })?;
+        tick.report.floors_healed += healed;
     }
-
-    /// Retention.
-    fn purge(&mut self, client: &pgrx::spi::SpiClient<'_>) {
-        self.purged += purge::sweep(client);
-    }
-
-    /// The sweep of stranded group heads, last of the steps in subtransactions (a later one
-    /// rolled back would forget the sweep), then the wake-up backstop.
-    fn sweep_and_wake(&mut self, client: &pgrx::spi::SpiClient<'_>) {
-        let (cleared, error) = sweep_step(client);
-        self.stranded_cleared += cleared;
-        self.sweep_error = self.sweep_error.take().or(error);
-        claim::wake_due_waiters(client);
-    }
+    Ok(())
 }
 
-/// Expired idempotency records, orphaned prepared-transaction records and expired signals, of
-/// this node's own tables.
-fn purge_node_tables(jobs: &mut JobSteps, client: &pgrx::spi::SpiClient<'_>) {
-    jobs.idempotency_purged += idempotency::purge_expired(client);
-    two_phase::purge_orphans(client);
-    signals::purge_expired(client);
+/// Each due schedule slot once: its job and the schedule's progress commit together.
+fn schedules_step(tick: &mut Tick) -> Result<(), Failure> {
+    let started_at = tick.started_at;
+    tick.report.scheduled +=
+        tick.transaction(|client| schedules::run_for_worker(client, server_now(), started_at))?;
+    Ok(())
 }
 
-/// Enqueues the due slots of schedules in a subtransaction of the tick: a failure there is
-/// rolled back alone and reported, so it cannot hold back reclaim and purge.
-fn schedule_step(client: &pgrx::spi::SpiClient<'_>, started_at: i64) -> (usize, Option<String>) {
-    step_alone(|| schedules::run_for_worker(client, server_now(), started_at))
+/// Finished jobs past their queue's retention: a window of the table a transaction.
+fn purge_step(tick: &mut Tick) -> Result<(), Failure> {
+    for _ in 0..purge::WINDOWS_PER_TICK {
+        let window = tick.transaction(purge::sweep_window)?;
+        tick.report.purged += window.purged;
+        if !window.go_on {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// Expired idempotency records: their index walked from its start to now a window at a time,
+/// a transaction a window (and a batch), up to [`IDEMPOTENCY_PURGED_PER_TICK`] records a tick.
+fn idempotency_step(tick: &mut Tick) -> Result<(), Failure> {
+    let now = server_now();
+    let mut from = i64::MIN;
+    let mut purged = 0;
+    while purged < IDEMPOTENCY_PURGED_PER_TICK {
+        let limit = (IDEMPOTENCY_PURGED_PER_TICK - purged).min(idempotency::PURGE_BATCH);
+        let (deleted, window) = tick
+            .transaction(|client| {
+                let window = idempotency::expiry_window(from)?;
+                Some((idempotency::purge_batch(client, now, window, limit), window))
+            })?
+            .unwrap_or((0, TimeWindow::ALL));
+        purged += deleted;
+        tick.report.idempotency_purged += deleted;
+        // A full batch: the window may hold more (the loop ends once the tick's share is taken).
+        if deleted >= limit {
+            continue;
+        }
+        if window.until > now {
+            break;
+        }
+        from = window.until;
+    }
+    Ok(())
+}
+
+/// The records of prepared transactions that no `COMMIT PREPARED` will take.
+fn prepared_step(tick: &mut Tick) -> Result<(), Failure> {
+    tick.transaction(two_phase::purge_orphans)
+}
+
+/// Recorded signals past their expiry, a batch a tick.
+fn signals_step(tick: &mut Tick) -> Result<(), Failure> {
+    tick.transaction(signals::purge_expired)?;
+    Ok(())
 }
 
 /// Once per database after shared memory was made: clears the marks of the waiting jobs whose
 /// freed heads it lost, so that settles may hand heads over again and no claim pays for it (a
 /// waiting claim's empty attempt would roll its sweep back, and sweep again at every wake-up).
 /// Nothing when a claim is sweeping meanwhile.
-fn sweep_step(client: &pgrx::spi::SpiClient<'_>) -> (usize, Option<String>) {
+fn stranded_step(tick: &mut Tick) -> Result<(), Failure> {
     if !freed_heads::sweep_needed() {
-        return (0, None);
+        return Ok(());
     }
-    step_alone(|| groups::sweep_stranded(client).unwrap_or(0))
+    tick.report.stranded_cleared +=
+        tick.transaction(|client| groups::sweep_stranded(client).unwrap_or(0))?;
+    Ok(())
 }
 
-/// Runs `step` in a subtransaction of the tick, rolled back alone on an ERROR, whose message
-/// is returned beside the default answer.
-fn step_alone<T: Default>(step: impl FnOnce() -> T) -> (T, Option<String>) {
-    PgTryBuilder::new(std::panic::AssertUnwindSafe(|| {
-        (in_subtransaction(|| (step(), true)), None)
-    }))
-    .catch_others(|error| (T::default(), Some(error_message(error))))
-    .execute()
-}
-
-/// The message of an ERROR caught in the tick.
-fn error_message(error: pg_sys::panic::CaughtError) -> String {
-    match error {
-        pg_sys::panic::CaughtError::PostgresError(report)
-        | pg_sys::panic::CaughtError::ErrorReport(report)
-        | pg_sys::panic::CaughtError::RustPanic {
-            ereport: report, ..
-        } => report.message().to_owned(),
-    }
+/// The wake-up backstop: claims waiting on queues whose earliest queued job came due.
+fn wake_step(tick: &mut Tick) -> Result<(), Failure> {
+    tick.transaction(claim::wake_due_waiters)
 }
 
 /// When the worker stops cleanly (SIGTERM): records the time, so the next worker counts the
 /// schedules' slots from then on as missed (`catch_up`) rather than as due while it was up.
 pub fn stopping() {
-    let _ = run_transaction(|| {
+    let _ = transaction::run(ACTIVITY, || {
         with_client(|client| {
             let installed = EXTENSION_EXISTS.first::<String>(client, &[], "installed");
             if installed.as_deref() == Some(LIBRARY_VERSION) {
@@ -287,7 +461,7 @@ pub fn stopping() {
 /// own; returns what it wrote, to be marked written now that the transaction committed.
 /// Nothing while the database lacks the extension at this library's version.
 pub fn flush_throughput(minute: i64) -> Result<Vec<crate::runtime::totals::Unflushed>, String> {
-    run_transaction(|| {
+    transaction::run(ACTIVITY, || {
         with_client(|client| {
             let installed = EXTENSION_EXISTS.first::<String>(client, &[], "installed");
             if installed.as_deref() != Some(LIBRARY_VERSION) {
@@ -297,4 +471,5 @@ pub fn flush_throughput(minute: i64) -> Result<Vec<crate::runtime::totals::Unflu
             crate::engine::throughput::write(client, minute, server_now())
         })
     })
+    .map_err(|failure| failure.message)
 }

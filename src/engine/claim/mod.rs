@@ -20,7 +20,8 @@ use std::collections::HashSet;
 
 use pgrx::datum::{DatumWithOid, Interval};
 use pgrx::pg_sys::{
-    self, INT2OID, INT8ARRAYOID, INT8OID, INTERVALOID, TEXTOID, TIMESTAMPTZOID, UUIDARRAYOID,
+    self, INT2OID, INT4OID, INT8ARRAYOID, INT8OID, INTERVALOID, TEXTOID, TIMESTAMPTZOID,
+    UUIDARRAYOID,
 };
 use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
@@ -41,8 +42,9 @@ use crate::runtime::freed_heads;
 use crate::runtime::locks;
 use crate::runtime::shmem::{shared, Slot};
 use crate::runtime::wakeup;
+use crate::storage::direct::{self, Compare};
 use crate::storage::rows::ClaimedRow;
-use crate::storage::{param, timestamptz_arg, with_client, Statement};
+use crate::storage::{index_walk, param, timestamptz_arg, with_client, Statement};
 use pick::{earliest, Picking, Resume};
 
 static TAKE: Statement = Statement {
@@ -105,6 +107,9 @@ static FLOOR_CHECK: Statement = Statement {
         param("floor run_at", TIMESTAMPTZOID),
         param("floor id", INT8OID),
         param("now", TIMESTAMPTZOID),
+        param("from priority", INT2OID),
+        param("from run_at", TIMESTAMPTZOID),
+        param("from id", INT8OID),
     ],
     columns: &["id"],
 };
@@ -438,6 +443,12 @@ fn settle_freed(
 
 /// What the queue looks like to an attempt that got nothing.
 fn probe(client: &SpiClient<'_>, queue: &str) -> Probe {
+    probe_known(client, queue).unwrap_or_else(|| unknown_queue(queue))
+}
+
+/// What the queue looks like from its claim floor on (or its head): `None` when it does not
+/// exist.
+fn probe_known(client: &SpiClient<'_>, queue: &str) -> Option<Probe> {
     // From the queue's floor when it is known (see probe_from.sql).
     let floor = floor::read(wakeup::slot(queue).map(Slot::floor), queue, None)
         .and_then(|seen| seen.lowered_to(effects::pending_lowest(queue)).key);
@@ -453,10 +464,8 @@ fn probe(client: &SpiClient<'_>, queue: &str) -> Probe {
         ),
         None => PROBE.run(client, &[queue.into()]),
     };
-    let Some(row) = rows.first() else {
-        unknown_queue(queue)
-    };
-    Probe {
+    let row = rows.first()?;
+    Some(Probe {
         paused: row.get("paused").unwrap_or(false),
         earliest_run_at: row
             .get::<TimestampWithTimeZone>("earliest_run_at")
@@ -464,7 +473,7 @@ fn probe(client: &SpiClient<'_>, queue: &str) -> Probe {
         throttled_until: None,
         reserved: false,
         capped: false,
-    }
+    })
 }
 
 /// Where the claim floor may move after a claim of every kind took `taken`: just past the last
@@ -558,25 +567,131 @@ fn advance_floor(
     floor::raise(slot.floor(), queue, seen, first);
 }
 
-/// The worker's check that every claim floor of this database is sound: a floor with a due
-/// queued job below it (left by a path the code does not know about) is reset, so such a job
-/// waits at most one tick. Returns how many floors it reset.
-pub fn heal_floors(client: &SpiClient<'_>) -> usize {
-    let Some(shared) = shared() else { return 0 };
-    let now = server_now();
-    let mut healed = 0;
-    for (index, queue, key) in floor::owned_floors(shared.floor_cells()) {
-        if stranded_below(client, &queue, key, now)
-            && floor::heal(shared.slot(index).floor(), &queue, key)
-        {
-            healed += 1;
-            wakeup::wake_queue(&queue);
-        }
-    }
-    healed
+/// The claim floors that queues of this database hold, for the worker's check that each is
+/// sound ([`check_floor_window`]): the slot of each, its queue and its floor.
+pub fn owned_floors() -> Vec<(usize, String, Position)> {
+    shared()
+        .map(|shared| floor::owned_floors(shared.floor_cells()))
+        .unwrap_or_default()
 }
 
-/// Whether a due queued job that no transaction holds sits below `floor`.
+/// What the check of one window below a claim floor found.
+pub struct FloorWindow {
+    /// The floor had a due queued job below it, and was reset (the queue's waiters woken).
+    pub healed: bool,
+    /// Where the next window starts, when this one ended before the floor.
+    pub next: Option<Position>,
+}
+
+/// The worker's check that `queue`'s claim floor (`floor`, in slot `slot`) is sound, over one
+/// window of the claim index below it, from `from` (`None`: the queue's head) on: a floor
+/// with a due queued job below it (left by a path the code does not know about) is reset, so
+/// such a job waits at most until the check reaches it, a tick when the index is clean. The
+/// worker checks window after window, each in a transaction of its own, until the floor.
+pub fn check_floor_window(
+    client: &SpiClient<'_>,
+    slot: usize,
+    queue: &str,
+    floor: Position,
+    from: Option<Position>,
+) -> FloorWindow {
+    let Some(shared) = shared() else {
+        return FloorWindow {
+            healed: false,
+            next: None,
+        };
+    };
+    let end = claim_index_window_end(queue, from).filter(|end| *end < floor);
+    let from = from.unwrap_or(Position {
+        priority: i16::MIN,
+        run_at: i64::MIN,
+        id: i64::MIN,
+    });
+    let until = end.unwrap_or(floor);
+    let healed = stranded_below(client, queue, from, until, floor, server_now())
+        && floor::heal(shared.slot(slot).floor(), queue, floor);
+    if healed {
+        wakeup::wake_queue(queue);
+    }
+    FloorWindow {
+        healed,
+        next: if healed { None } else { end },
+    }
+}
+
+/// Where the window of the claim index that starts at `from` (`None`: the head of `queue`)
+/// ends: the position of the first entry past it (`storage::index_walk`). `None` when the
+/// queue's entries end first.
+fn claim_index_window_end(queue: &str, from: Option<Position>) -> Option<Position> {
+    // SAFETY: inside the caller's transaction; the scan keys' arguments are by value, or the
+    // row comparison's members, which live until the walk returns.
+    let end = unsafe {
+        let text = pg_sys::cstring_to_text_with_len(queue.as_ptr().cast(), queue.len() as i32);
+        // The index's own function, so the key is the one the index holds (any deterministic
+        // collation hashes alike).
+        let hash = pg_sys::OidFunctionCall1Coll(
+            pg_sys::Oid::from(pg_sys::F_HASHTEXT),
+            pg_sys::C_COLLATION_OID,
+            pg_sys::Datum::from(text),
+        );
+        let mut members: Vec<pg_sys::ScanKeyData> = Vec::new();
+        index_walk::window_end(c"job", c"job_claim_idx", |index| {
+            let ge = pg_sys::BTGreaterEqualStrategyNumber;
+            let eq = pg_sys::BTEqualStrategyNumber;
+            let mut keys = vec![direct::key(
+                index,
+                1,
+                INT4OID,
+                eq,
+                Compare::Condition,
+                hash,
+            )?];
+            if let Some(from) = from {
+                members = vec![
+                    direct::key(
+                        index,
+                        2,
+                        INT2OID,
+                        ge,
+                        Compare::RowMember { last: false },
+                        pg_sys::Datum::from(from.priority),
+                    )?,
+                    direct::key(
+                        index,
+                        3,
+                        TIMESTAMPTZOID,
+                        ge,
+                        Compare::RowMember { last: false },
+                        pg_sys::Datum::from(from.run_at),
+                    )?,
+                    direct::key(
+                        index,
+                        4,
+                        INT8OID,
+                        ge,
+                        Compare::RowMember { last: true },
+                        pg_sys::Datum::from(from.id),
+                    )?,
+                ];
+                let mut header = std::mem::zeroed::<pg_sys::ScanKeyData>();
+                header.sk_flags = pg_sys::SK_ROW_HEADER as i32;
+                header.sk_attno = 2;
+                header.sk_strategy = ge as pg_sys::StrategyNumber;
+                header.sk_argument = pg_sys::Datum::from(members.as_mut_ptr());
+                keys.push(header);
+            }
+            Some(keys)
+        })
+    };
+    let key = end.ok()??;
+    Some(Position {
+        priority: key[1].value() as i16,
+        run_at: key[2].value() as i64,
+        id: key[3].value() as i64,
+    })
+}
+
+/// Whether a due queued job that no transaction holds sits in `[from, until)`, below `floor`.
 ///
 /// A claim raises the floor past the jobs it takes before it commits, so until then the
 /// check's snapshot sees those jobs queued below the floor. Each is under its job lock, held
@@ -590,15 +705,20 @@ pub fn heal_floors(client: &SpiClient<'_>) -> usize {
 fn stranded_below(
     client: &SpiClient<'_>,
     queue: &str,
+    from: Position,
+    until: Position,
     floor: Position,
     now: pg_sys::TimestampTz,
 ) -> bool {
-    let args: [DatumWithOid; 5] = [
+    let args: [DatumWithOid; 8] = [
         queue.into(),
-        floor.priority.into(),
-        timestamptz_arg(floor.run_at),
-        floor.id.into(),
+        until.priority.into(),
+        timestamptz_arg(until.run_at),
+        until.id.into(),
         timestamptz_arg(now),
+        from.priority.into(),
+        timestamptz_arg(from.run_at),
+        from.id.into(),
     ];
     let below: Vec<i64> = FLOOR_CHECK
         .run(client, &args)

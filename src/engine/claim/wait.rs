@@ -10,10 +10,9 @@
 //! (`pg::client`): a client killed while its claim waited must not take a job it never gets.
 
 use pgrx::pg_sys;
-use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
 
-use super::{attempt, rate, ClaimRequest, Probe, PROBE};
+use super::{attempt, rate, ClaimRequest, Probe};
 use crate::engine::access;
 use crate::engine::errors::{VERSION_MISMATCH, WAIT_NEEDS_READ_COMMITTED};
 use crate::pg::client;
@@ -211,11 +210,10 @@ pub fn wake_due_waiters(client: &SpiClient<'_>) {
         .filter_map(|row| row.get("queue"))
         .collect();
     for queue in queues.iter().filter(|q| wakeup::has_waiters(q)) {
-        let earliest = PROBE
-            .run(client, &[queue.as_str().into()])
-            .first()
-            .and_then(|row| row.get::<TimestampWithTimeZone>("earliest_run_at"))
-            .map(i64::from);
+        // From the floor, as a waiting claim's own probe: below it lie only jobs that claims in
+        // flight hold (or that the floors' check finds and wakes for), and, while an old
+        // snapshot holds vacuum back, a dead entry for every job claimed since.
+        let earliest = super::probe_known(client, queue).and_then(|p| p.earliest_run_at);
         if earliest.is_some_and(|run_at| run_at <= now) {
             wakeup::wake_queue(queue);
         }

@@ -313,6 +313,35 @@ pub fn on_each_local_shard(mut work: impl FnMut()) -> Option<usize> {
     Some(ran)
 }
 
+/// The shards of `jobs.job` placed on this node, by key, for work that runs each in
+/// transactions of its own ([`on_local_shard`] in each); `None` outside a distributed database.
+/// Inside a transaction.
+pub fn local_shard_keys() -> Option<Vec<i64>> {
+    if !citus::distributed() {
+        return None;
+    }
+    Some(with_client(|client| {
+        let layout = layout(client);
+        LOCAL_SHARDS
+            .run(client, &[layout.local_group.into()])
+            .iter()
+            .filter_map(|row| row.get("job_shard"))
+            .collect()
+    }))
+}
+
+/// Runs `work` on shard `key` of `jobs.job` under its placement lock (for the rest of the
+/// caller's transaction), as [`on_each_local_shard`] does for each; `None` when the shard is
+/// not on this node (any more: it moved since the list was read).
+pub fn on_local_shard<R>(key: i64, work: impl FnOnce() -> R) -> Option<R> {
+    let tables = with_client(|client| {
+        let layout = layout(client);
+        let shard = layout.shards.iter().find(|shard| shard.tables.key == key)?;
+        here(client, &layout, shard).then(|| shard.tables.clone())
+    })?;
+    Some(shard::with_shard(tables, work))
+}
+
 /// Whether this node is the coordinator (Citus group 0) of a distributed database.
 pub fn on_coordinator() -> bool {
     citus::distributed() && with_client(|client| layout(client).local_group == 0)

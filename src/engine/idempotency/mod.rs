@@ -7,7 +7,7 @@
 //! saves never both win) and mints a token; [`update`] and [`delete`] present it, so the holder
 //! of a record that another save took over changes nothing. Every time decision uses the
 //! server's clock at the call (Rule 10): an expired record is absent to every function before
-//! the background worker's [`purge_expired`] deletes it.
+//! the background worker's [`purge_batch`] deletes it.
 
 use pgrx::datum::{Interval, TimestampWithTimeZone};
 use pgrx::pg_sys::{self, INT4OID, INTERVALOID, JSONBOID, TEXTOID, TIMESTAMPTZOID, UUIDOID};
@@ -23,6 +23,7 @@ use crate::pg::clock::server_now;
 use crate::pg::datum::Jsonb;
 use crate::pg::errors::{quote, raise_with_hint, BAD_ARGUMENT};
 use crate::storage::direct::key_reader;
+use crate::storage::index_walk::TimeWindow;
 use crate::storage::rows::{IdempotencyRecordRow, IdempotencySavedRow};
 use crate::storage::{param, timestamptz_arg, with_client, Statement};
 
@@ -99,7 +100,12 @@ static DELETE: Statement = Statement {
 static PURGE: Statement = Statement {
     name: "idempotency/purge",
     sql: include_str!("purge.sql"),
-    params: &[param("now", TIMESTAMPTZOID), param("batch size", INT4OID)],
+    params: &[
+        param("now", TIMESTAMPTZOID),
+        param("batch size", INT4OID),
+        param("from", TIMESTAMPTZOID),
+        param("until", TIMESTAMPTZOID),
+    ],
     columns: &[],
 };
 
@@ -396,19 +402,27 @@ pub fn delete(key: &RecordKey<'_>, token: Option<Uuid>) -> bool {
     })
 }
 
-/// One tick's purge: deletes expired records, every tenant's, up to [`PURGE_BATCH`] per
-/// statement and [`PURGE_BATCHES_PER_TICK`] statements. Returns how many it deleted.
-pub fn purge_expired(client: &SpiClient<'_>) -> usize {
-    let now = server_now();
-    let mut purged = 0;
-    for _ in 0..PURGE_BATCHES_PER_TICK {
-        let deleted = PURGE
-            .run(client, &[timestamptz_arg(now), (PURGE_BATCH as i32).into()])
-            .len();
-        purged += deleted;
-        if deleted < PURGE_BATCH {
-            break;
-        }
-    }
-    purged
+/// The window of at most `storage::index_walk::WINDOW_ENTRIES` entries of
+/// `idempotency_expires_idx` that starts at `from`: the worker's purge takes one at a time.
+/// `None` when the index is not there.
+pub fn expiry_window(from: i64) -> Option<TimeWindow> {
+    TimeWindow::starting_at(c"idempotency", c"idempotency_expires_idx", from)
+}
+
+/// One batch of the worker's purge, in a transaction of its own: deletes up to `limit` (at
+/// most [`PURGE_BATCH`]) records, every tenant's, that expired before `now`, with `expires_at`
+/// in `window` (the worker deletes up to [`PURGE_BATCHES_PER_TICK`] batches' worth a tick).
+/// Returns how many it deleted.
+pub fn purge_batch(client: &SpiClient<'_>, now: i64, window: TimeWindow, limit: usize) -> usize {
+    PURGE
+        .run(
+            client,
+            &[
+                timestamptz_arg(now),
+                (limit.min(PURGE_BATCH) as i32).into(),
+                timestamptz_arg(window.from),
+                timestamptz_arg(window.until),
+            ],
+        )
+        .len()
 }

@@ -12,6 +12,7 @@ use crate::engine::tenants::TenantScope;
 use crate::engine::transitions::{self, Settled};
 use crate::engine::workflows::{dependencies, signals};
 use crate::pg::clock::server_now;
+use crate::storage::index_walk::TimeWindow;
 use crate::storage::{param, timestamptz_arg, with_client, Statement};
 
 /// Jobs one reclaim statement takes at most.
@@ -24,6 +25,8 @@ static RECLAIM: Statement = Statement {
         param("now", TIMESTAMPTZOID),
         param("batch size", INT4OID),
         param("tenants", TEXTARRAYOID),
+        param("from", TIMESTAMPTZOID),
+        param("until", TIMESTAMPTZOID),
     ],
     columns: &[
         "id",
@@ -37,15 +40,30 @@ static RECLAIM: Statement = Statement {
     ],
 };
 
-/// Takes back up to [`BATCH`] expired leases within `scope`: queued again while attempts
-/// remain, else failed (and dead-lettered). Returns how many it took back.
-pub fn reclaim_batch(client: &SpiClient<'_>, scope: &TenantScope) -> usize {
+/// The window of at most `storage::index_walk::WINDOW_ENTRIES` entries of `job_lease_idx` that
+/// starts at `from`: the worker's reclaim takes one at a time. `None` when the index is not
+/// there.
+pub fn lease_window(from: i64) -> Option<TimeWindow> {
+    TimeWindow::starting_at(c"job", c"job_lease_idx", from)
+}
+
+/// Takes back up to `limit` (at most [`BATCH`]) expired leases within `scope` whose
+/// `lease_until` lies in `window`: queued again while attempts remain, else failed (and
+/// dead-lettered). Returns how many it took back.
+pub fn reclaim_batch(
+    client: &SpiClient<'_>,
+    scope: &TenantScope,
+    window: TimeWindow,
+    limit: usize,
+) -> usize {
     let rows = RECLAIM.run(
         client,
         &[
             timestamptz_arg(server_now()),
-            (BATCH as i32).into(),
+            (limit.min(BATCH) as i32).into(),
             scope.param(),
+            timestamptz_arg(window.from),
+            timestamptz_arg(window.until),
         ],
     );
     let mut failed = Vec::new();
@@ -89,7 +107,7 @@ pub fn reclaim_all(scope: &TenantScope) -> usize {
     with_client(|client| {
         let mut total = signals::fire_all_timeouts(client, scope);
         loop {
-            let reclaimed = reclaim_batch(client, scope);
+            let reclaimed = reclaim_batch(client, scope, TimeWindow::ALL, BATCH);
             total += reclaimed;
             if reclaimed < BATCH {
                 return total;

@@ -1580,8 +1580,8 @@ fn cluster() -> Cluster {
     let cluster = Cluster::start("state-machine", &settings);
     let mut client = cluster.connect();
     client.batch_execute("CREATE EXTENSION pg_jobs").unwrap();
+    // The row for this database says why nothing serves it; no row has a worker.
     let workers: i64 = client
-        // An unserved database shows as a row of its own, without a pid.
         .query_one(
             "SELECT count(*) FROM jobs_worker_status() WHERE pid IS NOT NULL",
             &[],

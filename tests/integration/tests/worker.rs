@@ -1,8 +1,11 @@
 //! The background worker against real servers: it reclaims the lease of a claimer whose session
 //! died, reclaims within a tick of expiry, comes back after SIGKILL and SIGTERM, survives a failing tick, is not
 //! captured by a database's hostile search path, starts serving a
-//! database whose extension is created after start-up, purges only finished jobs past their
-//! queue's retention, and without the preload everything but the worker still works.
+//! database whose extension is created after start-up, waits quietly for a database that does
+//! not exist and leaves one that is dropped, is started by a launcher that comes back alone,
+//! holds no snapshot for long and reclaims a bounded number of jobs a tick among dead index
+//! entries, checks many queues' floors in few transactions, purges only finished jobs past their queue's retention, and without the preload
+//! everything but the worker still works.
 //!
 //! Tests that kill processes, lock the job table or need other server settings run on a
 //! private cluster of their own, so the other tests of this binary (on [`Cluster::shared`])
@@ -128,6 +131,19 @@ fn worker_backends(client: &mut Client, database: &str) -> Vec<i32> {
             "SELECT pid FROM pg_stat_activity
               WHERE backend_type = 'pg_jobs worker' AND datname = $1",
             &[&database],
+        )
+        .expect("read pg_stat_activity")
+        .iter()
+        .map(|row| row.get(0))
+        .collect()
+}
+
+/// The pids of `pg_jobs launcher` backends, from pg_stat_activity.
+fn launcher_backends(client: &mut Client) -> Vec<i32> {
+    client
+        .query(
+            "SELECT pid FROM pg_stat_activity WHERE backend_type = 'pg_jobs launcher'",
+            &[],
         )
         .expect("read pg_stat_activity")
         .iter()
@@ -557,6 +573,418 @@ fn worker_serves_a_database_whose_extension_is_created_later() {
     println!("late database: reclaim took {took:?} from claim");
 }
 
+/// What `jobs_worker_status()` shows for a database of `pg_jobs.databases` that does not exist.
+fn missing_note(database: &str) -> String {
+    format!(
+        "database {database} does not exist; the worker starts serving it once it is created (CREATE DATABASE {database}, then CREATE EXTENSION pg_jobs in it)"
+    )
+}
+
+/// Waits for `ticks` more ticks of the worker of `database` (100 ms each).
+fn wait_ticks(client: &mut Client, database: &str, ticks: i64) {
+    let now = worker_status(client, database).map_or(0, |s| s.ticks);
+    wait_for_worker(client, database, "more ticks", |s| s.ticks >= now + ticks);
+}
+
+/// A database that `pg_jobs.databases` names but that does not exist yet is waited for
+/// quietly: no worker process, no FATAL (a worker connecting to it failed and was started again
+/// every second, for ever), one line in the log, and `jobs_worker_status()` says why. Once it is
+/// created it is served. `DROP DATABASE` of it then succeeds while it is served (its worker
+/// leaves; a session connected to the database would make the drop fail after five seconds
+/// with "database is being accessed by other users"), and it is waited for again, said once
+/// more; created again, it is served again. `CREATE DATABASE ... TEMPLATE` of a served
+/// database works too (it waits for the template's other sessions to leave, like the drop).
+#[test]
+fn a_missing_database_is_waited_for_and_a_served_one_can_be_dropped() {
+    let settings = settings_with(&[
+        "pg_jobs.databases = 'postgres, later'",
+        "log_min_messages = log",
+    ]);
+    let (cluster, mut postgres) = private_cluster("worker-missing-database", &settings);
+    wait_for_serving_worker(&mut postgres, "postgres");
+    // Two seconds of launcher looks (every tick, 100 ms) while it does not exist.
+    wait_ticks(&mut postgres, "postgres", 20);
+    let waiting = worker_status(&mut postgres, "later").expect("a row for database later");
+    assert_eq!(waiting.pid, None, "{waiting:?}");
+    assert!(!waiting.serving);
+    assert_eq!(waiting.last_error, Some(missing_note("later")));
+    assert!(worker_backends(&mut postgres, "later").is_empty());
+    let said_missing = "pg_jobs launcher: database later named in pg_jobs.databases does not exist";
+    // The workers' LOG lines do not reach a PostgreSQL 13 server's log (README, "Supported
+    // versions"); the FATALs of a worker that cannot connect would.
+    let logs = pg_jobs_tests::pg_major() >= 14;
+    let log = cluster.log();
+    assert!(!log.contains("FATAL"), "{log}");
+    assert_eq!(
+        log.matches(said_missing).count(),
+        usize::from(logs),
+        "{log}"
+    );
+
+    postgres.batch_execute("CREATE DATABASE later").unwrap();
+    let mut later = cluster.connect_to("later");
+    later.batch_execute("CREATE EXTENSION pg_jobs").unwrap();
+    assert_worker_reclaims(&mut later, "later");
+    let served = wait_for_serving_worker(&mut postgres, "later");
+    assert_eq!(served.last_error, None, "{served:?}");
+    drop(later);
+
+    postgres.batch_execute("DROP DATABASE later").unwrap();
+    let dropped = wait_for_worker(&mut postgres, "later", "waiting again", |s| {
+        s.pid.is_none() && s.last_error == Some(missing_note("later"))
+    });
+    assert!(!dropped.serving, "{dropped:?}");
+    wait_ticks(&mut postgres, "postgres", 10);
+    assert!(worker_backends(&mut postgres, "later").is_empty());
+    let log = cluster.log();
+    assert!(!log.contains("FATAL"), "{log}");
+    assert_eq!(
+        log.matches(said_missing).count(),
+        2 * usize::from(logs),
+        "{log}"
+    );
+
+    postgres.batch_execute("CREATE DATABASE later").unwrap();
+    cluster
+        .connect_to("later")
+        .batch_execute("CREATE EXTENSION pg_jobs")
+        .unwrap();
+    wait_for_serving_worker(&mut postgres, "later");
+
+    // A copy of a served database: its worker leaves for the copy and comes back.
+    let before = wait_for_serving_worker(&mut postgres, "postgres");
+    postgres
+        .batch_execute("CREATE DATABASE copied TEMPLATE postgres")
+        .unwrap();
+    let after = wait_for_worker(&mut postgres, "postgres", "back after the copy", |s| {
+        s.pid.is_some_and(|pid| Some(pid) != before.pid) && s.serving && s.ticks > 0
+    });
+    assert_eq!(
+        worker_backends(&mut postgres, "postgres"),
+        [after.pid.unwrap()]
+    );
+    assert!(!cluster.log().contains("FATAL"));
+}
+
+/// `pg_terminate_backend` of the launcher: the postmaster starts it again after a second; the
+/// workers it started keep serving, and the new launcher starts no second worker beside them.
+/// A worker terminated after that is started again by the new launcher.
+#[test]
+fn a_terminated_launcher_comes_back_and_starts_no_second_worker() {
+    let settings = settings_with(&["pg_jobs.databases = 'postgres, second'"]);
+    let (_cluster, mut client) = private_cluster("worker-launcher", &settings);
+    client.batch_execute("CREATE DATABASE second").unwrap();
+    let worker = wait_for_serving_worker(&mut client, "postgres")
+        .pid
+        .unwrap();
+    let second = wait_for_worker(&mut client, "second", "connected", |s| {
+        s.pid.is_some() && s.ticks > 0
+    })
+    .pid
+    .unwrap();
+    let launchers = launcher_backends(&mut client);
+    assert_eq!(launchers.len(), 1, "one launcher: {launchers:?}");
+
+    let terminated: bool = scalar(
+        &mut client,
+        "SELECT pg_terminate_backend($1)",
+        &[&launchers[0]],
+    );
+    assert!(terminated);
+    wait_until(Duration::from_secs(30), "a new launcher", || {
+        let now = launcher_backends(&mut client);
+        now.len() == 1 && now[0] != launchers[0]
+    });
+    // Some ticks of the new launcher (it looks every tick, 100 ms).
+    wait_ticks(&mut client, "postgres", 10);
+    assert_eq!(worker_backends(&mut client, "postgres"), [worker]);
+    assert_eq!(worker_backends(&mut client, "second"), [second]);
+
+    // The new launcher did not start these workers; it starts their successors all the same.
+    let terminated: bool = scalar(&mut client, "SELECT pg_terminate_backend($1)", &[&worker]);
+    assert!(terminated);
+    let after = wait_for_worker(&mut client, "postgres", "back with a new pid", |s| {
+        s.pid.is_some_and(|pid| pid != worker) && s.serving && s.ticks > 0
+    });
+    assert_eq!(
+        worker_backends(&mut client, "postgres"),
+        [after.pid.unwrap()]
+    );
+    assert_eq!(worker_backends(&mut client, "second"), [second]);
+}
+
+/// Jobs the bloat of [`the_worker_holds_no_snapshot_for_long_on_a_bloated_table`] claims and
+/// completes, and the jobs of the queue it drops.
+const BLOAT_JOBS: i64 = 100_000;
+
+/// The worker never holds a snapshot for long, even where its work meets many dead index
+/// entries: a table bloated under a held snapshot (every job claimed and completed leaves a
+/// dead entry in the claim index and the lease index), and a queue of as many queued jobs
+/// dropped and created again (their dead entries sit in the claim index below the new queue's
+/// floor, and in the table's id order), with an expired lease to reclaim and a claim waiting.
+///
+/// The bloat is held by a REPEATABLE READ snapshot without a transaction id: it keeps vacuum
+/// (and index scans) from cleaning anything up, and leaves the xmin of other snapshots alone,
+/// so the worker's `backend_xmin` tells only how long the worker's own snapshot has been
+/// held. Measured in transaction ids that another session consumes one after another all
+/// along (the age of the worker's xmin), against the ids it consumes per worker tick: a tick in
+/// one transaction held its snapshot through all its work (nearly a whole tick's ids, as the
+/// work took ten times the tick's 100 ms sleep), a tick in short transactions holds it for one
+/// bounded window or batch of one step. The bound is a quarter of the ids of a tick.
+#[test]
+fn the_worker_holds_no_snapshot_for_long_on_a_bloated_table() {
+    let (cluster, mut client) = private_cluster("worker-bloat", TEST_SETTINGS);
+    let mut holder = cluster.connect();
+    holder
+        .batch_execute(
+            "BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM pg_catalog.pg_class",
+        )
+        .unwrap();
+    let no_xid: Option<String> =
+        scalar(&mut holder, "SELECT txid_current_if_assigned()::text", &[]);
+    assert_eq!(no_xid, None, "the holder must not have a transaction id");
+
+    client
+        .batch_execute(&format!(
+            "SELECT jobs_create_queue('bloat', lease => '1 hour');
+             SELECT jobs_enqueue_batch('bloat',
+                 (SELECT array_agg('{{}}'::jsonb) FROM generate_series(1, {BLOAT_JOBS})));
+             SELECT jobs_create_queue('dropped');
+             SELECT jobs_enqueue_batch('dropped',
+                 (SELECT array_agg('{{}}'::jsonb) FROM generate_series(1, {BLOAT_JOBS})));"
+        ))
+        .unwrap();
+    for _ in 0..BLOAT_JOBS / 1000 {
+        client
+            .batch_execute(
+                "WITH c AS (SELECT array_agg(id) AS ids, array_agg(lease) AS leases
+                              FROM jobs_claim('bloat', n => 1000))
+                 SELECT count(*) FROM c, jobs_complete_batch(c.ids, c.leases)",
+            )
+            .unwrap();
+    }
+    client
+        .batch_execute(
+            "SELECT jobs_drop_queue('dropped', force => true);
+             SELECT jobs_create_queue('dropped', lease => '1 second');
+             SELECT jobs_enqueue('dropped', '{}', run_at => now() + interval '1 hour');",
+        )
+        .unwrap();
+    // An expired lease on the recreated queue, and a claim waiting on the bloated one.
+    let id = enqueue(&mut client, "dropped", json!({"expires": true}));
+    assert_eq!(claim(&mut client, "dropped", 1, "")[0].id, id);
+    let waiter = {
+        let mut waiter = cluster.connect();
+        thread::spawn(move || claim(&mut waiter, "bloat", 1, ", wait => '60 seconds'"))
+    };
+
+    let worker = wait_for_serving_worker(&mut client, "postgres")
+        .pid
+        .unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let consumer = {
+        let (stop, mut consumer) = (stop.clone(), cluster.connect());
+        thread::spawn(move || {
+            let mut consumed = 0_u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                consumer.batch_execute("SELECT txid_current()").unwrap();
+                consumed += 1;
+            }
+            consumed
+        })
+    };
+    let mut sampler = cluster.connect();
+    let ticks_before = worker_status(&mut client, "postgres").unwrap().ticks;
+    let xid_before: i64 = scalar(&mut sampler, "SELECT txid_current()", &[]);
+    let mut ages = Vec::new();
+    let mut ticks = 0;
+    while ticks < 10 {
+        let age: Option<i32> = scalar(
+            &mut sampler,
+            "SELECT age(backend_xmin) FROM pg_stat_activity WHERE pid = $1",
+            &[&worker],
+        );
+        ages.push(age.unwrap_or(0));
+        ticks = worker_status(&mut client, "postgres").unwrap().ticks - ticks_before;
+    }
+    let xid_after: i64 = scalar(&mut sampler, "SELECT txid_current()", &[]);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let consumed = consumer.join().expect("the xid consumer panicked");
+    holder.batch_execute("ROLLBACK").unwrap();
+    let per_tick = (xid_after - xid_before) / ticks;
+    let max_age = *ages.iter().max().unwrap_or(&0);
+    ages.sort_unstable();
+    println!(
+        "bloated table: worker xmin age max {max_age}, median {}, over {} samples; {per_tick} ids consumed per tick ({consumed} by the consumer, {ticks} ticks)",
+        ages[ages.len() / 2],
+        ages.len()
+    );
+    assert!(
+        i64::from(max_age) * 4 < per_tick,
+        "the worker held a snapshot for {max_age} transaction ids, a tick is {per_tick}"
+    );
+    // And it did its work meanwhile.
+    assert_eq!(state(&mut client, id), "queued");
+    let last = enqueue(&mut client, "bloat", json!({"last": true}));
+    let woken = waiter.join().expect("the waiting claim panicked");
+    assert_eq!(woken.iter().map(|c| c.id).collect::<Vec<_>>(), [last]);
+}
+
+/// Jobs a tick reclaims at most (`worker::tick::RECLAIM_PER_TICK`).
+const RECLAIMED_PER_TICK: i64 = 10_000;
+
+/// A tick reclaims at most [`RECLAIMED_PER_TICK`] jobs, however the expired leases lie in the
+/// lease index. Reclaim walks that index a window of 1,000 entries at a time, and under a held
+/// snapshot half of each window can be dead entries (jobs completed since): every batch then
+/// takes fewer than a full batch's 1,000, and a tick that bounded itself by full batches
+/// walked the whole index in one go. Here 25,000 expired leases lie between as many dead
+/// entries: they take at least three ticks, and every one of them is reclaimed.
+#[test]
+fn a_tick_reclaims_a_bounded_number_of_jobs_between_dead_entries() {
+    const EXPIRED: i64 = 25_000;
+    // The worker waits an hour between ticks until told otherwise, so nothing is reclaimed
+    // while the leases are taken.
+    let (cluster, mut client) = private_cluster(
+        "worker-reclaim-bound",
+        &settings_with(&["pg_jobs.tick = '1h'", "autovacuum = off"]),
+    );
+    let mut holder = cluster.connect();
+    holder
+        .batch_execute(
+            "BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM pg_catalog.pg_class",
+        )
+        .unwrap();
+    client
+        .batch_execute(&format!(
+            "SELECT jobs_create_queue('reclaim-bound', lease => '1 second');
+             SELECT jobs_enqueue_batch('reclaim-bound',
+                 (SELECT array_agg('{{}}'::jsonb) FROM generate_series(1, {})));",
+            2 * EXPIRED
+        ))
+        .unwrap();
+    // Claims of 1,000, every other one completed: its lease index entry is left dead.
+    for _ in 0..2 * EXPIRED / 1000 {
+        client
+            .batch_execute(
+                "WITH c AS (SELECT id, lease, row_number() OVER (ORDER BY id) AS n
+                              FROM jobs_claim('reclaim-bound', n => 1000)),
+                      done AS (SELECT array_agg(id) AS ids, array_agg(lease) AS leases
+                                 FROM c WHERE n % 2 = 0)
+                 SELECT count(*) FROM done, jobs_complete_batch(done.ids, done.leases)",
+            )
+            .unwrap();
+    }
+    let expired = |client: &mut Client| -> i64 {
+        scalar(
+            client,
+            "SELECT count(*) FROM jobs.job
+              WHERE queue = 'reclaim-bound' AND state = 'running' AND lease_until < now()",
+            &[],
+        )
+    };
+    wait_until(Duration::from_secs(30), "every lease to expire", || {
+        expired(&mut client) == EXPIRED
+    });
+
+    let status = |client: &mut Client| -> (i64, i64) {
+        let status = worker_status(client, "postgres").expect("the worker's row");
+        (status.ticks, status.reclaimed)
+    };
+    let (ticks_before, reclaimed_before) = status(&mut client);
+    client
+        .batch_execute("ALTER SYSTEM SET pg_jobs.tick = '100ms'")
+        .unwrap();
+    client.batch_execute("SELECT pg_reload_conf()").unwrap();
+    wait_until(Duration::from_secs(120), "the worker to reclaim", || {
+        scalar::<i64>(
+            &mut client,
+            "SELECT count(*) FROM jobs.job WHERE queue = 'reclaim-bound' AND state = 'running'",
+            &[],
+        ) == 0
+    });
+    // The tick that reclaimed the last ones may not be counted yet.
+    wait_until(Duration::from_secs(30), "the last tick's report", || {
+        status(&mut client).1 - reclaimed_before == EXPIRED
+    });
+    let (ticks_after, _) = status(&mut client);
+    holder.batch_execute("ROLLBACK").unwrap();
+    let ticks = ticks_after - ticks_before;
+    let fewest = (EXPIRED + RECLAIMED_PER_TICK - 1) / RECLAIMED_PER_TICK;
+    println!("{EXPIRED} expired leases between as many dead entries: reclaimed in {ticks} ticks");
+    assert!(
+        ticks >= fewest,
+        "{EXPIRED} leases reclaimed in {ticks} ticks: more than {RECLAIMED_PER_TICK} a tick"
+    );
+    let queued: i64 = scalar(
+        &mut client,
+        "SELECT count(*) FROM jobs.job WHERE queue = 'reclaim-bound' AND state = 'queued'",
+        &[],
+    );
+    assert_eq!(queued, EXPIRED);
+}
+
+/// Queues of [`floor_checks_of_many_queues_share_transactions`].
+const FLOOR_QUEUES: usize = 256;
+
+/// The floor check of each queue runs in short transactions, but the checks of queues with
+/// little below their floors share them (up to 16 windows a transaction): a tick does not run
+/// a transaction per queue. With some 250 queues holding claim floors, an idle tick runs a few
+/// dozen transactions at most; a transaction per floor would be more than the floors.
+#[test]
+fn floor_checks_of_many_queues_share_transactions() {
+    let (_cluster, mut client) = private_cluster(
+        "worker-floor-transactions",
+        &settings_with(&["autovacuum = off"]),
+    );
+    let mut queues = Vec::new();
+    for _ in 0..FLOOR_QUEUES {
+        let queue = unique_queue(&mut client, "floors", "");
+        enqueue(&mut client, &queue, json!({}));
+        enqueue(&mut client, &queue, json!({}));
+        // A claim sets the queue's floor.
+        assert_eq!(claim(&mut client, &queue, 1, "").len(), 1);
+        queues.push(queue);
+    }
+    // Queues that share a floor cell own it one at a time.
+    let floors: i64 = scalar(
+        &mut client,
+        "SELECT count(*) FROM unnest($1::text[]) q, jobs.runtime_state(q)
+          WHERE floor_id IS NOT NULL",
+        &[&queues],
+    );
+    assert!(floors as usize > FLOOR_QUEUES / 2, "{floors} floors");
+    wait_for_serving_worker(&mut client, "postgres");
+
+    let read = |client: &mut Client| -> (i64, i64) {
+        pg_jobs_tests::flush_statistics(client);
+        let row = client
+            .query_one(
+                "SELECT (SELECT xact_commit + xact_rollback FROM pg_stat_database
+                          WHERE datname = current_database()),
+                        (SELECT ticks FROM jobs_worker_status()
+                          WHERE database = current_database())",
+                &[],
+            )
+            .unwrap();
+        (row.get(0), row.get(1))
+    };
+    let (transactions_before, ticks_before) = read(&mut client);
+    thread::sleep(Duration::from_secs(5));
+    let (transactions_after, ticks_after) = read(&mut client);
+    let ticks = (ticks_after - ticks_before).max(1);
+    // Up to a second of the worker's transactions may be flushed on either side of the window
+    // (a worker flushes its statistics at most once a second), and our reads count a few.
+    let per_tick = (transactions_after - transactions_before) / ticks;
+    println!(
+        "{floors} floors: {} transactions in {ticks} ticks, {per_tick} a tick",
+        transactions_after - transactions_before
+    );
+    assert!(
+        per_tick * 3 < floors,
+        "an idle tick ran {per_tick} transactions with {floors} floors to check"
+    );
+}
+
 /// How a job of the retention test ends.
 #[derive(Clone, Copy)]
 enum Ending {
@@ -755,14 +1183,23 @@ fn without_the_preload_everything_but_the_worker_works() {
     let (cluster, mut client) = private_cluster("worker-no-preload", &settings);
     let preload: String = scalar(&mut client, "SHOW shared_preload_libraries", &[]);
     assert_eq!(preload, "");
-    // The unserved database shows as a row of its own, without a pid.
-    let workers: i64 = scalar(
-        &mut client,
-        "SELECT count(*) FROM jobs_worker_status() WHERE pid IS NOT NULL",
-        &[],
+    // No worker's row: only this database's, saying why nothing serves it.
+    let rows = client
+        .query(
+            "SELECT database, pid, last_error FROM jobs_worker_status()",
+            &[],
+        )
+        .unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].get::<_, String>(0), "postgres");
+    assert_eq!(rows[0].get::<_, Option<i32>>(1), None);
+    let reason: String = rows[0].get(2);
+    assert!(
+        reason.starts_with("pg_jobs is not in shared_preload_libraries"),
+        "{reason}"
     );
-    assert_eq!(workers, 0);
     assert!(worker_backends(&mut client, "postgres").is_empty());
+    assert!(launcher_backends(&mut client).is_empty());
 
     let queue = unique_queue(&mut client, "no-preload", "lease => '1 second'");
     let id = enqueue(&mut client, &queue, json!({}));
