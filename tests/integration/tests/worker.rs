@@ -568,7 +568,12 @@ fn worker_serves_a_database_whose_extension_is_created_later() {
     late.batch_execute("CREATE EXTENSION pg_jobs").unwrap();
     let took = assert_worker_reclaims(&mut late, "late");
     let status = wait_for_worker(&mut late, "late", "serving", |s| s.serving);
-    assert_eq!(status.pid, Some(pid), "the same worker, no restart needed");
+    assert_eq!(
+        status.pid,
+        Some(pid),
+        "the same worker, no restart needed; the server log:\n{}",
+        cluster.log()
+    );
     assert!(status.reclaimed >= 1, "{status:?}");
     println!("late database: reclaim took {took:?} from claim");
 }
