@@ -190,7 +190,14 @@ fn a_waiting_claim_lets_go_of_its_snapshot_unless_something_may_read_with_it() {
         (format!("BEGIN; DECLARE open_cursor CURSOR FOR SELECT * FROM jobs.queue; SELECT id FROM {claim}; COMMIT"), false),
         (format!("BEGIN; INSERT INTO public.written VALUES (1); SELECT id FROM {claim}; COMMIT"), false),
     ];
-    for (i, (sql, releases)) in forms.iter().enumerate() {
+    // A server built without libxml (the tested 13.4 build) has no query_to_xml.
+    let has_xml = admin
+        .batch_execute("SELECT query_to_xml('SELECT 1', true, false, '')")
+        .is_ok();
+    let forms = forms
+        .into_iter()
+        .filter(|(sql, _)| has_xml || !sql.contains("query_to_xml"));
+    for (i, (sql, releases)) in forms.enumerate() {
         let tag = format!("form-{i}");
         let dsn = format!("{} application_name={tag}", cluster.dsn("postgres"));
         let sql_owned = sql.clone();
@@ -208,7 +215,7 @@ fn a_waiting_claim_lets_go_of_its_snapshot_unless_something_may_read_with_it() {
             &[&tag],
         );
         assert_eq!(
-            holds_nothing, *releases,
+            holds_nothing, releases,
             "{sql}: backend_xmin and backend_xid NULL should be {releases} while it sleeps"
         );
         admin

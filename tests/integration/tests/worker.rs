@@ -387,9 +387,12 @@ fn worker_killed_with_sigkill_comes_back_and_reclaims() {
     assert_eq!(worker_backends(&mut client, "postgres"), [new_pid]);
 
     let took = assert_worker_reclaims(&mut client, "after-sigkill");
-    let status = worker_status(&mut client, "postgres").unwrap();
+    // The worker counts a tick's reclaims once the tick's last step is done, after the
+    // reclaim's own transaction committed.
+    let status = wait_for_worker(&mut client, "postgres", "its reclaim counted", |s| {
+        s.reclaimed >= 1
+    });
     assert_eq!(status.pid, Some(new_pid));
-    assert!(status.reclaimed >= 1, "{status:?}");
     println!("after SIGKILL: worker {old_pid} → {new_pid}; reclaim took {took:?} from claim");
 }
 
@@ -415,9 +418,12 @@ fn worker_terminated_with_sigterm_comes_back_and_reclaims() {
     assert_eq!(worker_backends(&mut client, "postgres"), [new_pid]);
 
     let took = assert_worker_reclaims(&mut client, "after-sigterm");
-    let status = worker_status(&mut client, "postgres").unwrap();
+    // The worker counts a tick's reclaims once the tick's last step is done, after the
+    // reclaim's own transaction committed.
+    let status = wait_for_worker(&mut client, "postgres", "its reclaim counted", |s| {
+        s.reclaimed >= 1
+    });
     assert_eq!(status.pid, Some(new_pid));
-    assert!(status.reclaimed >= 1, "{status:?}");
     println!("after SIGTERM: worker {old_pid} → {new_pid}; reclaim took {took:?} from claim");
 }
 
@@ -535,11 +541,13 @@ fn a_failing_tick_does_not_kill_the_worker() {
         last_error(&mut client, id).as_deref(),
         Some("lease expired")
     );
-    let after = wait_for_worker(&mut client, "postgres", "a successful tick", |s| {
-        s.ticks > during.ticks && s.last_tick > s.last_error_at
-    });
+    let after = wait_for_worker(
+        &mut client,
+        "postgres",
+        "a successful tick, its reclaim counted",
+        |s| s.ticks > during.ticks && s.last_tick > s.last_error_at && s.reclaimed >= 1,
+    );
     assert_eq!(after.pid, before.pid);
-    assert!(after.reclaimed >= 1, "{after:?}");
     println!(
         "failing tick recorded: {error:?}; worker pid {:?} kept",
         after.pid
@@ -567,7 +575,10 @@ fn worker_serves_a_database_whose_extension_is_created_later() {
 
     late.batch_execute("CREATE EXTENSION pg_jobs").unwrap();
     let took = assert_worker_reclaims(&mut late, "late");
-    let status = wait_for_worker(&mut late, "late", "serving", |s| s.serving);
+    // The worker counts a tick's reclaims once the tick's last step is done.
+    let status = wait_for_worker(&mut late, "late", "serving, its reclaim counted", |s| {
+        s.serving && s.reclaimed >= 1
+    });
     assert_eq!(
         status.pid,
         Some(pid),
@@ -615,16 +626,11 @@ fn a_missing_database_is_waited_for_and_a_served_one_can_be_dropped() {
     assert_eq!(waiting.last_error, Some(missing_note("later")));
     assert!(worker_backends(&mut postgres, "later").is_empty());
     let said_missing = "pg_jobs launcher: database later named in pg_jobs.databases does not exist";
-    // The workers' LOG lines do not reach a PostgreSQL 13 server's log (README, "Supported
-    // versions"); the FATALs of a worker that cannot connect would.
-    let logs = pg_jobs_tests::pg_major() >= 14;
+    // This cluster logs LOG lines (log_min_messages = log), so the launcher's note is there
+    // on every major; the FATALs of a worker that cannot connect would be too.
     let log = cluster.log();
     assert!(!log.contains("FATAL"), "{log}");
-    assert_eq!(
-        log.matches(said_missing).count(),
-        usize::from(logs),
-        "{log}"
-    );
+    assert_eq!(log.matches(said_missing).count(), 1, "{log}");
 
     postgres.batch_execute("CREATE DATABASE later").unwrap();
     let mut later = cluster.connect_to("later");
@@ -643,11 +649,7 @@ fn a_missing_database_is_waited_for_and_a_served_one_can_be_dropped() {
     assert!(worker_backends(&mut postgres, "later").is_empty());
     let log = cluster.log();
     assert!(!log.contains("FATAL"), "{log}");
-    assert_eq!(
-        log.matches(said_missing).count(),
-        2 * usize::from(logs),
-        "{log}"
-    );
+    assert_eq!(log.matches(said_missing).count(), 2, "{log}");
 
     postgres.batch_execute("CREATE DATABASE later").unwrap();
     cluster
