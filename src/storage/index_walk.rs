@@ -65,8 +65,10 @@ unsafe fn walk(
     // is read before the scan moves on.
     unsafe {
         let columns = (*(*index).rd_index).indnkeyatts as usize;
-        let desc = (*index).rd_att;
-        let by_value = (0..columns).all(|i| (*(*desc).attrs.as_ptr().add(i)).attbyval);
+        // The relcache's descriptor, not reference counted by us; pgrx reads its attributes
+        // the way each major lays them out.
+        let desc = pgrx::PgTupleDesc::from_pg_unchecked((*index).rd_att);
+        let by_value = (0..columns).all(|i| desc.get(i).is_some_and(|a| a.attbyval));
         if !by_value {
             return Err(());
         }
