@@ -807,10 +807,20 @@ impl IdleSampler {
     }
 }
 
-/// How many transactions an idle tick of the worker runs (each step of a tick runs in
-/// transactions of its own), measured over three seconds of ticks while nothing else runs, and
-/// rounded up by one for the ticks the statistics of either end may count or not.
-fn worker_transactions_per_tick(client: &mut Client) -> i64 {
+/// What an idle tick of the worker costs in transactions, as the statistics can show it.
+struct TickCost {
+    /// Transactions an idle tick runs at most (each step of a tick runs in transactions of
+    /// its own).
+    transactions: i64,
+    /// Ticks the statistics may lag behind the worker's tick counter: the worker sends its
+    /// counts at most once a second, so a read sees its transactions up to its last send only.
+    lag: i64,
+}
+
+/// Measures [`TickCost`] over four seconds of ticks while nothing else runs. The transactions
+/// read at either end may miss up to a second of ticks, so they are divided by the ticks less
+/// that lag and rounded up: never below what a tick costs, whichever second the sends fall in.
+fn idle_tick_cost(client: &mut Client) -> TickCost {
     let read = |client: &mut Client| -> (i64, i64) {
         pg_jobs_tests::flush_statistics(client);
         let row = client
@@ -824,22 +834,31 @@ fn worker_transactions_per_tick(client: &mut Client) -> i64 {
             .unwrap();
         (row.get(0), row.get(1))
     };
+    let started = Instant::now();
     let (transactions_before, ticks_before) = read(client);
-    thread::sleep(Duration::from_secs(3));
+    thread::sleep(Duration::from_secs(4));
     let (transactions_after, ticks_after) = read(client);
+    let elapsed = started.elapsed().as_secs_f64();
     // Our own: the read and the flush (and, before 15, the flush's SELECT 1) of the first read.
     let own = if pg_jobs_tests::pg_major() >= 15 {
         2
     } else {
         3
     };
-    let ticks = (ticks_after - ticks_before).max(1);
-    let worker = (transactions_after - transactions_before - own).max(0);
-    let per_tick = (worker + ticks - 1) / ticks + 1;
-    println!(
-        "an idle tick of the worker: {per_tick} transactions at most ({worker} in {ticks} ticks)"
+    let ticks = ticks_after - ticks_before;
+    let lag = (ticks as f64 / elapsed).ceil() as i64 + 1;
+    assert!(
+        ticks > lag,
+        "the worker ticked {ticks} times in {elapsed:.1} s: too few to measure a tick by"
     );
-    per_tick
+    let worker = (transactions_after - transactions_before - own).max(0);
+    let counted_ticks = ticks - lag;
+    let transactions = (worker + counted_ticks - 1) / counted_ticks;
+    println!(
+        "an idle tick of the worker: {transactions} transactions at most ({worker} in {ticks} ticks, \
+         of which the statistics may have missed {lag})"
+    );
+    TickCost { transactions, lag }
 }
 
 /// Idle waiting costs nothing: 16 claims waiting 8 s on an empty queue run one statement
@@ -850,7 +869,7 @@ fn idle_waiting_claims_cost_nothing() {
     let cluster = private_cluster("wait-idle", &settings_with(&["autovacuum = off"]));
     let mut observer = cluster.connect();
     let queue = unique_queue(&mut observer, "idle", "");
-    let per_tick = worker_transactions_per_tick(&mut observer);
+    let tick = idle_tick_cost(&mut observer);
     // The window below must end before the first waiter's wait does, however slowly a busy
     // machine starts the other fifteen.
     let started = Instant::now();
@@ -910,13 +929,14 @@ fn idle_waiting_claims_cost_nothing() {
     let ticks = last.ticks - first.ticks;
     let samples = sampler.taken;
     // Every transaction in the window is one of a worker tick's or one of our samples. The
-    // worker flushes its statistics at most once a second, so up to a second's worth of ticks
+    // worker sends its statistics at most once a second, so up to a second's worth of ticks
     // from before the window may be counted in it.
-    let ticks_per_second = 10;
-    let bound = (ticks + ticks_per_second) * per_tick + samples;
+    let bound = (ticks + tick.lag) * tick.transactions + samples;
     assert!(
         transactions <= bound,
-        "{transactions} transactions in {window:?}; ticks ({ticks} + {ticks_per_second}) x {per_tick} + samples {samples} = {bound}"
+        "{transactions} transactions in {window:?}; ticks ({ticks} + {}) x {} + samples {samples} = {bound}",
+        tick.lag,
+        tick.transactions
     );
     // Polling at any period shorter than the window wakes all 16, each at least once.
     assert!(
