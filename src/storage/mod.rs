@@ -8,4 +8,5 @@ pub mod rows;
 pub mod shard;
 mod statement;
 
+pub(crate) use statement::statement;
 pub use statement::{param, timestamptz_arg, with_client, Param, Row, Rows, Statement};

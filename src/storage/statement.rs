@@ -34,6 +34,32 @@ pub const fn param(name: &'static str, type_oid: pg_sys::Oid) -> Param {
     Param { name, type_oid }
 }
 
+/// Declares a [`Statement`] as a signature: its name, its SQL, its parameters as
+/// `name: TYPE_OID` in `$n` order, and after `->` the columns it returns (`()` for none).
+///
+/// ```ignore
+/// static COMPLETE: Statement = statement!(
+///     "settle/complete",
+///     include_str!("complete.sql"),
+///     (id: INT8OID, lease: UUIDOID) -> (queue, group_key)
+/// );
+/// ```
+macro_rules! statement {
+    (
+        $name:literal,
+        $sql:expr,
+        ($($param:ident: $type_oid:path),* $(,)?) -> ($($column:ident),* $(,)?)
+    ) => {
+        $crate::storage::Statement {
+            name: $name,
+            sql: $sql,
+            params: &[$($crate::storage::param(stringify!($param), $type_oid)),*],
+            columns: &[$(stringify!($column)),*],
+        }
+    };
+}
+pub(crate) use statement;
+
 /// One SQL statement of the extension: its text, its parameters and the columns it returns.
 pub struct Statement {
     /// What the statement is for, in error messages about it.

@@ -28,7 +28,7 @@ use crate::pg::extension::LIBRARY_VERSION;
 use crate::runtime::shmem::shared;
 use crate::runtime::{floor, freed_heads};
 use crate::storage::index_walk::TimeWindow;
-use crate::storage::{with_client, Statement};
+use crate::storage::{statement, with_client, Statement};
 
 /// Jobs reclaimed per tick at most, so a tick stays short however
 /// far behind it is; the rest waits for the next ticks.
@@ -45,19 +45,17 @@ const FLOOR_CHECKS_PER_TRANSACTION: usize = 16;
 /// What `pg_stat_activity.query` shows while a tick's transaction runs.
 const ACTIVITY: &std::ffi::CStr = c"pg_jobs tick";
 
-static EXTENSION_EXISTS: Statement = Statement {
-    name: "worker/extension_exists",
-    sql: include_str!("extension_exists.sql"),
-    params: &[],
-    columns: &["installed"],
-};
+static EXTENSION_EXISTS: Statement = statement!(
+    "worker/extension_exists",
+    include_str!("extension_exists.sql"),
+    () -> (installed)
+);
 
-static TICK_SETTINGS: Statement = Statement {
-    name: "worker/tick_settings",
-    sql: include_str!("tick_settings.sql"),
-    params: &[],
-    columns: &["lock_timeout", "statement_timeout"],
-};
+static TICK_SETTINGS: Statement = statement!(
+    "worker/tick_settings",
+    include_str!("tick_settings.sql"),
+    () -> (lock_timeout, statement_timeout)
+);
 
 /// A step of the tick.
 struct Step {

@@ -44,21 +44,15 @@ use crate::runtime::shmem::{shared, Slot};
 use crate::runtime::wakeup;
 use crate::storage::direct::{self, Compare};
 use crate::storage::rows::ClaimedRow;
-use crate::storage::{index_walk, param, timestamptz_arg, with_client, Statement};
+use crate::storage::{index_walk, statement, timestamptz_arg, with_client, Statement};
 use pick::{earliest, Picking, Resume};
 
-static TAKE: Statement = Statement {
-    name: "claim/take",
-    sql: include_str!("take.sql"),
-    params: &[
-        param("ids", INT8ARRAYOID),
-        param("leases", UUIDARRAYOID),
-        param("worker", TEXTOID),
-        param("lease length", INTERVALOID),
-        param("now", TIMESTAMPTZOID),
-    ],
-    columns: &["claimed", "priority", "run_at", "id"],
-};
+static TAKE: Statement = statement!(
+    "claim/take",
+    include_str!("take.sql"),
+    (ids: INT8ARRAYOID, leases: UUIDARRAYOID, worker: TEXTOID, lease_length: INTERVALOID,
+     now: TIMESTAMPTZOID) -> (claimed, priority, run_at, id)
+);
 
 /// The lease length of a claim's jobs: the request's, or its queue's (from the settings the
 /// session keeps: reading it in the take statement set up a subquery and its index scan on
@@ -72,61 +66,39 @@ fn lease_length(request: &ClaimRequest<'_>, flow: Option<queues::FlowSettings>) 
     }
 }
 
-static LOWEST_PRIORITY: Statement = Statement {
-    name: "claim/lowest_priority",
-    sql: include_str!("lowest_priority.sql"),
-    params: &[param("queue", TEXTOID)],
-    columns: &["priority"],
-};
+static LOWEST_PRIORITY: Statement = statement!(
+    "claim/lowest_priority",
+    include_str!("lowest_priority.sql"),
+    (queue: TEXTOID) -> (priority)
+);
 
-static PROBE: Statement = Statement {
-    name: "claim/probe",
-    sql: include_str!("probe.sql"),
-    params: &[param("queue", TEXTOID)],
-    columns: &["paused", "earliest_run_at"],
-};
+static PROBE: Statement = statement!(
+    "claim/probe",
+    include_str!("probe.sql"),
+    (queue: TEXTOID) -> (paused, earliest_run_at)
+);
 
-static PROBE_FROM: Statement = Statement {
-    name: "claim/probe_from",
-    sql: include_str!("probe_from.sql"),
-    params: &[
-        param("queue", TEXTOID),
-        param("priority", INT2OID),
-        param("run_at", TIMESTAMPTZOID),
-        param("id", INT8OID),
-    ],
-    columns: &["paused", "earliest_run_at"],
-};
+static PROBE_FROM: Statement = statement!(
+    "claim/probe_from",
+    include_str!("probe_from.sql"),
+    (queue: TEXTOID, priority: INT2OID, run_at: TIMESTAMPTZOID, id: INT8OID)
+        -> (paused, earliest_run_at)
+);
 
-static FLOOR_CHECK: Statement = Statement {
-    name: "claim/floor_check",
-    sql: include_str!("floor_check.sql"),
-    params: &[
-        param("queue", TEXTOID),
-        param("floor priority", INT2OID),
-        param("floor run_at", TIMESTAMPTZOID),
-        param("floor id", INT8OID),
-        param("now", TIMESTAMPTZOID),
-        param("from priority", INT2OID),
-        param("from run_at", TIMESTAMPTZOID),
-        param("from id", INT8OID),
-    ],
-    columns: &["id"],
-};
+static FLOOR_CHECK: Statement = statement!(
+    "claim/floor_check",
+    include_str!("floor_check.sql"),
+    (queue: TEXTOID, floor_priority: INT2OID, floor_run_at: TIMESTAMPTZOID, floor_id: INT8OID,
+     now: TIMESTAMPTZOID, from_priority: INT2OID, from_run_at: TIMESTAMPTZOID, from_id: INT8OID)
+        -> (id)
+);
 
-static FLOOR_RECHECK: Statement = Statement {
-    name: "claim/floor_recheck",
-    sql: include_str!("floor_recheck.sql"),
-    params: &[
-        param("queue", TEXTOID),
-        param("floor priority", INT2OID),
-        param("floor run_at", TIMESTAMPTZOID),
-        param("floor id", INT8OID),
-        param("job id", INT8OID),
-        param("now", TIMESTAMPTZOID),
-    ],
-    columns: &["below"],
-};
+static FLOOR_RECHECK: Statement = statement!(
+    "claim/floor_recheck",
+    include_str!("floor_recheck.sql"),
+    (queue: TEXTOID, floor_priority: INT2OID, floor_run_at: TIMESTAMPTZOID, floor_id: INT8OID,
+     job_id: INT8OID, now: TIMESTAMPTZOID) -> (below)
+);
 
 /// A claim, its arguments checked.
 pub struct ClaimRequest<'a> {

@@ -14,26 +14,19 @@ use pgrx::spi::SpiClient;
 use super::{probe, ClaimRequest, Probe};
 use crate::pg::clock::server_now;
 use crate::runtime::rate::{self as limiter, Admission, Limit};
-use crate::storage::{param, timestamptz_arg, Statement};
+use crate::storage::{statement, timestamptz_arg, Statement};
 
-static RATE_BUCKET: Statement = Statement {
-    name: "claim/rate_bucket",
-    sql: include_str!("rate_bucket.sql"),
-    params: &[
-        param("queue", TEXTOID),
-        param("rate", FLOAT8OID),
-        param("burst", FLOAT8OID),
-        param("now", TIMESTAMPTZOID),
-    ],
-    columns: &["tokens"],
-};
+static RATE_BUCKET: Statement = statement!(
+    "claim/rate_bucket",
+    include_str!("rate_bucket.sql"),
+    (queue: TEXTOID, rate: FLOAT8OID, burst: FLOAT8OID, now: TIMESTAMPTZOID) -> (tokens)
+);
 
-static RATE_SPEND: Statement = Statement {
-    name: "claim/rate_spend",
-    sql: include_str!("rate_spend.sql"),
-    params: &[param("queue", TEXTOID), param("tokens", FLOAT8OID)],
-    columns: &[],
-};
+static RATE_SPEND: Statement = statement!(
+    "claim/rate_spend",
+    include_str!("rate_spend.sql"),
+    (queue: TEXTOID, tokens: FLOAT8OID) -> ()
+);
 
 /// Gives back a token a waiting claim reserved and will not spend (its wait ran out).
 pub fn give_back_reservation(queue: &str) {

@@ -25,14 +25,13 @@ use crate::pg::version;
 use crate::runtime::waiting_claims;
 use crate::runtime::wakeup::{self, Waiter};
 use crate::storage::rows::ClaimedRow;
-use crate::storage::{with_client, Statement};
+use crate::storage::{statement, with_client, Statement};
 
-static OWN_FUNCTION: Statement = Statement {
-    name: "claim/own_function",
-    sql: include_str!("own_function.sql"),
-    params: &[],
-    columns: &["function"],
-};
+static OWN_FUNCTION: Statement = statement!(
+    "claim/own_function",
+    include_str!("own_function.sql"),
+    () -> (function)
+);
 
 thread_local! {
     /// The oid of jobs_claim in this session's database, once looked up.
@@ -54,12 +53,11 @@ fn claim_function() -> Option<pg_sys::Oid> {
     oid
 }
 
-static UNPAUSED_QUEUES: Statement = Statement {
-    name: "claim/unpaused_queues",
-    sql: include_str!("unpaused_queues.sql"),
-    params: &[],
-    columns: &["queue"],
-};
+static UNPAUSED_QUEUES: Statement = statement!(
+    "claim/unpaused_queues",
+    include_str!("unpaused_queues.sql"),
+    () -> (queue)
+);
 
 /// Claims with `request.wait_micros` of patience: returns as soon as one attempt claimed
 /// something, or with nothing when the wait ran out.

@@ -7,44 +7,26 @@ use pgrx::spi::SpiClient;
 
 use crate::engine::transitions;
 use crate::pg::datum::Jsonb;
-use crate::storage::{param, shard, Statement};
+use crate::storage::{shard, statement, Statement};
 
-static COPY: Statement = Statement {
-    name: "dead_letter/copy",
-    sql: include_str!("copy.sql"),
-    params: &[param("ids", INT8ARRAYOID)],
-    columns: &["queue", "id", "priority", "run_at", "tenant"],
-};
+static COPY: Statement = statement!(
+    "dead_letter/copy",
+    include_str!("copy.sql"),
+    (ids: INT8ARRAYOID) -> (queue, id, priority, run_at, tenant)
+);
 
-static COPIES: Statement = Statement {
-    name: "dead_letter/copies",
-    sql: include_str!("copies.sql"),
-    params: &[param("ids", INT8ARRAYOID)],
-    columns: &[
-        "queue",
-        "kind",
-        "payload",
-        "headers",
-        "max_attempts",
-        "tenant",
-        "origin",
-    ],
-};
+static COPIES: Statement = statement!(
+    "dead_letter/copies",
+    include_str!("copies.sql"),
+    (ids: INT8ARRAYOID) -> (queue, kind, payload, headers, max_attempts, tenant, origin)
+);
 
-static INSERT_ROUTED: Statement = Statement {
-    name: "dead_letter/insert_routed",
-    sql: include_str!("insert_routed.sql"),
-    params: &[
-        param("queue", TEXTOID),
-        param("kind", TEXTOID),
-        param("payload", JSONBOID),
-        param("headers", JSONBOID),
-        param("max_attempts", INT4OID),
-        param("tenant", TEXTOID),
-        param("origin", JSONBOID),
-    ],
-    columns: &["queue", "id", "priority", "run_at"],
-};
+static INSERT_ROUTED: Statement = statement!(
+    "dead_letter/insert_routed",
+    include_str!("insert_routed.sql"),
+    (queue: TEXTOID, kind: TEXTOID, payload: JSONBOID, headers: JSONBOID, max_attempts: INT4OID,
+     tenant: TEXTOID, origin: JSONBOID) -> (queue, id, priority, run_at)
+);
 
 /// Copies the jobs `failed` (which just ended failed) into their queues' dead-letter queues,
 /// where they have one; the copies are claimable once the transaction commits.

@@ -20,40 +20,30 @@ use pgrx::PgSqlErrorCode;
 use crate::pg::errors::{quote, raise_with_hint};
 use crate::pg::{citus, version};
 use crate::storage::shard::{self, Rename, ShardTables};
-use crate::storage::{param, with_client, Statement};
+use crate::storage::{statement, with_client, Statement};
 
 /// A call whose shard is on another node, or a cluster that cannot be distributed (0A000).
 pub const NOT_HERE: PgSqlErrorCode = PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED;
 
-static LAYOUT: Statement = Statement {
-    name: "distribute/layout",
-    sql: include_str!("layout.sql"),
-    params: &[],
-    columns: &[
-        "job_shard",
-        "min_hash",
-        "max_hash",
-        "rate_shard",
-        "queue_shard",
-        "grant_shard",
-        "local_group",
-        "colocation",
-    ],
-};
+static LAYOUT: Statement = statement!(
+    "distribute/layout",
+    include_str!("layout.sql"),
+    ()
+        -> (job_shard, min_hash, max_hash, rate_shard, queue_shard, grant_shard, local_group,
+            colocation)
+);
 
-static PLACED: Statement = Statement {
-    name: "distribute/placed",
-    sql: include_str!("placed.sql"),
-    params: &[param("shard", INT8OID), param("group", INT4OID)],
-    columns: &["here"],
-};
+static PLACED: Statement = statement!(
+    "distribute/placed",
+    include_str!("placed.sql"),
+    (shard: INT8OID, group: INT4OID) -> (here)
+);
 
-static LOCAL_SHARDS: Statement = Statement {
-    name: "distribute/local_shards",
-    sql: include_str!("local_shards.sql"),
-    params: &[param("group", INT4OID)],
-    columns: &["job_shard"],
-};
+static LOCAL_SHARDS: Statement = statement!(
+    "distribute/local_shards",
+    include_str!("local_shards.sql"),
+    (group: INT4OID) -> (job_shard)
+);
 
 /// One shard of `jobs.job`: its hash range and the tables its calls run on.
 struct Shard {
@@ -388,19 +378,17 @@ pub fn job_id_for(queue: &str) -> i64 {
     }
 }
 
-static CITUS_INSTALLED: Statement = Statement {
-    name: "distribute/citus_installed",
-    sql: include_str!("citus_installed.sql"),
-    params: &[],
-    columns: &["installed"],
-};
+static CITUS_INSTALLED: Statement = statement!(
+    "distribute/citus_installed",
+    include_str!("citus_installed.sql"),
+    () -> (installed)
+);
 
-static STATE: Statement = Statement {
-    name: "distribute/state",
-    sql: include_str!("state.sql"),
-    params: &[],
-    columns: &["local_group", "distributed", "has_jobs"],
-};
+static STATE: Statement = statement!(
+    "distribute/state",
+    include_str!("state.sql"),
+    () -> (local_group, distributed, has_jobs)
+);
 
 /// The statements `jobs_distribute()` runs, `SHARD_COUNT` to be filled in.
 const DISTRIBUTE: &str = include_str!("distribute.sql");

@@ -43,7 +43,7 @@ use crate::pg::errors::{quote, raise, raise_with_hint};
 use crate::pg::subtransaction::unless_it_raises;
 use crate::runtime::locks;
 use crate::storage::direct::job_writer::{Inserted, JobWriter, NewJobs, PerJob};
-use crate::storage::{param, timestamptz_arg, with_client, Statement};
+use crate::storage::{param, statement, timestamptz_arg, with_client, Statement};
 
 /// The parameters every insert statement starts with.
 const JOB_PARAMS: [crate::storage::Param; 9] = [
@@ -70,96 +70,44 @@ static INSERT: Statement = Statement {
     columns: &["id"],
 };
 
-static INSERT_UNIQUE: Statement = Statement {
-    name: "enqueue/insert_unique",
-    sql: include_str!("insert_unique.sql"),
-    params: &[
-        JOB_PARAMS[0],
-        JOB_PARAMS[1],
-        JOB_PARAMS[2],
-        JOB_PARAMS[3],
-        JOB_PARAMS[4],
-        JOB_PARAMS[5],
-        JOB_PARAMS[6],
-        JOB_PARAMS[7],
-        JOB_PARAMS[8],
-        param("unique_key", TEXTOID),
-        param("unique_for", INTERVALOID),
-    ],
-    columns: &["id"],
-};
+static INSERT_UNIQUE: Statement = statement!(
+    "enqueue/insert_unique",
+    include_str!("insert_unique.sql"),
+    (unique_key: TEXTOID, unique_for: INTERVALOID) -> (id)
+);
 
-static INSERT_BATCH: Statement = Statement {
-    name: "enqueue/insert_batch",
-    sql: include_str!("insert_batch.sql"),
-    params: &[
-        JOB_PARAMS[0],
-        param("payloads", JSONBARRAYOID),
-        JOB_PARAMS[2],
-        JOB_PARAMS[3],
-        JOB_PARAMS[4],
-        JOB_PARAMS[5],
-        JOB_PARAMS[6],
-        JOB_PARAMS[7],
-        JOB_PARAMS[8],
-        param("group_keys", TEXTARRAYOID),
-        param("group_waits", BOOLARRAYOID),
-    ],
-    columns: &["id"],
-};
+static INSERT_BATCH: Statement = statement!(
+    "enqueue/insert_batch",
+    include_str!("insert_batch.sql"),
+    (payloads: JSONBARRAYOID, group_keys: TEXTARRAYOID, group_waits: BOOLARRAYOID) -> (id)
+);
 
-static INSERT_BATCH_UNIQUE: Statement = Statement {
-    name: "enqueue/insert_batch_unique",
-    sql: include_str!("insert_batch_unique.sql"),
-    params: &[
-        JOB_PARAMS[0],
-        param("payloads", JSONBARRAYOID),
-        JOB_PARAMS[2],
-        JOB_PARAMS[3],
-        JOB_PARAMS[4],
-        JOB_PARAMS[5],
-        JOB_PARAMS[6],
-        JOB_PARAMS[7],
-        JOB_PARAMS[8],
-        param("group_keys", TEXTARRAYOID),
-        param("unique_key", TEXTOID),
-        param("unique_keys", TEXTARRAYOID),
-        param("unique_for", INTERVALOID),
-    ],
-    columns: &["id", "unique_key"],
-};
+static INSERT_BATCH_UNIQUE: Statement = statement!(
+    "enqueue/insert_batch_unique",
+    include_str!("insert_batch_unique.sql"),
+    (payloads: JSONBARRAYOID, group_keys: TEXTARRAYOID, unique_key: TEXTOID,
+     unique_keys: TEXTARRAYOID, unique_for: INTERVALOID) -> (id, unique_key)
+);
 
-static UNIQUE_HOLDERS: Statement = Statement {
-    name: "enqueue/unique_holders",
-    sql: include_str!("unique_holders.sql"),
-    params: &[
-        param("queue", TEXTOID),
-        param("tenant", TEXTOID),
-        param("unique keys", TEXTARRAYOID),
-        param("now", TIMESTAMPTZOID),
-    ],
-    columns: &["unique_key", "id", "state", "expired"],
-};
+static UNIQUE_HOLDERS: Statement = statement!(
+    "enqueue/unique_holders",
+    include_str!("unique_holders.sql"),
+    (queue: TEXTOID, tenant: TEXTOID, unique_keys: TEXTARRAYOID, now: TIMESTAMPTZOID)
+        -> (unique_key, id, state, expired)
+);
 
-static UNIQUE_RELEASE: Statement = Statement {
-    name: "enqueue/unique_release",
-    sql: include_str!("unique_release.sql"),
-    params: &[param("ids", INT8ARRAYOID), param("now", TIMESTAMPTZOID)],
-    columns: &[],
-};
+static UNIQUE_RELEASE: Statement = statement!(
+    "enqueue/unique_release",
+    include_str!("unique_release.sql"),
+    (ids: INT8ARRAYOID, now: TIMESTAMPTZOID) -> ()
+);
 
-static UNIQUE_REPLACE: Statement = Statement {
-    name: "enqueue/unique_replace",
-    sql: include_str!("unique_replace.sql"),
-    params: &[
-        param("id", INT8OID),
-        param("payload", JSONBOID),
-        param("headers", JSONBOID),
-        param("run_at", TIMESTAMPTZOID),
-        param("priority", INT2OID),
-    ],
-    columns: &["queue", "priority", "run_at", "id", "group_key", "tenant"],
-};
+static UNIQUE_REPLACE: Statement = statement!(
+    "enqueue/unique_replace",
+    include_str!("unique_replace.sql"),
+    (id: INT8OID, payload: JSONBOID, headers: JSONBOID, run_at: TIMESTAMPTZOID, priority: INT2OID)
+        -> (queue, priority, run_at, id, group_key, tenant)
+);
 
 /// What an enqueue does when a job of the same queue already holds the unique key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

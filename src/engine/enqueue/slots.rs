@@ -22,42 +22,28 @@ use crate::engine::transitions;
 use crate::pg::datum::Jsonb;
 use crate::runtime::locks;
 use crate::storage::direct::job_writer::{Inserted, JobWriter, NewJobs, PerJob};
-use crate::storage::{param, Statement};
+use crate::storage::{statement, Statement};
 
-static INSERT_SLOTS: Statement = Statement {
-    name: "enqueue/insert_slots",
-    sql: include_str!("insert_slots.sql"),
-    params: &[
-        param("schedule row ctids", TEXTARRAYOID),
-        param("slots", TIMESTAMPTZARRAYOID),
-        param("slots as text", TEXTARRAYOID),
-    ],
-    columns: &["id", "queue", "priority", "run_at"],
-};
+static INSERT_SLOTS: Statement = statement!(
+    "enqueue/insert_slots",
+    include_str!("insert_slots.sql"),
+    (schedule_row_ctids: TEXTARRAYOID, slots: TIMESTAMPTZARRAYOID, slots_as_text: TEXTARRAYOID)
+        -> (id, queue, priority, run_at)
+);
 
-static INSERT_SLOT_ROUTED: Statement = Statement {
-    name: "enqueue/insert_slot_routed",
-    sql: include_str!("insert_slot_routed.sql"),
-    params: &[
-        param("queue", TEXTOID),
-        param("kind", TEXTOID),
-        param("payload", JSONBOID),
-        param("headers", JSONBOID),
-        param("priority", INT2OID),
-        param("slot", TIMESTAMPTZOID),
-        param("max_attempts", INT4OID),
-        param("schedule", TEXTOID),
-        param("slot as text", TEXTOID),
-    ],
-    columns: &["id", "queue", "priority", "run_at"],
-};
+static INSERT_SLOT_ROUTED: Statement = statement!(
+    "enqueue/insert_slot_routed",
+    include_str!("insert_slot_routed.sql"),
+    (queue: TEXTOID, kind: TEXTOID, payload: JSONBOID, headers: JSONBOID, priority: INT2OID,
+     slot: TIMESTAMPTZOID, max_attempts: INT4OID, schedule: TEXTOID, slot_as_text: TEXTOID)
+        -> (id, queue, priority, run_at)
+);
 
-static QUEUE_ATTEMPTS: Statement = Statement {
-    name: "enqueue/queue_attempts",
-    sql: include_str!("queue_attempts.sql"),
-    params: &[param("queue", TEXTOID)],
-    columns: &["max_attempts"],
-};
+static QUEUE_ATTEMPTS: Statement = statement!(
+    "enqueue/queue_attempts",
+    include_str!("queue_attempts.sql"),
+    (queue: TEXTOID) -> (max_attempts)
+);
 
 /// A schedule whose due slots a run enqueues, as the run read it from its locked row.
 pub struct DueSchedule {

@@ -72,80 +72,58 @@ use crate::runtime::locks;
 use crate::runtime::queued_changes::{self, Stamp};
 use crate::storage::direct::group_reader::{self, GroupHead, GroupName};
 use crate::storage::direct::key_reader;
-use crate::storage::{param, Row, Rows, Statement};
+use crate::storage::{statement, Row, Rows, Statement};
 
-static BLOCKED: Statement = Statement {
-    name: "groups/blocked",
-    sql: include_str!("blocked.sql"),
-    params: &[
-        param("queue", TEXTOID),
-        param("ids", INT8ARRAYOID),
-        param("group keys", TEXTARRAYOID),
-        param("tenants", TEXTARRAYOID),
-    ],
-    columns: &["id", "blocked"],
-};
+static BLOCKED: Statement = statement!(
+    "groups/blocked",
+    include_str!("blocked.sql"),
+    (queue: TEXTOID, ids: INT8ARRAYOID, group_keys: TEXTARRAYOID, tenants: TEXTARRAYOID)
+        -> (id, blocked)
+);
 
-static RUNNING: Statement = Statement {
-    name: "groups/running",
-    sql: include_str!("running.sql"),
-    params: &[
-        param("queue", TEXTOID),
-        param("group keys", TEXTARRAYOID),
-        param("tenants", TEXTARRAYOID),
-    ],
-    columns: &["group_key", "tenant", "running"],
-};
+static RUNNING: Statement = statement!(
+    "groups/running",
+    include_str!("running.sql"),
+    (queue: TEXTOID, group_keys: TEXTARRAYOID, tenants: TEXTARRAYOID)
+        -> (group_key, tenant, running)
+);
 
-static MARK: Statement = Statement {
-    name: "groups/mark",
-    sql: include_str!("mark.sql"),
-    params: &[param("ids", INT8ARRAYOID)],
-    columns: &["id"],
-};
+static MARK: Statement = statement!(
+    "groups/mark",
+    include_str!("mark.sql"),
+    (ids: INT8ARRAYOID) -> (id)
+);
 
-static MOVE_ON: Statement = Statement {
-    name: "groups/move_on",
-    sql: include_str!("move_on.sql"),
-    params: &[
-        param("queues", TEXTARRAYOID),
-        param("group keys", TEXTARRAYOID),
-        param("tenants", TEXTARRAYOID),
-    ],
-    columns: &["queue", "priority", "run_at", "id"],
-};
+static MOVE_ON: Statement = statement!(
+    "groups/move_on",
+    include_str!("move_on.sql"),
+    (queues: TEXTARRAYOID, group_keys: TEXTARRAYOID, tenants: TEXTARRAYOID)
+        -> (queue, priority, run_at, id)
+);
 
-static HOLDER_WAITS: Statement = Statement {
-    name: "groups/holder_waits",
-    sql: include_str!("holder_waits.sql"),
-    params: &[
-        param("classid", INT8OID),
-        param("objid", INT8OID),
-        param("objsubid", INT4OID),
-    ],
-    columns: &["waits"],
-};
+static HOLDER_WAITS: Statement = statement!(
+    "groups/holder_waits",
+    include_str!("holder_waits.sql"),
+    (classid: INT8OID, objid: INT8OID, objsubid: INT4OID) -> (waits)
+);
 
-static UNMARK: Statement = Statement {
-    name: "groups/unmark",
-    sql: include_str!("unmark.sql"),
-    params: &[param("ids", INT8ARRAYOID)],
-    columns: &["queue", "priority", "run_at", "id"],
-};
+static UNMARK: Statement = statement!(
+    "groups/unmark",
+    include_str!("unmark.sql"),
+    (ids: INT8ARRAYOID) -> (queue, priority, run_at, id)
+);
 
-static SWEEP: Statement = Statement {
-    name: "groups/sweep",
-    sql: include_str!("sweep.sql"),
-    params: &[],
-    columns: &["queue", "priority", "run_at", "id", "passed_over"],
-};
+static SWEEP: Statement = statement!(
+    "groups/sweep",
+    include_str!("sweep.sql"),
+    () -> (queue, priority, run_at, id, passed_over)
+);
 
-static RELEASE_ALL: Statement = Statement {
-    name: "groups/release_all",
-    sql: include_str!("release_all.sql"),
-    params: &[param("queue", TEXTOID)],
-    columns: &["queue", "priority", "run_at", "id", "cleared"],
-};
+static RELEASE_ALL: Statement = statement!(
+    "groups/release_all",
+    include_str!("release_all.sql"),
+    (queue: TEXTOID) -> (queue, priority, run_at, id, cleared)
+);
 
 /// A group of a queue: its queue, group key and tenant.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

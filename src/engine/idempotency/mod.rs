@@ -25,89 +25,46 @@ use crate::pg::errors::{quote, raise_with_hint, BAD_ARGUMENT};
 use crate::storage::direct::key_reader;
 use crate::storage::index_walk::TimeWindow;
 use crate::storage::rows::{IdempotencyRecordRow, IdempotencySavedRow};
-use crate::storage::{param, timestamptz_arg, with_client, Statement};
+use crate::storage::{statement, timestamptz_arg, with_client, Statement};
 
-static SAVE: Statement = Statement {
-    name: "idempotency/save",
-    sql: include_str!("save.sql"),
-    params: &[
-        param("tenant", TEXTOID),
-        param("scope", TEXTOID),
-        param("key", TEXTOID),
-        param("status", TEXTOID),
-        param("response", JSONBOID),
-        param("ttl", INTERVALOID),
-        param("fingerprint", TEXTOID),
-        param("pending_for", INTERVALOID),
-        param("now", TIMESTAMPTZOID),
-        param("token", UUIDOID),
-    ],
-    columns: &["saved"],
-};
+static SAVE: Statement = statement!(
+    "idempotency/save",
+    include_str!("save.sql"),
+    (tenant: TEXTOID, scope: TEXTOID, key: TEXTOID, status: TEXTOID, response: JSONBOID,
+     ttl: INTERVALOID, fingerprint: TEXTOID, pending_for: INTERVALOID, now: TIMESTAMPTZOID,
+     token: UUIDOID) -> (saved)
+);
 
-static HELD: Statement = Statement {
-    name: "idempotency/held",
-    sql: include_str!("held.sql"),
-    params: &[
-        param("tenant", TEXTOID),
-        param("scope", TEXTOID),
-        param("key", TEXTOID),
-    ],
-    columns: &["status", "pending_until", "expires_at"],
-};
+static HELD: Statement = statement!(
+    "idempotency/held",
+    include_str!("held.sql"),
+    (tenant: TEXTOID, scope: TEXTOID, key: TEXTOID) -> (status, pending_until, expires_at)
+);
 
-static GET: Statement = Statement {
-    name: "idempotency/get",
-    sql: include_str!("get.sql"),
-    params: &[
-        param("tenant", TEXTOID),
-        param("scope", TEXTOID),
-        param("key", TEXTOID),
-        param("now", TIMESTAMPTZOID),
-    ],
-    columns: &["record"],
-};
+static GET: Statement = statement!(
+    "idempotency/get",
+    include_str!("get.sql"),
+    (tenant: TEXTOID, scope: TEXTOID, key: TEXTOID, now: TIMESTAMPTZOID) -> (record)
+);
 
-static UPDATE: Statement = Statement {
-    name: "idempotency/update",
-    sql: include_str!("update.sql"),
-    params: &[
-        param("tenant", TEXTOID),
-        param("scope", TEXTOID),
-        param("key", TEXTOID),
-        param("token", UUIDOID),
-        param("status", TEXTOID),
-        param("response", JSONBOID),
-        param("ttl", INTERVALOID),
-        param("now", TIMESTAMPTZOID),
-    ],
-    columns: &[],
-};
+static UPDATE: Statement = statement!(
+    "idempotency/update",
+    include_str!("update.sql"),
+    (tenant: TEXTOID, scope: TEXTOID, key: TEXTOID, token: UUIDOID, status: TEXTOID,
+     response: JSONBOID, ttl: INTERVALOID, now: TIMESTAMPTZOID) -> ()
+);
 
-static DELETE: Statement = Statement {
-    name: "idempotency/delete",
-    sql: include_str!("delete.sql"),
-    params: &[
-        param("tenant", TEXTOID),
-        param("scope", TEXTOID),
-        param("key", TEXTOID),
-        param("token", UUIDOID),
-        param("now", TIMESTAMPTZOID),
-    ],
-    columns: &["live"],
-};
+static DELETE: Statement = statement!(
+    "idempotency/delete",
+    include_str!("delete.sql"),
+    (tenant: TEXTOID, scope: TEXTOID, key: TEXTOID, token: UUIDOID, now: TIMESTAMPTZOID) -> (live)
+);
 
-static PURGE: Statement = Statement {
-    name: "idempotency/purge",
-    sql: include_str!("purge.sql"),
-    params: &[
-        param("now", TIMESTAMPTZOID),
-        param("batch size", INT4OID),
-        param("from", TIMESTAMPTZOID),
-        param("until", TIMESTAMPTZOID),
-    ],
-    columns: &[],
-};
+static PURGE: Statement = statement!(
+    "idempotency/purge",
+    include_str!("purge.sql"),
+    (now: TIMESTAMPTZOID, batch_size: INT4OID, from: TIMESTAMPTZOID, until: TIMESTAMPTZOID) -> ()
+);
 
 /// Expired records one purge statement deletes at most.
 pub const PURGE_BATCH: usize = 10_000;

@@ -18,68 +18,40 @@ use crate::runtime::totals::{self, Counts, Visible};
 use crate::runtime::waiting_claims;
 use crate::runtime::wakeup;
 use crate::storage::rows::JobRow;
-use crate::storage::{param, with_client, Statement};
+use crate::storage::{statement, with_client, Statement};
 
-static GET: Statement = Statement {
-    name: "observe/get",
-    sql: include_str!("get.sql"),
-    params: &[param("id", INT8OID), param("tenants", TEXTARRAYOID)],
-    columns: &["job"],
-};
+static GET: Statement = statement!(
+    "observe/get",
+    include_str!("get.sql"),
+    (id: INT8OID, tenants: TEXTARRAYOID) -> (job)
+);
 
-static LIST: Statement = Statement {
-    name: "observe/list",
-    sql: include_str!("list.sql"),
-    params: &[
-        param("queue", TEXTOID),
-        param("state", TEXTOID),
-        param("kind", TEXTOID),
-        param("limit", INT4OID),
-        param("before_id", INT8OID),
-        param("tenants", TEXTARRAYOID),
-    ],
-    columns: &["job"],
-};
+static LIST: Statement = statement!(
+    "observe/list",
+    include_str!("list.sql"),
+    (queue: TEXTOID, state: TEXTOID, kind: TEXTOID, limit: INT4OID, before_id: INT8OID,
+     tenants: TEXTARRAYOID) -> (job)
+);
 
-static STATS: Statement = Statement {
-    name: "observe/stats",
-    sql: include_str!("stats.sql"),
-    params: &[],
-    columns: &[
-        "queue",
-        "paused",
-        "ready",
-        "scheduled",
-        "running",
-        "succeeded",
-        "failed",
-        "cancelled",
-        "running_past_lease",
-        "oldest_ready_seconds",
-        "finished_last_minute",
-        "waiting",
-    ],
-};
+static STATS: Statement = statement!(
+    "observe/stats",
+    include_str!("stats.sql"),
+    ()
+        -> (queue, paused, ready, scheduled, running, succeeded, failed, cancelled,
+            running_past_lease, oldest_ready_seconds, finished_last_minute, waiting)
+);
 
-static QUEUE_NAMES: Statement = Statement {
-    name: "observe/queue_names",
-    sql: include_str!("queue_names.sql"),
-    params: &[],
-    columns: &["queue"],
-};
+static QUEUE_NAMES: Statement = statement!(
+    "observe/queue_names",
+    include_str!("queue_names.sql"),
+    () -> (queue)
+);
 
-static CLIENTS: Statement = Statement {
-    name: "observe/clients",
-    sql: include_str!("clients.sql"),
-    params: &[],
-    columns: &[
-        "worker",
-        "running",
-        "waiting",
-        "leases_expiring",
-        "last_seen_age_seconds",
-    ],
-};
+static CLIENTS: Statement = statement!(
+    "observe/clients",
+    include_str!("clients.sql"),
+    () -> (worker, running, waiting, leases_expiring, last_seen_age_seconds)
+);
 
 /// The states `jobs_list` filters on: every job state, plus `ready` and `scheduled` (queued
 /// jobs that are due, and not yet due), as `jobs.queue_stats` counts them.

@@ -16,43 +16,32 @@ use crate::pg::clock::server_now;
 use crate::pg::errors::{quote, raise, raise_with_hint};
 use crate::pg::subtransaction::unless_it_raises;
 use crate::runtime::locks;
-use crate::storage::{param, timestamptz_arg, with_client, Statement};
+use crate::storage::{statement, timestamptz_arg, with_client, Statement};
 
-static LOCK_STATE: Statement = Statement {
-    name: "operate/lock_state",
-    sql: include_str!("lock_state.sql"),
-    params: &[param("id", INT8OID), param("tenants", TEXTARRAYOID)],
-    columns: &[
-        "state",
-        "queue",
-        "group_key",
-        "tenant",
-        "unique_key",
-        "dependents",
-        "after",
-    ],
-};
+static LOCK_STATE: Statement = statement!(
+    "operate/lock_state",
+    include_str!("lock_state.sql"),
+    (id: INT8OID, tenants: TEXTARRAYOID)
+        -> (state, queue, group_key, tenant, unique_key, dependents, after)
+);
 
-static CANCEL: Statement = Statement {
-    name: "operate/cancel",
-    sql: include_str!("cancel.sql"),
-    params: &[param("id", INT8OID), param("now", TIMESTAMPTZOID)],
-    columns: &[],
-};
+static CANCEL: Statement = statement!(
+    "operate/cancel",
+    include_str!("cancel.sql"),
+    (id: INT8OID, now: TIMESTAMPTZOID) -> ()
+);
 
-static RETRY: Statement = Statement {
-    name: "operate/retry",
-    sql: include_str!("retry.sql"),
-    params: &[param("id", INT8OID), param("run_at", TIMESTAMPTZOID)],
-    columns: &["queue", "priority", "run_at", "id"],
-};
+static RETRY: Statement = statement!(
+    "operate/retry",
+    include_str!("retry.sql"),
+    (id: INT8OID, run_at: TIMESTAMPTZOID) -> (queue, priority, run_at, id)
+);
 
-static RUN_NOW: Statement = Statement {
-    name: "operate/run_now",
-    sql: include_str!("run_now.sql"),
-    params: &[param("id", INT8OID), param("now", TIMESTAMPTZOID)],
-    columns: &["queue", "priority", "run_at", "id"],
-};
+static RUN_NOW: Statement = statement!(
+    "operate/run_now",
+    include_str!("run_now.sql"),
+    (id: INT8OID, now: TIMESTAMPTZOID) -> (queue, priority, run_at, id)
+);
 
 /// A job as an operation by id finds it.
 struct Locked {

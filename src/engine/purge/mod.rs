@@ -6,7 +6,7 @@
 use pgrx::pg_sys::{INT4OID, INT8OID};
 use pgrx::spi::SpiClient;
 
-use crate::storage::{param, shard, Statement};
+use crate::storage::{shard, statement, Statement};
 
 /// Jobs the retention sweep looks at per statement.
 pub const WINDOW: usize = 2_000;
@@ -19,16 +19,11 @@ pub const MAX_SPAN: i64 = 8 * SPAN;
 /// Windows one tick sweeps at most, while they keep finding jobs to purge (or no job at all).
 pub const WINDOWS_PER_TICK: usize = 20;
 
-static PURGE: Statement = Statement {
-    name: "purge/purge",
-    sql: include_str!("purge.sql"),
-    params: &[
-        param("after id", INT8OID),
-        param("window", INT4OID),
-        param("span", INT8OID),
-    ],
-    columns: &["last_id", "looked", "purged", "newest"],
-};
+static PURGE: Statement = statement!(
+    "purge/purge",
+    include_str!("purge.sql"),
+    (after_id: INT8OID, window: INT4OID, span: INT8OID) -> (last_id, looked, purged, newest)
+);
 
 /// Where the sweep is: the last id it looked at, and the span of its next window.
 #[derive(Clone, Copy)]

@@ -22,78 +22,60 @@ use crate::runtime::rate::{self, Limit};
 use crate::runtime::shmem::shared;
 use crate::storage::direct::job_writer::QueueRowUse;
 use crate::storage::direct::Generational;
-use crate::storage::{param, with_client, Statement};
+use crate::storage::{statement, with_client, Statement};
 
 /// The queue `CREATE EXTENSION` makes, which the contract says always exists.
 pub const DEFAULT_QUEUE: &str = "default";
 
-static ENSURE: Statement = Statement {
-    name: "queues/ensure",
-    sql: include_str!("ensure.sql"),
-    params: &[param("queue", TEXTOID)],
-    columns: &[],
-};
+static ENSURE: Statement = statement!(
+    "queues/ensure",
+    include_str!("ensure.sql"),
+    (queue: TEXTOID) -> ()
+);
 
-static UPDATE: Statement = Statement {
-    name: "queues/update",
-    sql: include_str!("update.sql"),
-    params: &[
-        param("queue", TEXTOID),
-        param("lease", INTERVALOID),
-        param("max_attempts", INT4OID),
-        param("backoff_base", INTERVALOID),
-        param("backoff_max", INTERVALOID),
-        param("jitter", FLOAT8OID),
-        param("retention", INTERVALOID),
-        param("rate_limit", FLOAT8OID),
-        param("group_concurrency", INT4OID),
-        param("dead_letter", TEXTOID),
-        param("rate_burst", FLOAT8OID),
-    ],
-    columns: &["queue_row"],
-};
+static UPDATE: Statement = statement!(
+    "queues/update",
+    include_str!("update.sql"),
+    (queue: TEXTOID, lease: INTERVALOID, max_attempts: INT4OID, backoff_base: INTERVALOID,
+     backoff_max: INTERVALOID, jitter: FLOAT8OID, retention: INTERVALOID, rate_limit: FLOAT8OID,
+     group_concurrency: INT4OID, dead_letter: TEXTOID, rate_burst: FLOAT8OID) -> (queue_row)
+);
 
-static BACKOFF: Statement = Statement {
-    name: "queues/backoff",
-    sql: include_str!("backoff.sql"),
-    params: &[param("queue", TEXTOID)],
-    columns: &["backoff_base", "backoff_max"],
-};
+static BACKOFF: Statement = statement!(
+    "queues/backoff",
+    include_str!("backoff.sql"),
+    (queue: TEXTOID) -> (backoff_base, backoff_max)
+);
 
-static EXISTS: Statement = Statement {
-    name: "queues/exists",
-    sql: include_str!("exists.sql"),
-    params: &[param("queue", TEXTOID)],
-    columns: &["found"],
-};
+static EXISTS: Statement = statement!(
+    "queues/exists",
+    include_str!("exists.sql"),
+    (queue: TEXTOID) -> (found)
+);
 
-static DEAD_LETTER_CHAIN: Statement = Statement {
-    name: "queues/dead_letter_chain",
-    sql: include_str!("dead_letter_chain.sql"),
-    params: &[param("queue", TEXTOID), param("dead_letter", TEXTOID)],
-    columns: &["chain", "cycle"],
-};
+static DEAD_LETTER_CHAIN: Statement = statement!(
+    "queues/dead_letter_chain",
+    include_str!("dead_letter_chain.sql"),
+    (queue: TEXTOID, dead_letter: TEXTOID) -> (chain, cycle)
+);
 
-static DROP: Statement = Statement {
-    name: "queues/drop",
-    sql: include_str!("drop.sql"),
-    params: &[param("queue", TEXTOID), param("force", BOOLOID)],
-    columns: &["outcome", "active", "referrer", "ended_parents"],
-};
+static DROP: Statement = statement!(
+    "queues/drop",
+    include_str!("drop.sql"),
+    (queue: TEXTOID, force: BOOLOID) -> (outcome, active, referrer, ended_parents)
+);
 
-static SCHEDULED_BY: Statement = Statement {
-    name: "queues/scheduled_by",
-    sql: include_str!("scheduled_by.sql"),
-    params: &[param("queue", TEXTOID)],
-    columns: &["name"],
-};
+static SCHEDULED_BY: Statement = statement!(
+    "queues/scheduled_by",
+    include_str!("scheduled_by.sql"),
+    (queue: TEXTOID) -> (name)
+);
 
-static SET_PAUSED: Statement = Statement {
-    name: "queues/set_paused",
-    sql: include_str!("set_paused.sql"),
-    params: &[param("queue", TEXTOID), param("paused", BOOLOID)],
-    columns: &["found"],
-};
+static SET_PAUSED: Statement = statement!(
+    "queues/set_paused",
+    include_str!("set_paused.sql"),
+    (queue: TEXTOID, paused: BOOLOID) -> (found)
+);
 
 /// The settings `jobs_create_queue` was given, checked; `None` keeps a setting as it is (or at
 /// its default for a new queue).
@@ -319,18 +301,11 @@ pub struct FlowSettings {
     pub paused: bool,
 }
 
-static FLOW: Statement = Statement {
-    name: "queues/flow",
-    sql: include_str!("flow.sql"),
-    params: &[param("queue", TEXTOID)],
-    columns: &[
-        "rate_limit",
-        "rate_burst",
-        "group_concurrency",
-        "lease",
-        "paused",
-    ],
-};
+static FLOW: Statement = statement!(
+    "queues/flow",
+    include_str!("flow.sql"),
+    (queue: TEXTOID) -> (rate_limit, rate_burst, group_concurrency, lease, paused)
+);
 
 thread_local! {
     /// Settings of existing queues read in this session, valid while the shared generation

@@ -13,32 +13,17 @@ use crate::engine::transitions::{self, Settled};
 use crate::engine::workflows::{dependencies, signals};
 use crate::pg::clock::server_now;
 use crate::storage::index_walk::TimeWindow;
-use crate::storage::{param, timestamptz_arg, with_client, Statement};
+use crate::storage::{statement, timestamptz_arg, with_client, Statement};
 
 /// Jobs one reclaim statement takes at most.
 pub const BATCH: usize = 1000;
 
-static RECLAIM: Statement = Statement {
-    name: "reclaim/reclaim",
-    sql: include_str!("reclaim.sql"),
-    params: &[
-        param("now", TIMESTAMPTZOID),
-        param("batch size", INT4OID),
-        param("tenants", TEXTARRAYOID),
-        param("from", TIMESTAMPTZOID),
-        param("until", TIMESTAMPTZOID),
-    ],
-    columns: &[
-        "id",
-        "queue",
-        "state",
-        "priority",
-        "run_at",
-        "group_key",
-        "tenant",
-        "dependents",
-    ],
-};
+static RECLAIM: Statement = statement!(
+    "reclaim/reclaim",
+    include_str!("reclaim.sql"),
+    (now: TIMESTAMPTZOID, batch_size: INT4OID, tenants: TEXTARRAYOID, from: TIMESTAMPTZOID,
+     until: TIMESTAMPTZOID) -> (id, queue, state, priority, run_at, group_key, tenant, dependents)
+);
 
 /// The window of at most `storage::index_walk::WINDOW_ENTRIES` entries of `job_lease_idx` that
 /// starts at `from`: the worker's reclaim takes one at a time. `None` when the index is not

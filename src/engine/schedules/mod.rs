@@ -45,7 +45,7 @@ use crate::pg::datum::Jsonb;
 use crate::pg::errors::{quote, raise, BAD_ARGUMENT};
 use crate::storage::direct::progress_writer::{self, Progress};
 use crate::storage::rows::ScheduleRow;
-use crate::storage::{param, timestamptz_arg, with_client, Statement};
+use crate::storage::{statement, timestamptz_arg, with_client, Statement};
 use plan::{CatchUp, Plan};
 use slots::Slots;
 
@@ -54,87 +54,53 @@ pub const BATCH: usize = 1_000;
 /// Batches one run handles at most, so one tick stays bounded however many schedules are due.
 pub const BATCHES_PER_RUN: usize = 10;
 
-static UPSERT: Statement = Statement {
-    name: "schedules/upsert",
-    sql: include_str!("upsert.sql"),
-    params: &[
-        param("name", TEXTOID),
-        param("cron", TEXTOID),
-        param("timezone", TEXTOID),
-        param("queue", TEXTOID),
-        param("payload", JSONBOID),
-        param("kind", TEXTOID),
-        param("headers", JSONBOID),
-        param("priority", INT2OID),
-        param("max_attempts", INT4OID),
-        param("catch_up", TEXTOID),
-        param("enabled", BOOLOID),
-        param("next_slot", TIMESTAMPTZOID),
-    ],
-    columns: &["name"],
-};
+static UPSERT: Statement = statement!(
+    "schedules/upsert",
+    include_str!("upsert.sql"),
+    (name: TEXTOID, cron: TEXTOID, timezone: TEXTOID, queue: TEXTOID, payload: JSONBOID,
+     kind: TEXTOID, headers: JSONBOID, priority: INT2OID, max_attempts: INT4OID, catch_up: TEXTOID,
+     enabled: BOOLOID, next_slot: TIMESTAMPTZOID) -> (name)
+);
 
-static ROW: Statement = Statement {
-    name: "schedules/row",
-    sql: include_str!("row.sql"),
-    params: &[param("name", TEXTOID)],
-    columns: &["schedule_row"],
-};
+static ROW: Statement = statement!(
+    "schedules/row",
+    include_str!("row.sql"),
+    (name: TEXTOID) -> (schedule_row)
+);
 
-static UNSCHEDULE: Statement = Statement {
-    name: "schedules/unschedule",
-    sql: include_str!("unschedule.sql"),
-    params: &[param("name", TEXTOID)],
-    columns: &["name"],
-};
+static UNSCHEDULE: Statement = statement!(
+    "schedules/unschedule",
+    include_str!("unschedule.sql"),
+    (name: TEXTOID) -> (name)
+);
 
-static DUE: Statement = Statement {
-    name: "schedules/due",
-    sql: include_str!("due.sql"),
-    params: &[param("now", TIMESTAMPTZOID), param("limit", INT8OID)],
-    columns: &[
-        "tid",
-        "name",
-        "cron",
-        "timezone",
-        "catch_up",
-        "next_slot",
-        "due_floor",
-        "queue",
-        "kind",
-        "payload",
-        "headers",
-        "priority",
-        "max_attempts",
-    ],
-};
+static DUE: Statement = statement!(
+    "schedules/due",
+    include_str!("due.sql"),
+    (now: TIMESTAMPTZOID, limit: INT8OID)
+        -> (tid, name, cron, timezone, catch_up, next_slot, due_floor, queue, kind, payload,
+            headers, priority, max_attempts)
+);
 
-static ADVANCE: Statement = Statement {
-    name: "schedules/advance",
-    sql: include_str!("advance.sql"),
-    params: &[
-        param("schedule row ctids", TEXTARRAYOID),
-        param("next slots", TIMESTAMPTZARRAYOID),
-        param("due floors", TIMESTAMPTZARRAYOID),
-        param("last slots", TIMESTAMPTZARRAYOID),
-        param("last jobs", INT8ARRAYOID),
-    ],
-    columns: &[],
-};
+static ADVANCE: Statement = statement!(
+    "schedules/advance",
+    include_str!("advance.sql"),
+    (schedule_row_ctids: TEXTARRAYOID, next_slots: TIMESTAMPTZARRAYOID,
+     due_floors: TIMESTAMPTZARRAYOID, last_slots: TIMESTAMPTZARRAYOID, last_jobs: INT8ARRAYOID)
+        -> ()
+);
 
-static CLOCK: Statement = Statement {
-    name: "schedules/clock",
-    sql: include_str!("clock.sql"),
-    params: &[],
-    columns: &["seen_at", "stopped"],
-};
+static CLOCK: Statement = statement!(
+    "schedules/clock",
+    include_str!("clock.sql"),
+    () -> (seen_at, stopped)
+);
 
-static CLOCK_WRITE: Statement = Statement {
-    name: "schedules/clock_write",
-    sql: include_str!("clock_write.sql"),
-    params: &[param("at", TIMESTAMPTZOID), param("stopped", BOOLOID)],
-    columns: &[],
-};
+static CLOCK_WRITE: Statement = statement!(
+    "schedules/clock_write",
+    include_str!("clock_write.sql"),
+    (at: TIMESTAMPTZOID, stopped: BOOLOID) -> ()
+);
 
 /// Slots strictly between these two instants came due while no worker was running.
 pub type Downtime = (i64, i64);

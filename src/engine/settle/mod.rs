@@ -25,114 +25,62 @@ use crate::engine::workflows::dependencies;
 use crate::pg::clock::server_now;
 use crate::pg::datum::Jsonb;
 use crate::runtime::locks::{self, lock_job, try_lock_job};
-use crate::storage::{param, timestamptz_arg, with_client, Rows, Statement};
+use crate::storage::{statement, timestamptz_arg, with_client, Rows, Statement};
 
-static COMPLETE: Statement = Statement {
-    name: "settle/complete",
-    sql: include_str!("complete.sql"),
-    params: &[
-        param("id", INT8OID),
-        param("lease", UUIDOID),
-        param("result", JSONBOID),
-        param("now", TIMESTAMPTZOID),
-        param("tenants", TEXTARRAYOID),
-        param("state", TEXTOID),
-    ],
-    columns: &["queue", "group_key", "tenant", "dependents"],
-};
+static COMPLETE: Statement = statement!(
+    "settle/complete",
+    include_str!("complete.sql"),
+    (id: INT8OID, lease: UUIDOID, result: JSONBOID, now: TIMESTAMPTZOID, tenants: TEXTARRAYOID,
+     state: TEXTOID) -> (queue, group_key, tenant, dependents)
+);
 
-static COMPLETE_BATCH: Statement = Statement {
-    name: "settle/complete_batch",
-    sql: include_str!("complete_batch.sql"),
-    params: &[
-        param("ids", INT8ARRAYOID),
-        param("leases", UUIDARRAYOID),
-        param("now", TIMESTAMPTZOID),
-        param("tenants", TEXTARRAYOID),
-        param("state", TEXTOID),
-    ],
-    columns: &["id", "lease", "queue", "group_key", "tenant", "dependents"],
-};
+static COMPLETE_BATCH: Statement = statement!(
+    "settle/complete_batch",
+    include_str!("complete_batch.sql"),
+    (ids: INT8ARRAYOID, leases: UUIDARRAYOID, now: TIMESTAMPTZOID, tenants: TEXTARRAYOID,
+     state: TEXTOID) -> (id, lease, queue, group_key, tenant, dependents)
+);
 
-static HELD_STATE: Statement = Statement {
-    name: "settle/held_state",
-    sql: include_str!("held_state.sql"),
-    params: &[
-        param("ids", INT8ARRAYOID),
-        param("leases", UUIDARRAYOID),
-        param("tenants", TEXTARRAYOID),
-    ],
-    columns: &["id", "state", "lease", "queue", "group_key", "tenant"],
-};
+static HELD_STATE: Statement = statement!(
+    "settle/held_state",
+    include_str!("held_state.sql"),
+    (ids: INT8ARRAYOID, leases: UUIDARRAYOID, tenants: TEXTARRAYOID)
+        -> (id, state, lease, queue, group_key, tenant)
+);
 
-static FAIL: Statement = Statement {
-    name: "settle/fail",
-    sql: include_str!("fail.sql"),
-    params: &[
-        param("id", INT8OID),
-        param("lease", UUIDOID),
-        param("error", TEXTOID),
-        param("retry_in", INTERVALOID),
-        param("retry", BOOLOID),
-        param("now", TIMESTAMPTZOID),
-        param("tenants", TEXTARRAYOID),
-        param("state", TEXTOID),
-    ],
-    columns: &[
-        "state",
-        "queue",
-        "priority",
-        "run_at",
-        "id",
-        "group_key",
-        "tenant",
-        "dependents",
-    ],
-};
+static FAIL: Statement = statement!(
+    "settle/fail",
+    include_str!("fail.sql"),
+    (id: INT8OID, lease: UUIDOID, error: TEXTOID, retry_in: INTERVALOID, retry: BOOLOID,
+     now: TIMESTAMPTZOID, tenants: TEXTARRAYOID, state: TEXTOID)
+        -> (state, queue, priority, run_at, id, group_key, tenant, dependents)
+);
 
-static RELEASE: Statement = Statement {
-    name: "settle/release",
-    sql: include_str!("release.sql"),
-    params: &[
-        param("id", INT8OID),
-        param("lease", UUIDOID),
-        param("reason", TEXTOID),
-        param("retry_in", INTERVALOID),
-        param("now", TIMESTAMPTZOID),
-        param("tenants", TEXTARRAYOID),
-        param("state", TEXTOID),
-    ],
-    columns: &["queue", "priority", "run_at", "id", "group_key", "tenant"],
-};
+static RELEASE: Statement = statement!(
+    "settle/release",
+    include_str!("release.sql"),
+    (id: INT8OID, lease: UUIDOID, reason: TEXTOID, retry_in: INTERVALOID, now: TIMESTAMPTZOID,
+     tenants: TEXTARRAYOID, state: TEXTOID) -> (queue, priority, run_at, id, group_key, tenant)
+);
 
-static ROW_LOCKER: Statement = Statement {
-    name: "settle/row_locker",
-    sql: include_str!("row_locker.sql"),
-    params: &[param("id", INT8OID)],
-    columns: &["xmax"],
-};
+static ROW_LOCKER: Statement = statement!(
+    "settle/row_locker",
+    include_str!("row_locker.sql"),
+    (id: INT8OID) -> (xmax)
+);
 
-static HEARTBEAT: Statement = Statement {
-    name: "settle/heartbeat",
-    sql: include_str!("heartbeat.sql"),
-    params: &[
-        param("id", INT8OID),
-        param("lease", UUIDOID),
-        param("extend", INTERVALOID),
-        param("progress", JSONBOID),
-        param("now", TIMESTAMPTZOID),
-        param("tenants", TEXTARRAYOID),
-        param("state", TEXTOID),
-    ],
-    columns: &["renewed"],
-};
+static HEARTBEAT: Statement = statement!(
+    "settle/heartbeat",
+    include_str!("heartbeat.sql"),
+    (id: INT8OID, lease: UUIDOID, extend: INTERVALOID, progress: JSONBOID, now: TIMESTAMPTZOID,
+     tenants: TEXTARRAYOID, state: TEXTOID) -> (renewed)
+);
 
-static LOST_JOBS: Statement = Statement {
-    name: "settle/lost_jobs",
-    sql: include_str!("lost_jobs.sql"),
-    params: &[param("ids", INT8ARRAYOID), param("tenants", TEXTARRAYOID)],
-    columns: &["id", "queue", "tenant"],
-};
+static LOST_JOBS: Statement = statement!(
+    "settle/lost_jobs",
+    include_str!("lost_jobs.sql"),
+    (ids: INT8ARRAYOID, tenants: TEXTARRAYOID) -> (id, queue, tenant)
+);
 
 /// Counts the calls on `ids` that answered `lost` in the totals, under each job's queue and
 /// tenant (a job that is gone, or outside the caller's scope, in the overflow line).

@@ -21,28 +21,25 @@ use crate::pg::errors::{quote, raise, raise_with_hint, BAD_ARGUMENT, INSUFFICIEN
 use crate::pg::roles;
 use crate::runtime::effects;
 use crate::runtime::shmem::shared;
-use crate::storage::{param, with_client, Statement};
+use crate::storage::{statement, with_client, Statement};
 
-static GRANTED: Statement = Statement {
-    name: "tenants/granted",
-    sql: include_str!("granted.sql"),
-    params: &[param("role", OIDOID)],
-    columns: &["tenant"],
-};
+static GRANTED: Statement = statement!(
+    "tenants/granted",
+    include_str!("granted.sql"),
+    (role: OIDOID) -> (tenant)
+);
 
-static GRANT: Statement = Statement {
-    name: "tenants/grant",
-    sql: include_str!("grant.sql"),
-    params: &[param("role name", TEXTOID), param("tenant", TEXTOID)],
-    columns: &["granted"],
-};
+static GRANT: Statement = statement!(
+    "tenants/grant",
+    include_str!("grant.sql"),
+    (role_name: TEXTOID, tenant: TEXTOID) -> (granted)
+);
 
-static REVOKE: Statement = Statement {
-    name: "tenants/revoke",
-    sql: include_str!("revoke.sql"),
-    params: &[param("role name", TEXTOID), param("tenant", TEXTOID)],
-    columns: &["revoked"],
-};
+static REVOKE: Statement = statement!(
+    "tenants/revoke",
+    include_str!("revoke.sql"),
+    (role_name: TEXTOID, tenant: TEXTOID) -> (revoked)
+);
 
 /// Longest tenant name, in bytes.
 pub const TENANT_BYTES: usize = 255;

@@ -23,29 +23,21 @@ use pgrx::spi::SpiClient;
 
 use crate::engine::tenants::TenantScope;
 use crate::runtime::totals::{self, Unflushed, Visible};
-use crate::storage::{param, timestamptz_arg, Statement};
+use crate::storage::{statement, timestamptz_arg, Statement};
 
-static WRITE: Statement = Statement {
-    name: "throughput/write",
-    sql: include_str!("write.sql"),
-    params: &[
-        param("minute", TIMESTAMPTZOID),
-        param("queues", TEXTARRAYOID),
-        param("tenant hashes", INT8ARRAYOID),
-        param("enqueued", INT8ARRAYOID),
-        param("completed", INT8ARRAYOID),
-        param("failed", INT8ARRAYOID),
-        param("retried", INT8ARRAYOID),
-    ],
-    columns: &[],
-};
+static WRITE: Statement = statement!(
+    "throughput/write",
+    include_str!("write.sql"),
+    (minute: TIMESTAMPTZOID, queues: TEXTARRAYOID, tenant_hashes: INT8ARRAYOID,
+     enqueued: INT8ARRAYOID, completed: INT8ARRAYOID, failed: INT8ARRAYOID, retried: INT8ARRAYOID)
+        -> ()
+);
 
-static PURGE: Statement = Statement {
-    name: "throughput/purge",
-    sql: include_str!("purge.sql"),
-    params: &[param("before", TIMESTAMPTZOID)],
-    columns: &[],
-};
+static PURGE: Statement = statement!(
+    "throughput/purge",
+    include_str!("purge.sql"),
+    (before: TIMESTAMPTZOID) -> ()
+);
 
 /// A minute in microseconds.
 const MINUTE: i64 = 60_000_000;

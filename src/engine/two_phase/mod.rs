@@ -11,28 +11,25 @@ use crate::engine::groups;
 use crate::pg::clock::server_now;
 use crate::pg::{extension, roles};
 use crate::runtime::effects::TwoPhaseStore;
-use crate::storage::{param, timestamptz_arg, with_client, Statement};
+use crate::storage::{statement, timestamptz_arg, with_client, Statement};
 
-static SAVE: Statement = Statement {
-    name: "two_phase/save",
-    sql: include_str!("save.sql"),
-    params: &[param("gid", TEXTOID), param("effects", TEXTOID)],
-    columns: &[],
-};
+static SAVE: Statement = statement!(
+    "two_phase/save",
+    include_str!("save.sql"),
+    (gid: TEXTOID, effects: TEXTOID) -> ()
+);
 
-static TAKE: Statement = Statement {
-    name: "two_phase/take",
-    sql: include_str!("take.sql"),
-    params: &[param("gid", TEXTOID)],
-    columns: &["effects"],
-};
+static TAKE: Statement = statement!(
+    "two_phase/take",
+    include_str!("take.sql"),
+    (gid: TEXTOID) -> (effects)
+);
 
-static PURGE: Statement = Statement {
-    name: "two_phase/purge",
-    sql: include_str!("purge.sql"),
-    params: &[param("now", TIMESTAMPTZOID)],
-    columns: &[],
-};
+static PURGE: Statement = statement!(
+    "two_phase/purge",
+    include_str!("purge.sql"),
+    (now: TIMESTAMPTZOID) -> ()
+);
 
 /// The engine's side of two-phase commit, for `runtime::effects`.
 pub const STORE: TwoPhaseStore = TwoPhaseStore {

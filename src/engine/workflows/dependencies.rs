@@ -71,100 +71,75 @@ use crate::engine::tenants::TenantScope;
 use crate::engine::transitions;
 use crate::pg::clock::server_now;
 use crate::pg::errors::{quote, raise, BAD_ARGUMENT};
-use crate::storage::{param, timestamptz_arg, Statement};
+use crate::storage::{statement, timestamptz_arg, Statement};
 
-static FLAG_PARENTS: Statement = Statement {
-    name: "workflows/flag_parents",
-    sql: include_str!("flag_parents.sql"),
-    params: &[param("ids", INT8ARRAYOID)],
-    columns: &[],
-};
+static FLAG_PARENTS: Statement = statement!(
+    "workflows/flag_parents",
+    include_str!("flag_parents.sql"),
+    (ids: INT8ARRAYOID) -> ()
+);
 
-static LOCK_PARENTS: Statement = Statement {
-    name: "workflows/lock_parents",
-    sql: include_str!("lock_parents.sql"),
-    params: &[param("ids", INT8ARRAYOID), param("tenants", TEXTARRAYOID)],
-    columns: &["id", "state", "tenant"],
-};
+static LOCK_PARENTS: Statement = statement!(
+    "workflows/lock_parents",
+    include_str!("lock_parents.sql"),
+    (ids: INT8ARRAYOID, tenants: TEXTARRAYOID) -> (id, state, tenant)
+);
 
-static WAIT_FOR: Statement = Statement {
-    name: "workflows/wait_for",
-    sql: include_str!("wait_for.sql"),
-    params: &[
-        param("children", INT8ARRAYOID),
-        param("parents", INT8ARRAYOID),
-        param("after", INT8ARRAYOID),
-    ],
-    columns: &[],
-};
+static WAIT_FOR: Statement = statement!(
+    "workflows/wait_for",
+    include_str!("wait_for.sql"),
+    (children: INT8ARRAYOID, parents: INT8ARRAYOID, after: INT8ARRAYOID) -> ()
+);
 
-static CANCEL_AT_ONCE: Statement = Statement {
-    name: "workflows/cancel_at_once",
-    sql: include_str!("cancel_at_once.sql"),
-    params: &[
-        param("children", INT8ARRAYOID),
-        param("error", pgrx::pg_sys::TEXTOID),
-        param("now", TIMESTAMPTZOID),
-        param("after", INT8ARRAYOID),
-    ],
-    columns: &["id"],
-};
+static CANCEL_AT_ONCE: Statement = statement!(
+    "workflows/cancel_at_once",
+    include_str!("cancel_at_once.sql"),
+    (children: INT8ARRAYOID, error: pgrx::pg_sys::TEXTOID, now: TIMESTAMPTZOID, after: INT8ARRAYOID)
+        -> (id)
+);
 
-static QUEUE_AT_ONCE: Statement = Statement {
-    name: "workflows/queue_at_once",
-    sql: include_str!("queue_at_once.sql"),
-    params: &[
-        param("children", INT8ARRAYOID),
-        param("after", INT8ARRAYOID),
-    ],
-    columns: &["queue", "priority", "run_at", "id"],
-};
+static QUEUE_AT_ONCE: Statement = statement!(
+    "workflows/queue_at_once",
+    include_str!("queue_at_once.sql"),
+    (children: INT8ARRAYOID, after: INT8ARRAYOID) -> (queue, priority, run_at, id)
+);
 
-static UNLINK_PARENTS: Statement = Statement {
-    name: "workflows/unlink_parents",
-    sql: include_str!("unlink_parents.sql"),
-    params: &[param("parents", INT8ARRAYOID)],
-    columns: &["child", "parents"],
-};
+static UNLINK_PARENTS: Statement = statement!(
+    "workflows/unlink_parents",
+    include_str!("unlink_parents.sql"),
+    (parents: INT8ARRAYOID) -> (child, parents)
+);
 
-static WITNESS: Statement = Statement {
-    name: "workflows/witness",
-    sql: include_str!("witness.sql"),
-    params: &[param("child", INT8OID)],
-    columns: &["parent"],
-};
+static WITNESS: Statement = statement!(
+    "workflows/witness",
+    include_str!("witness.sql"),
+    (child: INT8OID) -> (parent)
+);
 
-static LOCK_CHILD: Statement = Statement {
-    name: "workflows/lock_child",
-    sql: include_str!("lock_child.sql"),
-    params: &[param("child", INT8OID)],
-    columns: &["state"],
-};
+static LOCK_CHILD: Statement = statement!(
+    "workflows/lock_child",
+    include_str!("lock_child.sql"),
+    (child: INT8OID) -> (state)
+);
 
-static QUEUE_CHILD: Statement = Statement {
-    name: "workflows/queue_child",
-    sql: include_str!("queue_child.sql"),
-    params: &[param("child", INT8OID)],
-    columns: &["queue", "priority", "run_at", "id"],
-};
+static QUEUE_CHILD: Statement = statement!(
+    "workflows/queue_child",
+    include_str!("queue_child.sql"),
+    (child: INT8OID) -> (queue, priority, run_at, id)
+);
 
-static CANCEL_CHILDREN: Statement = Statement {
-    name: "workflows/cancel_children",
-    sql: include_str!("cancel_children.sql"),
-    params: &[
-        param("parents", INT8ARRAYOID),
-        param("states", TEXTARRAYOID),
-        param("now", TIMESTAMPTZOID),
-    ],
-    columns: &["id", "queue", "tenant", "dependents"],
-};
+static CANCEL_CHILDREN: Statement = statement!(
+    "workflows/cancel_children",
+    include_str!("cancel_children.sql"),
+    (parents: INT8ARRAYOID, states: TEXTARRAYOID, now: TIMESTAMPTZOID)
+        -> (id, queue, tenant, dependents)
+);
 
-static UNLINK_CHILD: Statement = Statement {
-    name: "workflows/unlink_child",
-    sql: include_str!("unlink_child.sql"),
-    params: &[param("child", INT8OID)],
-    columns: &[],
-};
+static UNLINK_CHILD: Statement = statement!(
+    "workflows/unlink_child",
+    include_str!("unlink_child.sql"),
+    (child: INT8OID) -> ()
+);
 
 /// Most parents one job may be enqueued after.
 pub const MAX_PARENTS: usize = 100_000;

@@ -23,21 +23,19 @@ use crate::pg::errors::raise_with_hint;
 use crate::pg::snapshot;
 use crate::pg::subtransaction::in_subtransaction;
 use crate::runtime::wakeup::Waiter;
-use crate::storage::{param, with_client, Statement};
+use crate::storage::{statement, with_client, Statement};
 
-static RESULTS: Statement = Statement {
-    name: "workflows/results",
-    sql: include_str!("results.sql"),
-    params: &[param("ids", INT8ARRAYOID), param("tenants", TEXTARRAYOID)],
-    columns: &["id", "state", "result", "errors", "finished_at"],
-};
+static RESULTS: Statement = statement!(
+    "workflows/results",
+    include_str!("results.sql"),
+    (ids: INT8ARRAYOID, tenants: TEXTARRAYOID) -> (id, state, result, errors, finished_at)
+);
 
-static OWN_FUNCTION: Statement = Statement {
-    name: "workflows/own_function",
-    sql: include_str!("own_function.sql"),
-    params: &[],
-    columns: &["function"],
-};
+static OWN_FUNCTION: Statement = statement!(
+    "workflows/own_function",
+    include_str!("own_function.sql"),
+    () -> (function)
+);
 
 /// One job's outcome.
 pub struct JobResult {

@@ -35,93 +35,58 @@ use crate::engine::transitions;
 use crate::pg::clock::server_now;
 use crate::pg::datum::Jsonb;
 use crate::runtime::locks;
-use crate::storage::{param, timestamptz_arg, with_client, Statement};
+use crate::storage::{statement, timestamptz_arg, with_client, Statement};
 
-static AWAIT: Statement = Statement {
-    name: "workflows/await",
-    sql: include_str!("await.sql"),
-    params: &[
-        param("id", INT8OID),
-        param("lease", UUIDOID),
-        param("signal", TEXTOID),
-        param("tenants", TEXTARRAYOID),
-        param("state", TEXTOID),
-    ],
-    columns: &["queue", "priority", "run_at", "id", "group_key", "tenant"],
-};
+static AWAIT: Statement = statement!(
+    "workflows/await",
+    include_str!("await.sql"),
+    (id: INT8OID, lease: UUIDOID, signal: TEXTOID, tenants: TEXTARRAYOID, state: TEXTOID)
+        -> (queue, priority, run_at, id, group_key, tenant)
+);
 
-static RECORDED: Statement = Statement {
-    name: "workflows/recorded",
-    sql: include_str!("recorded.sql"),
-    params: &[
-        param("tenant", TEXTOID),
-        param("signal", TEXTOID),
-        param("now", TIMESTAMPTZOID),
-    ],
-    columns: &["payload"],
-};
+static RECORDED: Statement = statement!(
+    "workflows/recorded",
+    include_str!("recorded.sql"),
+    (tenant: TEXTOID, signal: TEXTOID, now: TIMESTAMPTZOID) -> (payload)
+);
 
-static WAKE_NOW: Statement = Statement {
-    name: "workflows/wake_now",
-    sql: include_str!("wake_now.sql"),
-    params: &[param("id", INT8OID), param("payload", JSONBOID)],
-    columns: &["queue", "priority", "run_at", "id"],
-};
+static WAKE_NOW: Statement = statement!(
+    "workflows/wake_now",
+    include_str!("wake_now.sql"),
+    (id: INT8OID, payload: JSONBOID) -> (queue, priority, run_at, id)
+);
 
-static AWAIT_ROW: Statement = Statement {
-    name: "workflows/await_row",
-    sql: include_str!("await_row.sql"),
-    params: &[
-        param("id", INT8OID),
-        param("tenant", TEXTOID),
-        param("signal", TEXTOID),
-        param("now", TIMESTAMPTZOID),
-        param("timeout", INTERVALOID),
-    ],
-    columns: &[],
-};
+static AWAIT_ROW: Statement = statement!(
+    "workflows/await_row",
+    include_str!("await_row.sql"),
+    (id: INT8OID, tenant: TEXTOID, signal: TEXTOID, now: TIMESTAMPTZOID, timeout: INTERVALOID) -> ()
+);
 
-static RECORD: Statement = Statement {
-    name: "workflows/record",
-    sql: include_str!("record.sql"),
-    params: &[
-        param("tenant", TEXTOID),
-        param("signal", TEXTOID),
-        param("payload", JSONBOID),
-        param("now", TIMESTAMPTZOID),
-        param("keep", INTERVALOID),
-    ],
-    columns: &[],
-};
+static RECORD: Statement = statement!(
+    "workflows/record",
+    include_str!("record.sql"),
+    (tenant: TEXTOID, signal: TEXTOID, payload: JSONBOID, now: TIMESTAMPTZOID, keep: INTERVALOID)
+        -> ()
+);
 
-static WAKE: Statement = Statement {
-    name: "workflows/wake",
-    sql: include_str!("wake.sql"),
-    params: &[
-        param("tenant", TEXTOID),
-        param("signal", TEXTOID),
-        param("payload", JSONBOID),
-    ],
-    columns: &["queue", "priority", "run_at", "id"],
-};
+static WAKE: Statement = statement!(
+    "workflows/wake",
+    include_str!("wake.sql"),
+    (tenant: TEXTOID, signal: TEXTOID, payload: JSONBOID) -> (queue, priority, run_at, id)
+);
 
-static TIMEOUTS: Statement = Statement {
-    name: "workflows/timeouts",
-    sql: include_str!("timeouts.sql"),
-    params: &[
-        param("now", TIMESTAMPTZOID),
-        param("batch size", INT4OID),
-        param("tenants", TEXTARRAYOID),
-    ],
-    columns: &["queue", "priority", "run_at", "id"],
-};
+static TIMEOUTS: Statement = statement!(
+    "workflows/timeouts",
+    include_str!("timeouts.sql"),
+    (now: TIMESTAMPTZOID, batch_size: INT4OID, tenants: TEXTARRAYOID)
+        -> (queue, priority, run_at, id)
+);
 
-static PURGE_SIGNALS: Statement = Statement {
-    name: "workflows/purge_signals",
-    sql: include_str!("purge_signals.sql"),
-    params: &[param("now", TIMESTAMPTZOID), param("batch size", INT4OID)],
-    columns: &["purged"],
-};
+static PURGE_SIGNALS: Statement = statement!(
+    "workflows/purge_signals",
+    include_str!("purge_signals.sql"),
+    (now: TIMESTAMPTZOID, batch_size: INT4OID) -> (purged)
+);
 
 /// Awaits or recorded signals one statement of the worker handles at most.
 pub const BATCH: usize = 1000;
