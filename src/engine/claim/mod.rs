@@ -2,8 +2,9 @@
 //! (Rules 1–4), optionally waiting for work.
 //!
 //! A claim reads its queue's floor, takes the freed heads of groups that settles handed over
-//! ([`freed`]), picks due jobs in claim order under their job locks ([`pick`]) and merges the
-//! two, takes the picked jobs that are still queued with one statement, raises the floor past
+//! ([`freed`]), then runs rounds ([`round`]): each picks due jobs in claim order under their
+//! job locks ([`pick`]), merges them with the freed heads, lets their groups decide
+//! ([`groups`]) and takes the ones still queued with one statement. It raises the floor past
 //! what it took from the claim index when its filter allows ([`filter`]), and, with `wait`,
 //! sleeps until a commit makes a job claimable ([`wait`]).
 
@@ -12,17 +13,14 @@ mod freed;
 mod groups;
 mod pick;
 mod rate;
+mod round;
 pub mod token;
 mod wait;
 
 use std::cell::Cell;
-use std::collections::HashSet;
 
 use pgrx::datum::{DatumWithOid, Interval};
-use pgrx::pg_sys::{
-    self, INT2OID, INT4OID, INT8ARRAYOID, INT8OID, INTERVALOID, TEXTOID, TIMESTAMPTZOID,
-    UUIDARRAYOID,
-};
+use pgrx::pg_sys::{self, INT2OID, INT4OID, INT8OID, TEXTOID, TIMESTAMPTZOID};
 use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
 
@@ -30,10 +28,9 @@ pub use filter::ClaimFilter;
 pub use wait::wake_due_waiters;
 
 use crate::config::settings;
-use crate::engine::groups::{self as engine_groups, sweep_stranded, unmark, GroupRef};
+use crate::engine::groups::{sweep_stranded, unmark};
 use crate::engine::model::Position;
 use crate::engine::queues::{self, unknown_queue};
-use crate::engine::transitions;
 use crate::pg::client;
 use crate::pg::clock::server_now;
 use crate::runtime::effects;
@@ -45,26 +42,8 @@ use crate::runtime::wakeup;
 use crate::storage::direct::{self, Compare};
 use crate::storage::rows::ClaimedRow;
 use crate::storage::{index_walk, statement, timestamptz_arg, with_client, Statement};
-use pick::{earliest, Picking, Resume};
-
-static TAKE: Statement = statement!(
-    "claim/take",
-    include_str!("take.sql"),
-    (ids: INT8ARRAYOID, leases: UUIDARRAYOID, worker: TEXTOID, lease_length: INTERVALOID,
-     now: TIMESTAMPTZOID) -> (claimed, priority, run_at, id)
-);
-
-/// The lease length of a claim's jobs: the request's, or its queue's (from the settings the
-/// session keeps: reading it in the take statement set up a subquery and its index scan on
-/// every call).
-fn lease_length(request: &ClaimRequest<'_>, flow: Option<queues::FlowSettings>) -> Interval {
-    match (request.lease, flow) {
-        (Some(lease), _) => lease,
-        (None, Some(flow)) => flow.lease,
-        // It had jobs to take a moment ago: it was dropped since.
-        (None, None) => unknown_queue(request.queue),
-    }
-}
+use pick::{Picking, Resume};
+use round::Rounds;
 
 static LOWEST_PRIORITY: Statement = statement!(
     "claim/lowest_priority",
@@ -147,11 +126,6 @@ pub fn claim(request: &ClaimRequest<'_>) -> Vec<ClaimedRow> {
     claimed
 }
 
-/// Most candidates one attempt examines (picked and let go again because their group was
-/// full), per job it wants, before it returns with what it has: groups that are all busy must
-/// not make a claim walk the whole queue.
-const EXAMINED_PER_JOB: usize = 10;
-
 /// One attempt at claiming: picks and takes up to `n` due jobs as of `now` (fewer when the
 /// queue's rate limit says so; `prepaid` tokens were reserved by an earlier attempt). When it
 /// got nothing it also says whether the queue is paused, when its earliest queued job is due,
@@ -167,7 +141,6 @@ fn attempt(
     let result_context = unsafe { pg_sys::CurrentMemoryContext };
     let slot = wakeup::slot(queue);
     let flow = queues::flow_settings(queue);
-    let concurrency = flow.map_or(1, |f| f.group_concurrency);
     with_client(|client| {
         // A paused queue hands out nothing, and one not found is reported by the probe. The
         // candidate statements do not read the queue row for it: the session keeps the
@@ -175,24 +148,21 @@ fn attempt(
         if flow.is_none_or(|f| f.paused) {
             return (Vec::new(), Some(probe(client, queue)));
         }
-        let budget = rate::Budget::open(
-            client,
-            queue,
-            flow.and_then(|f| f.rate),
-            request,
-            now,
-            prepaid,
-        );
+        let rate = flow.and_then(|f| f.rate);
+        let budget = rate::Budget::open(client, queue, rate, request, now, prepaid);
         let allowed = budget.allowed();
         if allowed == 0 {
-            let probe = budget.throttled(client, queue, request, now);
-            return (Vec::new(), Some(probe));
+            return (
+                Vec::new(),
+                Some(budget.throttled(client, queue, request, now)),
+            );
         }
         // The waiting heads settles handed over (groups of concurrency 1), merged with the
         // first pick in claim order; they are not in the claim indexes, so the floor and the
         // reach never move for them. Taken before the floor is read: a sweep or unmark here
         // makes jobs queued that this claim's pick must find.
-        let mut freed = take_freed(client, queue, concurrency, request, now, allowed);
+        let concurrency = flow.map_or(1, |f| f.group_concurrency);
+        let freed = take_freed(client, queue, concurrency, request, now, allowed);
         let seen = floor::read(slot.map(Slot::floor), queue, request.filter.reach_scope())
             .map(|seen| seen.lowered_to(effects::pending_lowest(queue)));
         let picking = Picking {
@@ -203,160 +173,15 @@ fn attempt(
             seen: seen.as_ref(),
             resume: Resume::default(),
         };
-        let mut claimed_rows: Vec<(Position, ClaimedRow)> = Vec::new();
-        let mut first_skipped: Option<Position> = None;
-        let mut first_dropped: Option<Position> = None;
-        let mut kept_positions: Vec<Position> = Vec::new();
-        let mut let_go: HashSet<i64> = HashSet::new();
-        let mut examined = 0;
-        let mut freed_taken: HashSet<i64> = HashSet::new();
-        let mut capped = false;
-        // A picked job that another claim took (and committed) after the candidates' snapshot
-        // is not taken, nor one its group does not allow now; pick again, with a fresh
-        // snapshot, for the ones missing.
-        loop {
-            let wanted = allowed - claimed_rows.len();
-            let (mut candidates, skipped) = picking.pick_jobs(client, wanted, &let_go);
-            first_skipped = earliest(first_skipped, skipped);
-            let mut freed_kept = Vec::new();
-            if !freed.is_empty() {
-                let merged = freed::merge(std::mem::take(&mut freed), candidates, wanted);
-                candidates = merged.picked;
-                freed_kept = merged.freed;
-                if let Some(let_go_here) = merged.first_let_go {
-                    picking.resume.rewind(let_go_here);
-                    first_skipped = earliest(first_skipped, Some(let_go_here));
-                    first_dropped = earliest(first_dropped, Some(let_go_here));
-                }
-            }
-            if candidates.is_empty() && freed_kept.is_empty() {
-                break;
-            }
-            let offered = candidates.len() + freed_kept.len();
-            let exhausted = offered < wanted;
-            examined += offered;
-            let groups::Admitted {
-                kept,
-                first_dropped: dropped,
-                marked,
-            } = groups::admit(client, queue, concurrency, &candidates);
-            // Jobs marked waiting leave the claim indexes: the floor and the reach may pass
-            // them (clearing the mark brings the floor back down).
-            let_go.extend(marked);
-            if let Some(dropped) = dropped {
-                first_dropped = earliest(first_dropped, Some(dropped));
-                first_skipped = earliest(first_skipped, Some(dropped));
-                let_go.extend(
-                    candidates
-                        .iter()
-                        .map(|c| c.position.id)
-                        .filter(|id| !kept.iter().any(|k| k.position.id == *id)),
-                );
-            }
-            kept_positions.extend(kept.iter().map(|c| c.position));
-            let picked: Vec<i64> = kept
-                .iter()
-                .chain(&freed_kept)
-                .map(|c| c.position.id)
-                .collect();
-            let picked_count = picked.len();
-            let mut taken_count = 0;
-            let mut taken_ids: HashSet<i64> = HashSet::new();
-            if !picked.is_empty() {
-                let leases: Vec<pgrx::Uuid> = picked.iter().map(|_| token::lease_token()).collect();
-                let take_args: [DatumWithOid; 5] = [
-                    picked.into(),
-                    leases.into(),
-                    request.worker.as_str().into(),
-                    lease_length(request, flow).into(),
-                    timestamptz_arg(now),
-                ];
-                let taken = TAKE.run(client, &take_args);
-                taken_count = taken.len();
-                for row in taken.iter() {
-                    taken_ids.extend(row.get::<i64>("id"));
-                    if let Some(claimed) = row.get_in::<ClaimedRow>("claimed", result_context) {
-                        claimed_rows.push((Position::from_row(&row), claimed));
-                    }
-                }
-            }
-            if taken_count < picked_count {
-                move_missed_groups_on(client, queue, kept.iter().chain(&freed_kept), &taken_ids);
-            }
-            if !freed_kept.is_empty() {
-                settle_freed(client, &freed_kept, &claimed_rows, &mut freed_taken);
-            }
-            let all_taken = taken_count == offered;
-            if examined >= EXAMINED_PER_JOB * request.n.max(100) {
-                capped = true;
-                break;
-            }
-            if claimed_rows.len() >= allowed || (exhausted && all_taken) {
-                break;
-            }
-        }
-        picking.extend_reach(&kept_positions, first_dropped);
-        budget.settle(client, queue, claimed_rows.len());
+        let mut rounds = Rounds::new(request, flow, now, allowed, result_context);
+        rounds.run(client, &picking, freed);
+        rounds.extend_reach(&picking);
+        budget.settle(client, queue, rounds.taken());
         if let (Some(slot), Some(seen)) = (slot, &seen) {
-            if request.filter.takes_every_job() {
-                // Freed heads lie outside the claim indexes: they tell nothing of the floor.
-                let taken: Vec<Position> = claimed_rows
-                    .iter()
-                    .map(|(key, _)| *key)
-                    .filter(|key| !freed_taken.contains(&key.id))
-                    .collect();
-                match new_floor(client, queue, seen, &taken, first_skipped) {
-                    Some(to) => floor::raise(slot.floor(), queue, seen, to),
-                    // Every job it took lay past the reach: it cannot tell what lies between
-                    // the floor and the reach, so it cannot raise the floor past it. Left at
-                    // that, the floor rose only after the worker forgot the reach at its tick,
-                    // and the first claims after each tick walked a tick's worth of claimed
-                    // jobs' index entries.
-                    None if !taken.is_empty() => {
-                        advance_floor(client, queue, seen, now, slot, taken.len())
-                    }
-                    None => {}
-                }
-            } else {
-                advance_floor(client, queue, seen, now, slot, claimed_rows.len());
-            }
+            rounds.raise_floor(client, slot, seen);
         }
-        if !claimed_rows.is_empty() {
-            transitions::jobs_claimed(queue, claimed_rows.len());
-            // Claim order: priority, then run_at, then id (Rule 2).
-            claimed_rows.sort_unstable_by_key(|(key, _)| *key);
-            return (claimed_rows.into_iter().map(|(_, row)| row).collect(), None);
-        }
-        let mut probe = probe(client, queue);
-        probe.capped = capped;
-        (Vec::new(), Some(probe))
+        rounds.finish(client)
     })
-}
-
-/// After a take that missed some of the jobs it meant to take (`picked`, of `queue`; `taken`
-/// the ones it took): moves on the groups of the grouped ones it missed, under their locks,
-/// which this claim holds. A late holder's settle finished such a job while this claim waited
-/// for its row, and moved the group on without the group's lock, which this claim held
-/// (`engine::groups::move_on`): the jobs this claim marked waiting behind it, in this
-/// transaction, were not seen then; they are now.
-fn move_missed_groups_on<'a>(
-    client: &SpiClient<'_>,
-    queue: &str,
-    picked: impl Iterator<Item = &'a pick::Candidate>,
-    taken: &HashSet<i64>,
-) {
-    let missed: Vec<GroupRef> = picked
-        .filter(|c| !taken.contains(&c.position.id))
-        .filter_map(|c| {
-            let (key, tenant) = c.group.clone()?;
-            Some(GroupRef {
-                queue: queue.to_owned(),
-                key,
-                tenant,
-            })
-        })
-        .collect();
-    engine_groups::move_on(client, missed);
 }
 
 /// The freed heads of `queue` an attempt may take first (`engine::claim::freed`), up to
@@ -389,28 +214,6 @@ fn take_freed(
         return Vec::new();
     }
     freed::pick(client, queue, &request.filter, now, allowed)
-}
-
-/// After the take: the freed heads `kept` that it took (in `claimed`) are noted in
-/// `freed_taken`; any it did not take (changed since they were checked) have their marks
-/// cleared. Either way their entries are dropped when this transaction commits.
-fn settle_freed(
-    client: &SpiClient<'_>,
-    kept: &[pick::Candidate],
-    claimed: &[(Position, ClaimedRow)],
-    freed_taken: &mut HashSet<i64>,
-) {
-    let claimed_ids: HashSet<i64> = claimed.iter().map(|(key, _)| key.id).collect();
-    let mut not_taken = Vec::new();
-    for candidate in kept {
-        let id = candidate.position.id;
-        if claimed_ids.contains(&id) {
-            freed_taken.insert(id);
-        } else {
-            not_taken.push(id);
-        }
-    }
-    unmark(client, not_taken);
 }
 
 /// What the queue looks like to an attempt that got nothing.
