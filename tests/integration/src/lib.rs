@@ -14,11 +14,13 @@ use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 pub use postgres::{Client, NoTls};
+pub use rng::Rng;
 
 pub mod catalog;
 pub mod manifest;
 pub mod markdown;
 pub mod released;
+pub mod rng;
 pub mod vanishing;
 
 /// Where the PostgreSQL binaries live: `PG_JOBS_PG_BIN` (scripts/test points it at each

@@ -24,6 +24,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant, SystemTime};
 
+use pg_jobs_tests::Rng;
 use pg_jobs_tests::{scalar, unique_queue, wait_until, Client, Cluster};
 use postgres::error::SqlState;
 use uuid::Uuid;
@@ -59,27 +60,6 @@ fn first_few<T: std::fmt::Debug>(items: &[T]) -> String {
 /// Whether the error is a statement cancelled by `lock_timeout` (55P03).
 fn is_lock_timeout(error: &postgres::Error) -> bool {
     error.code() == Some(&SqlState::LOCK_NOT_AVAILABLE)
-}
-
-/// A small deterministic generator (xorshift64*), so runs are reproducible without a crate.
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Rng {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    /// A number in `0..bound`.
-    fn below(&mut self, bound: u64) -> u64 {
-        self.next() % bound
-    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -260,7 +240,7 @@ fn run_claimer(plan: ClaimerPlan) -> ClaimerReport {
         pid: scalar(&mut client, "SELECT pg_backend_pid()", &[]),
         ..ClaimerReport::default()
     };
-    let mut rng = Rng::new(plan.seed);
+    let mut rng = Rng::new(plan.seed, 0);
     let deadline = Instant::now() + GIVE_UP_AFTER;
     let mut round: u64 = 0;
     while report.errors.len() + report.claim_lock_timeouts.len() < 20 {
@@ -679,7 +659,7 @@ struct WorkerReport {
 /// lease before settling, sometimes heartbeats first, completes singly or in batches.
 fn race_worker(queue: String, worker: String, n: i32, seed: u64, lease: Duration) -> WorkerReport {
     let mut client = Cluster::shared().connect();
-    let mut rng = Rng::new(seed);
+    let mut rng = Rng::new(seed, 0);
     let mut report = WorkerReport::default();
     let deadline = Instant::now() + GIVE_UP_AFTER;
     while report.errors.len() < 20 {
@@ -802,7 +782,7 @@ fn claims_racing_reclaim_and_cancel_never_complete_a_job_twice() {
         let (stop, ids) = (stop.clone(), ids.clone());
         thread::spawn(move || {
             let mut client = Cluster::shared().connect();
-            let mut rng = Rng::new(99);
+            let mut rng = Rng::new(99, 0);
             let mut answers: Vec<(i64, String)> = Vec::new();
             while !stop.load(Ordering::Relaxed) && answers.len() < 60 {
                 let id = ids[rng.below(ids.len() as u64) as usize];

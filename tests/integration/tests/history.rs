@@ -203,6 +203,7 @@ use checker::{
     Reply, Report, Took, Vanish, WORKERS,
 };
 use pg_jobs_tests::vanishing::VanishingClient;
+use pg_jobs_tests::Rng;
 use pg_jobs_tests::{wait_until, Client, Cluster, NoTls, TEST_SETTINGS};
 use postgres::SimpleQueryMessage;
 use uuid::Uuid;
@@ -239,39 +240,6 @@ const SERVER_NOW: &str = "(extract(epoch FROM clock_timestamp()) * 1000000)::int
 // ---------------------------------------------------------------------------------------------
 // The workload
 // ---------------------------------------------------------------------------------------------
-
-/// SplitMix64: a small seeded generator, one per thread.
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64, stream: u64) -> Rng {
-        let mut rng = Rng(seed ^ stream.wrapping_mul(0xA076_1D64_78BD_642F));
-        rng.next();
-        rng
-    }
-
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// A number in `0..bound`.
-    fn below(&mut self, bound: u64) -> u64 {
-        self.next() % bound
-    }
-
-    /// True with probability `percent` / 100.
-    fn chance(&mut self, percent: u64) -> bool {
-        self.below(100) < percent
-    }
-
-    fn pick<T: Copy>(&mut self, items: &[T]) -> T {
-        items[self.below(items.len() as u64) as usize]
-    }
-}
 
 /// What the threads share.
 struct Shared {

@@ -13,6 +13,7 @@
 use std::collections::{BTreeSet, HashSet};
 use std::time::{Duration, Instant, SystemTime};
 
+use pg_jobs_tests::Rng;
 use pg_jobs_tests::{scalar, unique_queue, wait_until, Client, Cluster, TEST_SETTINGS};
 
 /// Microseconds since the Unix epoch of a `timestamptz`, read exactly (EXTRACT is numeric).
@@ -226,29 +227,11 @@ mod reference {
     }
 }
 
-/// A small deterministic random generator (SplitMix64), seeded from `PG_JOBS_CRON_SEED` or a
-/// fixed value, printed so a failure can be replayed.
-struct Random(u64);
-
-impl Random {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
 /// One random field of `min..=max`: a star, a step, a value, a range, a stepped range or a
 /// list; `names` (counting from `min`) are used now and then.
-fn random_field(random: &mut Random, min: u32, max: u32, names: &[&str]) -> String {
+fn random_field(random: &mut Rng, min: u32, max: u32, names: &[&str]) -> String {
     let span = u64::from(max - min + 1);
-    let token = |random: &mut Random, v: u32| -> String {
+    let token = |random: &mut Rng, v: u32| -> String {
         if !names.is_empty() && random.below(3) == 0 && ((v - min) as usize) < names.len() {
             names[(v - min) as usize].to_owned()
         } else {
@@ -294,7 +277,7 @@ const DAY_NAMES: [&str; 7] = ["sun", "mon", "tue", "wed", "thu", "fri", "sat"];
 
 /// A random five-field expression (six with seconds), biased towards ones that fire often
 /// enough to meet the DST hours.
-fn random_cron(random: &mut Random, with_seconds: bool) -> String {
+fn random_cron(random: &mut Rng, with_seconds: bool) -> String {
     let mut fields = Vec::new();
     if with_seconds {
         // One minute an hour at most, so two years of slots stay a few million.
@@ -372,7 +355,7 @@ fn offsets(client: &mut Client, zone: &str) -> reference::Offsets {
 /// random ones, around every slot sampled, and around every transition of the zone.
 fn check_against_reference(
     client: &mut Client,
-    random: &mut Random,
+    random: &mut Rng,
     cron: &str,
     zone: &str,
     offsets: &reference::Offsets,
@@ -448,7 +431,7 @@ fn cron_next_agrees_with_a_brute_force_reference_across_dst_years() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(12);
     println!("PG_JOBS_CRON_SEED={seed}");
-    let mut random = Random(seed);
+    let mut random = Rng::from_state(seed);
     let all_zones: Vec<&str> = DST_ZONES.iter().chain(MORE_ZONES.iter()).copied().collect();
     let zone_offsets: Vec<reference::Offsets> =
         all_zones.iter().map(|z| offsets(&mut client, z)).collect();
@@ -482,7 +465,7 @@ fn cron_next_agrees_with_a_brute_force_reference_across_dst_years() {
                 check_against_reference(&mut client, &mut random, cron, zone, &zone_offsets[i]);
         }
     }
-    // Random expressions in random zones.
+    // Rng expressions in random zones.
     let cases: usize = std::env::var("PG_JOBS_CRON_CASES")
         .ok()
         .and_then(|s| s.parse().ok())

@@ -26,30 +26,9 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use pg_jobs_tests::Rng;
 use pg_jobs_tests::{Client, Cluster, TEST_SETTINGS};
 use serde_json::{json, Value};
-
-/// A small generator (splitmix64): reproducible decisions from a seed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// True with probability `percent` in 100.
-    fn chance(&mut self, percent: u64) -> bool {
-        self.next() % 100 < percent
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 /// What a worker does with a job the first time it runs it.
 fn plan(rng: &mut Rng) -> &'static str {
@@ -141,7 +120,7 @@ type Held = (i64, uuid::Uuid, i32, Option<Value>, Value);
 /// One worker: claims up to 3 jobs, records each claim, and settles each as its plan says;
 /// reconnects whenever its session is ended.
 fn worker(cluster: &Cluster, index: u64, seed: u64, stop: &AtomicBool) {
-    let mut rng = Rng(seed ^ (index + 1).wrapping_mul(0xA076_1D64_78BD_642F));
+    let mut rng = Rng::from_state(seed ^ (index + 1).wrapping_mul(0xA076_1D64_78BD_642F));
     let mut client = None;
     let mut serial = 0u64;
     while !stop.load(Ordering::Relaxed) {
@@ -234,7 +213,7 @@ fn signaller(
     names: Vec<String>,
     stop: &AtomicBool,
 ) -> BTreeMap<String, Value> {
-    let mut rng = Rng(seed ^ 0x5151);
+    let mut rng = Rng::from_state(seed ^ 0x5151);
     let mut sent = BTreeMap::new();
     let mut client = None;
     let mut queue: Vec<String> = names;
@@ -338,7 +317,7 @@ fn workflows_keep_their_rules_through_kills_crashes_and_prepared_settles() {
                                     at timestamptz NOT NULL DEFAULT clock_timestamp());",
         )
         .unwrap();
-    let mut rng = Rng(seed);
+    let mut rng = Rng::from_state(seed);
     let graph = enqueue_graph(&mut admin, &mut rng);
     // A few roots cancelled before anyone runs them: their descendants go with them.
     let roots: Vec<i64> = graph
@@ -370,7 +349,7 @@ fn workflows_keep_their_rules_through_kills_crashes_and_prepared_settles() {
     };
 
     // The faults: terminated workers throughout, a crash, then a clean restart.
-    let mut chaos = Rng(seed ^ 0xC4A05);
+    let mut chaos = Rng::from_state(seed ^ 0xC4A05);
     let started = Instant::now();
     let mut crashed = false;
     let mut crash_at = std::time::SystemTime::now();
