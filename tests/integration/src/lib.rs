@@ -189,6 +189,34 @@ pub const TEST_SETTINGS: &[&str] = &[
     "restart_after_crash = on",
 ];
 
+/// The key of a settings line (`key = value`).
+fn setting_key(line: &str) -> &str {
+    line.split('=').next().unwrap_or_default().trim()
+}
+
+/// [`TEST_SETTINGS`] with each of `overrides` replacing the line of the same key (or added).
+pub fn settings_with(overrides: &[&'static str]) -> Vec<&'static str> {
+    TEST_SETTINGS
+        .iter()
+        .copied()
+        .filter(|line| {
+            overrides
+                .iter()
+                .all(|o| setting_key(o) != setting_key(line))
+        })
+        .chain(overrides.iter().copied())
+        .collect()
+}
+
+/// [`TEST_SETTINGS`] without the lines whose keys start with one of `prefixes`.
+pub fn settings_without(prefixes: &[&str]) -> Vec<&'static str> {
+    TEST_SETTINGS
+        .iter()
+        .copied()
+        .filter(|line| !prefixes.iter().any(|p| setting_key(line).starts_with(p)))
+        .collect()
+}
+
 /// Whether the test clusters run pg_jobs's fast paths (`pg_jobs.fast_paths`, on by default):
 /// `PG_JOBS_TEST_FAST_PATHS=off` (scripts/test's second pass on 15) starts every cluster with
 /// them off, so each path takes its SQL statement, and tests that look at a fast path expect

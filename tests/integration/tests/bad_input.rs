@@ -18,7 +18,7 @@
 
 use std::sync::{Mutex, OnceLock};
 
-use pg_jobs_tests::{claim, enqueue, scalar, Client, Cluster, TEST_SETTINGS};
+use pg_jobs_tests::{claim, enqueue, scalar, settings_with, Client, Cluster};
 use serde_json::json;
 
 /// Serialises the tests of this file: the snapshots cover the whole schema.
@@ -61,12 +61,7 @@ const UNKNOWN_QUEUES: [&str; 2] = ["no-such-queue", "bad-input-new"];
 fn cluster() -> &'static Cluster {
     static CLUSTER: OnceLock<Cluster> = OnceLock::new();
     CLUSTER.get_or_init(|| {
-        let settings: Vec<&str> = TEST_SETTINGS
-            .iter()
-            .copied()
-            .filter(|s| !s.starts_with("pg_jobs.tick"))
-            .chain(["pg_jobs.tick = '1h'"])
-            .collect();
+        let settings = settings_with(&["pg_jobs.tick = '1h'"]);
         let cluster = Cluster::start("bad-input", &settings);
         cluster
             .connect()

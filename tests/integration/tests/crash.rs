@@ -18,22 +18,8 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime};
 
-use pg_jobs_tests::{claim, Client, Cluster, TEST_SETTINGS};
+use pg_jobs_tests::{claim, settings_with, Client, Cluster};
 use uuid::Uuid;
-
-/// The test cluster settings with `overrides` replacing the lines of the same keys. Commits
-/// must be durable when they return: a crash test that let acknowledged commits vanish
-/// (`synchronous_commit = off`) would prove nothing.
-fn settings_with(overrides: &[&'static str]) -> Vec<&'static str> {
-    let key = |line: &str| line.split('=').next().unwrap_or_default().trim().to_owned();
-    let replaced: BTreeSet<String> = overrides.iter().map(|o| key(o)).collect();
-    TEST_SETTINGS
-        .iter()
-        .copied()
-        .filter(|s| !replaced.contains(&key(s)))
-        .chain(overrides.iter().copied())
-        .collect()
-}
 
 /// A claim whose transaction committed.
 #[derive(Clone, Copy, Debug)]

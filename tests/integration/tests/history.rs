@@ -204,7 +204,7 @@ use checker::{
 };
 use pg_jobs_tests::vanishing::VanishingClient;
 use pg_jobs_tests::Rng;
-use pg_jobs_tests::{wait_until, Client, Cluster, NoTls, TEST_SETTINGS};
+use pg_jobs_tests::{settings_with, wait_until, Client, Cluster, NoTls};
 use postgres::SimpleQueryMessage;
 use uuid::Uuid;
 
@@ -1777,16 +1777,11 @@ fn env_u64(name: &str) -> Option<u64> {
 /// return, or a crash would take acknowledged work with it (fsync stays off: a process crash
 /// keeps what was written to the kernel).
 fn history_settings() -> Vec<&'static str> {
-    TEST_SETTINGS
-        .iter()
-        .copied()
-        .filter(|s| !s.starts_with("synchronous_commit"))
-        .chain([
-            "synchronous_commit = on",
-            // Producers and workers prepare some of their calls' transactions.
-            "max_prepared_transactions = 100",
-        ])
-        .collect()
+    settings_with(&[
+        "synchronous_commit = on",
+        // Producers and workers prepare some of their calls' transactions.
+        "max_prepared_transactions = 100",
+    ])
 }
 
 /// Runs the workload for `jobs` jobs with `faults` faults, its groups running

@@ -937,12 +937,7 @@ fn the_worker_purges_expired_records_in_bounded_batches_without_slowing_saves() 
         .unwrap_or(120_000);
     // A cluster of its own whose worker waits an hour between ticks until told otherwise, so
     // the expired records stay while saves and reads are measured.
-    let mut settings: Vec<&str> = pg_jobs_tests::TEST_SETTINGS
-        .iter()
-        .copied()
-        .filter(|s| !s.starts_with("pg_jobs.tick"))
-        .collect();
-    settings.push("pg_jobs.tick = '1h'");
+    let settings = pg_jobs_tests::settings_with(&["pg_jobs.tick = '1h'"]);
     let cluster = Cluster::start("idempotency-purge", &settings);
     let mut admin = cluster.connect();
     admin.batch_execute("CREATE EXTENSION pg_jobs").unwrap();

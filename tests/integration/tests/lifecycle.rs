@@ -10,8 +10,8 @@
 use std::time::Duration;
 
 use pg_jobs_tests::{
-    claim, enqueue, scalar, state, unique_queue, wait_until, Claimed, Client, Cluster,
-    TEST_SETTINGS,
+    claim, enqueue, scalar, settings_with, settings_without, state, unique_queue, wait_until,
+    Claimed, Client, Cluster,
 };
 use postgres::types::ToSql;
 use serde_json::{json, Value};
@@ -175,11 +175,7 @@ fn wait_for_reclaim(client: &mut Client, id: i64) {
 /// A cluster of this test's own, without the preload: no background worker reclaims behind
 /// its back, so `jobs_reclaim()` counts are exact.
 fn cluster_without_worker(name: &str) -> Cluster {
-    let settings: Vec<&str> = TEST_SETTINGS
-        .iter()
-        .copied()
-        .filter(|s| !s.starts_with("shared_preload_libraries") && !s.starts_with("pg_jobs."))
-        .collect();
+    let settings = settings_without(&["shared_preload_libraries", "pg_jobs."]);
     let cluster = Cluster::start(name, &settings);
     cluster
         .connect()
@@ -2301,12 +2297,7 @@ fn time_decisions_use_the_server_clock_inside_a_long_transaction() {
 /// floor and reach hides a trace the rollback left.
 #[test]
 fn a_rolled_back_heartbeat_of_a_reclaimed_job_leaves_no_trace() {
-    let mut settings: Vec<&str> = TEST_SETTINGS
-        .iter()
-        .copied()
-        .filter(|s| !s.starts_with("pg_jobs.tick"))
-        .collect();
-    settings.push("pg_jobs.tick = '1h'");
+    let settings = settings_with(&["pg_jobs.tick = '1h'"]);
     let cluster = Cluster::start("heartbeat-rollback", &settings);
     let mut holder = cluster.connect();
     holder.batch_execute("CREATE EXTENSION pg_jobs").unwrap();

@@ -24,7 +24,7 @@ use std::collections::HashMap;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use pg_jobs_tests::{claim, scalar, wait_until, Claimed, Client, Cluster, NoTls, TEST_SETTINGS};
+use pg_jobs_tests::{claim, scalar, settings_with, wait_until, Claimed, Client, Cluster, NoTls};
 use postgres::types::ToSql;
 use serde_json::json;
 
@@ -374,12 +374,7 @@ fn scenarios() -> Vec<Scenario> {
 /// A cluster with prepared transactions and no background worker: nothing but the outcome
 /// itself may make a job claimable or wake a claim.
 fn cluster() -> Cluster {
-    let mut settings: Vec<&str> = TEST_SETTINGS
-        .iter()
-        .copied()
-        .filter(|s| !s.starts_with("pg_jobs.databases"))
-        .collect();
-    settings.extend(["pg_jobs.databases = ''", "max_prepared_transactions = 40"]);
+    let settings = settings_with(&["pg_jobs.databases = ''", "max_prepared_transactions = 40"]);
     let cluster = Cluster::start("liveness", &settings);
     cluster
         .connect()

@@ -35,7 +35,7 @@ use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use pg_jobs_tests::{Client, Cluster, TEST_SETTINGS};
+use pg_jobs_tests::{settings_with, Client, Cluster};
 use postgres::types::ToSql;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestError, TestRunner};
@@ -1571,12 +1571,7 @@ fn check_invariants(client: &mut Client, model: &Model, sut: &Sut) -> Result<(),
 /// The cluster: pg_jobs preloaded (commit-driven wake-ups work) but serving no database, so no
 /// background worker reclaims leases behind the test's back.
 fn cluster() -> Cluster {
-    let settings: Vec<&str> = TEST_SETTINGS
-        .iter()
-        .copied()
-        .filter(|s| !s.starts_with("pg_jobs.databases"))
-        .chain(["pg_jobs.databases = ''"])
-        .collect();
+    let settings = settings_with(&["pg_jobs.databases = ''"]);
     let cluster = Cluster::start("state-machine", &settings);
     let mut client = cluster.connect();
     client.batch_execute("CREATE EXTENSION pg_jobs").unwrap();

@@ -15,8 +15,8 @@ use std::sync::OnceLock;
 use std::thread;
 
 use pg_jobs_tests::{
-    claim, enqueue, freed_heads, offered, scalar, unique_queue, wait_for_a_lock, Client, Cluster,
-    TEST_SETTINGS,
+    claim, enqueue, freed_heads, offered, scalar, settings_with, unique_queue, wait_for_a_lock,
+    Client, Cluster,
 };
 use postgres::error::SqlState;
 use serde_json::json;
@@ -25,12 +25,7 @@ use serde_json::json;
 fn cluster_without_worker() -> &'static Cluster {
     static CLUSTER: OnceLock<Cluster> = OnceLock::new();
     CLUSTER.get_or_init(|| {
-        let mut settings: Vec<&str> = TEST_SETTINGS
-            .iter()
-            .copied()
-            .filter(|s| !s.starts_with("pg_jobs.databases"))
-            .collect();
-        settings.extend(["pg_jobs.databases = ''", "max_prepared_transactions = 10"]);
+        let settings = settings_with(&["pg_jobs.databases = ''", "max_prepared_transactions = 10"]);
         let cluster = Cluster::start("two-phase", &settings);
         cluster
             .connect()
@@ -432,13 +427,7 @@ fn an_enqueue_that_waited_for_a_drop_finds_no_queue_though_its_session_kept_the_
 /// Settings for a worker that ticks only when told to (a reload wakes it), so a test decides
 /// when its checks run.
 fn ticking_on_reload() -> Vec<&'static str> {
-    let mut settings: Vec<&str> = TEST_SETTINGS
-        .iter()
-        .copied()
-        .filter(|s| !s.starts_with("pg_jobs.tick"))
-        .collect();
-    settings.push("pg_jobs.tick = '1h'");
-    settings
+    settings_with(&["pg_jobs.tick = '1h'"])
 }
 
 /// The worker's counters: ticks run and floors reset.

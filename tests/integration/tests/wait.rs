@@ -22,7 +22,8 @@ use std::time::{Duration, Instant, SystemTime};
 
 use pg_jobs_tests::vanishing::VanishingClient;
 use pg_jobs_tests::{
-    enqueue, scalar, state, unique_queue, wait_until, Claimed, Client, Cluster, TEST_SETTINGS,
+    enqueue, scalar, settings_with, state, unique_queue, wait_until, Claimed, Client, Cluster,
+    TEST_SETTINGS,
 };
 use postgres::error::SqlState;
 use serde_json::json;
@@ -174,18 +175,6 @@ fn private_cluster(name: &str, settings: &[&str]) -> Cluster {
     let cluster = Cluster::start(name, settings);
     exec(&mut cluster.connect(), "CREATE EXTENSION pg_jobs");
     cluster
-}
-
-/// [`TEST_SETTINGS`] with each of `overrides` replacing the line of the same key (or added).
-fn settings_with(overrides: &[&'static str]) -> Vec<&'static str> {
-    let key = |line: &str| line.split('=').next().unwrap_or_default().trim().to_owned();
-    let mut settings: Vec<&'static str> = TEST_SETTINGS
-        .iter()
-        .copied()
-        .filter(|line| overrides.iter().all(|o| key(o) != key(line)))
-        .collect();
-    settings.extend_from_slice(overrides);
-    settings
 }
 
 /// A cluster for tests that must see a claim woken by the event under test alone: its worker

@@ -6,19 +6,14 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use pg_jobs_tests::{scalar, unique_queue, wait_until, Client, Cluster, NoTls, TEST_SETTINGS};
+use pg_jobs_tests::{scalar, settings_with, unique_queue, wait_until, Client, Cluster, NoTls};
 
 /// A cluster whose worker ticks only once an hour: a wake-up that is lost is not rescued by
 /// the worker's backstop within these tests.
 fn cluster() -> &'static Cluster {
     static CLUSTER: OnceLock<Cluster> = OnceLock::new();
     CLUSTER.get_or_init(|| {
-        let mut settings: Vec<&str> = TEST_SETTINGS
-            .iter()
-            .copied()
-            .filter(|s| !s.starts_with("pg_jobs.tick"))
-            .collect();
-        settings.push("pg_jobs.tick = '1h'");
+        let settings = settings_with(&["pg_jobs.tick = '1h'"]);
         let cluster = Cluster::start("wait-snapshot", &settings);
         cluster
             .connect()

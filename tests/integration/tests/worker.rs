@@ -16,40 +16,12 @@ use std::thread;
 use std::time::{Duration, Instant, SystemTime};
 
 use pg_jobs_tests::{
-    claim, enqueue, scalar, state, unique_queue, wait_until, Claimed, Client, Cluster,
-    TEST_SETTINGS,
+    claim, enqueue, scalar, settings_with, settings_without, state, unique_queue, wait_until,
+    Claimed, Client, Cluster, TEST_SETTINGS,
 };
 use serde_json::json;
 
 /// The key of a `postgresql.conf` line (`"pg_jobs.tick = '100ms'"` → `"pg_jobs.tick"`).
-fn setting_key(line: &str) -> &str {
-    line.split('=').next().unwrap_or_default().trim()
-}
-
-/// [`TEST_SETTINGS`] with each of `overrides` replacing the line of the same key (or added).
-fn settings_with(overrides: &[&'static str]) -> Vec<&'static str> {
-    let mut settings: Vec<&'static str> = TEST_SETTINGS
-        .iter()
-        .copied()
-        .filter(|line| {
-            overrides
-                .iter()
-                .all(|o| setting_key(o) != setting_key(line))
-        })
-        .collect();
-    settings.extend_from_slice(overrides);
-    settings
-}
-
-/// [`TEST_SETTINGS`] without the line setting `key`.
-fn settings_without(key: &str) -> Vec<&'static str> {
-    TEST_SETTINGS
-        .iter()
-        .copied()
-        .filter(|line| setting_key(line) != key)
-        .collect()
-}
-
 /// A private cluster with `settings` and the extension created in database `postgres`.
 fn private_cluster(name: &str, settings: &[&str]) -> (Cluster, Client) {
     let cluster = Cluster::start(name, settings);
@@ -1229,7 +1201,7 @@ fn retention_purge_keeps_up_while_producers_keep_adding_jobs() {
 /// enqueue, claim, complete, `jobs_reclaim()` on demand, and a waiting claim (which polls).
 #[test]
 fn without_the_preload_everything_but_the_worker_works() {
-    let settings = settings_without("shared_preload_libraries");
+    let settings = settings_without(&["shared_preload_libraries"]);
     let (cluster, mut client) = private_cluster("worker-no-preload", &settings);
     let preload: String = scalar(&mut client, "SHOW shared_preload_libraries", &[]);
     assert_eq!(preload, "");
