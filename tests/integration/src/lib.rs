@@ -416,6 +416,27 @@ impl Cluster {
         std::fs::read_to_string(self.base.join("log")).unwrap_or_default()
     }
 
+    /// Runs `sql` in `database` on a connection of its own and returns the warnings it raised,
+    /// each as its message and hint.
+    pub fn warnings_of(&self, database: &str, sql: &str) -> Vec<(String, String)> {
+        let warnings = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let sink = warnings.clone();
+        let mut config: postgres::Config = self.dsn(database).parse().unwrap();
+        config.notice_callback(move |notice| {
+            if notice.severity() == "WARNING" {
+                sink.lock().unwrap().push((
+                    notice.message().to_owned(),
+                    notice.hint().unwrap_or_default().to_owned(),
+                ));
+            }
+        });
+        let mut client = config.connect(NoTls).unwrap();
+        client.batch_execute(sql).unwrap();
+        drop(client);
+        let said = warnings.lock().unwrap().clone();
+        said
+    }
+
     /// A connection string for `database`, as the superuser `postgres`.
     pub fn dsn(&self, database: &str) -> String {
         self.dsn_as("postgres", database)

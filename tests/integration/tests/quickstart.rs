@@ -341,22 +341,10 @@ fn scripts_up_serves_postgres_and_the_quickstart_database() {
     postgres
         .batch_execute("CREATE DATABASE quickstart")
         .unwrap();
-    let warnings = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let sink = warnings.clone();
-    let mut config: postgres::Config = cluster.dsn("quickstart").parse().unwrap();
-    config.notice_callback(move |notice| {
-        if notice.severity() == "WARNING" {
-            sink.lock().unwrap().push(notice.message().to_owned());
-        }
-    });
-    let mut quickstart = config.connect(postgres::NoTls).unwrap();
-    quickstart
-        .batch_execute("CREATE EXTENSION pg_jobs")
-        .unwrap();
+    let warned = cluster.warnings_of("quickstart", "CREATE EXTENSION pg_jobs");
     assert!(
-        warnings.lock().unwrap().is_empty(),
-        "CREATE EXTENSION in database quickstart warned: {:?}",
-        warnings.lock().unwrap()
+        warned.is_empty(),
+        "CREATE EXTENSION in database quickstart warned: {warned:?}"
     );
     for database in ["postgres", "quickstart"] {
         pg_jobs_tests::wait_until(

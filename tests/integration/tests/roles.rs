@@ -972,22 +972,7 @@ fn install_warnings(cluster: &Cluster, database: &str, prepare: &str) -> Vec<(St
         .connect()
         .batch_execute(&format!("CREATE DATABASE \"{database}\""))
         .unwrap();
-    let warnings = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let sink = warnings.clone();
-    let mut config: postgres::Config = cluster.dsn(database).parse().unwrap();
-    config.notice_callback(move |notice| {
-        if notice.severity() == "WARNING" {
-            sink.lock().unwrap().push((
-                notice.message().to_owned(),
-                notice.hint().unwrap_or_default().to_owned(),
-            ));
-        }
-    });
-    let mut client = config.connect(postgres::NoTls).unwrap();
-    client.batch_execute(prepare).unwrap();
-    client.batch_execute("CREATE EXTENSION pg_jobs").unwrap();
-    let said = warnings.lock().unwrap().clone();
-    said
+    cluster.warnings_of(database, &format!("{prepare};\nCREATE EXTENSION pg_jobs"))
 }
 
 /// A schema where other roles may create objects lets a function of theirs with a more

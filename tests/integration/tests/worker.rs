@@ -17,7 +17,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use pg_jobs_tests::{
     claim, enqueue, scalar, settings_with, settings_without, state, unique_queue, wait_until,
-    Claimed, Client, Cluster, TEST_SETTINGS,
+    Claimed, Client, Cluster, NoTls, TEST_SETTINGS,
 };
 use serde_json::json;
 
@@ -1354,20 +1354,8 @@ fn a_database_no_worker_serves_says_so() {
         .batch_execute("DROP DATABASE IF EXISTS unserved")
         .unwrap();
     admin.batch_execute("CREATE DATABASE unserved").unwrap();
-    let warnings = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let sink = warnings.clone();
-    let mut config: postgres::Config = cluster.dsn("unserved").parse().unwrap();
-    config.notice_callback(move |notice| {
-        if notice.severity() == "WARNING" {
-            sink.lock().unwrap().push((
-                notice.message().to_owned(),
-                notice.hint().unwrap_or_default().to_owned(),
-            ));
-        }
-    });
-    let mut client = config.connect(postgres::NoTls).unwrap();
-    client.batch_execute("CREATE EXTENSION pg_jobs").unwrap();
-    let said = warnings.lock().unwrap().clone();
+    let said = cluster.warnings_of("unserved", "CREATE EXTENSION pg_jobs");
+    let mut client = Client::connect(&cluster.dsn("unserved"), NoTls).unwrap();
     assert!(
         said.iter().any(|(message, hint)| message
             == "pg_jobs.databases (postgres) does not name database unserved: no background worker will serve it"
