@@ -359,50 +359,37 @@ fn render_metrics(stats: &[QueueStats]) -> String {
             })
         }),
     );
-    family(
-        "pg_jobs_oldest_ready_age_seconds",
-        "Age of the oldest job that is due and still queued.",
-        "gauge",
-        &mut stats.iter().map(|s| {
-            (
-                format!("queue=\"{}\"", s.queue),
-                s.oldest_ready_seconds.to_string(),
-            )
-        }),
-    );
-    family(
-        "pg_jobs_running_past_lease",
-        "Running jobs whose lease has passed and that the worker has not reclaimed yet.",
-        "gauge",
-        &mut stats.iter().map(|s| {
-            (
-                format!("queue=\"{}\"", s.queue),
-                s.running_past_lease.to_string(),
-            )
-        }),
-    );
-    family(
-        "pg_jobs_finished_last_minute",
-        "Jobs that finished in the last minute.",
-        "gauge",
-        &mut stats.iter().map(|s| {
-            (
-                format!("queue=\"{}\"", s.queue),
-                s.finished_last_minute.to_string(),
-            )
-        }),
-    );
-    family(
-        "pg_jobs_queue_paused",
-        "1 when the queue is paused.",
-        "gauge",
-        &mut stats.iter().map(|s| {
-            (
-                format!("queue=\"{}\"", s.queue),
-                u8::from(s.paused).to_string(),
-            )
-        }),
-    );
+    for (name, help, value) in [
+        (
+            "pg_jobs_oldest_ready_age_seconds",
+            "Age of the oldest job that is due and still queued.",
+            (|s: &QueueStats| s.oldest_ready_seconds.to_string()) as fn(&QueueStats) -> String,
+        ),
+        (
+            "pg_jobs_running_past_lease",
+            "Running jobs whose lease has passed and that the worker has not reclaimed yet.",
+            |s: &QueueStats| s.running_past_lease.to_string(),
+        ),
+        (
+            "pg_jobs_finished_last_minute",
+            "Jobs that finished in the last minute.",
+            |s: &QueueStats| s.finished_last_minute.to_string(),
+        ),
+        (
+            "pg_jobs_queue_paused",
+            "1 when the queue is paused.",
+            |s: &QueueStats| u8::from(s.paused).to_string(),
+        ),
+    ] {
+        family(
+            name,
+            help,
+            "gauge",
+            &mut stats
+                .iter()
+                .map(|s| (format!("queue=\"{}\"", s.queue), value(s))),
+        );
+    }
     out
 }
 
