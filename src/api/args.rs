@@ -75,6 +75,27 @@ pub fn check_range(value: i64, argument: &str, min: i64, max: i64) {
     }
 }
 
+/// A job's `priority` (required; a smallint, lower runs first), checked.
+#[track_caller]
+pub fn priority_arg(priority: Option<i32>) -> i32 {
+    let priority = required(priority, "priority");
+    check_range(
+        priority.into(),
+        "priority",
+        i16::MIN.into(),
+        i16::MAX.into(),
+    );
+    priority
+}
+
+/// Checks a job's `max_attempts`: 1 to [`limits::MAX_ATTEMPTS`], or NULL for the queue's.
+#[track_caller]
+pub fn check_max_attempts(max_attempts: Option<i32>) {
+    if let Some(max_attempts) = max_attempts {
+        check_range(max_attempts.into(), "max_attempts", 1, limits::MAX_ATTEMPTS);
+    }
+}
+
 /// Checks a queue name: 1–63 characters of `A–Z a–z 0–9 _ - . :`.
 #[track_caller]
 pub fn check_queue_name(name: &str, argument: &str) {

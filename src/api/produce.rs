@@ -3,8 +3,8 @@
 use pgrx::prelude::*;
 
 use super::args::{
-    check_finite, check_object, check_payload_size, check_range, check_text, delay_arg, limits,
-    queue_arg, required_elements,
+    check_finite, check_max_attempts, check_object, check_payload_size, check_text, delay_arg,
+    limits, priority_arg, queue_arg, required_elements,
 };
 use crate::engine::access::{self, Role};
 use crate::engine::distribute;
@@ -62,16 +62,8 @@ fn job_options(
     check_text(kind, "kind", limits::KIND_BYTES);
     let run_at = required(run_at, "run_at");
     check_finite(run_at, "run_at");
-    let priority = required(priority, "priority");
-    check_range(
-        priority.into(),
-        "priority",
-        i16::MIN.into(),
-        i16::MAX.into(),
-    );
-    if let Some(max_attempts) = max_attempts {
-        check_range(max_attempts.into(), "max_attempts", 1, limits::MAX_ATTEMPTS);
-    }
+    let priority = priority_arg(priority);
+    check_max_attempts(max_attempts);
     check_object(headers, "headers");
     let tenant = tenants::tenant_for_new_job(tenant, &tenants::scope());
     let on_conflict = match required(flow.on_conflict, "on_conflict") {

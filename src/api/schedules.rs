@@ -3,7 +3,8 @@
 use pgrx::prelude::*;
 
 use super::args::{
-    check_finite, check_object, check_payload_size, check_range, check_text, limits, queue_arg,
+    check_finite, check_max_attempts, check_object, check_payload_size, check_text, limits,
+    priority_arg, queue_arg,
 };
 use crate::engine::access::{self, Role};
 use crate::engine::schedules::plan::CatchUp;
@@ -54,16 +55,8 @@ fn jobs_schedule(
     check_text(kind, "kind", limits::KIND_BYTES);
     let timezone = required(timezone, "timezone");
     check_object(headers, "headers");
-    let priority = required(priority, "priority");
-    check_range(
-        priority.into(),
-        "priority",
-        i16::MIN.into(),
-        i16::MAX.into(),
-    );
-    if let Some(max_attempts) = max_attempts {
-        check_range(max_attempts.into(), "max_attempts", 1, limits::MAX_ATTEMPTS);
-    }
+    let priority = priority_arg(priority);
+    check_max_attempts(max_attempts);
     let catch_up_name = required(catch_up, "catch_up");
     let Some(catch_up) = CatchUp::from_name(catch_up_name) else {
         raise(
