@@ -32,6 +32,7 @@ use pgrx::prelude::*;
 use super::transaction;
 use crate::config::settings;
 use crate::pg::database::{self, Presence};
+use crate::pg::log::server_log;
 use crate::runtime::shmem::{self, MAX_DATABASES};
 use crate::runtime::worker_status::WorkerStatus;
 
@@ -124,7 +125,7 @@ pub extern "C-unwind" fn pg_jobs_launcher_main(_argument: pg_sys::Datum) {
         let looks = match transaction::run(c"pg_jobs launcher", || look(&names)) {
             Ok(looks) => looks,
             Err(failure) => {
-                pgrx::log!(
+                server_log!(
                     "pg_jobs launcher: reading the catalog of databases failed, retrying: {}",
                     failure.message
                 );
@@ -230,7 +231,7 @@ fn start(database: &mut Database) {
         Err(_) => {
             if !database.no_slot {
                 database.no_slot = true;
-                pgrx::log!(
+                server_log!(
                     "pg_jobs launcher: no background worker slot is free for the worker of database {}; trying again every tick (raise max_worker_processes: pg_jobs needs one for the launcher and one per database it serves)",
                     database.name
                 );
@@ -245,7 +246,7 @@ fn say(database: &Database, status: &WorkerStatus, found: Found) {
     let name = &database.name;
     match found {
         Found::Missing => {
-            pgrx::log!(
+            server_log!(
                 "pg_jobs launcher: database {name} named in pg_jobs.databases does not exist; its worker starts once it is created"
             );
             status.note(&format!(
@@ -253,7 +254,7 @@ fn say(database: &Database, status: &WorkerStatus, found: Found) {
             ));
         }
         Found::NoConnections => {
-            pgrx::log!(
+            server_log!(
                 "pg_jobs launcher: database {name} named in pg_jobs.databases does not accept connections; its worker starts once it does"
             );
             status.note(&format!(
@@ -262,9 +263,9 @@ fn say(database: &Database, status: &WorkerStatus, found: Found) {
         }
         Found::Present => match database.found {
             Found::Missing => {
-                pgrx::log!("pg_jobs launcher: database {name} exists now; starting its worker")
+                server_log!("pg_jobs launcher: database {name} exists now; starting its worker")
             }
-            Found::NoConnections => pgrx::log!(
+            Found::NoConnections => server_log!(
                 "pg_jobs launcher: database {name} accepts connections now; starting its worker"
             ),
             Found::Present | Found::Nothing => {}

@@ -44,6 +44,7 @@ use pgrx::prelude::*;
 use crate::config::settings;
 use crate::engine::throughput;
 use crate::pg::clock::server_now;
+use crate::pg::log::server_log;
 use crate::pg::{database, recovery};
 use crate::runtime::shmem::{self, MAX_DATABASES};
 use crate::runtime::totals;
@@ -74,7 +75,7 @@ pub extern "C-unwind" fn pg_jobs_worker_main(argument: pg_sys::Datum) {
     let status = shmem::shared().map(|s| s.worker(index));
     if let Some(status) = status {
         if let Err(holder) = claim_entry(status, index) {
-            pgrx::log!(
+            server_log!(
                 "pg_jobs worker for database {database}: the worker with pid {holder} serves it already; this one exits"
             );
             // SAFETY: ends the process the way Postgres expects.
@@ -83,7 +84,7 @@ pub extern "C-unwind" fn pg_jobs_worker_main(argument: pg_sys::Datum) {
         announce(status, &database);
     }
     BackgroundWorker::connect_worker_to_spi(Some(&database), None);
-    pgrx::log!("pg_jobs worker started for database {database}");
+    server_log!("pg_jobs worker started for database {database}");
     // Slots that come due from now on come due while this worker is up (schedules' catch_up).
     let started_at = server_now();
 
@@ -105,7 +106,7 @@ pub extern "C-unwind" fn pg_jobs_worker_main(argument: pg_sys::Datum) {
                 if let Some(status) = status {
                     status.serving.store(0, Ordering::Release);
                 }
-                pgrx::log!(
+                server_log!(
                     "pg_jobs worker for database {database}: this server is a standby; the worker runs no tick until it is promoted"
                 );
             }
@@ -113,7 +114,7 @@ pub extern "C-unwind" fn pg_jobs_worker_main(argument: pg_sys::Datum) {
         }
         if standby {
             standby = false;
-            pgrx::log!(
+            server_log!(
                 "pg_jobs worker for database {database}: the server was promoted; the worker serves it"
             );
         }
@@ -155,7 +156,7 @@ fn leaving(database: &str) -> bool {
     })
     .unwrap_or(false);
     if wanted {
-        pgrx::log!(
+        server_log!(
             "pg_jobs worker for database {database}: another session wants the database to itself (DROP DATABASE, ALTER DATABASE, or CREATE DATABASE from it as a template); the worker leaves it, and serves it again once it is free"
         );
     }
@@ -210,11 +211,11 @@ fn note_version(database: &str, report: &tick::TickReport, outdated: &mut Option
         return;
     }
     match &report.outdated {
-        Some(installed) => pgrx::log!(
+        Some(installed) => server_log!(
             "pg_jobs worker for database {database}: the database has the SQL definitions of pg_jobs {installed} but the library is {}; the worker idles until ALTER EXTENSION pg_jobs UPDATE is run in database {database}",
             crate::pg::extension::LIBRARY_VERSION
         ),
-        None if report.serving => pgrx::log!(
+        None if report.serving => server_log!(
             "pg_jobs worker for database {database}: the SQL definitions are now version {}; the worker serves the database",
             crate::pg::extension::LIBRARY_VERSION
         ),
@@ -238,7 +239,7 @@ fn flush_throughput(status: Option<&WorkerStatus>, database: &str, minute: i64) 
 
 /// Logs and records a step of a tick that failed and was rolled back alone.
 fn step_failed(status: &WorkerStatus, database: &str, step: &str, message: &str) {
-    pgrx::log!(
+    server_log!(
         "pg_jobs worker for database {database}: {step} failed, retrying next tick: {message}"
     );
     status.set_last_error(message);
@@ -267,7 +268,7 @@ fn record(status: &WorkerStatus, database: &str, report: tick::TickReport) {
         .scheduled
         .fetch_add(report.scheduled as u64, Ordering::AcqRel);
     if report.stranded_cleared > 0 {
-        pgrx::log!(
+        server_log!(
             "pg_jobs worker for database {database}: {} jobs at the head of their groups waited for a hand-over that shared memory lost in a restart; they are claimable again",
             report.stranded_cleared
         );

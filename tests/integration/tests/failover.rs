@@ -746,13 +746,12 @@ fn failover_to_a_synchronous_standby() {
         !log.contains("tick failed"),
         "the standby's worker logged failing ticks:\n{log}"
     );
-    // The worker's LOG lines do not reach a PostgreSQL 13 server's log (README, "Supported
-    // PostgreSQL versions"); what it does is checked above and below all the same.
-    let worker_logs = pg_jobs_tests::pg_major() >= 14;
+    // On every major, under the default log_min_messages (warning): pgrx's own LOG macro
+    // dropped these lines on PostgreSQL 13.
     assert_eq!(
         log.matches("this server is a standby; the worker runs no tick")
             .count(),
-        usize::from(worker_logs),
+        1,
         "the worker says once that it idles on the standby:\n{log}"
     );
     drop((reader, app));
@@ -794,10 +793,9 @@ fn failover_to_a_synchronous_standby() {
     assert!(reclaimed >= 2, "the worker reclaimed {reclaimed} jobs");
     assert_eq!(last_error, None);
     assert!(
-        !worker_logs
-            || standby
-                .log()
-                .contains("the server was promoted; the worker serves it"),
+        standby
+            .log()
+            .contains("the server was promoted; the worker serves it"),
         "the worker says that it serves the promoted server"
     );
     for orphan in &jobs.orphaned {
