@@ -13,6 +13,7 @@ pub mod freed_heads;
 pub mod locks;
 mod position;
 mod queue_id;
+pub mod queue_state;
 pub mod queued_changes;
 pub mod rate;
 pub mod shmem;

@@ -3,7 +3,7 @@
 use pgrx::datum::DatumWithOid;
 
 use crate::engine::tenants::TenantScope;
-use crate::runtime::floor::ReachScope;
+use crate::runtime::queue_state::ReachScope;
 
 /// What a claim takes of its queue's due jobs: of some kinds only, of the caller's tenants
 /// only. This type alone decides whether a claim may move the claim floor and use the reach:

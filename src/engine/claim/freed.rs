@@ -20,9 +20,8 @@ use super::filter::ClaimFilter;
 use super::pick::Candidate;
 use crate::engine::groups;
 use crate::engine::model::Position;
-use crate::runtime::freed_heads::{self, Wanted};
 use crate::runtime::locks;
-use crate::runtime::queued_changes;
+use crate::runtime::queue_state::{FreedHead, QueueState, Wanted};
 use crate::storage::direct::group_reader::{self, GroupName};
 
 /// What a claim wants of freed heads: due now, of its kinds and tenants.
@@ -43,7 +42,7 @@ impl Wanted for Wants<'_> {
 /// commit drops them, a rollback gives them back.
 pub fn pick(
     client: &SpiClient<'_>,
-    queue: &str,
+    state: &QueueState<'_>,
     filter: &ClaimFilter,
     now: pg_sys::TimestampTz,
     wanted: usize,
@@ -56,16 +55,16 @@ pub fn pick(
     // Given back only at the end, so the next take passes over them too.
     let mut busy: Vec<i64> = Vec::new();
     while candidates.len() < wanted {
-        let heads = freed_heads::take(queue, wanted - candidates.len(), &Wants { filter, now });
+        let heads = state.take_freed_heads(wanted - candidates.len(), &Wants { filter, now });
         if heads.is_empty() {
             break;
         }
         candidates.extend(check(
-            client, queue, filter, now, heads, &mut seen, &mut busy,
+            client, state, filter, now, heads, &mut seen, &mut busy,
         ));
     }
     for id in busy {
-        freed_heads::give_back(id);
+        state.give_back_freed_head(id);
     }
     candidates.sort_unstable_by_key(|c| c.position);
     candidates
@@ -77,10 +76,10 @@ pub fn pick(
 /// whose second entries are passed over.
 fn check(
     client: &SpiClient<'_>,
-    queue: &str,
+    state: &QueueState<'_>,
     filter: &ClaimFilter,
     now: pg_sys::TimestampTz,
-    heads: Vec<freed_heads::FreedHead>,
+    heads: Vec<FreedHead>,
     seen: &mut HashSet<i64>,
     busy: &mut Vec<i64>,
 ) -> Vec<Candidate> {
@@ -95,7 +94,8 @@ fn check(
             busy.push(id);
             continue;
         }
-        let group_lock = locks::group_key_hash(queue, head.tenant.as_deref(), &head.group_key);
+        let group_lock =
+            locks::group_key_hash(state.queue(), head.tenant.as_deref(), &head.group_key);
         if !locks::try_lock_group(group_lock) {
             locks::unlock_job(id);
             busy.push(id);
@@ -107,7 +107,7 @@ fn check(
     // still their groups' waiting heads (`runtime::queued_changes`): as offered, no read.
     let mut candidates = Vec::with_capacity(locked.len());
     locked.retain(|head| {
-        if !queued_changes::unchanged_since(queue, head.stamp) {
+        if !state.unchanged_since(head.stamp) {
             return true;
         }
         candidates.push(Candidate {
@@ -122,7 +122,7 @@ fn check(
     let names: Vec<GroupName<'_>> = locked
         .iter()
         .map(|head| GroupName {
-            queue,
+            queue: state.queue(),
             key: &head.group_key,
             tenant: head.tenant.as_deref(),
             before: None,
@@ -161,7 +161,7 @@ fn check(
             // Not its group's waiting head any more.
             _ => {}
         }
-        // Dropped when this transaction commits (see `freed_heads::give_back`).
+        // Dropped when this transaction commits (see `runtime::freed_heads::give_back`).
         locks::unlock_job(id);
     }
     groups::unmark(client, changed);
@@ -181,7 +181,12 @@ pub struct Merged {
 
 /// Of the freed heads `freed` and the jobs `picked` from the claim index (all under their job
 /// locks), keeps the first `wanted` in claim order and lets go of the others.
-pub fn merge(freed: Vec<Candidate>, picked: Vec<Candidate>, wanted: usize) -> Merged {
+pub fn merge(
+    state: &QueueState<'_>,
+    freed: Vec<Candidate>,
+    picked: Vec<Candidate>,
+    wanted: usize,
+) -> Merged {
     let freed_ids: HashSet<i64> = freed.iter().map(|c| c.position.id).collect();
     let mut positions: Vec<Position> = freed.iter().map(|c| c.position).collect();
     let mut distinct_picked = Vec::with_capacity(picked.len());
@@ -211,7 +216,7 @@ pub fn merge(freed: Vec<Candidate>, picked: Vec<Candidate>, wanted: usize) -> Me
             merged.freed.push(candidate);
         } else {
             locks::unlock_job(candidate.position.id);
-            freed_heads::give_back(candidate.position.id);
+            state.give_back_freed_head(candidate.position.id);
         }
     }
     for candidate in distinct_picked {

@@ -9,6 +9,7 @@
 //! sleeps until a commit makes a job claimable ([`wait`]).
 
 mod filter;
+mod floor_check;
 mod freed;
 mod groups;
 mod pick;
@@ -19,12 +20,13 @@ mod wait;
 
 use std::cell::Cell;
 
-use pgrx::datum::{DatumWithOid, Interval};
-use pgrx::pg_sys::{self, INT2OID, INT4OID, INT8OID, TEXTOID, TIMESTAMPTZOID};
+use pgrx::datum::Interval;
+use pgrx::pg_sys::{self, INT2OID, INT8OID, TEXTOID, TIMESTAMPTZOID};
 use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
 
 pub use filter::ClaimFilter;
+pub use floor_check::{check_floor_window, owned_floors};
 pub use wait::wake_due_waiters;
 
 use crate::config::settings;
@@ -33,15 +35,9 @@ use crate::engine::model::Position;
 use crate::engine::queues::{self, unknown_queue};
 use crate::pg::client;
 use crate::pg::clock::server_now;
-use crate::runtime::effects;
-use crate::runtime::floor::{self, Seen};
-use crate::runtime::freed_heads;
-use crate::runtime::locks;
-use crate::runtime::shmem::{shared, Slot};
-use crate::runtime::wakeup;
-use crate::storage::direct::{self, Compare};
+use crate::runtime::queue_state::{QueueState, Seen};
 use crate::storage::rows::ClaimedRow;
-use crate::storage::{index_walk, statement, timestamptz_arg, with_client, Statement};
+use crate::storage::{statement, timestamptz_arg, with_client, Statement};
 use pick::{Picking, Resume};
 use round::Rounds;
 
@@ -62,21 +58,6 @@ static PROBE_FROM: Statement = statement!(
     include_str!("probe_from.sql"),
     (queue: TEXTOID, priority: INT2OID, run_at: TIMESTAMPTZOID, id: INT8OID)
         -> (paused, earliest_run_at)
-);
-
-static FLOOR_CHECK: Statement = statement!(
-    "claim/floor_check",
-    include_str!("floor_check.sql"),
-    (queue: TEXTOID, floor_priority: INT2OID, floor_run_at: TIMESTAMPTZOID, floor_id: INT8OID,
-     now: TIMESTAMPTZOID, from_priority: INT2OID, from_run_at: TIMESTAMPTZOID, from_id: INT8OID)
-        -> (id)
-);
-
-static FLOOR_RECHECK: Statement = statement!(
-    "claim/floor_recheck",
-    include_str!("floor_recheck.sql"),
-    (queue: TEXTOID, floor_priority: INT2OID, floor_run_at: TIMESTAMPTZOID, floor_id: INT8OID,
-     job_id: INT8OID, now: TIMESTAMPTZOID) -> (below)
 );
 
 /// A claim, its arguments checked.
@@ -139,7 +120,7 @@ fn attempt(
     // The caller's memory context: results copied here outlive SPI and any subtransaction.
     // SAFETY: reading the current context pointer.
     let result_context = unsafe { pg_sys::CurrentMemoryContext };
-    let slot = wakeup::slot(queue);
+    let state = QueueState::of(queue);
     let flow = queues::flow_settings(queue);
     with_client(|client| {
         // A paused queue hands out nothing, and one not found is reported by the probe. The
@@ -149,12 +130,12 @@ fn attempt(
             return (Vec::new(), Some(probe(client, queue)));
         }
         let rate = flow.and_then(|f| f.rate);
-        let budget = rate::Budget::open(client, queue, rate, request, now, prepaid);
+        let budget = rate::Budget::open(client, &state, rate, request, now, prepaid);
         let allowed = budget.allowed();
         if allowed == 0 {
             return (
                 Vec::new(),
-                Some(budget.throttled(client, queue, request, now)),
+                Some(budget.throttled(client, &state, request, now)),
             );
         }
         // The waiting heads settles handed over (groups of concurrency 1), merged with the
@@ -162,23 +143,22 @@ fn attempt(
         // reach never move for them. Taken before the floor is read: a sweep or unmark here
         // makes jobs queued that this claim's pick must find.
         let concurrency = flow.map_or(1, |f| f.group_concurrency);
-        let freed = take_freed(client, queue, concurrency, request, now, allowed);
-        let seen = floor::read(slot.map(Slot::floor), queue, request.filter.reach_scope())
-            .map(|seen| seen.lowered_to(effects::pending_lowest(queue)));
+        let freed = take_freed(client, &state, concurrency, request, now, allowed);
+        let seen = state.seen_floor(request.filter.reach_scope());
         let picking = Picking {
             queue,
             filter: &request.filter,
             now,
-            slot,
+            state: &state,
             seen: seen.as_ref(),
             resume: Resume::default(),
         };
         let mut rounds = Rounds::new(request, flow, now, allowed, result_context);
         rounds.run(client, &picking, freed);
         rounds.extend_reach(&picking);
-        budget.settle(client, queue, rounds.taken());
-        if let (Some(slot), Some(seen)) = (slot, &seen) {
-            rounds.raise_floor(client, slot, seen);
+        budget.settle(client, &state, rounds.taken());
+        if let Some(seen) = &seen {
+            rounds.raise_floor(client, &state, seen);
         }
         rounds.finish(client)
     })
@@ -192,7 +172,7 @@ fn attempt(
 /// (`runtime::freed_heads`).
 fn take_freed(
     client: &SpiClient<'_>,
-    queue: &str,
+    state: &QueueState<'_>,
     concurrency: i32,
     request: &ClaimRequest<'_>,
     now: pg_sys::TimestampTz,
@@ -200,7 +180,7 @@ fn take_freed(
 ) -> Vec<pick::Candidate> {
     // SAFETY: reads a backend global.
     let read_committed = unsafe { pg_sys::XactIsoLevel } < pg_sys::XACT_REPEATABLE_READ as i32;
-    if concurrency == 1 && read_committed && freed_heads::sweep_needed() {
+    if concurrency == 1 && read_committed && QueueState::freed_heads_need_sweep() {
         // No settle offers freed heads until a sweep committed; the worker's tick sweeps too.
         sweep_stranded(client);
         return Vec::new();
@@ -210,10 +190,10 @@ fn take_freed(
     // With the fast paths off, settles offer none and clear marks instead: any left from
     // before the setting changed have theirs cleared too.
     if concurrency != 1 || !read_committed || !settings::fast_paths() {
-        unmark(client, freed_heads::take_all(queue));
+        unmark(client, state.take_all_freed_heads());
         return Vec::new();
     }
-    freed::pick(client, queue, &request.filter, now, allowed)
+    freed::pick(client, state, &request.filter, now, allowed)
 }
 
 /// What the queue looks like to an attempt that got nothing.
@@ -225,8 +205,9 @@ fn probe(client: &SpiClient<'_>, queue: &str) -> Probe {
 /// exist.
 fn probe_known(client: &SpiClient<'_>, queue: &str) -> Option<Probe> {
     // From the queue's floor when it is known (see probe_from.sql).
-    let floor = floor::read(wakeup::slot(queue).map(Slot::floor), queue, None)
-        .and_then(|seen| seen.lowered_to(effects::pending_lowest(queue)).key);
+    let floor = QueueState::of(queue)
+        .seen_floor(None)
+        .and_then(|seen| seen.key);
     let rows = match floor {
         Some(at) => PROBE_FROM.run(
             client,
@@ -304,12 +285,12 @@ thread_local! {
 /// claims are all filtered, would otherwise pay a statement more per job than the owner's).
 fn advance_floor(
     client: &SpiClient<'_>,
-    queue: &str,
+    state: &QueueState<'_>,
     seen: &Seen,
     now: pg_sys::TimestampTz,
-    slot: &Slot,
     taken: usize,
 ) {
+    let queue = state.queue();
     let due = TAKEN_SINCE_FLOOR_ADVANCE.with(|since| {
         let count = since.get().saturating_add(taken.max(1));
         let due = count > JOBS_PER_FLOOR_ADVANCE;
@@ -339,185 +320,5 @@ fn advance_floor(
             return;
         }
     }
-    floor::raise(slot.floor(), queue, seen, first);
-}
-
-/// The claim floors that queues of this database hold, for the worker's check that each is
-/// sound ([`check_floor_window`]): the slot of each, its queue and its floor.
-pub fn owned_floors() -> Vec<(usize, String, Position)> {
-    shared()
-        .map(|shared| floor::owned_floors(shared.floor_cells()))
-        .unwrap_or_default()
-}
-
-/// What the check of one window below a claim floor found.
-pub struct FloorWindow {
-    /// The floor had a due queued job below it, and was reset (the queue's waiters woken).
-    pub healed: bool,
-    /// Where the next window starts, when this one ended before the floor.
-    pub next: Option<Position>,
-}
-
-/// The worker's check that `queue`'s claim floor (`floor`, in slot `slot`) is sound, over one
-/// window of the claim index below it, from `from` (`None`: the queue's head) on: a floor
-/// with a due queued job below it (left by a path the code does not know about) is reset, so
-/// such a job waits at most until the check reaches it, a tick when the index is clean. The
-/// worker checks window after window, each in a transaction of its own, until the floor.
-pub fn check_floor_window(
-    client: &SpiClient<'_>,
-    slot: usize,
-    queue: &str,
-    floor: Position,
-    from: Option<Position>,
-) -> FloorWindow {
-    let Some(shared) = shared() else {
-        return FloorWindow {
-            healed: false,
-            next: None,
-        };
-    };
-    let end = claim_index_window_end(queue, from).filter(|end| *end < floor);
-    let from = from.unwrap_or(Position {
-        priority: i16::MIN,
-        run_at: i64::MIN,
-        id: i64::MIN,
-    });
-    let until = end.unwrap_or(floor);
-    let healed = stranded_below(client, queue, from, until, floor, server_now())
-        && floor::heal(shared.slot(slot).floor(), queue, floor);
-    if healed {
-        wakeup::wake_queue(queue);
-    }
-    FloorWindow {
-        healed,
-        next: if healed { None } else { end },
-    }
-}
-
-/// Where the window of the claim index that starts at `from` (`None`: the head of `queue`)
-/// ends: the position of the first entry past it (`storage::index_walk`). `None` when the
-/// queue's entries end first.
-fn claim_index_window_end(queue: &str, from: Option<Position>) -> Option<Position> {
-    // SAFETY: inside the caller's transaction; the scan keys' arguments are by value, or the
-    // row comparison's members, which live until the walk returns.
-    let end = unsafe {
-        let text = pg_sys::cstring_to_text_with_len(queue.as_ptr().cast(), queue.len() as i32);
-        // The index's own function, so the key is the one the index holds (any deterministic
-        // collation hashes alike).
-        let hash = pg_sys::OidFunctionCall1Coll(
-            pg_sys::Oid::from(pg_sys::F_HASHTEXT),
-            pg_sys::C_COLLATION_OID,
-            pg_sys::Datum::from(text),
-        );
-        let mut members: Vec<pg_sys::ScanKeyData> = Vec::new();
-        index_walk::window_end(c"job", c"job_claim_idx", |index| {
-            let ge = pg_sys::BTGreaterEqualStrategyNumber;
-            let eq = pg_sys::BTEqualStrategyNumber;
-            let mut keys = vec![direct::key(
-                index,
-                1,
-                INT4OID,
-                eq,
-                Compare::Condition,
-                hash,
-            )?];
-            if let Some(from) = from {
-                members = vec![
-                    direct::key(
-                        index,
-                        2,
-                        INT2OID,
-                        ge,
-                        Compare::RowMember { last: false },
-                        pg_sys::Datum::from(from.priority),
-                    )?,
-                    direct::key(
-                        index,
-                        3,
-                        TIMESTAMPTZOID,
-                        ge,
-                        Compare::RowMember { last: false },
-                        pg_sys::Datum::from(from.run_at),
-                    )?,
-                    direct::key(
-                        index,
-                        4,
-                        INT8OID,
-                        ge,
-                        Compare::RowMember { last: true },
-                        pg_sys::Datum::from(from.id),
-                    )?,
-                ];
-                let mut header = std::mem::zeroed::<pg_sys::ScanKeyData>();
-                header.sk_flags = pg_sys::SK_ROW_HEADER as i32;
-                header.sk_attno = 2;
-                header.sk_strategy = ge as pg_sys::StrategyNumber;
-                header.sk_argument = pg_sys::Datum::from(members.as_mut_ptr());
-                keys.push(header);
-            }
-            Some(keys)
-        })
-    };
-    let key = end.ok()??;
-    Some(Position {
-        priority: key[1].value() as i16,
-        run_at: key[2].value() as i64,
-        id: key[3].value() as i64,
-    })
-}
-
-/// Whether a due queued job that no transaction holds sits in `[from, until)`, below `floor`.
-///
-/// A claim raises the floor past the jobs it takes before it commits, so until then the
-/// check's snapshot sees those jobs queued below the floor. Each is under its job lock, held
-/// by the claim to its end: a job whose lock another transaction holds is that
-/// transaction's to take or to give back (a rollback resets the floor), so only a job whose
-/// lock the worker gets is asked about again, under the lock and with the latest snapshot.
-/// Without this the worker reset a busy queue's floor whenever its check met a claim in
-/// flight, and the next claim walked the claim index from the queue's head. The check looks
-/// at the first 32 such jobs: a stranded job behind more held ones than that is found at a
-/// later tick, once their claims ended.
-fn stranded_below(
-    client: &SpiClient<'_>,
-    queue: &str,
-    from: Position,
-    until: Position,
-    floor: Position,
-    now: pg_sys::TimestampTz,
-) -> bool {
-    let args: [DatumWithOid; 8] = [
-        queue.into(),
-        until.priority.into(),
-        timestamptz_arg(until.run_at),
-        until.id.into(),
-        timestamptz_arg(now),
-        from.priority.into(),
-        timestamptz_arg(from.run_at),
-        from.id.into(),
-    ];
-    let below: Vec<i64> = FLOOR_CHECK
-        .run(client, &args)
-        .iter()
-        .filter_map(|row| row.get("id"))
-        .collect();
-    below.into_iter().any(|id| {
-        if !locks::try_lock_job(id) {
-            return false;
-        }
-        let args: [DatumWithOid; 6] = [
-            queue.into(),
-            floor.priority.into(),
-            timestamptz_arg(floor.run_at),
-            floor.id.into(),
-            id.into(),
-            timestamptz_arg(now),
-        ];
-        let still_below = FLOOR_RECHECK
-            .run_latest(client, &args)
-            .first()
-            .and_then(|row| row.get::<bool>("below"))
-            .unwrap_or(false);
-        locks::unlock_job(id);
-        still_below
-    })
+    state.raise_floor(seen, first);
 }

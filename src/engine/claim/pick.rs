@@ -10,9 +10,8 @@ use pgrx::spi::SpiClient;
 
 use super::filter::ClaimFilter;
 use crate::engine::model::Position;
-use crate::runtime::floor::{self, Seen};
 use crate::runtime::locks;
-use crate::runtime::shmem::Slot;
+use crate::runtime::queue_state::{QueueState, Seen};
 use crate::storage::direct::claim_reader::{self, DueJob, DueQuery};
 use crate::storage::{param, timestamptz_arg, Param, Rows, Statement};
 
@@ -124,8 +123,8 @@ pub struct Picking<'a> {
     pub filter: &'a ClaimFilter,
     /// The server's clock at the claim.
     pub now: pg_sys::TimestampTz,
-    /// The queue's shared slot, when there is shared memory.
-    pub slot: Option<&'a Slot>,
+    /// The queue's caches in shared memory.
+    pub state: &'a QueueState<'a>,
     /// What the claim read of the queue's floor.
     pub seen: Option<&'a Seen>,
     /// Where the claim's next read past the reach and its next read from the floor go on: just
@@ -226,7 +225,7 @@ impl Picking<'_> {
         let Some(scope) = self.filter.reach_scope() else {
             return;
         };
-        let (Some(slot), Some(seen)) = (self.slot, self.seen) else {
+        let Some(seen) = self.seen else {
             return;
         };
         let Some(floor_key) = seen.key else { return };
@@ -239,7 +238,7 @@ impl Picking<'_> {
             // Should this transaction roll back, the jobs it took come back below the reach: the
             // claim notes them taken (`transitions::jobs_claimed`), so the rollback resets the
             // floor and the reach with it. What it kept but did not take, another claim took.
-            floor::extend_reach(slot.floor(), self.queue, seen, scope, *furthest);
+            self.state.extend_reach(seen, scope, *furthest);
         }
     }
 

@@ -13,7 +13,7 @@ use pgrx::spi::SpiClient;
 
 use super::{probe, ClaimRequest, Probe};
 use crate::pg::clock::server_now;
-use crate::runtime::rate::{self as limiter, Admission, Limit};
+use crate::runtime::queue_state::{Admission, Limit, QueueState};
 use crate::storage::{statement, timestamptz_arg, Statement};
 
 static RATE_BUCKET: Statement = statement!(
@@ -33,7 +33,7 @@ pub fn give_back_reservation(queue: &str) {
     if let Some(Some(limit)) =
         crate::engine::queues::flow_settings(queue).map(|settings| settings.rate)
     {
-        limiter::refund(queue, limit, 1, crate::pg::clock::server_now());
+        QueueState::of(queue).refund_tokens(limit, 1, server_now());
     }
 }
 
@@ -61,7 +61,7 @@ impl Budget {
     /// Takes the tokens for up to `request.n` jobs (`prepaid` of them reserved earlier).
     pub fn open(
         client: &SpiClient<'_>,
-        queue: &str,
+        state: &QueueState<'_>,
         limit: Option<Limit>,
         request: &ClaimRequest<'_>,
         now: pg_sys::TimestampTz,
@@ -78,7 +78,7 @@ impl Budget {
         let shared = if want == 0 {
             Some(Admission::Granted(0))
         } else {
-            limiter::acquire(queue, limit, want, false, server_now())
+            state.acquire_tokens(limit, want, false, server_now())
         };
         match shared {
             Some(Admission::Granted(granted)) => Budget::shared(limit, prepaid + granted, None),
@@ -86,7 +86,7 @@ impl Budget {
             Some(Admission::ReservedFor(_)) => unreachable!("nothing was reserved"),
             Some(Admission::NoRoom) | None => {
                 let args: [DatumWithOid; 4] = [
-                    queue.into(),
+                    state.queue().into(),
                     limit.rate.into(),
                     limit.burst.into(),
                     timestamptz_arg(now),
@@ -121,11 +121,11 @@ impl Budget {
     pub fn throttled(
         &self,
         client: &SpiClient<'_>,
-        queue: &str,
+        state: &QueueState<'_>,
         request: &ClaimRequest<'_>,
         now: pg_sys::TimestampTz,
     ) -> Probe {
-        let mut probe = probe(client, queue);
+        let mut probe = probe(client, state.queue());
         let due = !probe.paused && probe.earliest_run_at.is_some_and(|at| at <= now);
         if !due {
             return probe;
@@ -134,7 +134,7 @@ impl Budget {
             Source::Shared { limit, next, .. } => {
                 if request.wait_micros > 0 {
                     if let Some(Admission::ReservedFor(at)) =
-                        limiter::acquire(queue, *limit, 1, true, server_now())
+                        state.acquire_tokens(*limit, 1, true, server_now())
                     {
                         probe.throttled_until = Some(at);
                         probe.reserved = true;
@@ -154,17 +154,17 @@ impl Budget {
 
     /// After the attempt took `taken` jobs: gives back the tokens it did not use (shared), or
     /// spends what it used (table).
-    pub fn settle(&self, client: &SpiClient<'_>, queue: &str, taken: usize) {
+    pub fn settle(&self, client: &SpiClient<'_>, state: &QueueState<'_>, taken: usize) {
         match &self.source {
             Source::Unlimited => {}
             Source::Shared { limit, held, .. } => {
                 let unused = held.saturating_sub(taken as u32);
-                limiter::refund(queue, *limit, unused, server_now());
+                state.refund_tokens(*limit, unused, server_now());
             }
             Source::Table { held, .. } => {
                 let spent = (taken as u32).min(*held);
                 if spent > 0 {
-                    RATE_SPEND.run(client, &[queue.into(), f64::from(spent).into()]);
+                    RATE_SPEND.run(client, &[state.queue().into(), f64::from(spent).into()]);
                 }
             }
         }

@@ -13,8 +13,7 @@ use crate::engine::groups::{self as engine_groups, unmark, GroupRef};
 use crate::engine::model::Position;
 use crate::engine::queues::{self, unknown_queue};
 use crate::engine::transitions;
-use crate::runtime::floor::{self, Seen};
-use crate::runtime::shmem::Slot;
+use crate::runtime::queue_state::{QueueState, Seen};
 use crate::storage::rows::ClaimedRow;
 use crate::storage::{statement, timestamptz_arg, Statement};
 
@@ -132,10 +131,9 @@ impl<'r, 'q> Rounds<'r, 'q> {
 
     /// Raises the queue's floor (`seen` when the attempt began) past what the rounds took
     /// from the claim index, when the claim's filter lets it tell what lies below.
-    pub fn raise_floor(&self, client: &SpiClient<'_>, slot: &Slot, seen: &Seen) {
-        let queue = self.request.queue;
+    pub fn raise_floor(&self, client: &SpiClient<'_>, state: &QueueState<'_>, seen: &Seen) {
         if !self.request.filter.takes_every_job() {
-            advance_floor(client, queue, seen, self.now, slot, self.claimed.len());
+            advance_floor(client, state, seen, self.now, self.claimed.len());
             return;
         }
         let taken: Vec<Position> = self
@@ -144,15 +142,13 @@ impl<'r, 'q> Rounds<'r, 'q> {
             .map(|(key, _)| *key)
             .filter(|key| !self.freed_taken.contains(&key.id))
             .collect();
-        match new_floor(client, queue, seen, &taken, self.first_skipped) {
-            Some(to) => floor::raise(slot.floor(), queue, seen, to),
+        match new_floor(client, state.queue(), seen, &taken, self.first_skipped) {
+            Some(to) => state.raise_floor(seen, to),
             // Every job it took lay past the reach: it cannot tell what lies between the floor
             // and the reach, so it cannot raise the floor past it. Left at that, the floor rose
             // only after the worker forgot the reach at its tick, and the first claims after
             // each tick walked a tick's worth of claimed jobs' index entries.
-            None if !taken.is_empty() => {
-                advance_floor(client, queue, seen, self.now, slot, taken.len())
-            }
+            None if !taken.is_empty() => advance_floor(client, state, seen, self.now, taken.len()),
             None => {}
         }
     }
@@ -186,7 +182,7 @@ impl<'r, 'q> Rounds<'r, 'q> {
         if freed.is_empty() {
             return (candidates, Vec::new());
         }
-        let merged = freed::merge(std::mem::take(freed), candidates, wanted);
+        let merged = freed::merge(picking.state, std::mem::take(freed), candidates, wanted);
         if let Some(let_go_here) = merged.first_let_go {
             picking.resume.rewind(let_go_here);
             self.first_skipped = earliest(self.first_skipped, Some(let_go_here));

@@ -22,8 +22,7 @@ use crate::pg::extension;
 use crate::pg::snapshot;
 use crate::pg::subtransaction::in_subtransaction;
 use crate::pg::version;
-use crate::runtime::waiting_claims;
-use crate::runtime::wakeup::{self, Waiter};
+use crate::runtime::queue_state::QueueState;
 use crate::storage::rows::ClaimedRow;
 use crate::storage::{statement, with_client, Statement};
 
@@ -77,14 +76,14 @@ pub(super) fn claim_waiting(request: &ClaimRequest<'_>) -> Vec<ClaimedRow> {
     let mut release_snapshot: Option<bool> = None;
     // Whether this claim has slept: its client may have gone meanwhile.
     let mut slept = false;
-    let waiter = Waiter::new(request.queue);
+    let state = QueueState::of(request.queue);
+    let waiter = state.waiter();
     // Listed in jobs.workers from its first sleep until it returns.
-    let mut listed: Option<waiting_claims::Registration> = None;
+    let mut listed = None;
     let mut list = || {
         if listed.is_none() {
             let tenants = request.filter.scope().as_array();
-            listed = Some(waiting_claims::register(
-                request.queue,
+            listed = Some(state.register_waiting_claim(
                 &request.worker,
                 tenants.as_deref(),
                 server_now(),
@@ -207,13 +206,16 @@ pub fn wake_due_waiters(client: &SpiClient<'_>) {
         .iter()
         .filter_map(|row| row.get("queue"))
         .collect();
-    for queue in queues.iter().filter(|q| wakeup::has_waiters(q)) {
+    for queue in queues.iter().map(|q| QueueState::of(q)) {
+        if !queue.has_waiters() {
+            continue;
+        }
         // From the floor, as a waiting claim's own probe: below it lie only jobs that claims in
         // flight hold (or that the floors' check finds and wakes for), and, while an old
         // snapshot holds vacuum back, a dead entry for every job claimed since.
-        let earliest = super::probe_known(client, queue).and_then(|p| p.earliest_run_at);
+        let earliest = super::probe_known(client, queue.queue()).and_then(|p| p.earliest_run_at);
         if earliest.is_some_and(|run_at| run_at <= now) {
-            wakeup::wake_queue(queue);
+            queue.wake_waiters();
         }
     }
 }
