@@ -87,6 +87,46 @@ pub fn flush_statistics(client: &mut Client) {
     }
 }
 
+/// The database's transactions so far (committed and rolled back, as the statistics show
+/// them) and its background worker's ticks, after [`flush_statistics`]: the worker's own
+/// transactions reach the statistics about once a second, so they may lag its tick count.
+pub fn transactions_and_ticks(client: &mut Client) -> (i64, i64) {
+    flush_statistics(client);
+    let row = client
+        .query_one(
+            "SELECT (SELECT xact_commit + xact_rollback FROM pg_stat_database
+                      WHERE datname = current_database()),
+                    (SELECT ticks FROM jobs_worker_status()
+                      WHERE database = current_database())",
+            &[],
+        )
+        .expect("read the transactions and the worker's ticks");
+    (row.get(0), row.get(1))
+}
+
+/// The jobs in states no committed state may have (each as `job <id>: <row>`): a queued job
+/// with a lease or finished, a running one without a lease, a finished one with a lease, or
+/// attempts outside `0..=max_attempts`.
+pub fn impossible_states(client: &mut Client) -> Result<Vec<String>, postgres::Error> {
+    Ok(client
+        .query(
+            "SELECT format('job %s: %s', id, to_jsonb(j))
+               FROM jobs.job j
+              WHERE NOT CASE state
+                  WHEN 'queued'    THEN finished_at IS NULL AND lease_until IS NULL
+                                        AND attempt < max_attempts
+                  WHEN 'running'   THEN lease IS NOT NULL AND lease_until IS NOT NULL
+                                        AND attempt >= 1 AND finished_at IS NULL
+                  ELSE finished_at IS NOT NULL AND lease_until IS NULL
+                END
+                 OR attempt NOT BETWEEN 0 AND max_attempts",
+            &[],
+        )?
+        .iter()
+        .map(|r| r.get(0))
+        .collect())
+}
+
 fn running_as_root() -> bool {
     // SAFETY: geteuid has no preconditions.
     unsafe { libc::geteuid() == 0 }

@@ -432,23 +432,7 @@ fn a_crash_with_fsync_and_full_page_writes_on_loses_nothing_either() {
 
 /// Checks the invariants every job satisfies in every committed state.
 fn assert_no_impossible_state(client: &mut Client) {
-    let broken: Vec<String> = client
-        .query(
-            "SELECT format('job %s: %s', id, to_jsonb(j))
-               FROM jobs.job j
-              WHERE NOT CASE state
-                  WHEN 'queued'    THEN finished_at IS NULL AND lease_until IS NULL AND attempt < max_attempts
-                  WHEN 'running'   THEN lease IS NOT NULL AND lease_until IS NOT NULL AND attempt >= 1
-                                        AND finished_at IS NULL
-                  ELSE finished_at IS NOT NULL AND lease_until IS NULL
-                END
-                 OR attempt NOT BETWEEN 0 AND max_attempts",
-            &[],
-        )
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let broken = pg_jobs_tests::impossible_states(client).unwrap();
     assert!(
         broken.is_empty(),
         "jobs in impossible states:\n{}",

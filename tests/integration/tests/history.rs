@@ -1744,28 +1744,6 @@ fn final_jobs(client: &mut Client) -> Vec<FinalJob> {
         .collect()
 }
 
-/// Jobs in impossible states (the rules of `crash.rs`).
-fn impossible_states(client: &mut Client) -> Vec<String> {
-    client
-        .query(
-            "SELECT format('job %s: %s', id, to_jsonb(j))
-               FROM jobs.job j
-              WHERE NOT CASE state
-                  WHEN 'queued'    THEN finished_at IS NULL AND lease_until IS NULL
-                                        AND attempt < max_attempts
-                  WHEN 'running'   THEN lease IS NOT NULL AND lease_until IS NOT NULL
-                                        AND attempt >= 1 AND finished_at IS NULL
-                  ELSE finished_at IS NOT NULL AND lease_until IS NULL
-                END
-                 OR attempt NOT BETWEEN 0 AND max_attempts",
-            &[],
-        )
-        .expect("check for impossible states")
-        .iter()
-        .map(|r| r.get(0))
-        .collect()
-}
-
 fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name).ok().map(|v| {
         v.parse()
@@ -1930,7 +1908,7 @@ fn run_history(
         .expect("read the server's clock")
         .get(0);
     let finals = final_jobs(&mut admin);
-    let broken = impossible_states(&mut admin);
+    let broken = pg_jobs_tests::impossible_states(&mut admin).expect("check for impossible states");
     let end = End {
         now: Some(now),
         prepared_left: admin

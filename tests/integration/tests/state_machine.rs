@@ -1537,24 +1537,8 @@ fn check_invariants(client: &mut Client, model: &Model, sut: &Sut) -> Result<(),
         ));
     }
 
-    let broken: Vec<String> = client
-        .query(
-            "SELECT format('job %s: %s', id, to_jsonb(j))
-               FROM jobs.job j
-              WHERE NOT CASE state
-                  WHEN 'queued'    THEN finished_at IS NULL AND lease_until IS NULL
-                                        AND attempt < max_attempts
-                  WHEN 'running'   THEN lease IS NOT NULL AND lease_until IS NOT NULL
-                                        AND attempt >= 1 AND finished_at IS NULL
-                  ELSE finished_at IS NOT NULL AND lease_until IS NULL
-                END
-                 OR attempt NOT BETWEEN 0 AND max_attempts",
-            &[],
-        )
-        .map_err(|e| format!("check for impossible states: {e}"))?
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let broken = pg_jobs_tests::impossible_states(client)
+        .map_err(|e| format!("check for impossible states: {e}"))?;
     problems.extend(broken.into_iter().map(|b| format!("impossible state: {b}")));
 
     if problems.is_empty() {

@@ -810,19 +810,7 @@ struct TickCost {
 /// read at either end may miss up to a second of ticks, so they are divided by the ticks less
 /// that lag and rounded up: never below what a tick costs, whichever second the sends fall in.
 fn idle_tick_cost(client: &mut Client) -> TickCost {
-    let read = |client: &mut Client| -> (i64, i64) {
-        pg_jobs_tests::flush_statistics(client);
-        let row = client
-            .query_one(
-                "SELECT (SELECT xact_commit + xact_rollback FROM pg_stat_database
-                          WHERE datname = current_database()),
-                        (SELECT ticks FROM jobs_worker_status()
-                          WHERE database = current_database())",
-                &[],
-            )
-            .unwrap();
-        (row.get(0), row.get(1))
-    };
+    let read = pg_jobs_tests::transactions_and_ticks;
     let started = Instant::now();
     let (transactions_before, ticks_before) = read(client);
     thread::sleep(Duration::from_secs(4));

@@ -977,19 +977,7 @@ fn floor_checks_of_many_queues_share_transactions() {
     assert!(floors as usize > FLOOR_QUEUES / 2, "{floors} floors");
     wait_for_serving_worker(&mut client, "postgres");
 
-    let read = |client: &mut Client| -> (i64, i64) {
-        pg_jobs_tests::flush_statistics(client);
-        let row = client
-            .query_one(
-                "SELECT (SELECT xact_commit + xact_rollback FROM pg_stat_database
-                          WHERE datname = current_database()),
-                        (SELECT ticks FROM jobs_worker_status()
-                          WHERE database = current_database())",
-                &[],
-            )
-            .unwrap();
-        (row.get(0), row.get(1))
-    };
+    let read = pg_jobs_tests::transactions_and_ticks;
     let (transactions_before, ticks_before) = read(&mut client);
     thread::sleep(Duration::from_secs(5));
     let (transactions_after, ticks_after) = read(&mut client);
