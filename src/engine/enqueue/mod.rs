@@ -73,19 +73,25 @@ static INSERT: Statement = Statement {
 static INSERT_UNIQUE: Statement = statement!(
     "enqueue/insert_unique",
     include_str!("insert_unique.sql"),
-    (unique_key: TEXTOID, unique_for: INTERVALOID) -> (id)
+    (queue: TEXTOID, payload: JSONBOID, kind: TEXTOID, run_at: TIMESTAMPTZOID, priority: INT2OID,
+     max_attempts: INT4OID, headers: JSONBOID, tenant: TEXTOID, group_key: TEXTOID,
+     unique_key: TEXTOID, unique_for: INTERVALOID) -> (id)
 );
 
 static INSERT_BATCH: Statement = statement!(
     "enqueue/insert_batch",
     include_str!("insert_batch.sql"),
-    (payloads: JSONBARRAYOID, group_keys: TEXTARRAYOID, group_waits: BOOLARRAYOID) -> (id)
+    (queue: TEXTOID, payloads: JSONBARRAYOID, kind: TEXTOID, run_at: TIMESTAMPTZOID,
+     priority: INT2OID, max_attempts: INT4OID, headers: JSONBOID, tenant: TEXTOID,
+     group_key: TEXTOID, group_keys: TEXTARRAYOID, group_waits: BOOLARRAYOID) -> (id)
 );
 
 static INSERT_BATCH_UNIQUE: Statement = statement!(
     "enqueue/insert_batch_unique",
     include_str!("insert_batch_unique.sql"),
-    (payloads: JSONBARRAYOID, group_keys: TEXTARRAYOID, unique_key: TEXTOID,
+    (queue: TEXTOID, payloads: JSONBARRAYOID, kind: TEXTOID, run_at: TIMESTAMPTZOID,
+     priority: INT2OID, max_attempts: INT4OID, headers: JSONBOID, tenant: TEXTOID,
+     group_key: TEXTOID, group_keys: TEXTARRAYOID, unique_key: TEXTOID,
      unique_keys: TEXTARRAYOID, unique_for: INTERVALOID) -> (id, unique_key)
 );
 
