@@ -17,9 +17,19 @@ use crate::scenarios::workflows::{
 /// uses none of the workflow features is held to, since one run cannot install two builds.
 const BASELINE: &str = include_str!("../../baselines/before-workflows.json");
 
+/// The same rows measured on the build of the merge that brought workflows in, on the same
+/// server as [`BASELINE`]: the two differ by the workflows change alone, so their ratio is
+/// what that change costs a plain queue. A run's own engine carries whatever came after it too.
+const AT_MERGE: &str = include_str!("../../baselines/workflows-merge.json");
+
 /// The recorded counts from before workflows ([`BASELINE`]).
 pub fn baseline() -> Counts {
     serde_json::from_str(BASELINE).expect("benchmarks/baselines/before-workflows.json holds counts")
+}
+
+/// The recorded counts of the workflows merge ([`AT_MERGE`]).
+pub fn at_merge() -> Counts {
+    serde_json::from_str(AT_MERGE).expect("benchmarks/baselines/workflows-merge.json holds counts")
 }
 
 /// The operations of a plain queue whose counts must stay where they were: (operation, queue
@@ -47,6 +57,11 @@ pub fn row(counts: &Counts, operation: &str, queue: &str) -> Option<CountRow> {
 /// The mean of (operation, queue) in the recorded counts.
 pub fn before(operation: &str, queue: &str) -> Option<PerJob> {
     row(&baseline(), operation, queue)?.mean()
+}
+
+/// The row of (operation, queue) recorded on the workflows merge.
+pub fn merged(operation: &str, queue: &str) -> Option<CountRow> {
+    row(&at_merge(), operation, queue)
 }
 
 /// 1.0163 → "1.016×": a count's ratio to its recorded figure, fine enough to tell from the
@@ -162,24 +177,50 @@ fn latencies(out: &mut String, raw: &Run) {
     out.push('\n');
 }
 
-/// Queues that use none of it: the counts of this run against those recorded before.
+/// Queues that use none of it: the counts recorded on the workflows merge, and those of this
+/// run, against those recorded before.
 fn plain(out: &mut String, raw: &Run) {
-    let recorded = baseline();
+    let (recorded, merge) = (baseline(), at_merge());
     let _ = writeln!(
         out,
-        "Queues that use none of this: the counts per operation of this run (see \"Counts per \
-         operation\") against the same rows recorded on the engine before workflows came in \
-         ({}, {}; `benchmarks/baselines/before-workflows.json`). Counts do not drift with the \
-         machine's load, so the comparison holds across runs; a figure within ±{:.0}% of the \
-         recorded one (the counts' own agreement between repetitions) is the same.\n",
+        "Queues that use none of this, in counts (see \"Counts per operation\"), which do not \
+         drift with the machine's load, so figures of different runs compare; a figure within \
+         ±{:.0}% of another (the counts' own agreement between repetitions) is the same. What \
+         workflows cost a plain queue: the engine that brought them in ({}, {}; \
+         `benchmarks/baselines/workflows-merge.json`) against the engine just before ({}, {}; \
+         `benchmarks/baselines/before-workflows.json`), both counted on {}.\n",
+        PLAIN_TOLERANCE * 100.0,
+        merge.engine,
+        merge.started,
         recorded.engine,
         recorded.started,
-        PLAIN_TOLERANCE * 100.0
+        recorded.postgres,
     );
+    ratios(out, &recorded, &merge, "at the merge");
     let Some(counts) = &raw.counts else {
-        out.push_str("This run measured no counts (BENCH_COUNTS=0): nothing to compare.\n\n");
+        out.push_str("This run measured no counts (BENCH_COUNTS=0): nothing more to compare.\n\n");
         return;
     };
+    let _ = writeln!(
+        out,
+        "This run's engine ({}) against the same recorded figures: workflows and whatever came \
+         after them{}.\n",
+        counts.engine,
+        if counts.postgres == recorded.postgres {
+            String::new()
+        } else {
+            format!(
+                " (counted on {}: a server of another build counts other instructions)",
+                counts.postgres
+            )
+        }
+    );
+    ratios(out, &recorded, counts, "this run");
+}
+
+/// One table: each recorded row's instructions and WAL bytes per job in `then` and `now`.
+fn ratios(out: &mut String, then: &Counts, now: &Counts, label: &str) {
+    let ratio = format!("{label} ÷ before");
     table_header(
         out,
         &[
@@ -187,15 +228,15 @@ fn plain(out: &mut String, raw: &Run) {
             "queue",
             "instructions / job",
             "before",
-            "now ÷ before",
+            &ratio,
             "WAL bytes / job",
             "before",
-            "now ÷ before",
+            &ratio,
         ],
     );
-    for old in &recorded.rows {
-        let (Some(now), Some(then)) = (
-            row(counts, &old.operation, &old.queue).and_then(|r| r.mean()),
+    for old in &then.rows {
+        let (Some(new), Some(old_mean)) = (
+            row(now, &old.operation, &old.queue).and_then(|r| r.mean()),
             old.mean(),
         ) else {
             continue;
@@ -205,12 +246,12 @@ fn plain(out: &mut String, raw: &Run) {
             "| {} | {} | {} | {} | {} | {} | {} | {} |",
             old.operation,
             old.queue,
-            int(now.instructions),
-            int(then.instructions),
-            fine_ratio(now.instructions / then.instructions),
-            int(now.wal_bytes),
-            int(then.wal_bytes),
-            fine_ratio(now.wal_bytes / then.wal_bytes),
+            int(new.instructions),
+            int(old_mean.instructions),
+            fine_ratio(new.instructions / old_mean.instructions),
+            int(new.wal_bytes),
+            int(old_mean.wal_bytes),
+            fine_ratio(new.wal_bytes / old_mean.wal_bytes),
         );
     }
     out.push('\n');
@@ -218,17 +259,21 @@ fn plain(out: &mut String, raw: &Run) {
 
 #[cfg(test)]
 mod tests {
-    use super::{baseline, before, report, PLAIN};
+    use super::{at_merge, baseline, before, fine_ratio, merged, report, PLAIN};
     use crate::results::{CountRow, Counts, Measurement, PerJob, Run};
     use crate::scenarios::workflows::{CHAIN, FAN_IN, NO_CHILD, ONE_CHILD, SCENARIO, SIDE};
 
     #[test]
     fn the_recorded_counts_hold_every_plain_operation() {
-        let recorded = baseline();
-        assert!(recorded.engine.contains("git "), "{}", recorded.engine);
+        for recorded in [baseline(), at_merge()] {
+            assert!(recorded.engine.contains("git "), "{}", recorded.engine);
+        }
+        assert_eq!(baseline().postgres, at_merge().postgres, "one server for both");
         for (operation, queue) in PLAIN {
             let per = before(operation, queue).unwrap_or_else(|| panic!("{operation} · {queue}"));
             assert!(per.instructions > 0.0 && per.wal_bytes > 0.0);
+            let merge = merged(operation, queue).and_then(|r| r.mean());
+            assert!(merge.is_some_and(|m| m.instructions > 0.0), "{operation} · {queue}");
         }
     }
 
@@ -278,13 +323,25 @@ mod tests {
         );
         assert!(out.contains("| 999 | 0.40 ms |"), "{out}");
         assert!(out.contains(&recorded.engine), "{out}");
-        let line = out
+        assert!(out.contains(&at_merge().engine), "{out}");
+        let lines: Vec<&str> = out
             .lines()
-            .find(|l| l.starts_with(&format!("| {operation} | {queue} |")))
-            .unwrap();
+            .filter(|l| l.starts_with(&format!("| {operation} | {queue} |")))
+            .collect();
+        let [merge, this_run] = lines[..] else {
+            panic!("one row in each of the two tables: {lines:?}")
+        };
+        let merge_mean = merged(operation, queue).unwrap().mean().unwrap();
         assert!(
-            line.contains("| 1.100× |") && line.ends_with("| 1.000× |"),
-            "{line}"
+            merge.contains(&format!(
+                "| {} |",
+                fine_ratio(merge_mean.instructions / then.instructions)
+            )),
+            "{merge}"
+        );
+        assert!(
+            this_run.contains("| 1.100× |") && this_run.ends_with("| 1.000× |"),
+            "{this_run}"
         );
     }
 }
