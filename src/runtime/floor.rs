@@ -9,9 +9,10 @@
 //! lives. With a floor a claim skips them.
 //!
 //! Soundness: a claim that takes jobs of every kind raises the floor to just past the last job
-//! it took, but only if nothing lowered it since the claim read it (a generation counter);
-//! every commit that makes a job queued lowers it to that job's position (the engine's one door
-//! for that is `engine::transitions`); every rollback of a transaction that held job locks (a
+//! it took, but never past a job made queued since the claim read the floor: every change to
+//! the floor bumps a generation counter, the cell remembers its latest lowers, and a claim that
+//! finds a bump it cannot account for gives up; every commit that makes a job queued lowers
+//! it to that job's position (the engine's one door for that is `engine::transitions`); every rollback of a transaction that held job locks (a
 //! claim, a cancel) resets it, and so does the end of a prepared transaction that did either.
 //! Jobs a claim skipped because another transaction held them are either taken by that
 //! transaction or come back through its rollback. Whatever path the code does not know about
@@ -33,6 +34,26 @@ use super::spin::SpinLocked;
 
 /// Longest tenant name a tenant's reach records; claims of longer names do without one.
 const REACH_TENANT_BYTES: usize = 63;
+
+/// How many of its latest lowers a cell remembers. A claim reads the floor, takes its jobs and
+/// then raises the floor past them; on a busy queue other transactions enqueue meanwhile, and
+/// each commit lowers the floor (bumps its generation) even when its job lies far past it. A
+/// raise that gave up on any bump would leave the floor behind for good, and while an old
+/// snapshot holds vacuum back every claim's probe would walk the dead entries from there. With
+/// the lowers since its reading remembered, the claim raises the floor no further than the
+/// lowest job they made queued. Any other bump (a reset, a heal, another queue taking the
+/// cell), or more lowers than remembered, still makes it give up.
+const REMEMBERED_LOWERS: usize = 16;
+
+/// One lower a cell remembers: the generation it made, and where its job was queued (for the
+/// queue that owned the cell then; a lower for another queue sharing the cell limits nothing).
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct Lowered {
+    generation: u64,
+    limits: bool,
+    key: Position,
+}
 
 /// Whose jobs a reach covers: those a claim may take, when it takes every due one of them in
 /// claim order.
@@ -70,11 +91,33 @@ pub struct FloorData {
     tenant_reach: Position,
     tenant_len: u8,
     tenant: [u8; REACH_TENANT_BYTES],
+    /// The latest lowers, the one that made generation `g` at `g % REMEMBERED_LOWERS`.
+    lowers: [Lowered; REMEMBERED_LOWERS],
 }
 
 impl FloorData {
     fn reach_valid(&self) -> bool {
         self.has_reach && self.reach_generation == self.generation
+    }
+
+    /// The lowest position a lower since generation `seen` made a job of this cell's queue
+    /// queued at (`Some(None)`: none did), or `None` when a bump since then was not a
+    /// remembered lower.
+    fn lowered_since(&self, seen: u64) -> Option<Option<Position>> {
+        if self.generation.wrapping_sub(seen) > REMEMBERED_LOWERS as u64 {
+            return None;
+        }
+        let mut lowest: Option<Position> = None;
+        for generation in seen + 1..=self.generation {
+            let lowered = &self.lowers[(generation % REMEMBERED_LOWERS as u64) as usize];
+            if lowered.generation != generation {
+                return None;
+            }
+            if lowered.limits {
+                lowest = Some(lowest.map_or(lowered.key, |l| l.min(lowered.key)));
+            }
+        }
+        Some(lowest)
     }
 
     fn tenant_reach_valid(&self) -> bool {
@@ -148,14 +191,28 @@ pub fn read(cell: Option<&FloorCell>, queue: &str, scope: Option<ReachScope<'_>>
     })
 }
 
-/// Raises the queue's floor to `to` (the last job a claim of every kind took), unless it was
-/// lowered or reset since `seen` was read.
+/// Raises the queue's floor to `to` (the last job a claim of every kind took), but not past a
+/// job that a lower since `seen` was read made queued; not at all if the floor was reset since,
+/// or changed in a way the cell no longer remembers.
 pub fn raise(cell: &FloorCell, queue: &str, seen: &Seen, to: Position) {
-    let database = current_database();
+    raise_in(cell, current_database(), queue, seen, to);
+}
+
+/// [`raise`] for a queue of `database`.
+fn raise_in(cell: &FloorCell, database: u32, queue: &str, seen: &Seen, to: Position) {
     cell.with(|data| {
-        if data.generation != seen.generation {
+        let to = if data.generation == seen.generation {
+            to
+        } else if data.owned_by(database, queue) {
+            // Jobs queued since the claim read the floor may lie below `to`, unseen by it.
+            match data.lowered_since(seen.generation) {
+                Some(Some(lowest)) => to.min(lowest),
+                Some(None) => to,
+                None => return,
+            }
+        } else {
             return;
-        }
+        };
         if data.owned_by(database, queue) {
             if !data.has_key || data.key < to {
                 data.key = to;
@@ -186,14 +243,21 @@ fn lower_in(cell: &FloorCell, database: u32, queue: &str, key: Position) {
         // extend it, as they did not see the job.
         let reach_holds = data.reach_valid() && data.reach < key;
         let tenant_reach_holds = data.tenant_reach_valid() && data.tenant_reach < key;
+        let owned = data.owned_by(database, queue);
         data.generation += 1;
+        let generation = data.generation;
+        data.lowers[(generation % REMEMBERED_LOWERS as u64) as usize] = Lowered {
+            generation,
+            limits: owned,
+            key,
+        };
         if reach_holds {
-            data.reach_generation = data.generation;
+            data.reach_generation = generation;
         }
         if tenant_reach_holds {
-            data.tenant_reach_generation = data.generation;
+            data.tenant_reach_generation = generation;
         }
-        if data.owned_by(database, queue) && data.has_key && key < data.key {
+        if owned && data.has_key && key < data.key {
             data.key = key;
         }
     });
@@ -341,4 +405,105 @@ pub fn view(cell: &FloorCell, queue: &str) -> FloorView {
             reach: (owned && data.has_key && data.reach_valid()).then_some(data.reach),
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DATABASE: u32 = 7;
+    const QUEUE: &str = "q";
+
+    fn cell() -> Box<FloorCell> {
+        // SAFETY: all-zero bytes are an unlocked cell that serves no queue.
+        unsafe { Box::<FloorCell>::new_zeroed().assume_init() }
+    }
+
+    fn at(id: i64) -> Position {
+        Position {
+            priority: 0,
+            run_at: 0,
+            id,
+        }
+    }
+
+    fn seen(cell: &FloorCell) -> Seen {
+        cell.with(|data| Seen {
+            generation: data.generation,
+            key: (data.owned_by(DATABASE, QUEUE) && data.has_key).then_some(data.key),
+            reach: None,
+        })
+    }
+
+    fn floor(cell: &FloorCell) -> Option<Position> {
+        cell.with(|data| (data.owned_by(DATABASE, QUEUE) && data.has_key).then_some(data.key))
+    }
+
+    /// A cell that serves the queue, with its floor at `id`.
+    fn floor_at(id: i64) -> Box<FloorCell> {
+        let cell = cell();
+        raise_in(&cell, DATABASE, QUEUE, &seen(&cell), at(id));
+        assert_eq!(floor(&cell), Some(at(id)));
+        cell
+    }
+
+    #[test]
+    fn a_raise_passes_jobs_queued_meanwhile_past_where_it_stops() {
+        let cell = floor_at(10);
+        let read = seen(&cell);
+        // Producers commit jobs at the tail while the claim takes 11 to 20.
+        for id in 100..105 {
+            lower_in(&cell, DATABASE, QUEUE, at(id));
+        }
+        raise_in(&cell, DATABASE, QUEUE, &read, at(20));
+        assert_eq!(floor(&cell), Some(at(20)));
+    }
+
+    #[test]
+    fn a_raise_stops_at_a_job_queued_below_where_it_would_go() {
+        let cell = floor_at(10);
+        let read = seen(&cell);
+        lower_in(&cell, DATABASE, QUEUE, at(100));
+        // Job 15 was queued after the claim's snapshot: the claim never saw it.
+        lower_in(&cell, DATABASE, QUEUE, at(15));
+        raise_in(&cell, DATABASE, QUEUE, &read, at(20));
+        assert_eq!(floor(&cell), Some(at(15)));
+    }
+
+    #[test]
+    fn a_raise_gives_up_after_a_reset_or_more_lowers_than_remembered() {
+        let cell = floor_at(10);
+        let read = seen(&cell);
+        lower_in(&cell, DATABASE, QUEUE, at(100));
+        reset_in(&cell, DATABASE, QUEUE);
+        raise_in(&cell, DATABASE, QUEUE, &read, at(20));
+        assert_eq!(
+            floor(&cell),
+            None,
+            "a rolled-back claim's jobs may lie anywhere"
+        );
+
+        let cell = floor_at(10);
+        let read = seen(&cell);
+        for id in 0..=REMEMBERED_LOWERS as i64 {
+            lower_in(&cell, DATABASE, QUEUE, at(100 + id));
+        }
+        raise_in(&cell, DATABASE, QUEUE, &read, at(20));
+        assert_eq!(
+            floor(&cell),
+            Some(at(10)),
+            "one lower too many is forgotten"
+        );
+    }
+
+    #[test]
+    fn another_queues_lowers_do_not_hold_a_raise_back() {
+        let cell = floor_at(10);
+        let read = seen(&cell);
+        // A queue whose slot is this one enqueues at a position below the raise.
+        lower_in(&cell, DATABASE, "other", at(12));
+        lower_in(&cell, DATABASE + 1, QUEUE, at(13));
+        raise_in(&cell, DATABASE, QUEUE, &read, at(20));
+        assert_eq!(floor(&cell), Some(at(20)));
+    }
 }

@@ -7,6 +7,12 @@
 //! (a claim rolled back does that, since its jobs come back) and shows that the next claim,
 //! which has to find its way from the head of the index again, touches hundreds; and that the
 //! floor is back for the claim after it.
+//!
+//! On a busy queue other sessions commit jobs while a claim runs, each commit lowering the
+//! floor's generation; the floor must rise past every claim all the same, or it falls behind
+//! and claims walk the entries between it and the head of the queue.
+
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use pg_jobs_tests::{plan_buffers, unique_queue, Cluster, ExplainingSession};
 
@@ -112,5 +118,74 @@ fn claims_do_not_walk_dead_entries_a_held_snapshot_keeps() {
     assert!(
         without_floor > 5 * with_floor.max(20),
         "the control should walk the dead entries: {without_floor} buffers vs {with_floor}"
+    );
+}
+
+/// Claims measured while producers enqueue.
+const BUSY_CLAIMS: usize = 400;
+
+#[test]
+fn the_floor_rises_past_each_claim_while_other_sessions_enqueue() {
+    let cluster = Cluster::shared();
+    let mut worker = cluster.connect();
+    let queue = unique_queue(&mut worker, "busy", "");
+    worker
+        .execute(
+            "SELECT count(*) FROM jobs_enqueue_batch($1, array_fill('{}'::jsonb, ARRAY[$2::int]))",
+            &[&queue, &(BUSY_CLAIMS as i32)],
+        )
+        .unwrap();
+    let stop = AtomicBool::new(false);
+    let (kept_up, enqueued) = std::thread::scope(|s| {
+        // Two sessions commit a job at the tail of the queue, one per transaction, as fast as
+        // they can: almost every claim sees one of them commit while it runs.
+        let producers: Vec<_> = (0..2)
+            .map(|_| {
+                let (queue, stop) = (&queue, &stop);
+                s.spawn(move || {
+                    let mut producer = cluster.connect();
+                    let mut enqueued = 0;
+                    while !stop.load(Ordering::Relaxed) {
+                        producer
+                            .execute("SELECT jobs_enqueue($1, '{}')", &[queue])
+                            .unwrap();
+                        enqueued += 1;
+                    }
+                    enqueued
+                })
+            })
+            .collect();
+        let mut kept_up = 0;
+        for _ in 0..BUSY_CLAIMS {
+            let row = worker
+                .query_one("SELECT id, lease FROM jobs_claim($1)", &[&queue])
+                .expect("claim");
+            let (id, lease): (i64, uuid::Uuid) = (row.get(0), row.get(1));
+            worker
+                .execute("SELECT jobs_complete($1::bigint, $2::uuid)", &[&id, &lease])
+                .unwrap();
+            // The jobs committed meanwhile lie past it, so the floor must be right past it.
+            let floor: Option<i64> = worker
+                .query_one("SELECT floor_id FROM jobs.runtime_state($1)", &[&queue])
+                .unwrap()
+                .get(0);
+            if floor == Some(id + 1) {
+                kept_up += 1;
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+        let enqueued: i32 = producers.into_iter().map(|p| p.join().unwrap()).sum();
+        (kept_up, enqueued)
+    });
+    println!(
+        "{kept_up} of {BUSY_CLAIMS} claims raised the floor while {enqueued} jobs were enqueued"
+    );
+    assert!(
+        enqueued as usize >= BUSY_CLAIMS,
+        "the producers enqueued only {enqueued} jobs: too few to race the claims"
+    );
+    assert!(
+        kept_up >= BUSY_CLAIMS * 9 / 10,
+        "the floor fell behind: only {kept_up} of {BUSY_CLAIMS} claims raised it past their job"
     );
 }
