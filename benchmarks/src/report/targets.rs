@@ -1166,7 +1166,9 @@ fn workflow_targets(j: &Judge) -> Vec<Target> {
         };
         let bound = Bound::AtMost(1.0 + report_workflows::PLAIN_TOLERANCE);
         out.push(j.counted(
-            &format!("counts: instructions per job, {operation}, plain pg_jobs with workflows ÷ before"),
+            &format!(
+                "counts: instructions per job, {operation}, plain pg_jobs with workflows ÷ before"
+            ),
             "#37",
             bound,
             report_workflows::fine_ratio,
@@ -1174,7 +1176,9 @@ fn workflow_targets(j: &Judge) -> Vec<Target> {
             move |p: &PerJob| p.instructions / before.instructions,
         ));
         out.push(j.counted(
-            &format!("counts: WAL bytes per job, {operation}, plain pg_jobs with workflows ÷ before"),
+            &format!(
+                "counts: WAL bytes per job, {operation}, plain pg_jobs with workflows ÷ before"
+            ),
             "#37",
             bound,
             report_workflows::fine_ratio,

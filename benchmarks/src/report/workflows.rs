@@ -268,12 +268,19 @@ mod tests {
         for recorded in [baseline(), at_merge()] {
             assert!(recorded.engine.contains("git "), "{}", recorded.engine);
         }
-        assert_eq!(baseline().postgres, at_merge().postgres, "one server for both");
+        assert_eq!(
+            baseline().postgres,
+            at_merge().postgres,
+            "one server for both"
+        );
         for (operation, queue) in PLAIN {
             let per = before(operation, queue).unwrap_or_else(|| panic!("{operation} · {queue}"));
             assert!(per.instructions > 0.0 && per.wal_bytes > 0.0);
             let merge = merged(operation, queue).and_then(|r| r.mean());
-            assert!(merge.is_some_and(|m| m.instructions > 0.0), "{operation} · {queue}");
+            assert!(
+                merge.is_some_and(|m| m.instructions > 0.0),
+                "{operation} · {queue}"
+            );
         }
     }
 
