@@ -17,9 +17,13 @@
 //! [`Tick::transaction`] (once, or once per batch), counts what it did in [`Tick::report`]
 //! if `jobs_worker_status()` shows it, and add it to [`STEPS`] where it belongs in the order.
 
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+
 use pgrx::spi::SpiClient;
 
 use super::transaction::{self, Failure};
+use crate::engine::model::Position;
 use crate::engine::tenants::TenantScope;
 use crate::engine::workflows::signals;
 use crate::engine::{claim, distribute, groups, idempotency, purge, reclaim, schedules, two_phase};
@@ -41,6 +45,49 @@ pub const IDEMPOTENCY_PURGED_PER_TICK: usize =
 
 /// Windows of the claim index below claim floors one transaction checks at most.
 const FLOOR_CHECKS_PER_TRANSACTION: usize = 16;
+
+/// Windows below one queue's floor a tick checks at most (of `index_walk::WINDOW_ENTRIES`
+/// entries each). Below a floor lie the entries of every job claimed since vacuum last ran,
+/// and while an old snapshot holds vacuum back they pile up (400 jobs a second give 72,000 in
+/// three minutes), each needing a visit of its heap row. Walking all of them every tick made
+/// the worker's tick cost grow with the snapshot's age until the worker used most of a core
+/// and starved the claims; the next tick goes on where this one stopped instead.
+const FLOOR_WINDOWS_PER_TICK: usize = 10;
+
+/// Lease index windows before the recent part a tick walks at most ([`reclaim_step`]).
+const RECLAIM_EARLIER_WINDOWS_PER_TICK: usize = 10;
+
+/// How long before the previous tick's start a tick's walk of the lease index in full begins:
+/// a claim's lease runs from its statement's time, which its commit (and the tick's snapshot)
+/// can follow by a moment.
+const RECLAIM_RECENT_SLACK_MICROS: i64 = 10_000_000;
+
+/// Where the next tick's reclaim goes on ([`reclaim_step`]).
+#[derive(Clone, Copy)]
+struct ReclaimResume {
+    /// The start of the last tick whose walk of the recent part reached its end (`None`: no
+    /// tick did yet, so the next walks the whole index).
+    recent_from: Option<i64>,
+    /// Where the walk of the earlier part goes on.
+    earlier_from: i64,
+}
+
+thread_local! {
+    /// Where the next tick's reclaim goes on. Kept in the worker's own memory: a restarted
+    /// worker walks the whole lease index at its first tick.
+    static RECLAIM_RESUME: Cell<ReclaimResume> = const {
+        Cell::new(ReclaimResume {
+            recent_from: None,
+            earlier_from: i64::MIN,
+        })
+    };
+
+    /// Per queue (slot and name), where the next tick's floor check goes on: the window after
+    /// the last one checked, when the walk did not reach the floor. Kept in the worker's own
+    /// memory: a restarted worker starts again from each queue's head.
+    static FLOOR_CHECK_RESUME: RefCell<HashMap<(usize, String), Position>> =
+        RefCell::new(HashMap::new());
+}
 
 /// What `pg_stat_activity.query` shows while a tick's transaction runs.
 const ACTIVITY: &std::ffi::CStr = c"pg_jobs tick";
@@ -285,15 +332,62 @@ fn on_each_shard(tick: &mut Tick, step: &Step, shards: &[i64]) -> Result<(), Fai
 }
 
 /// Rule 5: expired leases back to queued (or failed), within a tick of expiring. The lease
-/// index is walked from its start to now a window at a time, a transaction a window (a window
-/// with more expired leases than a batch takes is taken again), up to [`RECLAIM_PER_TICK`]
-/// jobs a tick.
+/// index is walked a window at a time, a transaction a window (a window with more expired
+/// leases than a batch takes is taken again), up to [`RECLAIM_PER_TICK`] jobs a tick: in full
+/// from a little before the previous tick's start to now, where the leases that ran out since
+/// lie; and before that, where a lease lies only if its claim committed after that tick looked
+/// (a claim that ran out its lease before it committed) or the tick's share ran out, up to
+/// [`RECLAIM_EARLIER_WINDOWS_PER_TICK`] windows, going on at the next tick where this one
+/// stopped. Every job claimed since vacuum last ran leaves a dead entry in that earlier part,
+/// and while an old snapshot holds vacuum back they pile up: walking them all every tick made
+/// the tick's cost grow with the snapshot's age.
 fn reclaim_step(tick: &mut Tick) -> Result<(), Failure> {
     let now = server_now();
-    let mut from = i64::MIN;
+    let resume = RECLAIM_RESUME.with(Cell::get);
+    let recent_from = resume.recent_from.map_or(i64::MIN, |start| {
+        start.saturating_sub(RECLAIM_RECENT_SLACK_MICROS)
+    });
     let mut reclaimed = 0;
-    while reclaimed < RECLAIM_PER_TICK {
-        let limit = (RECLAIM_PER_TICK - reclaimed).min(reclaim::BATCH);
+    let recent_done =
+        reclaim_windows(tick, recent_from, now, usize::MAX, &mut reclaimed)?.is_none();
+    let earlier_from = if recent_from == i64::MIN {
+        None
+    } else {
+        reclaim_windows(
+            tick,
+            resume.earlier_from,
+            recent_from,
+            RECLAIM_EARLIER_WINDOWS_PER_TICK,
+            &mut reclaimed,
+        )?
+    };
+    RECLAIM_RESUME.with(|cell| {
+        cell.set(ReclaimResume {
+            // A recent part not walked to its end is walked again from its start.
+            recent_from: if recent_done {
+                Some(now)
+            } else {
+                resume.recent_from
+            },
+            earlier_from: earlier_from.unwrap_or(i64::MIN),
+        })
+    });
+    Ok(())
+}
+
+/// Reclaims from the lease index a window at a time from `from` on, until a window ends past
+/// `until`, `windows` windows were walked, or the tick's share of jobs is taken. Returns where
+/// to go on when it stopped before `until`.
+fn reclaim_windows(
+    tick: &mut Tick,
+    mut from: i64,
+    until: i64,
+    windows: usize,
+    reclaimed: &mut usize,
+) -> Result<Option<i64>, Failure> {
+    let mut walked = 0;
+    while *reclaimed < RECLAIM_PER_TICK && walked < windows {
+        let limit = (RECLAIM_PER_TICK - *reclaimed).min(reclaim::BATCH);
         let (batch, window) = tick
             .transaction(|client| {
                 let window = reclaim::lease_window(from)?;
@@ -303,18 +397,19 @@ fn reclaim_step(tick: &mut Tick) -> Result<(), Failure> {
                 ))
             })?
             .unwrap_or((0, TimeWindow::ALL));
-        reclaimed += batch;
+        walked += 1;
+        *reclaimed += batch;
         tick.report.reclaimed += batch;
         // A full batch: the window may hold more (the loop ends once the tick's share is taken).
         if batch >= limit {
             continue;
         }
-        if window.until > now {
-            break;
+        if window.until > until {
+            return Ok(None);
         }
         from = window.until;
     }
-    Ok(())
+    Ok(Some(from))
 }
 
 /// Awaits whose timeout passed go back to the queue (`engine::workflows::signals`), a
@@ -331,28 +426,54 @@ fn await_timeouts_step(tick: &mut Tick) -> Result<(), Failure> {
     Ok(())
 }
 
-/// No due job may wait below a claim floor for longer than a tick, whatever made it
-/// claimable: each floor is checked from its queue's head, a window of the claim index at a
-/// time. A transaction checks up to [`FLOOR_CHECKS_PER_TRANSACTION`] windows, and ends after
-/// the first full one (a window that ends before the floor): many queues with little below
-/// their floors share transactions, and a queue with many dead entries below its floor gets a
-/// transaction a window.
+/// No due job may wait below a claim floor for long, whatever made it claimable: each floor is
+/// checked from its queue's head, a window of the claim index at a time, up to
+/// [`FLOOR_WINDOWS_PER_TICK`] windows a tick; a walk that has not reached the floor by then
+/// goes on at the next tick, and one that reached it starts again from the head. So such a
+/// job waits a tick when the index is clean, and a tick per [`FLOOR_WINDOWS_PER_TICK`] windows
+/// of dead entries while an old snapshot keeps them. A transaction checks up to
+/// [`FLOOR_CHECKS_PER_TRANSACTION`] windows, and ends after the first full one (a window that
+/// ends before the floor): many queues with little below their floors share transactions, and
+/// a queue with many dead entries below its floor gets a transaction a window.
 fn floors_step(tick: &mut Tick) -> Result<(), Failure> {
-    let mut pending: std::collections::VecDeque<_> = claim::owned_floors()
-        .into_iter()
-        .map(|(slot, queue, floor)| (slot, queue, floor, None))
-        .collect();
+    let floors = claim::owned_floors();
+    let mut pending: std::collections::VecDeque<_> = FLOOR_CHECK_RESUME.with(|resume| {
+        let mut resume = resume.borrow_mut();
+        // Queues whose floor is gone (reset, or their slot taken) start again from the head.
+        resume.retain(|(slot, queue), _| floors.iter().any(|(s, q, _)| s == slot && q == queue));
+        floors
+            .into_iter()
+            .map(|(slot, queue, floor)| {
+                // A floor lowered past where the walk stopped: all of it lies below that.
+                let from = resume
+                    .get(&(slot, queue.clone()))
+                    .copied()
+                    .filter(|from| *from < floor);
+                (slot, queue, floor, from, FLOOR_WINDOWS_PER_TICK)
+            })
+            .collect()
+    });
     while !pending.is_empty() {
         let healed = tick.transaction(|client| {
             let mut healed = 0;
             for _ in 0..FLOOR_CHECKS_PER_TRANSACTION {
-                let Some((slot, queue, floor, from)) = pending.pop_front() else {
+                let Some((slot, queue, floor, from, windows_left)) = pending.pop_front() else {
                     break;
                 };
                 let window = claim::check_floor_window(client, slot, &queue, floor, from);
                 healed += usize::from(window.healed);
-                if let Some(next) = window.next {
-                    pending.push_back((slot, queue, floor, Some(next)));
+                let resume_at = window.next.filter(|_| !window.healed);
+                FLOOR_CHECK_RESUME.with(|resume| {
+                    let mut resume = resume.borrow_mut();
+                    match resume_at {
+                        Some(next) => resume.insert((slot, queue.clone()), next),
+                        None => resume.remove(&(slot, queue.clone())),
+                    }
+                });
+                if let Some(next) = resume_at {
+                    if windows_left > 1 {
+                        pending.push_back((slot, queue, floor, Some(next), windows_left - 1));
+                    }
                     break;
                 }
             }

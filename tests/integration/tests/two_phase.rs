@@ -567,3 +567,77 @@ fn a_claim_past_the_reach_advances_the_floor() {
         ids[3]
     );
 }
+
+/// Below a floor an old snapshot keeps a dead entry for every job claimed since. The worker's
+/// check walks a bounded share of them a tick (ten windows of 1,000 entries) and goes on at the
+/// next tick where it stopped, so a job written behind the functions' back deep below the floor
+/// is found a few ticks later, and no tick walks them all.
+#[test]
+fn the_worker_finds_a_job_deep_below_a_floor_a_bounded_walk_a_tick() {
+    const FIRST: i32 = 29_000;
+    const SECOND: i32 = 1_000;
+    let cluster = Cluster::start("floor-heal-deep", &ticking_on_reload());
+    let mut admin = cluster.connect();
+    admin.batch_execute("CREATE EXTENSION pg_jobs").unwrap();
+    let queue = unique_queue(&mut admin, "deep", "");
+    // The snapshot that keeps every claimed job's dead entry in the claim index.
+    let mut holder = cluster.connect();
+    holder
+        .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM pg_class")
+        .unwrap();
+    // Two batches, the second due a little later than the first.
+    for count in [FIRST, SECOND] {
+        admin
+            .execute(
+                "SELECT count(*) FROM jobs_enqueue_batch($1, array_fill('{}'::jsonb, ARRAY[$2::int]))",
+                &[&queue, &count],
+            )
+            .unwrap();
+        admin.batch_execute("SELECT pg_sleep(0.01)").unwrap();
+    }
+    for _ in 0..(FIRST + SECOND) / 1000 {
+        admin
+            .execute("SELECT count(*) FROM jobs_claim($1, n => 1000)", &[&queue])
+            .unwrap();
+    }
+    // Due just before the second batch: past the first batch's 29,000 dead entries, below the
+    // floor the claims raised past the second.
+    let restored: i64 = scalar(
+        &mut admin,
+        "INSERT INTO jobs.job (queue, max_attempts, run_at)
+         SELECT $1, 5, max(run_at) - interval '1 microsecond' FROM jobs.job WHERE queue = $1
+         RETURNING id",
+        &[&queue],
+    );
+    assert!(
+        claim(&mut admin, &queue, 1, "").is_empty(),
+        "before the worker's check the job sits below the floor (this test needs that)"
+    );
+    let (_, healed_before) = worker_counts(&mut admin);
+    let mut ticks = 0;
+    loop {
+        let (ticks_before, _) = worker_counts(&mut admin);
+        admin.batch_execute("SELECT pg_reload_conf()").unwrap();
+        pg_jobs_tests::wait_until(
+            std::time::Duration::from_secs(30),
+            "the worker's tick",
+            || worker_counts(&mut admin).0 > ticks_before,
+        );
+        ticks += 1;
+        if worker_counts(&mut admin).1 > healed_before {
+            break;
+        }
+        assert!(
+            ticks < 20,
+            "the job below the floor was not found in {ticks} ticks"
+        );
+    }
+    holder.batch_execute("ROLLBACK").unwrap();
+    println!("a job behind {FIRST} dead entries below the floor was found at tick {ticks}");
+    assert!(
+        ticks >= 3,
+        "one tick walked {FIRST} dead entries: the check must walk at most 10,000 a tick"
+    );
+    let claimed = claim(&mut admin, &queue, 1, "");
+    assert_eq!(claimed.iter().map(|c| c.id).collect::<Vec<_>>(), [restored]);
+}

@@ -1375,3 +1375,41 @@ fn a_database_no_worker_serves_says_so() {
     );
     drop(client);
 }
+
+/// A lease can run out before its claim commits (a claim in a transaction that then does
+/// slow work). Each tick walks the lease index in full only from a little before the previous
+/// tick's start; the part before that, where such a lease lies, it walks a bounded share of a
+/// tick, going on at the next. The lease still comes back: the worker reclaims it once its
+/// walk of that part comes round.
+#[test]
+fn a_lease_that_ran_out_before_its_claim_committed_is_reclaimed() {
+    let mut client = Cluster::shared().connect();
+    let queue = unique_queue(&mut client, "late-commit", "");
+    let id = enqueue(&mut client, &queue, json!({}));
+    let mut claimer = Cluster::shared().connect();
+    claimer.batch_execute("BEGIN").unwrap();
+    let claimed = claim(&mut claimer, &queue, 1, ", lease => '1 second'");
+    assert_eq!(claimed.iter().map(|c| c.id).collect::<Vec<_>>(), [id]);
+    // Ticks go by while the claim's transaction is open: their walks see the job queued.
+    let ticks = |client: &mut Client| worker_status(client, "postgres").map_or(0, |s| s.ticks);
+    let before = ticks(&mut client);
+    wait_until(
+        Duration::from_secs(60),
+        "the lease and 12 seconds to pass",
+        || {
+            // Only the claim's own transaction sees its lease yet.
+            scalar::<bool>(
+                &mut claimer,
+                "SELECT lease_until < clock_timestamp() - interval '11 seconds'
+               FROM jobs.job WHERE id = $1",
+                &[&id],
+            ) && ticks(&mut client) > before + 2
+        },
+    );
+    claimer.batch_execute("COMMIT").unwrap();
+    wait_until(
+        Duration::from_secs(60),
+        "the worker to reclaim the lease",
+        || state(&mut client, id) == "queued",
+    );
+}
