@@ -269,6 +269,9 @@ struct Shared {
     cancel_requests: Mutex<VecDeque<(Instant, i64)>>,
     /// Prepared transactions handed to the resolver: (when, gid, commit).
     to_resolve: Mutex<Vec<(Instant, String, bool)>>,
+    /// The resolver ends nothing while a fault that ends every backend is injected, so the
+    /// transactions handed to it before the fault are ended after it.
+    resolver_paused: AtomicBool,
     /// The server's port (the vanishing clients speak the protocol themselves).
     port: u16,
 }
@@ -638,6 +641,10 @@ fn resolve(process: usize, shared: Arc<Shared>) -> Vec<Op> {
     let mut client = connect(&shared, &mut rec);
     loop {
         let stopping = shared.stop.load(Ordering::Relaxed);
+        if !stopping && shared.resolver_paused.load(Ordering::Acquire) {
+            thread::sleep(Duration::from_millis(2));
+            continue;
+        }
         let now = Instant::now();
         let due: Vec<(String, bool)> = {
             let mut queue = shared.to_resolve.lock().unwrap();
@@ -1633,23 +1640,17 @@ fn inject_faults(shared: Arc<Shared>, cluster: Arc<Cluster>, plan: Vec<(u64, Fau
             }
             thread::sleep(Duration::from_millis(5));
         }
-        if !matches!(fault, Fault::TermWorker) {
+        let ends_every_backend = !matches!(fault, Fault::TermWorker);
+        if ends_every_backend {
             // A fault that ends every backend lands between some PREPARE TRANSACTION and its
-            // end: wait (a little) until a few are pending, one of them for a while. Most are
-            // ended at once, by calls that may well come before the fault or meet it (then
-            // their end is settled by pg_prepared_xacts, which cannot tell on which side of the
-            // fault it took); one that waits for the resolver is ended after the restart.
+            // end. Most are ended at once, by calls that may well come before the fault or meet
+            // it (then their end is settled by pg_prepared_xacts, which cannot tell on which
+            // side of the fault it took). So the resolver is paused until the server is back,
+            // and the fault waits (a little) for a transaction handed to it: that one is ended
+            // after the fault, whatever the timing.
+            shared.resolver_paused.store(true, Ordering::Release);
             let deadline = Instant::now() + Duration::from_secs(3);
-            while Instant::now() < deadline
-                && simple(
-                    &mut client,
-                    "SELECT count(*) >= 3 AND count(*) FILTER (
-                                WHERE prepared < clock_timestamp() - interval '50 milliseconds') > 0
-                       FROM pg_prepared_xacts",
-                )
-                .map(|rows| text(&rows[0][0]) != "t")
-                .unwrap_or(true)
-            {
+            while Instant::now() < deadline && shared.to_resolve.lock().unwrap().is_empty() {
                 thread::sleep(Duration::from_millis(2));
             }
         }
@@ -1695,6 +1696,7 @@ fn inject_faults(shared: Arc<Shared>, cluster: Arc<Cluster>, plan: Vec<(u64, Fau
                 });
             }
         }
+        shared.resolver_paused.store(false, Ordering::Release);
     }
     rec.ops
 }
@@ -1811,6 +1813,7 @@ fn run_history(
         known_ids: Mutex::new(Vec::new()),
         cancel_requests: Mutex::new(VecDeque::new()),
         to_resolve: Mutex::new(Vec::new()),
+        resolver_paused: AtomicBool::new(false),
         port: cluster.port,
     });
 
