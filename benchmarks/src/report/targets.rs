@@ -1159,11 +1159,14 @@ fn workflow_targets(j: &Judge) -> Vec<Target> {
     }
     // Judged on the counts recorded on the merge that brought workflows in, against those of
     // the engine just before it, on one server: what the change costs a plain queue. A run's
-    // own engine carries later changes too (its counts are in the section, beside these).
+    // own engine carries later changes too (its counts are in the section, beside these). A
+    // run that measured no counts judges none.
+    let counted_run = j.raw.counts.is_some();
     for (operation, queue) in report_workflows::PLAIN {
         let Some(before) = report_workflows::before(operation, queue) else {
             continue;
         };
+        let merged = report_workflows::merged(operation, queue).filter(|_| counted_run);
         let bound = Bound::AtMost(1.0 + report_workflows::PLAIN_TOLERANCE);
         out.push(j.counted(
             &format!(
@@ -1172,7 +1175,7 @@ fn workflow_targets(j: &Judge) -> Vec<Target> {
             "#37",
             bound,
             report_workflows::fine_ratio,
-            report_workflows::merged(operation, queue),
+            merged.clone(),
             move |p: &PerJob| p.instructions / before.instructions,
         ));
         out.push(j.counted(
@@ -1182,7 +1185,7 @@ fn workflow_targets(j: &Judge) -> Vec<Target> {
             "#37",
             bound,
             report_workflows::fine_ratio,
-            report_workflows::merged(operation, queue),
+            merged,
             move |p: &PerJob| p.wal_bytes / before.wal_bytes,
         ));
     }
