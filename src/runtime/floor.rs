@@ -12,8 +12,9 @@
 //! it took, but never past a job made queued since the claim read the floor: every change to
 //! the floor bumps a generation counter, the cell remembers its latest lowers, and a claim that
 //! finds a bump it cannot account for gives up; every commit that makes a job queued lowers
-//! it to that job's position (the engine's one door for that is `engine::transitions`); every rollback of a transaction that held job locks (a
-//! claim, a cancel) resets it, and so does the end of a prepared transaction that did either.
+//! it to that job's position (the engine's one door for that is `engine::transitions`); every
+//! rollback of a transaction that held job locks (a claim, a cancel) resets it, and so does the
+//! end of a prepared transaction that did either.
 //! Jobs a claim skipped because another transaction held them are either taken by that
 //! transaction or come back through its rollback. Whatever path the code does not know about
 //! (a restore, a row written behind the functions' back) is caught by the background worker,

@@ -48,10 +48,10 @@ const FLOOR_CHECKS_PER_TRANSACTION: usize = 16;
 
 /// Windows below one queue's floor a tick checks at most (of `index_walk::WINDOW_ENTRIES`
 /// entries each). Below a floor lie the entries of every job claimed since vacuum last ran,
-/// and while an old snapshot holds vacuum back they pile up (400 jobs a second give 72,000 in
-/// three minutes), each needing a visit of its heap row. Walking all of them every tick made
-/// the worker's tick cost grow with the snapshot's age until the worker used most of a core
-/// and starved the claims; the next tick goes on where this one stopped instead.
+/// and while an old snapshot holds vacuum back they pile up, one per job claimed, each needing
+/// a visit of its heap row. Walking all of them every tick made the worker's tick cost grow
+/// with the snapshot's age until the worker used most of a core and starved the claims; the
+/// next tick goes on where this one stopped instead.
 const FLOOR_WINDOWS_PER_TICK: usize = 10;
 
 /// Lease index windows before the recent part a tick walks at most ([`reclaim_step`]).
