@@ -281,14 +281,32 @@ impl Cluster {
     /// [`TEST_SETTINGS`] and the extension created in database `postgres`.
     pub fn shared() -> &'static Cluster {
         static SHARED: OnceLock<Cluster> = OnceLock::new();
-        SHARED.get_or_init(|| {
-            let cluster = Cluster::start("shared", TEST_SETTINGS);
-            cluster
-                .connect()
-                .batch_execute("CREATE EXTENSION IF NOT EXISTS pg_jobs")
-                .unwrap();
-            cluster
-        })
+        SHARED.get_or_init(|| Cluster::start_with_extension("shared", TEST_SETTINGS))
+    }
+
+    /// [`Cluster::start`], then the extension created in database `postgres`: a cluster of a
+    /// test's own, ready for its first call.
+    pub fn start_with_extension(name: &str, settings: &[&str]) -> Cluster {
+        let cluster = Cluster::start(name, settings);
+        cluster
+            .connect()
+            .batch_execute("CREATE EXTENSION IF NOT EXISTS pg_jobs")
+            .unwrap_or_else(|e| panic!("create the extension in cluster {name}: {e}"));
+        cluster
+    }
+
+    /// Drops database `name` if it is there (left by an earlier run) and creates it empty, for
+    /// a test that needs a database of its own.
+    pub fn recreate_database(&self, name: &str) {
+        let mut admin = self.connect();
+        for sql in [
+            format!("DROP DATABASE IF EXISTS {name}"),
+            format!("CREATE DATABASE {name}"),
+        ] {
+            admin
+                .batch_execute(&sql)
+                .unwrap_or_else(|e| panic!("{sql}: {e}"));
+        }
     }
 
     /// Creates and starts a new cluster with `settings` appended to postgresql.conf.
@@ -640,6 +658,18 @@ pub struct Claimed {
     pub attempt: i32,
 }
 
+impl Claimed {
+    /// The claim in a row whose first three columns are a job's `id`, `lease` and `attempt`
+    /// (as `jobs_claim` returns them, or as read back from `jobs.job`).
+    pub fn from_row(row: &postgres::Row) -> Claimed {
+        Claimed {
+            id: row.get(0),
+            lease: row.get(1),
+            attempt: row.get(2),
+        }
+    }
+}
+
 /// Claims up to `n` jobs of `queue` with the given extra SQL arguments (", lease => ...").
 pub fn claim(
     client: &mut impl postgres::GenericClient,
@@ -654,12 +684,13 @@ pub fn claim(
         )
         .unwrap_or_else(|e| panic!("claim from {queue}: {e}"))
         .iter()
-        .map(|row| Claimed {
-            id: row.get(0),
-            lease: row.get(1),
-            attempt: row.get(2),
-        })
+        .map(Claimed::from_row)
         .collect()
+}
+
+/// The ids of the jobs [`claim`] took, in the order it took them.
+pub fn claim_ids(client: &mut impl postgres::GenericClient, queue: &str, n: i32) -> Vec<i64> {
+    claim(client, queue, n, "").iter().map(|c| c.id).collect()
 }
 
 /// Enqueues one job with `payload` and returns its id.
@@ -699,16 +730,73 @@ pub fn state(client: &mut Client, id: i64) -> String {
         .get(0)
 }
 
-/// Runs a single-value SQL query with parameters and returns the value.
+/// The parameters of a query, as `postgres` takes them.
+pub type Params<'a> = &'a [&'a (dyn postgres::types::ToSql + Sync)];
+
+/// Runs a single-value SQL query with parameters and returns the value (on a connection or
+/// inside a transaction).
 pub fn scalar<T: for<'a> postgres::types::FromSql<'a>>(
-    client: &mut Client,
+    client: &mut impl postgres::GenericClient,
     sql: &str,
-    params: &[&(dyn postgres::types::ToSql + Sync)],
+    params: Params,
 ) -> T {
     client
         .query_one(sql, params)
         .unwrap_or_else(|e| panic!("{sql}: {e}"))
         .get(0)
+}
+
+/// Runs a query and collects its first column, a value a row in the rows' order, into what
+/// the caller asks for (a `Vec`, a set).
+pub fn column<T: for<'a> postgres::types::FromSql<'a>, C: FromIterator<T>>(
+    client: &mut impl postgres::GenericClient,
+    sql: &str,
+    params: Params,
+) -> C {
+    client
+        .query(sql, params)
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+        .iter()
+        .map(|row| row.get(0))
+        .collect()
+}
+
+/// A tuple read from the columns of one row, in order: what [`row`] returns.
+pub trait FromRow {
+    /// Reads the tuple from `row`'s first columns.
+    fn from_row(row: &postgres::Row) -> Self;
+}
+
+/// Implements [`FromRow`] for the tuple of the given types, column `i` into element `i`.
+macro_rules! from_row_for_tuple {
+    ($($t:ident $i:tt),+) => {
+        impl<$($t: for<'a> postgres::types::FromSql<'a>),+> FromRow for ($($t,)+) {
+            fn from_row(row: &postgres::Row) -> Self {
+                ($(row.get::<_, $t>($i),)+)
+            }
+        }
+    };
+}
+
+from_row_for_tuple!(A 0, B 1);
+from_row_for_tuple!(A 0, B 1, C 2);
+from_row_for_tuple!(A 0, B 1, C 2, D 3);
+
+/// Runs a query that returns exactly one row and returns its columns as a tuple.
+pub fn row<T: FromRow>(client: &mut impl postgres::GenericClient, sql: &str, params: Params) -> T {
+    let row = client
+        .query_one(sql, params)
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    T::from_row(&row)
+}
+
+/// How many jobs `queue` has, in any state (as seen by this connection).
+pub fn jobs_in(client: &mut impl postgres::GenericClient, queue: &str) -> i64 {
+    scalar(
+        client,
+        "SELECT count(*) FROM jobs.job WHERE queue = $1",
+        &[&queue],
+    )
 }
 
 /// A session that logs the plan of every statement it runs, nested ones included

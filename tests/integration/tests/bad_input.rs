@@ -18,7 +18,7 @@
 
 use std::sync::{Mutex, OnceLock};
 
-use pg_jobs_tests::{claim, enqueue, scalar, settings_with, Client, Cluster};
+use pg_jobs_tests::{claim, column, enqueue, row, scalar, settings_with, Client, Cluster};
 use serde_json::json;
 
 /// Serialises the tests of this file: the snapshots cover the whole schema.
@@ -75,18 +75,14 @@ fn cluster() -> &'static Cluster {
 /// what shared memory holds for every queue (`jobs.runtime_state`: claim floor, reach, wake-up
 /// slot), so that "changes nothing" covers both.
 fn snapshot(client: &mut Client) -> Vec<(String, String)> {
-    let tables: Vec<String> = client
-        .query(
-            "SELECT format('%I.%I', n.nspname, c.relname)
+    let tables: Vec<String> = column(
+        client,
+        "SELECT format('%I.%I', n.nspname, c.relname)
                FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
               WHERE n.nspname = 'jobs' AND c.relkind IN ('r', 'p')
               ORDER BY 1",
-            &[],
-        )
-        .expect("list the extension's tables")
-        .iter()
-        .map(|row| row.get(0))
-        .collect();
+        &[],
+    );
     assert!(
         tables.iter().any(|t| t == "jobs.job") && tables.iter().any(|t| t == "jobs.queue"),
         "the extension's tables: {tables:?}"
@@ -125,21 +121,17 @@ fn snapshot(client: &mut Client) -> Vec<(String, String)> {
 /// The `jobs_*` functions of the extension that take arguments (as `pg_proc` lists them) but
 /// that no call of `calls` tries.
 fn functions_without_bad_calls(client: &mut Client, calls: &[BadCall]) -> Vec<String> {
-    let functions: Vec<String> = client
-        .query(
-            "SELECT DISTINCT p.proname::text
+    let functions: Vec<String> = column(
+        client,
+        "SELECT DISTINCT p.proname::text
                FROM pg_proc p
                JOIN pg_depend d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid
                                AND d.deptype = 'e'
                JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'pg_jobs'
               WHERE p.proname LIKE 'jobs\\_%' AND p.pronargs > 0
               ORDER BY 1",
-            &[],
-        )
-        .expect("list the extension's functions")
-        .iter()
-        .map(|row| row.get(0))
-        .collect();
+        &[],
+    );
     assert!(
         functions.iter().any(|f| f == "jobs_claim"),
         "the extension's functions: {functions:?}"
@@ -812,17 +804,13 @@ fn a_lease_with_months_ends_as_long_after_the_claim_as_it_was_judged() {
     enqueue(&mut client, &queue, json!({}));
     let held = claim(&mut client, &queue, 1, ", lease => '1 mon -27 days'");
     assert_eq!(held.len(), 1);
-    let (length_ok, future): (bool, bool) = {
-        let row = client
-            .query_one(
-                "SELECT lease_until - started_at = (started_at + interval '1 mon -27 days') - started_at,
+    let (length_ok, future): (bool, bool) = row(
+        &mut client,
+        "SELECT lease_until - started_at = (started_at + interval '1 mon -27 days') - started_at,
                         lease_until > now() + interval '1 day'
                    FROM jobs.job WHERE id = $1",
-                &[&held[0].id],
-            )
-            .unwrap();
-        (row.get(0), row.get(1))
-    };
+        &[&held[0].id],
+    );
     assert!(
         length_ok,
         "lease_until must be the claim time plus the lease as the server applies it"

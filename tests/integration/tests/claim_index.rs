@@ -19,7 +19,7 @@
 //! Last, that the enqueue writer puts every job into each index whose predicate admits it
 //! (amcheck), since claims read nothing but those entries.
 
-use pg_jobs_tests::{plan_buffers, plan_nodes, unique_queue, Client, Cluster};
+use pg_jobs_tests::{column, plan_buffers, plan_nodes, scalar, unique_queue, Client, Cluster};
 use serde_json::Value;
 
 /// Finished jobs in the queue with history.
@@ -309,27 +309,21 @@ fn the_enqueue_writer_puts_each_job_into_exactly_the_indexes_that_admit_it() {
             &[&queue],
         )
         .expect("a batch, its second job waiting behind its first");
-    let waiting: i64 = client
-        .query_one(
-            "SELECT count(*) FROM jobs.job WHERE queue = $1 AND group_wait",
-            &[&queue],
-        )
-        .unwrap()
-        .get(0);
+    let waiting: i64 = scalar(
+        &mut client,
+        "SELECT count(*) FROM jobs.job WHERE queue = $1 AND group_wait",
+        &[&queue],
+    );
     assert_eq!(
         waiting, 1,
         "the batch marked the job behind its own job of h"
     );
-    let indexes: Vec<String> = client
-        .query(
-            "SELECT indexrelid::regclass::text FROM pg_catalog.pg_index
+    let indexes: Vec<String> = column(
+        &mut client,
+        "SELECT indexrelid::regclass::text FROM pg_catalog.pg_index
               WHERE indrelid = 'jobs.job'::regclass ORDER BY 1",
-            &[],
-        )
-        .unwrap()
-        .iter()
-        .map(|row| row.get(0))
-        .collect();
+        &[],
+    );
     assert!(indexes.len() >= 7, "{indexes:?}");
     for index in &indexes {
         client

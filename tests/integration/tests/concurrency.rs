@@ -25,7 +25,7 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant, SystemTime};
 
 use pg_jobs_tests::Rng;
-use pg_jobs_tests::{scalar, unique_queue, wait_until, Client, Cluster};
+use pg_jobs_tests::{column, scalar, unique_queue, wait_until, Client, Cluster};
 use postgres::error::SqlState;
 use uuid::Uuid;
 
@@ -421,16 +421,12 @@ fn concurrent_claimers_get_every_job_exactly_once_without_waiting() {
 
     let mut setup = Cluster::shared().connect();
     let queue = unique_queue(&mut setup, "exclusive", "lease => '1 hour'");
-    let enqueued: Vec<i64> = setup
-        .query(
-            "SELECT id FROM jobs_enqueue_batch($1, ARRAY(
+    let enqueued: Vec<i64> = column(
+        &mut setup,
+        "SELECT id FROM jobs_enqueue_batch($1, ARRAY(
                  SELECT jsonb_build_object('n', g) FROM generate_series(1, $2) AS g))",
-            &[&queue, &JOBS],
-        )
-        .expect("enqueue the jobs")
-        .iter()
-        .map(|row| row.get(0))
-        .collect();
+        &[&queue, &JOBS],
+    );
     let enqueued_set: HashSet<i64> = enqueued.iter().copied().collect();
     assert_eq!(enqueued.len(), JOBS as usize);
     assert_eq!(
@@ -753,16 +749,12 @@ fn claims_racing_reclaim_and_cancel_never_complete_a_job_twice() {
         "race",
         &format!("lease => '200 milliseconds', max_attempts => {MAX_ATTEMPTS}"),
     );
-    let ids: Vec<i64> = setup
-        .query(
-            "SELECT id FROM jobs_enqueue_batch($1, ARRAY(
+    let ids: Vec<i64> = column(
+        &mut setup,
+        "SELECT id FROM jobs_enqueue_batch($1, ARRAY(
                  SELECT jsonb_build_object('n', g) FROM generate_series(1, $2) AS g))",
-            &[&queue, &JOBS],
-        )
-        .expect("enqueue the jobs")
-        .iter()
-        .map(|row| row.get(0))
-        .collect();
+        &[&queue, &JOBS],
+    );
     assert_eq!(ids.len(), JOBS as usize);
 
     let stop = Arc::new(AtomicBool::new(false));
@@ -1074,28 +1066,23 @@ fn a_claim_reads_on_past_more_held_jobs_than_it_reads_at_first() {
     let cluster = Cluster::shared();
     let mut setup = cluster.connect();
     let queue = unique_queue(&mut setup, "held-run", "lease => '1 hour'");
-    let ids: Vec<i64> = setup
-        .query(
-            "SELECT id FROM jobs_enqueue_batch($1, ARRAY(
+    let ids: Vec<i64> = column(
+        &mut setup,
+        "SELECT id FROM jobs_enqueue_batch($1, ARRAY(
                  SELECT jsonb_build_object('n', g) FROM generate_series(1, 20) AS g))",
-            &[&queue],
-        )
-        .expect("enqueue the jobs")
-        .iter()
-        .map(|row| row.get(0))
-        .collect();
+        &[&queue],
+    );
 
     // An open transaction holds the first ten jobs.
     let mut holder = cluster.connect();
     let mut held = holder
         .transaction()
         .expect("begin the holder's transaction");
-    let held_ids: Vec<i64> = held
-        .query("SELECT id FROM jobs_claim($1, n => $2)", &[&queue, &HELD])
-        .expect("the holder claims")
-        .iter()
-        .map(|row| row.get(0))
-        .collect();
+    let held_ids: Vec<i64> = column(
+        &mut held,
+        "SELECT id FROM jobs_claim($1, n => $2)",
+        &[&queue, &HELD],
+    );
     assert_eq!(
         held_ids,
         ids[..HELD as usize],
@@ -1116,12 +1103,11 @@ fn a_claim_reads_on_past_more_held_jobs_than_it_reads_at_first() {
             LOCK_TIMEOUT.as_millis()
         ))
         .expect("set lock_timeout");
-    let claimed: Vec<i64> = claimer
-        .query("SELECT id FROM jobs_claim($1, n => 3)", &[&queue])
-        .expect("a claim passes over the held jobs without waiting")
-        .iter()
-        .map(|row| row.get(0))
-        .collect();
+    let claimed: Vec<i64> = column(
+        &mut claimer,
+        "SELECT id FROM jobs_claim($1, n => 3)",
+        &[&queue],
+    );
     assert_eq!(
         claimed,
         vec![early, ids[HELD as usize], ids[HELD as usize + 1]],

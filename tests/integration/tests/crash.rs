@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime};
 
-use pg_jobs_tests::{claim, settings_with, Client, Cluster};
+use pg_jobs_tests::{claim, column, scalar, settings_with, Client, Cluster};
 use uuid::Uuid;
 
 /// A claim whose transaction committed.
@@ -95,15 +95,11 @@ fn crash_and_recover(name: &str, settings: &[&str]) {
         )
         .unwrap();
     // A backlog, so every kind of worker below finds work at any moment.
-    let backlog: Vec<i64> = admin
-        .query(
-            "SELECT id FROM jobs_enqueue_batch('crash', array_fill('{}'::jsonb, ARRAY[2000]))",
-            &[],
-        )
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let backlog: Vec<i64> = column(
+        &mut admin,
+        "SELECT id FROM jobs_enqueue_batch('crash', array_fill('{}'::jsonb, ARRAY[2000]))",
+        &[],
+    );
     let seen = Arc::new(Mutex::new(Acknowledged {
         enqueued: backlog.into_iter().collect(),
         ..Default::default()
@@ -303,26 +299,21 @@ fn crash_and_recover(name: &str, settings: &[&str]) {
         .collect();
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let still: Vec<String> = client
-            .query(
-                "SELECT format('job %s: lease_until %s, now %s', id, lease_until, clock_timestamp())
+        let still: Vec<String> = column(
+            &mut client,
+            "SELECT format('job %s: lease_until %s, now %s', id, lease_until, clock_timestamp())
                    FROM jobs.job WHERE id = ANY($1) AND state = 'running'",
-                &[&running],
-            )
-            .unwrap()
-            .iter()
-            .map(|r| r.get(0))
-            .collect();
+            &[&running],
+        );
         if still.is_empty() {
             break;
         }
         if Instant::now() >= deadline {
-            let worker: Vec<String> = client
-                .query("SELECT format('%s', w) FROM jobs_worker_status() w", &[])
-                .unwrap()
-                .iter()
-                .map(|r| r.get(0))
-                .collect();
+            let worker: Vec<String> = column(
+                &mut client,
+                "SELECT format('%s', w) FROM jobs_worker_status() w",
+                &[],
+            );
             panic!(
                 "timed out after 30 s waiting for the worker to reclaim leases held at the crash: \
                  {still:#?}\nworker: {worker:#?}"
@@ -358,13 +349,11 @@ fn crash_and_recover(name: &str, settings: &[&str]) {
 
     // The holders of the long leases can still settle with them.
     for id in &seen.held_long {
-        let outcome: String = client
-            .query_one(
-                "SELECT jobs_complete($1::bigint, $2::uuid)",
-                &[id, &seen.claims[id].lease],
-            )
-            .unwrap()
-            .get(0);
+        let outcome: String = scalar(
+            &mut client,
+            "SELECT jobs_complete($1::bigint, $2::uuid)",
+            &[id, &seen.claims[id].lease],
+        );
         assert_eq!(
             outcome, "succeeded",
             "job {id}: its holder completes it after recovery"
@@ -378,25 +367,21 @@ fn crash_and_recover(name: &str, settings: &[&str]) {
             break;
         }
         for job in jobs {
-            let outcome: String = client
-                .query_one(
-                    "SELECT jobs_complete($1::bigint, $2::uuid)",
-                    &[&job.id, &job.lease],
-                )
-                .unwrap()
-                .get(0);
+            let outcome: String = scalar(
+                &mut client,
+                "SELECT jobs_complete($1::bigint, $2::uuid)",
+                &[&job.id, &job.lease],
+            );
             assert_eq!(outcome, "succeeded");
         }
     }
     // Those stay running until their hour is up: nobody knows their lease.
-    let unfinished: i64 = client
-        .query_one(
-            "SELECT count(*) FROM jobs.job
+    let unfinished: i64 = scalar(
+        &mut client,
+        "SELECT count(*) FROM jobs.job
               WHERE state NOT IN ('succeeded', 'failed') AND NOT id = ANY($1)",
-            &[&unacknowledged_long],
-        )
-        .unwrap()
-        .get(0);
+        &[&unacknowledged_long],
+    );
     assert_eq!(
         unfinished, 0,
         "every job ends succeeded or failed, but for the unacknowledged claims under 1 hour leases"

@@ -7,7 +7,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use pg_jobs_tests::{
-    claim, enqueue, scalar, unique_queue, wait_until, Client, Cluster, TEST_SETTINGS,
+    claim, column, enqueue, scalar, unique_queue, wait_until, Client, Cluster, TEST_SETTINGS,
 };
 use serde_json::json;
 
@@ -93,15 +93,11 @@ fn released_lost_cancelled_and_enqueued_jobs_are_counted_when_they_commit() {
     }
     // A batch complete with one stale lease among a good one: one lost, one completed.
     let held = claim(&mut client, &queue, 1, "")[0];
-    let outcomes: Vec<String> = client
-        .query(
-            "SELECT outcome FROM jobs_complete_batch(ARRAY[$1, $2]::bigint[], ARRAY[$3, $4]::uuid[])",
-            &[&held.id, &first.id, &held.lease, &first.lease],
-        )
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let outcomes: Vec<String> = column(
+        &mut client,
+        "SELECT outcome FROM jobs_complete_batch(ARRAY[$1, $2]::bigint[], ARRAY[$3, $4]::uuid[])",
+        &[&held.id, &first.id, &held.lease, &first.lease],
+    );
     assert_eq!(outcomes, ["succeeded", "lost"]);
     // A cancel of a queued job counts; a cancel of a finished one changes nothing.
     let queued: i64 = scalar(
@@ -312,15 +308,11 @@ fn a_tenant_sees_only_its_tenants_workers() {
     );
 
     let names = |client: &mut Client| -> Vec<String> {
-        client
-            .query(
-                "SELECT worker FROM jobs.workers WHERE $1 = ANY (queues) ORDER BY worker",
-                &[&queue],
-            )
-            .unwrap()
-            .iter()
-            .map(|r| r.get(0))
-            .collect()
+        column(
+            client,
+            "SELECT worker FROM jobs.workers WHERE $1 = ANY (queues) ORDER BY worker",
+            &[&queue],
+        )
     };
     assert_eq!(
         names(&mut admin),

@@ -12,7 +12,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use pg_jobs_tests::{
-    catalog, pg_bin, pg_command_in, run, scalar, wait_until, Client, Cluster, NoTls, TEST_SETTINGS,
+    catalog, column, pg_bin, pg_command_in, run, scalar, wait_until, Client, Cluster, NoTls,
+    TEST_SETTINGS,
 };
 
 /// Tables whose rows are runtime state, rebuilt after a restore rather than dumped: the token
@@ -183,16 +184,12 @@ fn dump_and_restore_with_jobs_in_flight() {
 
     // Every table of schema jobs is dumped or is runtime state.
     let dumped = dumped_tables(&mut source);
-    let tables: BTreeSet<String> = source
-        .query(
-            "SELECT c.oid::regclass::text FROM pg_class c
+    let tables: BTreeSet<String> = column(
+        &mut source,
+        "SELECT c.oid::regclass::text FROM pg_class c
               WHERE c.relnamespace = 'jobs'::regnamespace AND c.relkind IN ('r', 'p')",
-            &[],
-        )
-        .unwrap()
-        .iter()
-        .map(|row| row.get(0))
-        .collect();
+        &[],
+    );
     for table in &tables {
         assert!(
             dumped.contains_key(table) || RUNTIME_TABLES.contains(&table.as_str()),
@@ -304,24 +301,18 @@ fn dump_and_restore_with_jobs_in_flight() {
     // ... the app role acts for the tenant it was granted (and sees only its jobs) ...
     let mut app = Client::connect(&cluster.dsn_as("dump_app", "restored"), NoTls).unwrap();
     app.batch_execute("SET pg_jobs.tenant = 'acme'").unwrap();
-    let visible: Vec<i64> = app
-        .query("SELECT id FROM jobs.job", &[])
-        .unwrap()
-        .iter()
-        .map(|row| row.get(0))
-        .collect();
+    let visible: Vec<i64> = column(&mut app, "SELECT id FROM jobs.job", &[]);
     assert_eq!(
         visible,
         vec![queued[1]],
         "the app sees its tenant's job only"
     );
     // ... the queued ones are claimed in order, the delayed ones are not due ...
-    let claimed: Vec<i64> = restored
-        .query("SELECT id FROM jobs_claim('work', n => 100)", &[])
-        .unwrap()
-        .iter()
-        .map(|row| row.get(0))
-        .collect();
+    let claimed: Vec<i64> = column(
+        &mut restored,
+        "SELECT id FROM jobs_claim('work', n => 100)",
+        &[],
+    );
     let mut expected = queued.clone();
     expected.push(next);
     assert_eq!(claimed, expected, "queued jobs claimed in order");

@@ -26,7 +26,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use pg_jobs_tests::TEST_SETTINGS;
-use pg_jobs_tests::{claim, enqueue, scalar, state, wait_until, Claimed, Client, Cluster};
+use pg_jobs_tests::{claim, column, enqueue, scalar, state, wait_until, Claimed, Client, Cluster};
 use serde_json::json;
 use uuid::Uuid;
 
@@ -546,12 +546,11 @@ fn standby_reads(standby: &mut Client, jobs: &Jobs) {
         }
     }
     let all = jobs.all();
-    let listed: BTreeSet<i64> = standby
-        .query("SELECT id FROM jobs_list('fo', \"limit\" => 1000)", &[])
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let listed: BTreeSet<i64> = column(
+        standby,
+        "SELECT id FROM jobs_list('fo', \"limit\" => 1000)",
+        &[],
+    );
     assert_eq!(
         listed,
         all.iter().copied().collect(),
@@ -594,19 +593,15 @@ fn standby_reads(standby: &mut Client, jobs: &Jobs) {
 /// Every `jobs_*` function of the extension is either in [`READING_CALLS`] or called by
 /// [`writing_calls`].
 fn every_function_is_classified(client: &mut Client, jobs: &Jobs) {
-    let functions: BTreeSet<String> = client
-        .query(
-            "SELECT p.proname::text FROM pg_proc p
+    let functions: BTreeSet<String> = column(
+        client,
+        "SELECT p.proname::text FROM pg_proc p
                JOIN pg_depend d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid
                JOIN pg_extension e ON d.refclassid = 'pg_extension'::regclass
                                    AND d.refobjid = e.oid AND e.extname = 'pg_jobs'
               WHERE p.proname LIKE 'jobs\\_%'",
-            &[],
-        )
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+        &[],
+    );
     let known: BTreeSet<String> = READING_CALLS
         .iter()
         .map(|(f, _)| *f)
@@ -914,15 +909,11 @@ fn failover_to_a_synchronous_standby() {
     );
 
     // New ids continue above every id of the old primary, the prepared job's included.
-    let new_ids: Vec<i64> = admin
-        .query(
-            "SELECT id FROM jobs_enqueue_batch('fo', array_fill('{}'::jsonb, ARRAY[100]))",
-            &[],
-        )
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let new_ids: Vec<i64> = column(
+        &mut admin,
+        "SELECT id FROM jobs_enqueue_batch('fo', array_fill('{}'::jsonb, ARRAY[100]))",
+        &[],
+    );
     let old_max = max_before.max(prepared);
     assert!(
         new_ids.iter().all(|id| *id > old_max),
@@ -1006,15 +997,11 @@ fn failover_to_a_synchronous_standby() {
 fn asynchronous_replication_can_lose_acknowledged_commits() {
     let (primary, standby) = start_pair(false);
     let mut admin = primary.connect();
-    let backlog: BTreeSet<i64> = admin
-        .query(
-            "SELECT id FROM jobs_enqueue_batch('fo-load', array_fill('{}'::jsonb, ARRAY[500]))",
-            &[],
-        )
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let backlog: BTreeSet<i64> = column(
+        &mut admin,
+        "SELECT id FROM jobs_enqueue_batch('fo-load', array_fill('{}'::jsonb, ARRAY[500]))",
+        &[],
+    );
     let sent: String = scalar(&mut admin, "SELECT pg_current_wal_lsn()::text", &[]);
     let mut reader = standby.connect();
     wait_until(

@@ -22,7 +22,8 @@
 use std::collections::HashMap;
 
 use pg_jobs_tests::{
-    claim, freed_heads, unique_queue, Claimed, Client, Cluster, ExplainingSession, TEST_SETTINGS,
+    claim, column, freed_heads, scalar, unique_queue, Claimed, Client, Cluster, ExplainingSession,
+    TEST_SETTINGS,
 };
 use serde_json::json;
 use uuid::Uuid;
@@ -662,12 +663,7 @@ fn only_a_superuser_switches_and_heads_offered_before_are_not_lost() {
         )
         .expect("create a worker role");
     let mut worker = cluster.connect_as("fast_paths_worker");
-    let shown = |client: &mut Client| -> String {
-        client
-            .query_one("SHOW pg_jobs.fast_paths", &[])
-            .unwrap()
-            .get(0)
-    };
+    let shown = |client: &mut Client| -> String { scalar(client, "SHOW pg_jobs.fast_paths", &[]) };
     let before = shown(&mut worker);
     let refused = worker
         .batch_execute("SET pg_jobs.fast_paths = off")
@@ -687,10 +683,11 @@ fn only_a_superuser_switches_and_heads_offered_before_are_not_lost() {
     let queue = unique_queue(&mut admin, "switched", "");
     let jobs: Vec<i64> = (0..3)
         .map(|_| {
-            admin
-                .query_one("SELECT jobs_enqueue($1, '{}', group_key => 'g')", &[&queue])
-                .unwrap()
-                .get(0)
+            scalar(
+                &mut admin,
+                "SELECT jobs_enqueue($1, '{}', group_key => 'g')",
+                &[&queue],
+            )
         })
         .collect();
     let ids = |claimed: Vec<Claimed>| -> Vec<i64> { claimed.iter().map(|c| c.id).collect() };
@@ -701,23 +698,20 @@ fn only_a_superuser_switches_and_heads_offered_before_are_not_lost() {
         "the group runs one"
     );
     let complete = |client: &mut Client, job: &Claimed| -> String {
-        client
-            .query_one("SELECT jobs_complete($1, $2)", &[&job.id, &job.lease])
-            .unwrap()
-            .get(0)
+        scalar(
+            client,
+            "SELECT jobs_complete($1, $2)",
+            &[&job.id, &job.lease],
+        )
     };
     assert_eq!(complete(&mut admin, &running[0]), "succeeded");
     assert_eq!(freed_heads(&mut admin, &queue), [jobs[1]], "handed over");
     let marked = |client: &mut Client| -> Vec<i64> {
-        client
-            .query(
-                "SELECT id FROM jobs.job WHERE queue = $1 AND group_wait ORDER BY id",
-                &[&queue],
-            )
-            .unwrap()
-            .iter()
-            .map(|row| row.get(0))
-            .collect()
+        column(
+            client,
+            "SELECT id FROM jobs.job WHERE queue = $1 AND group_wait ORDER BY id",
+            &[&queue],
+        )
     };
     assert_eq!(marked(&mut admin), jobs[1..]);
 

@@ -7,8 +7,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use pg_jobs_tests::{
-    claim, fast_paths, freed_heads, offered, scalar, state, unique_queue, wait_for_a_lock,
-    wait_until, Client, Cluster, TEST_SETTINGS,
+    claim, column, fast_paths, freed_heads, offered, row, scalar, state, unique_queue,
+    wait_for_a_lock, wait_until, Client, Cluster, TEST_SETTINGS,
 };
 use postgres::types::ToSql;
 use serde_json::json;
@@ -360,9 +360,7 @@ fn thirty_two_concurrent_enqueues_of_one_key_make_one_job() {
 /// With the fast paths off, every call takes the statements.
 /// The transaction id of `tx` as a row's xmin shows it (the low 32 bits).
 fn own_xid(tx: &mut postgres::Transaction<'_>) -> i64 {
-    tx.query_one("SELECT txid_current() % 4294967296", &[])
-        .unwrap()
-        .get(0)
+    scalar(tx, "SELECT txid_current() % 4294967296", &[])
 }
 
 #[test]
@@ -376,29 +374,24 @@ fn keys_nobody_holds_take_the_direct_writer_and_held_ones_the_statements() {
     // (id, the row's xmin, whether the call scanned the unique index)
     let mut enqueue = |key: &str| -> (i64, i64, bool) {
         let scans = |tx: &mut postgres::Transaction<'_>| -> i64 {
-            tx.query_one(
+            scalar(
+                tx,
                 "SELECT pg_stat_get_xact_numscans('jobs.job_unique_idx'::regclass)",
                 &[],
             )
-            .unwrap()
-            .get(0)
         };
         let before = scans(&mut tx);
-        let id: i64 = tx
-            .query_one(
-                "SELECT jobs_enqueue($1, '{}', unique_key => $2)",
-                &[&queue, &key],
-            )
-            .unwrap()
-            .get(0);
+        let id: i64 = scalar(
+            &mut tx,
+            "SELECT jobs_enqueue($1, '{}', unique_key => $2)",
+            &[&queue, &key],
+        );
         let scanned = scans(&mut tx) > before;
-        let xmin: i64 = tx
-            .query_one(
-                "SELECT xmin::text::bigint FROM jobs.job WHERE id = $1",
-                &[&id],
-            )
-            .unwrap()
-            .get(0);
+        let xmin: i64 = scalar(
+            &mut tx,
+            "SELECT xmin::text::bigint FROM jobs.job WHERE id = $1",
+            &[&id],
+        );
         (id, xmin, scanned)
     };
     let direct = fast_paths();
@@ -441,16 +434,12 @@ fn keys_nobody_holds_take_the_direct_writer_and_held_ones_the_statements() {
         .map(|row| (row.get(0), row.get(1)))
         .collect();
     assert!(batch.iter().all(|(_, inserted)| *inserted), "{batch:?}");
-    let (held, holds): (i64, i64) = {
-        let row = tx
-            .query_one(
-                "SELECT count(*), count(*) FILTER (WHERE unique_hold AND unique_key IS NOT NULL)
+    let (held, holds): (i64, i64) = row(
+        &mut tx,
+        "SELECT count(*), count(*) FILTER (WHERE unique_hold AND unique_key IS NOT NULL)
                    FROM jobs.job WHERE queue = $1",
-                &[&queue],
-            )
-            .unwrap();
-        (row.get(0), row.get(1))
-    };
+        &[&queue],
+    );
     assert_eq!((held, holds), (5, 5), "every job holds its key");
     tx.commit().unwrap();
 }
@@ -472,16 +461,12 @@ fn a_transaction_of_many_unique_enqueues_opens_no_subtransaction() {
         )
         .unwrap();
     }
-    let (jobs, in_own_xid): (i64, i64) = {
-        let row = tx
-            .query_one(
-                "SELECT count(*), count(*) FILTER (WHERE xmin::text::bigint = $2)
+    let (jobs, in_own_xid): (i64, i64) = row(
+        &mut tx,
+        "SELECT count(*), count(*) FILTER (WHERE xmin::text::bigint = $2)
                    FROM jobs.job WHERE queue = $1",
-                &[&queue, &own],
-            )
-            .unwrap();
-        (row.get(0), row.get(1))
-    };
+        &[&queue, &own],
+    );
     assert_eq!(jobs, 100, "one job per key");
     assert_eq!(
         in_own_xid, 100,
@@ -838,15 +823,11 @@ fn waiting(client: &mut Client, queue: &str) -> Vec<i64> {
 
 /// The ids of `queue`'s jobs marked waiting for their groups (`group_wait`), in id order.
 fn marked(client: &mut Client, queue: &str) -> Vec<i64> {
-    client
-        .query(
-            "SELECT id FROM jobs.job WHERE queue = $1 AND group_wait ORDER BY id",
-            &[&queue],
-        )
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect()
+    column(
+        client,
+        "SELECT id FROM jobs.job WHERE queue = $1 AND group_wait ORDER BY id",
+        &[&queue],
+    )
 }
 
 #[test]
@@ -915,25 +896,17 @@ fn a_batch_marks_the_jobs_behind_its_own_jobs_of_a_group_and_no_others() {
         );
         // An earlier job of group h: the batch's h job does not look at it (a claim will).
         enqueue_with(&mut client, &queue, ", group_key => 'h'");
-        let ids: Vec<i64> = client
-            .query(
-                "SELECT id FROM jobs_enqueue_batch($1, ARRAY['{}', '{}', '{}', '{}', '{}']::jsonb[],
+        let ids: Vec<i64> = column(
+            &mut client,
+            "SELECT id FROM jobs_enqueue_batch($1, ARRAY['{}', '{}', '{}', '{}', '{}']::jsonb[],
                                                    group_keys => ARRAY['g', 'g', 'g', 'h', NULL])",
-                &[&queue],
-            )
-            .unwrap()
-            .iter()
-            .map(|r| r.get(0))
-            .collect();
-        let marks: Vec<bool> = client
-            .query(
-                "SELECT group_wait FROM jobs.job WHERE id = ANY ($1) ORDER BY id",
-                &[&ids],
-            )
-            .unwrap()
-            .iter()
-            .map(|r| r.get(0))
-            .collect();
+            &[&queue],
+        );
+        let marks: Vec<bool> = column(
+            &mut client,
+            "SELECT group_wait FROM jobs.job WHERE id = ANY ($1) ORDER BY id",
+            &[&ids],
+        );
         assert_eq!(marks, expected, "group_concurrency {concurrency}");
         // Claims that complete what they got run every job, each group's in enqueue order.
         let mut order = Vec::new();
@@ -1223,17 +1196,13 @@ fn a_unique_batchs_payload_that_goes_in_late_keeps_its_group() {
             &[&holder],
         )
     });
-    let ids: Vec<i64> = client
-        .query(
-            "SELECT id FROM jobs_enqueue_batch($1, ARRAY['{}', '{}']::jsonb[],
+    let ids: Vec<i64> = column(
+        &mut client,
+        "SELECT id FROM jobs_enqueue_batch($1, ARRAY['{}', '{}']::jsonb[],
                  group_keys => ARRAY['g', 'g'], unique_keys => ARRAY[NULL, 'k'],
                  unique_for => '10 milliseconds')",
-            &[&queue],
-        )
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+        &[&queue],
+    );
     assert_eq!(ids.len(), 2);
     assert!(
         ids[1] > ids[0] + 1,
@@ -2020,15 +1989,11 @@ fn one_transaction_at_a_time_sweeps_and_claims_do_not_wait_for_it() {
     let sweeper: i32 = scalar(&mut sweeping, "SELECT pg_backend_pid()", &[]);
     let mut other = cluster.connect_to("unserved");
     let holders = |client: &mut Client| -> Vec<i32> {
-        client
-            .query(
-                "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 20558 AND granted",
-                &[],
-            )
-            .unwrap()
-            .iter()
-            .map(|r| r.get(0))
-            .collect()
+        column(
+            client,
+            "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 20558 AND granted",
+            &[],
+        )
     };
     assert_eq!(holders(&mut other), [sweeper]);
     other.batch_execute("SET statement_timeout = '5s'").unwrap();

@@ -14,7 +14,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use pg_jobs_tests::{plan_buffers, unique_queue, Cluster, ExplainingSession};
+use pg_jobs_tests::{plan_buffers, scalar, unique_queue, Cluster, ExplainingSession};
 
 /// Jobs burnt down while the snapshot is held.
 const BURNT: i32 = 20_000;
@@ -165,10 +165,11 @@ fn the_floor_rises_past_each_claim_while_other_sessions_enqueue() {
                 .execute("SELECT jobs_complete($1::bigint, $2::uuid)", &[&id, &lease])
                 .unwrap();
             // The jobs committed meanwhile lie past it, so the floor must be right past it.
-            let floor: Option<i64> = worker
-                .query_one("SELECT floor_id FROM jobs.runtime_state($1)", &[&queue])
-                .unwrap()
-                .get(0);
+            let floor: Option<i64> = scalar(
+                &mut worker,
+                "SELECT floor_id FROM jobs.runtime_state($1)",
+                &[&queue],
+            );
             if floor == Some(id + 1) {
                 kept_up += 1;
             }

@@ -204,7 +204,7 @@ use checker::{
 };
 use pg_jobs_tests::vanishing::VanishingClient;
 use pg_jobs_tests::Rng;
-use pg_jobs_tests::{settings_with, wait_until, Client, Cluster, NoTls};
+use pg_jobs_tests::{column, settings_with, wait_until, Client, Cluster, NoTls};
 use postgres::SimpleQueryMessage;
 use uuid::Uuid;
 
@@ -1914,12 +1914,11 @@ fn run_history(
     let broken = pg_jobs_tests::impossible_states(&mut admin).expect("check for impossible states");
     let end = End {
         now: Some(now),
-        prepared_left: admin
-            .query("SELECT gid FROM pg_prepared_xacts ORDER BY gid", &[])
-            .expect("read pg_prepared_xacts")
-            .iter()
-            .map(|row| row.get(0))
-            .collect(),
+        prepared_left: column(
+            &mut admin,
+            "SELECT gid FROM pg_prepared_xacts ORDER BY gid",
+            &[],
+        ),
         group_probes: probe_groups(&mut admin),
         key_probes: probe_keys(&mut admin),
     };

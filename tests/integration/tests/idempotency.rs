@@ -10,7 +10,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Barrier, OnceLock};
 use std::time::{Duration, Instant};
 
-use pg_jobs_tests::{plan_buffers, scalar, wait_until, Client, Cluster, ExplainingSession};
+use pg_jobs_tests::{
+    column, plan_buffers, row, scalar, wait_until, Client, Cluster, ExplainingSession,
+};
 use postgres::types::ToSql;
 use serde_json::{json, Value};
 
@@ -414,17 +416,16 @@ fn reads_treat_an_expired_record_as_absent_by_the_servers_clock_at_the_call() {
     let mut client = cluster().connect();
     let key = unique_key("expiry");
     let mut tx = client.transaction().unwrap();
-    let first: uuid::Uuid = tx
-        .query_one(
-            "SELECT token FROM jobs_idempotency_save($1, ttl => '1 second', fingerprint => 'f')",
-            &[&key],
-        )
-        .unwrap()
-        .get(0);
-    let live: i64 = tx
-        .query_one("SELECT count(*) FROM jobs_idempotency_get($1)", &[&key])
-        .unwrap()
-        .get(0);
+    let first: uuid::Uuid = scalar(
+        &mut tx,
+        "SELECT token FROM jobs_idempotency_save($1, ttl => '1 second', fingerprint => 'f')",
+        &[&key],
+    );
+    let live: i64 = scalar(
+        &mut tx,
+        "SELECT count(*) FROM jobs_idempotency_get($1)",
+        &[&key],
+    );
     assert_eq!(live, 1);
     std::thread::sleep(Duration::from_millis(1200));
     // now() is still the transaction's start, a second before the record expired.
@@ -442,22 +443,18 @@ fn reads_treat_an_expired_record_as_absent_by_the_servers_clock_at_the_call() {
         row.get::<_, bool>(2),
         "by the transaction's now() it has not expired"
     );
-    let outcome: String = tx
-        .query_one(
-            "SELECT jobs_idempotency_update($1, 'completed', token => $2)",
-            &[&key, &first],
-        )
-        .unwrap()
-        .get(0);
+    let outcome: String = scalar(
+        &mut tx,
+        "SELECT jobs_idempotency_update($1, 'completed', token => $2)",
+        &[&key, &first],
+    );
     assert_eq!(outcome, "lost", "update changed an expired record");
     // An expired record is replaced whatever its fingerprint and status.
-    let saved: String = tx
-        .query_one(
-            "SELECT outcome FROM jobs_idempotency_save($1, fingerprint => 'another')",
-            &[&key],
-        )
-        .unwrap()
-        .get(0);
+    let saved: String = scalar(
+        &mut tx,
+        "SELECT outcome FROM jobs_idempotency_save($1, fingerprint => 'another')",
+        &[&key],
+    );
     assert_eq!(saved, "replaced_expired");
     tx.commit().unwrap();
 
@@ -678,15 +675,11 @@ fn tenants_keep_their_records_apart() {
             vec!["", "acme", "globex"],
         ),
     ] {
-        let seen: Vec<String> = client
-            .query(
-                "SELECT tenant FROM jobs.idempotency WHERE key = $1 ORDER BY tenant",
-                &[&key],
-            )
-            .unwrap()
-            .iter()
-            .map(|r| r.get(0))
-            .collect();
+        let seen: Vec<String> = column(
+            client,
+            "SELECT tenant FROM jobs.idempotency WHERE key = $1 ORDER BY tenant",
+            &[&key],
+        );
         assert_eq!(seen, expected);
     }
     // A worker without a tenant acts on the records without one.
@@ -1042,13 +1035,8 @@ fn the_worker_purges_expired_records_in_bounded_batches_without_slowing_saves() 
 
     // Now let the worker tick every 100 ms and count its ticks until the records are gone.
     let status = |admin: &mut Client| -> (i64, i64) {
-        let row = admin
-            .query_one(
-                "SELECT ticks, idempotency_purged FROM jobs_worker_status() WHERE database = 'postgres'",
-                &[],
-            )
-            .unwrap();
-        (row.get(0), row.get(1))
+        row(admin, "SELECT ticks, idempotency_purged FROM jobs_worker_status() WHERE database = 'postgres'",
+                &[])
     };
     let (ticks_before, purged_before) = status(&mut admin);
     admin

@@ -22,8 +22,8 @@
 //! only their own groups' jobs, and a claim that picks again goes on where it stopped.
 
 use pg_jobs_tests::{
-    claim, fast_paths, freed_heads, offered, plan_buffers, plan_nodes, unique_queue, Client,
-    Cluster, ExplainingSession,
+    claim, column, fast_paths, freed_heads, offered, plan_buffers, plan_nodes, scalar,
+    unique_queue, Client, Cluster, ExplainingSession,
 };
 use serde_json::Value;
 use uuid::Uuid;
@@ -420,17 +420,10 @@ fn a_claim_that_picks_again_goes_on_where_it_stopped() {
     let mut setup = cluster.connect();
     let queue = unique_queue(&mut setup, "resume", "lease => '1 hour'");
     let enqueue = |setup: &mut Client, groups: Vec<String>| -> Vec<i64> {
-        setup
-            .query(
-                "SELECT id FROM jobs_enqueue_batch($1, ARRAY(
+        column(setup, "SELECT id FROM jobs_enqueue_batch($1, ARRAY(
                      SELECT jsonb_build_object('n', g) FROM generate_series(1, cardinality($2::text[])) AS g),
                      group_keys => $2::text[])",
-                &[&queue, &groups],
-            )
-            .expect("enqueue the jobs")
-            .iter()
-            .map(|row| row.get(0))
-            .collect()
+                &[&queue, &groups])
     };
     let busy_groups: Vec<String> = (0..BUSY).map(|g| format!("busy-{g}")).collect();
     let heads = enqueue(&mut setup, busy_groups.clone());
@@ -552,13 +545,11 @@ fn a_claim_from_its_floor_reads_the_claim_index_itself_in_claim_order() {
         "claims from the floor read the index themselves with the fast paths on, and run the \
          candidates statement with them off"
     );
-    let others_queued: i64 = admin
-        .query_one(
-            "SELECT count(*) FROM jobs.job WHERE queue = $1 AND state = 'queued'",
-            &[&other],
-        )
-        .unwrap()
-        .get(0);
+    let others_queued: i64 = scalar(
+        &mut admin,
+        "SELECT count(*) FROM jobs.job WHERE queue = $1 AND state = 'queued'",
+        &[&other],
+    );
     assert_eq!(others_queued, 7, "the other queue keeps all of its jobs");
 }
 
@@ -609,13 +600,11 @@ fn groups_of_concurrency_one_are_decided_from_their_heads_read_directly() {
         claim(&mut session.client, &queue, 1, "").is_empty(),
         "acme's second job waits while its first runs"
     );
-    let waiting: bool = admin
-        .query_one(
-            "SELECT group_wait FROM jobs.job WHERE id = $1",
-            &[&acme_second],
-        )
-        .unwrap()
-        .get(0);
+    let waiting: bool = scalar(
+        &mut admin,
+        "SELECT group_wait FROM jobs.job WHERE id = $1",
+        &[&acme_second],
+    );
     assert!(waiting, "the claim marked the job behind the running one");
 
     session

@@ -10,8 +10,8 @@
 use std::time::Duration;
 
 use pg_jobs_tests::{
-    claim, enqueue, scalar, settings_with, settings_without, state, unique_queue, wait_until,
-    Claimed, Client, Cluster,
+    claim, column, enqueue, row, scalar, settings_with, settings_without, state, unique_queue,
+    wait_until, Claimed, Client, Cluster,
 };
 use postgres::types::ToSql;
 use serde_json::{json, Value};
@@ -215,15 +215,13 @@ fn claims_come_in_priority_then_run_at_then_id_order() {
     let mut tx = client.transaction().unwrap();
     let mut jobs = Vec::new();
     for (index, &(priority, age)) in specs.iter().enumerate() {
-        let id: i64 = tx
-            .query_one(
-                "SELECT jobs_enqueue($1::text, jsonb_build_object('index', $2::int),
+        let id: i64 = scalar(
+            &mut tx,
+            "SELECT jobs_enqueue($1::text, jsonb_build_object('index', $2::int),
                                      priority => $3::int,
                                      run_at => now() - make_interval(secs => $4::float8))",
-                &[&queue, &(index as i32), &priority, &age],
-            )
-            .unwrap()
-            .get(0);
+            &[&queue, &(index as i32), &priority, &age],
+        );
         jobs.push((priority, age, id));
     }
     tx.commit().unwrap();
@@ -842,25 +840,23 @@ fn rolled_back_calls_leave_no_trace() {
     let queue = unique_queue(&mut client, "tx", "max_attempts => 2");
 
     let mut tx = client.transaction().unwrap();
-    let single: i64 = tx
-        .query_one("SELECT jobs_enqueue($1::text, '{\"n\": 1}')", &[&queue])
-        .unwrap()
-        .get(0);
-    let batch: Vec<i64> = tx
-        .query(
-            "SELECT id FROM jobs_enqueue_batch($1::text, ARRAY['{\"n\": 2}', '{\"n\": 3}']::jsonb[])",
-            &[&queue],
-        )
-        .unwrap()
-        .iter()
-        .map(|row| row.get(0))
-        .collect();
+    let single: i64 = scalar(
+        &mut tx,
+        "SELECT jobs_enqueue($1::text, '{\"n\": 1}')",
+        &[&queue],
+    );
+    let batch: Vec<i64> = column(
+        &mut tx,
+        "SELECT id FROM jobs_enqueue_batch($1::text, ARRAY['{\"n\": 2}', '{\"n\": 3}']::jsonb[])",
+        &[&queue],
+    );
     assert_eq!(batch.len(), 2);
     let all: Vec<i64> = std::iter::once(single).chain(batch).collect();
-    let visible_inside: i64 = tx
-        .query_one("SELECT count(*) FROM jobs.job WHERE id = ANY ($1)", &[&all])
-        .unwrap()
-        .get(0);
+    let visible_inside: i64 = scalar(
+        &mut tx,
+        "SELECT count(*) FROM jobs.job WHERE id = ANY ($1)",
+        &[&all],
+    );
     assert_eq!(visible_inside, 3, "the transaction sees its own jobs");
     let count_outside = |other: &mut Client| -> i64 {
         scalar(
@@ -880,10 +876,7 @@ fn rolled_back_calls_leave_no_trace() {
     let id = enqueue(&mut client, &queue, json!({"n": 4}));
     let before = job_row(&mut client, id);
     let mut tx = client.transaction().unwrap();
-    let claimed: i64 = tx
-        .query_one("SELECT id FROM jobs_claim($1::text)", &[&queue])
-        .unwrap()
-        .get(0);
+    let claimed: i64 = scalar(&mut tx, "SELECT id FROM jobs_claim($1::text)", &[&queue]);
     assert_eq!(claimed, id);
     tx.rollback().unwrap();
     assert_eq!(
@@ -919,7 +912,7 @@ fn rolled_back_calls_leave_no_trace() {
         ),
     ] {
         let mut tx = client.transaction().unwrap();
-        let outcome: String = tx.query_one(call, &[&id, &held.lease]).unwrap().get(0);
+        let outcome: String = scalar(&mut tx, call, &[&id, &held.lease]);
         assert_eq!(outcome, answer, "{call}");
         tx.rollback().unwrap();
         assert_eq!(
@@ -946,10 +939,7 @@ fn jobs_of_a_claim_rolled_back_to_a_savepoint_are_claimable_again() {
 
     let mut tx = client.transaction().unwrap();
     tx.batch_execute("SAVEPOINT before_claim").unwrap();
-    let claimed: i64 = tx
-        .query_one("SELECT id FROM jobs_claim($1::text)", &[&queue])
-        .unwrap()
-        .get(0);
+    let claimed: i64 = scalar(&mut tx, "SELECT id FROM jobs_claim($1::text)", &[&queue]);
     assert_eq!(claimed, ids[1]);
     tx.batch_execute("ROLLBACK TO SAVEPOINT before_claim")
         .unwrap();
@@ -988,10 +978,11 @@ fn a_rolled_back_part_that_took_nothing_leaves_the_floor() {
         .map(|n| enqueue(&mut client, &queue, json!({ "n": n })))
         .collect();
     let floor = |client: &mut postgres::Transaction<'_>| -> Option<i64> {
-        client
-            .query_one("SELECT floor_id FROM jobs.runtime_state($1)", &[&queue])
-            .unwrap()
-            .get(0)
+        scalar(
+            client,
+            "SELECT floor_id FROM jobs.runtime_state($1)",
+            &[&queue],
+        )
     };
     let mut tx = client.transaction().unwrap();
     let taken: Vec<i64> = claim(&mut tx, &queue, 2, "").iter().map(|c| c.id).collect();
@@ -1038,12 +1029,11 @@ fn jobs_of_a_rolled_back_claim_come_before_later_ones() {
     assert_eq!(ids_of(claim(&mut client, &queue, 2, "")), ids[0..2]);
 
     let mut tx = holder.transaction().unwrap();
-    let held: Vec<i64> = tx
-        .query("SELECT id FROM jobs_claim($1::text, n => 5)", &[&queue])
-        .unwrap()
-        .iter()
-        .map(|row| row.get(0))
-        .collect();
+    let held: Vec<i64> = column(
+        &mut tx,
+        "SELECT id FROM jobs_claim($1::text, n => 5)",
+        &[&queue],
+    );
     assert_eq!(held, ids[2..7]);
     assert_eq!(
         ids_of(claim(&mut client, &queue, 5, "")),
@@ -1098,16 +1088,12 @@ fn a_claim_takes_first_a_job_its_own_transaction_queued_before_the_floor() {
 
 /// The dead-letter copies of job `id` in queue `dead_letter`, as full rows.
 fn dead_letter_copies(client: &mut Client, dead_letter: &str, id: i64) -> Vec<Value> {
-    client
-        .query(
-            "SELECT to_jsonb(j) FROM jobs.job j
+    column(
+        client,
+        "SELECT to_jsonb(j) FROM jobs.job j
               WHERE j.queue = $1 AND (j.origin ->> 'id')::bigint = $2",
-            &[&dead_letter, &id],
-        )
-        .unwrap()
-        .iter()
-        .map(|row| row.get(0))
-        .collect()
+        &[&dead_letter, &id],
+    )
 }
 
 /// Checks the single dead-letter copy of a failed job: same kind, payload and headers, queued
@@ -1194,21 +1180,17 @@ fn jobs_that_end_failed_are_copied_to_the_dead_letter_queue() {
     let job = claim_one(&mut client, &queue, "");
     let running = job_row(&mut client, rolled_back);
     let mut tx = client.transaction().unwrap();
-    let outcome: String = tx
-        .query_one(
-            "SELECT jobs_fail($1::bigint, $2::uuid, 'boom')",
-            &[&rolled_back, &job.lease],
-        )
-        .unwrap()
-        .get(0);
+    let outcome: String = scalar(
+        &mut tx,
+        "SELECT jobs_fail($1::bigint, $2::uuid, 'boom')",
+        &[&rolled_back, &job.lease],
+    );
     assert_eq!(outcome, "failed");
-    let copies_inside: i64 = tx
-        .query_one(
-            "SELECT count(*) FROM jobs.job WHERE queue = $1 AND (origin ->> 'id')::bigint = $2",
-            &[&dead_letter, &rolled_back],
-        )
-        .unwrap()
-        .get(0);
+    let copies_inside: i64 = scalar(
+        &mut tx,
+        "SELECT count(*) FROM jobs.job WHERE queue = $1 AND (origin ->> 'id')::bigint = $2",
+        &[&dead_letter, &rolled_back],
+    );
     assert_eq!(
         copies_inside, 1,
         "the copy is made in the failing transaction"
@@ -1303,15 +1285,11 @@ fn queue_settings_pause_resume_and_drop() {
         claim(&mut client, &queue, 10, "").is_empty(),
         "a paused queue handed out a job"
     );
-    let (paused, queued): (bool, i64) = {
-        let row = client
-            .query_one(
-                "SELECT paused, ready + scheduled FROM jobs.queue_stats WHERE queue = $1",
-                &[&queue],
-            )
-            .unwrap();
-        (row.get(0), row.get(1))
-    };
+    let (paused, queued): (bool, i64) = row(
+        &mut client,
+        "SELECT paused, ready + scheduled FROM jobs.queue_stats WHERE queue = $1",
+        &[&queue],
+    );
     assert!(paused);
     assert_eq!(queued, 2, "a paused queue keeps its jobs");
     client
@@ -1374,10 +1352,7 @@ fn queue_settings_pause_resume_and_drop() {
         "the default queue has the SPEC's default settings"
     );
     let mut tx = client.transaction().unwrap();
-    let id: i64 = tx
-        .query_one("SELECT jobs_enqueue('default')", &[])
-        .unwrap()
-        .get(0);
+    let id: i64 = scalar(&mut tx, "SELECT jobs_enqueue('default')", &[]);
     assert!(id > 0);
     tx.rollback().unwrap();
 }
@@ -1441,16 +1416,12 @@ fn get_list_stats_and_metrics_report_the_jobs() {
                 limit: i32,
                 before: Option<i64>|
      -> Vec<i64> {
-        client
-            .query(
-                "SELECT id FROM jobs_list($1::text, state => $2::text, kind => $3::text,
+        column(
+            client,
+            "SELECT id FROM jobs_list($1::text, state => $2::text, kind => $3::text,
                                           \"limit\" => $4::int, before_id => $5::bigint)",
-                &[&queue, &state, &kind, &limit, &before],
-            )
-            .unwrap()
-            .iter()
-            .map(|row| row.get(0))
-            .collect()
+            &[&queue, &state, &kind, &limit, &before],
+        )
     };
     let mut all: Vec<i64> = ids.iter().copied().chain([scheduled]).collect();
     all.sort_unstable_by(|a, b| b.cmp(a));
@@ -1573,13 +1544,11 @@ fn headers_reach_every_attempt_untouched() {
         &[&queue, &headers],
     );
     let claim_headers = |client: &mut Client| -> (i64, Uuid, i32, Value) {
-        let row = client
-            .query_one(
-                "SELECT id, lease, attempt, headers FROM jobs_claim($1::text)",
-                &[&queue],
-            )
-            .unwrap();
-        (row.get(0), row.get(1), row.get(2), row.get(3))
+        row(
+            client,
+            "SELECT id, lease, attempt, headers FROM jobs_claim($1::text)",
+            &[&queue],
+        )
     };
 
     let (got, lease, attempt, seen) = claim_headers(&mut client);
@@ -1610,15 +1579,8 @@ fn headers_reach_every_attempt_untouched() {
     assert_eq!(seen, headers, "headers after jobs_retry");
     assert_eq!(job_row(&mut client, id)["headers"], headers);
 
-    let batch: Vec<i64> = client
-        .query(
-            "SELECT id FROM jobs_enqueue_batch($1::text, ARRAY['{}', '{}']::jsonb[], headers => $2::jsonb)",
-            &[&queue, &headers],
-        )
-        .unwrap()
-        .iter()
-        .map(|row| row.get(0))
-        .collect();
+    let batch: Vec<i64> = column(&mut client, "SELECT id FROM jobs_enqueue_batch($1::text, ARRAY['{}', '{}']::jsonb[], headers => $2::jsonb)",
+            &[&queue, &headers]);
     let claimed: Vec<(i64, Value)> = client
         .query(
             "SELECT id, headers FROM jobs_claim($1::text, n => 10)",
@@ -1703,12 +1665,11 @@ fn a_claim_takes_its_queues_lease_as_last_changed() {
             .query_one("SELECT id FROM jobs_claim($1)", &[&queue])
             .expect("claim")
             .get(0);
-        tx.query_one(
+        scalar(
+            tx,
             "SELECT extract(epoch FROM lease_duration)::int8 FROM jobs.job WHERE id = $1",
             &[&id],
         )
-        .unwrap()
-        .get(0)
     }
     assert_eq!(claim_lease(&mut client, &queue), 45);
     other
@@ -1806,9 +1767,11 @@ fn an_enqueue_takes_its_queues_max_attempts_as_last_changed() {
             .query_one("SELECT jobs_enqueue($1, '{}')", &[&queue])
             .expect("enqueue")
             .get(0);
-        tx.query_one("SELECT max_attempts FROM jobs.job WHERE id = $1", &[&id])
-            .unwrap()
-            .get(0)
+        scalar(
+            tx,
+            "SELECT max_attempts FROM jobs.job WHERE id = $1",
+            &[&id],
+        )
     }
     // Sets the queue's max_attempts through `tx`.
     fn set(tx: &mut impl postgres::GenericClient, queue: &str, attempts: i32) {
@@ -2150,26 +2113,24 @@ fn time_decisions_use_the_server_clock_inside_a_long_transaction() {
         "lease => '300 milliseconds', backoff_base => '1 second', jitter => 0",
     );
     let clock = |client: &mut postgres::Transaction| -> i64 {
-        client
-            .query_one(&format!("SELECT {SERVER_MICROS}"), &[])
-            .unwrap()
-            .get(0)
+        scalar(client, &format!("SELECT {SERVER_MICROS}"), &[])
     };
     let stamp = |client: &mut postgres::Transaction, id: i64, column: &str| -> i64 {
-        client
-            .query_one(
-                &format!("SELECT (extract(epoch FROM {column}) * 1000000)::int8 FROM jobs.job WHERE id = $1"),
-                &[&id],
-            )
-            .unwrap()
-            .get(0)
+        scalar(
+            client,
+            &format!(
+                "SELECT (extract(epoch FROM {column}) * 1000000)::int8 FROM jobs.job WHERE id = $1"
+            ),
+            &[&id],
+        )
     };
 
     let mut tx = client.transaction().unwrap();
-    let began: i64 = tx
-        .query_one("SELECT (extract(epoch FROM now()) * 1000000)::int8", &[])
-        .unwrap()
-        .get(0);
+    let began: i64 = scalar(
+        &mut tx,
+        "SELECT (extract(epoch FROM now()) * 1000000)::int8",
+        &[],
+    );
     // Committed by another session: one job due at once, one due 200 ms after `began`.
     let due = enqueue(&mut other, &queue, json!({"due": "now"}));
     let later: i64 = scalar(
@@ -2212,13 +2173,11 @@ fn time_decisions_use_the_server_clock_inside_a_long_transaction() {
     let (due_lease, later_lease) = (claimed[0].1, claimed[1].1);
 
     let before = clock(&mut tx);
-    let beat: String = tx
-        .query_one(
-            "SELECT jobs_heartbeat($1, $2, extend => '1 second')",
-            &[&later, &later_lease],
-        )
-        .unwrap()
-        .get(0);
+    let beat: String = scalar(
+        &mut tx,
+        "SELECT jobs_heartbeat($1, $2, extend => '1 second')",
+        &[&later, &later_lease],
+    );
     assert_eq!(beat, "running");
     let heartbeat_at = stamp(&mut tx, later, "heartbeat_at");
     assert!(
@@ -2231,10 +2190,11 @@ fn time_decisions_use_the_server_clock_inside_a_long_transaction() {
     );
 
     let before = clock(&mut tx);
-    let failed: String = tx
-        .query_one("SELECT jobs_fail($1, $2, 'boom')", &[&due, &due_lease])
-        .unwrap()
-        .get(0);
+    let failed: String = scalar(
+        &mut tx,
+        "SELECT jobs_fail($1, $2, 'boom')",
+        &[&due, &due_lease],
+    );
     assert_eq!(failed, "queued");
     let failed_at = stamp(&mut tx, due, "(errors -> -1 ->> 'at')::timestamptz");
     assert!(
@@ -2248,10 +2208,11 @@ fn time_decisions_use_the_server_clock_inside_a_long_transaction() {
     );
 
     let before = clock(&mut tx);
-    let done: String = tx
-        .query_one("SELECT jobs_complete($1, $2)", &[&later, &later_lease])
-        .unwrap()
-        .get(0);
+    let done: String = scalar(
+        &mut tx,
+        "SELECT jobs_complete($1, $2)",
+        &[&later, &later_lease],
+    );
     assert_eq!(done, "succeeded");
     let finished = stamp(&mut tx, later, "finished_at");
     assert!(
@@ -2265,10 +2226,11 @@ fn time_decisions_use_the_server_clock_inside_a_long_transaction() {
     let short = claim(&mut other, &queue, 10, ", lease => '200 milliseconds'");
     assert_eq!(short.iter().map(|c| c.id).collect::<Vec<_>>(), [held]);
     let mut tx = client.transaction().unwrap();
-    let began: i64 = tx
-        .query_one("SELECT (extract(epoch FROM now()) * 1000000)::int8", &[])
-        .unwrap()
-        .get(0);
+    let began: i64 = scalar(
+        &mut tx,
+        "SELECT (extract(epoch FROM now()) * 1000000)::int8",
+        &[],
+    );
     let until = stamp(&mut tx, held, "lease_until");
     assert!(
         until > began,
@@ -2276,7 +2238,7 @@ fn time_decisions_use_the_server_clock_inside_a_long_transaction() {
     );
     tx.batch_execute("SELECT pg_sleep(0.4)").unwrap();
     let before = clock(&mut tx);
-    let reclaimed: i32 = tx.query_one("SELECT jobs_reclaim()", &[]).unwrap().get(0);
+    let reclaimed: i32 = scalar(&mut tx, "SELECT jobs_reclaim()", &[]);
     assert_eq!(
         reclaimed, 1,
         "the lease ran out by the server's clock, not by now()"
@@ -2315,13 +2277,11 @@ fn a_rolled_back_heartbeat_of_a_reclaimed_job_leaves_no_trace() {
     assert_eq!(reclaimed["state"], "queued");
 
     let mut tx = holder.transaction().unwrap();
-    let beat: String = tx
-        .query_one(
-            "SELECT jobs_heartbeat($1, $2, progress => '{\"step\": 1}')",
-            &[&revived, &old.lease],
-        )
-        .unwrap()
-        .get(0);
+    let beat: String = scalar(
+        &mut tx,
+        "SELECT jobs_heartbeat($1, $2, progress => '{\"step\": 1}')",
+        &[&revived, &old.lease],
+    );
     assert_eq!(beat, "running");
     let skipped = claim_one(&mut claimer, &queue, "");
     assert_eq!(

@@ -1,7 +1,7 @@
 //! Limits, exactly at the edge: the largest payload, batch, claim size, attempt count and queue
 //! name are accepted, and one past each is refused with its documented SQLSTATE.
 
-use pg_jobs_tests::{claim, scalar, unique_queue, Client, Cluster};
+use pg_jobs_tests::{claim, column, row, scalar, unique_queue, Client, Cluster};
 use postgres::error::SqlState;
 
 /// The SQLSTATE of a failed statement.
@@ -76,16 +76,9 @@ fn payload_at_the_limit_is_accepted_and_one_byte_more_is_refused() {
 fn a_batch_of_100000_jobs_is_enqueued_in_one_call_in_order() {
     let mut client = Cluster::shared().connect();
     let queue = unique_queue(&mut client, "limit-batch", "");
-    let ids: Vec<i64> = client
-        .query(
-            "SELECT id FROM jobs_enqueue_batch($1::text, (SELECT array_agg(jsonb_build_object('n', n) ORDER BY n)
+    let ids: Vec<i64> = column(&mut client, "SELECT id FROM jobs_enqueue_batch($1::text, (SELECT array_agg(jsonb_build_object('n', n) ORDER BY n)
                                                    FROM generate_series(1, 100000) n))",
-            &[&queue],
-        )
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+            &[&queue]);
     assert_eq!(ids.len(), 100_000);
     assert!(
         ids.windows(2).all(|w| w[0] < w[1]),
@@ -168,15 +161,11 @@ fn attempt_counters_stay_within_their_bounds() {
         ));
     }
     assert_eq!(outcomes, ["queued", "queued", "failed"]);
-    let (attempt, max): (i32, i32) = {
-        let row = client
-            .query_one(
-                "SELECT attempt, max_attempts FROM jobs.job WHERE id = $1",
-                &[&capped],
-            )
-            .unwrap();
-        (row.get(0), row.get(1))
-    };
+    let (attempt, max): (i32, i32) = row(
+        &mut client,
+        "SELECT attempt, max_attempts FROM jobs.job WHERE id = $1",
+        &[&capped],
+    );
     assert_eq!((attempt, max), (3, 3));
     assert!(
         claim(&mut client, &queue, 1, "").is_empty(),

@@ -24,7 +24,9 @@ use std::collections::HashMap;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use pg_jobs_tests::{claim, scalar, settings_with, wait_until, Claimed, Client, Cluster, NoTls};
+use pg_jobs_tests::{
+    claim, column, scalar, settings_with, wait_until, Claimed, Client, Cluster, NoTls,
+};
 use postgres::types::ToSql;
 use serde_json::json;
 
@@ -408,15 +410,11 @@ fn wait_on(cluster: &Cluster, queue: &str) -> thread::JoinHandle<(Vec<i64>, Dura
     thread::spawn(move || {
         let mut client = Client::connect(&dsn, NoTls).unwrap();
         let started = Instant::now();
-        let ids: Vec<i64> = client
-            .query(
-                "SELECT id FROM jobs_claim($1, wait => '20 seconds')",
-                &[&queue],
-            )
-            .unwrap()
-            .iter()
-            .map(|row| row.get(0))
-            .collect();
+        let ids: Vec<i64> = column(
+            &mut client,
+            "SELECT id FROM jobs_claim($1, wait => '20 seconds')",
+            &[&queue],
+        );
         (ids, started.elapsed())
     })
 }

@@ -5,7 +5,7 @@
 
 use std::sync::OnceLock;
 
-use pg_jobs_tests::{Client, Cluster, TEST_SETTINGS};
+use pg_jobs_tests::{column, Client, Cluster, TEST_SETTINGS};
 use postgres::types::ToSql;
 use serde_json::Value;
 
@@ -373,12 +373,7 @@ fn tenants_cannot_see_or_touch_each_others_jobs() {
     // Every function, pointed at globex's jobs from acme's session.
     let got: Option<i64> = one(&mut acme, "SELECT (jobs_get($1)).id", &[&globex_running]);
     assert_eq!(got, None, "jobs_get shows another tenant's job");
-    let listed: Vec<i64> = acme
-        .query("SELECT id FROM jobs_list('tenants')", &[])
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let listed: Vec<i64> = column(&mut acme, "SELECT id FROM jobs_list('tenants')", &[]);
     assert_eq!(listed, [acme_job], "jobs_list shows other tenants' jobs");
     for id in [globex_running, globex_queued] {
         let (code, _, _) = refusal(&mut acme, "SELECT jobs_cancel($1)", &[&id]);
@@ -815,29 +810,21 @@ fn a_tenants_reach_moves_only_its_own_claims() {
         ));
     }
     let claim = |client: &mut Client, n: i32| -> Vec<i64> {
-        client
-            .query(
-                "SELECT id FROM jobs_claim('tenant-reach', n => $1) ORDER BY id",
-                &[&n],
-            )
-            .unwrap()
-            .iter()
-            .map(|row| row.get(0))
-            .collect()
+        column(
+            client,
+            "SELECT id FROM jobs_claim('tenant-reach', n => $1) ORDER BY id",
+            &[&n],
+        )
     };
     // Committed claims put a floor on the queue.
     assert_eq!(claim(&mut acme, 2), acme_ids[0..2]);
 
     let mut tx = holder.transaction().unwrap();
-    let held: Vec<i64> = tx
-        .query(
-            "SELECT id FROM jobs_claim('tenant-reach', n => 3) ORDER BY id",
-            &[],
-        )
-        .unwrap()
-        .iter()
-        .map(|row| row.get(0))
-        .collect();
+    let held: Vec<i64> = column(
+        &mut tx,
+        "SELECT id FROM jobs_claim('tenant-reach', n => 3) ORDER BY id",
+        &[],
+    );
     assert_eq!(held, acme_ids[2..5]);
     assert_eq!(
         claim(&mut acme, 2),
@@ -894,12 +881,7 @@ fn dead_letter_copies_keep_their_tenant() {
 
     let copy_of = "SELECT tenant FROM jobs.job
                     WHERE queue = 'tenant-dead' AND (origin ->> 'id')::bigint = $1";
-    let tenants: Vec<Option<String>> = admin
-        .query(copy_of, &[&id])
-        .unwrap()
-        .iter()
-        .map(|row| row.get(0))
-        .collect();
+    let tenants: Vec<Option<String>> = column(&mut admin, copy_of, &[&id]);
     assert_eq!(
         tenants,
         [Some("acme".to_owned())],

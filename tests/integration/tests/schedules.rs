@@ -14,7 +14,9 @@ use std::collections::{BTreeSet, HashSet};
 use std::time::{Duration, Instant, SystemTime};
 
 use pg_jobs_tests::Rng;
-use pg_jobs_tests::{scalar, unique_queue, wait_until, Client, Cluster, TEST_SETTINGS};
+use pg_jobs_tests::{
+    column, row, scalar, unique_queue, wait_until, Client, Cluster, TEST_SETTINGS,
+};
 
 /// Microseconds since the Unix epoch of a `timestamptz`, read exactly (EXTRACT is numeric).
 const MICROS_SQL: &str = "(EXTRACT(EPOCH FROM {}) * 1000000)::bigint";
@@ -811,14 +813,12 @@ fn a_slots_job_carries_the_schedule_the_slot_and_the_schedules_options() {
 /// Rows of `jobs.schedule` this session updated, and of those heap-only (HOT), as far as its
 /// statistics not yet flushed say.
 fn schedule_updates(client: &mut postgres::Transaction<'_>) -> (i64, i64) {
-    let row = client
-        .query_one(
-            "SELECT pg_stat_get_xact_tuples_updated('jobs.schedule'::regclass),
+    row(
+        client,
+        "SELECT pg_stat_get_xact_tuples_updated('jobs.schedule'::regclass),
                     pg_stat_get_xact_tuples_hot_updated('jobs.schedule'::regclass)",
-            &[],
-        )
-        .unwrap();
-    (row.get(0), row.get(1))
+        &[],
+    )
 }
 
 // Progress writes are cheap because most are heap-only updates: the index that finds due
@@ -861,10 +861,7 @@ fn a_frequent_schedules_progress_is_a_heap_only_update_and_a_rare_ones_floor_is_
     // The counts include this session's earlier transactions until they are flushed: the
     // run's are the difference.
     let before = schedule_updates(&mut tx);
-    let enqueued: i64 = tx
-        .query_one("SELECT jobs_run_schedules()", &[])
-        .unwrap()
-        .get(0);
+    let enqueued: i64 = scalar(&mut tx, "SELECT jobs_run_schedules()", &[]);
     assert!(enqueued >= 2, "both schedules were due");
     let after = schedule_updates(&mut tx);
     let (updated, hot) = (after.0 - before.0, after.1 - before.1);
@@ -933,12 +930,11 @@ fn with_triggers_on_the_tables_a_run_enqueues_by_statement_with_the_same_outcome
         again, 0,
         "the progress was written: the slot is not due again"
     );
-    let seen: Vec<String> = client
-        .query("SELECT what FROM public.seen ORDER BY what", &[])
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let seen: Vec<String> = column(
+        &mut client,
+        "SELECT what FROM public.seen ORDER BY what",
+        &[],
+    );
     assert_eq!(
         seen,
         ["job INSERT", "schedule UPDATE"],
@@ -1050,18 +1046,14 @@ fn one_second_cluster(name: &str) -> (Cluster, Client) {
 
 /// The slots (Unix µs) of the jobs schedule `name` enqueued, oldest first.
 fn slots_of(client: &mut Client, name: &str) -> Vec<i64> {
-    client
-        .query(
-            &format!(
-                "SELECT {} FROM jobs.job WHERE headers->>'pg_jobs.schedule' = $1 ORDER BY 1",
-                micros_of("(headers->>'pg_jobs.slot')::timestamptz")
-            ),
-            &[&name],
-        )
-        .unwrap()
-        .iter()
-        .map(|row| row.get(0))
-        .collect()
+    column(
+        client,
+        &format!(
+            "SELECT {} FROM jobs.job WHERE headers->>'pg_jobs.schedule' = $1 ORDER BY 1",
+            micros_of("(headers->>'pg_jobs.slot')::timestamptz")
+        ),
+        &[&name],
+    )
 }
 
 /// Asserts that `slots` holds no slot twice and every second from first to last.
@@ -1209,18 +1201,14 @@ fn one_second_schedule_gives_one_job_per_slot_across_crashes_and_a_killed_worker
         }
     }
     // The view shows the last slot and its job.
-    let (last_slot, last_job): (i64, i64) = {
-        let row = client
-            .query_one(
-                &format!(
-                    "SELECT {}, last_job_id FROM jobs.schedules WHERE name = 'every-all'",
-                    micros_of("last_slot")
-                ),
-                &[],
-            )
-            .unwrap();
-        (row.get(0), row.get(1))
-    };
+    let (last_slot, last_job): (i64, i64) = row(
+        &mut client,
+        &format!(
+            "SELECT {}, last_job_id FROM jobs.schedules WHERE name = 'every-all'",
+            micros_of("last_slot")
+        ),
+        &[],
+    );
     assert_eq!(last_slot, last);
     let job_slot: i64 = scalar(
         &mut client,

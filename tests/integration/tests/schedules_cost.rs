@@ -72,7 +72,7 @@ fn a_run_with_1000_due_of_10000_schedules_against_a_batch_enqueue_of_the_same_jo
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut bare_ms = Vec::new();
     for round in 0..=ROUNDS {
-        let payloads: Vec<serde_json::Value> = client.query_one(&payloads, &[]).unwrap().get(0);
+        let payloads: Vec<serde_json::Value> = scalar(&mut client, &payloads, &[]);
         // Timed by the client, each call in its own transaction (commit included).
         client.batch_execute(&make_due).unwrap();
         let started = Instant::now();
@@ -109,25 +109,18 @@ fn a_run_with_1000_due_of_10000_schedules_against_a_batch_enqueue_of_the_same_jo
         }
         // Timed by the server: the statement's execution alone.
         client.batch_execute(&make_due).unwrap();
-        let plan: serde_json::Value = client
-            .query_one(
-                "EXPLAIN (ANALYZE, FORMAT JSON) SELECT jobs_run_schedules()",
-                &[],
-            )
-            .unwrap()
-            .get(0);
+        let plan: serde_json::Value = scalar(
+            &mut client,
+            "EXPLAIN (ANALYZE, FORMAT JSON) SELECT jobs_run_schedules()",
+            &[],
+        );
         let run_server = execution_ms(&plan);
         {
             client.batch_execute(reset).unwrap();
             client.batch_execute("VACUUM jobs.job").unwrap();
         }
-        let plan: serde_json::Value = client
-            .query_one(
-                "EXPLAIN (ANALYZE, FORMAT JSON) SELECT count(*) FROM jobs_enqueue_batch('cost', $1, headers => $2)",
-                &[&payloads, &headers],
-            )
-            .unwrap()
-            .get(0);
+        let plan: serde_json::Value = scalar(&mut client, "EXPLAIN (ANALYZE, FORMAT JSON) SELECT count(*) FROM jobs_enqueue_batch('cost', $1, headers => $2)",
+                &[&payloads, &headers]);
         let batch_server = execution_ms(&plan);
         {
             client.batch_execute(reset).unwrap();

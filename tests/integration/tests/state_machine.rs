@@ -35,7 +35,7 @@ use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use pg_jobs_tests::{settings_with, Client, Cluster};
+use pg_jobs_tests::{scalar, settings_with, Client, Cluster};
 use postgres::types::ToSql;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestError, TestRunner};
@@ -1560,13 +1560,11 @@ fn cluster() -> Cluster {
     let mut client = cluster.connect();
     client.batch_execute("CREATE EXTENSION pg_jobs").unwrap();
     // The row for this database says why nothing serves it; no row has a worker.
-    let workers: i64 = client
-        .query_one(
-            "SELECT count(*) FROM jobs_worker_status() WHERE pid IS NOT NULL",
-            &[],
-        )
-        .unwrap()
-        .get(0);
+    let workers: i64 = scalar(
+        &mut client,
+        "SELECT count(*) FROM jobs_worker_status() WHERE pid IS NOT NULL",
+        &[],
+    );
     assert_eq!(workers, 0, "no background worker may run on this cluster");
     cluster
 }

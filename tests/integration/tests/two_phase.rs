@@ -15,8 +15,8 @@ use std::sync::OnceLock;
 use std::thread;
 
 use pg_jobs_tests::{
-    claim, enqueue, freed_heads, offered, scalar, settings_with, unique_queue, wait_for_a_lock,
-    Client, Cluster,
+    claim, enqueue, freed_heads, offered, row, scalar, settings_with, unique_queue,
+    wait_for_a_lock, Client, Cluster,
 };
 use postgres::error::SqlState;
 use serde_json::json;
@@ -432,10 +432,11 @@ fn ticking_on_reload() -> Vec<&'static str> {
 
 /// The worker's counters: ticks run and floors reset.
 fn worker_counts(client: &mut Client) -> (i64, i64) {
-    let row = client
-        .query_one("SELECT ticks, floors_healed FROM jobs_worker_status()", &[])
-        .unwrap();
-    (row.get(0), row.get(1))
+    row(
+        client,
+        "SELECT ticks, floors_healed FROM jobs_worker_status()",
+        &[],
+    )
 }
 
 #[test]

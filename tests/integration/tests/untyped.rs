@@ -6,7 +6,7 @@
 
 use std::error::Error;
 
-use pg_jobs_tests::{scalar, unique_queue, Cluster};
+use pg_jobs_tests::{column, scalar, unique_queue, Cluster};
 use postgres::types::private::BytesMut;
 use postgres::types::{to_sql_checked, Format, IsNull, ToSql, Type};
 
@@ -57,18 +57,11 @@ fn untyped(client: &mut postgres::Client, sql: &str, params: &[&str]) -> Vec<Vec
 #[test]
 fn no_jobs_function_is_overloaded() {
     let mut client = Cluster::shared().connect();
-    let overloaded: Vec<String> = client
-        .query(
-            "SELECT p.proname FROM pg_proc p
+    let overloaded: Vec<String> = column(&mut client, "SELECT p.proname FROM pg_proc p
                JOIN pg_depend d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid AND d.deptype = 'e'
                JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'pg_jobs'
               GROUP BY p.pronamespace, p.proname HAVING count(*) > 1",
-            &[],
-        )
-        .unwrap()
-        .iter()
-        .map(|row| row.get(0))
-        .collect();
+            &[]);
     assert!(
         overloaded.is_empty(),
         "overloaded functions: {overloaded:?}"

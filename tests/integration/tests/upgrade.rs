@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use pg_jobs_tests::pg_jobs_version;
 use pg_jobs_tests::released::{package_0_1_0, Tree, COMMIT_0_1_0};
-use pg_jobs_tests::{catalog, manifest, scalar, wait_until, Client, Cluster, TEST_SETTINGS};
+use pg_jobs_tests::{catalog, manifest, row, scalar, wait_until, Client, Cluster, TEST_SETTINGS};
 
 /// Where the 0.1.0 build is cached between runs.
 fn cache() -> PathBuf {
@@ -401,15 +401,11 @@ fn upgrade_from_0_1_0_with_jobs_in_flight() {
         next > max_id_before,
         "ids continue: {next} after {max_id_before}"
     );
-    let settings: (String, i32) = {
-        let row = admin
-            .query_one(
-                "SELECT lease::text, max_attempts FROM jobs.queue WHERE name = 'up'",
-                &[],
-            )
-            .unwrap();
-        (row.get(0), row.get(1))
-    };
+    let settings: (String, i32) = row(
+        &mut admin,
+        "SELECT lease::text, max_attempts FROM jobs.queue WHERE name = 'up'",
+        &[],
+    );
     assert_eq!(settings, ("00:10:00".to_owned(), 3), "the queue's settings");
 
     // The catalogs equal a fresh install's.

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use pg_jobs_tests::vanishing::VanishingClient;
 use pg_jobs_tests::{
-    enqueue, scalar, settings_with, state, unique_queue, wait_until, Claimed, Client, Cluster,
+    enqueue, row, scalar, settings_with, state, unique_queue, wait_until, Claimed, Client, Cluster,
     TEST_SETTINGS,
 };
 use postgres::error::SqlState;
@@ -1082,15 +1082,11 @@ fn a_killed_clients_waiting_claim_takes_nothing() {
             )
         },
     );
-    let (state, attempt): (String, i32) = {
-        let row = observer
-            .query_one(
-                "SELECT state::text, attempt FROM jobs.job WHERE id = $1",
-                &[&id],
-            )
-            .unwrap();
-        (row.get(0), row.get(1))
-    };
+    let (state, attempt): (String, i32) = row(
+        &mut observer,
+        "SELECT state::text, attempt FROM jobs.job WHERE id = $1",
+        &[&id],
+    );
     assert_eq!(
         (state.as_str(), attempt),
         ("queued", 0),

@@ -247,10 +247,7 @@ fn what_reads_after_a_released_wait_sees_committed_rows() {
         client.batch_execute("BEGIN").unwrap();
         let row = client.query_one(&sql, &[]).unwrap();
         let total: i64 = row.get("total");
-        let after: i64 = client
-            .query_one("SELECT sum(v)::bigint FROM public.churn", &[])
-            .unwrap()
-            .get(0);
+        let after: i64 = scalar(&mut client, "SELECT sum(v)::bigint FROM public.churn", &[]);
         client.batch_execute("COMMIT").unwrap();
         (total, after)
     });

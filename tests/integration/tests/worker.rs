@@ -16,8 +16,8 @@ use std::thread;
 use std::time::{Duration, Instant, SystemTime};
 
 use pg_jobs_tests::{
-    claim, enqueue, scalar, settings_with, settings_without, state, unique_queue, wait_until,
-    Claimed, Client, Cluster, NoTls, TEST_SETTINGS,
+    claim, column, enqueue, row, scalar, settings_with, settings_without, state, unique_queue,
+    wait_until, Claimed, Client, Cluster, NoTls, TEST_SETTINGS,
 };
 use serde_json::json;
 
@@ -98,29 +98,21 @@ fn wait_for_serving_worker(client: &mut Client, database: &str) -> WorkerStatus 
 
 /// The pids of `pg_jobs worker` backends connected to `database`, from pg_stat_activity.
 fn worker_backends(client: &mut Client, database: &str) -> Vec<i32> {
-    client
-        .query(
-            "SELECT pid FROM pg_stat_activity
+    column(
+        client,
+        "SELECT pid FROM pg_stat_activity
               WHERE backend_type = 'pg_jobs worker' AND datname = $1",
-            &[&database],
-        )
-        .expect("read pg_stat_activity")
-        .iter()
-        .map(|row| row.get(0))
-        .collect()
+        &[&database],
+    )
 }
 
 /// The pids of `pg_jobs launcher` backends, from pg_stat_activity.
 fn launcher_backends(client: &mut Client) -> Vec<i32> {
-    client
-        .query(
-            "SELECT pid FROM pg_stat_activity WHERE backend_type = 'pg_jobs launcher'",
-            &[],
-        )
-        .expect("read pg_stat_activity")
-        .iter()
-        .map(|row| row.get(0))
-        .collect()
+    column(
+        client,
+        "SELECT pid FROM pg_stat_activity WHERE backend_type = 'pg_jobs launcher'",
+        &[],
+    )
 }
 
 /// The `error` of the job's latest errors entry.
@@ -313,15 +305,11 @@ fn the_worker_reclaims_within_one_tick_of_expiry() {
             "SELECT ticks FROM jobs_worker_status() WHERE database = current_database()",
             &[],
         );
-        let running: Vec<i64> = client
-            .query(
-                "SELECT id FROM jobs.job WHERE id = ANY ($1) AND state = 'running'",
-                &[&ids],
-            )
-            .unwrap()
-            .iter()
-            .map(|row| row.get(0))
-            .collect();
+        let running: Vec<i64> = column(
+            &mut client,
+            "SELECT id FROM jobs.job WHERE id = ANY ($1) AND state = 'running'",
+            &[&ids],
+        );
         for (k, &(id, until)) in held.iter().enumerate() {
             if expired_at[k].is_none() && now >= until {
                 expired_at[k] = Some(ticks);
@@ -342,17 +330,10 @@ fn the_worker_reclaims_within_one_tick_of_expiry() {
         thread::sleep(Duration::from_millis(5));
     }
     for &(id, until) in &held {
-        let (error, at): (String, i64) = {
-            let row = client
-                .query_one(
-                    "SELECT errors -> -1 ->> 'error',
+        let (error, at): (String, i64) = row(&mut client, "SELECT errors -> -1 ->> 'error',
                             (extract(epoch FROM (errors -> -1 ->> 'at')::timestamptz) * 1000000)::int8
                        FROM jobs.job WHERE id = $1",
-                    &[&id],
-                )
-                .unwrap();
-            (row.get(0), row.get(1))
-        };
+                    &[&id]);
         assert_eq!(error, "lease expired", "job {id} was reclaimed");
         assert!(
             at > until,
@@ -487,16 +468,12 @@ fn a_hostile_database_search_path_changes_nothing_the_worker_does() {
             ) > 0
         },
     );
-    let (slot_header, run_at_ok): (String, bool) = {
-        let row = client
-            .query_one(
-                "SELECT headers ->> 'pg_jobs.schedule', run_at > now() - interval '1 minute'
+    let (slot_header, run_at_ok): (String, bool) = row(
+        &mut client,
+        "SELECT headers ->> 'pg_jobs.schedule', run_at > now() - interval '1 minute'
                    FROM jobs.job WHERE queue = $1 ORDER BY id LIMIT 1",
-                &[&queue],
-            )
-            .unwrap();
-        (row.get(0), row.get(1))
-    };
+        &[&queue],
+    );
     assert_eq!(slot_header, "hostile-every-second");
     assert!(run_at_ok, "the slot's job was timed by a user's now()");
 }
@@ -1053,15 +1030,11 @@ fn backdate(client: &mut Client, id: i64, column: &str, age: &str) {
 
 /// The ids among `ids` that still exist.
 fn existing(client: &mut Client, ids: &[i64]) -> Vec<i64> {
-    let mut found: Vec<i64> = client
-        .query(
-            "SELECT id FROM jobs.job WHERE id = ANY ($1)",
-            &[&ids.to_vec()],
-        )
-        .unwrap()
-        .iter()
-        .map(|row| row.get(0))
-        .collect();
+    let mut found: Vec<i64> = column(
+        client,
+        "SELECT id FROM jobs.job WHERE id = ANY ($1)",
+        &[&ids.to_vec()],
+    );
     found.sort_unstable();
     found
 }
@@ -1322,12 +1295,11 @@ fn the_worker_deletes_records_of_prepared_transactions_that_ended() {
     client
         .batch_execute("COMMIT PREPARED 'still-prepared'")
         .unwrap();
-    let left: Vec<String> = client
-        .query("SELECT gid FROM jobs.prepared_effects ORDER BY gid", &[])
-        .unwrap()
-        .iter()
-        .map(|row| row.get(0))
-        .collect();
+    let left: Vec<String> = column(
+        &mut client,
+        "SELECT gid FROM jobs.prepared_effects ORDER BY gid",
+        &[],
+    );
     // COMMIT PREPARED took the committed transaction's own record (its gid).
     assert_eq!(left, ["young"]);
 }

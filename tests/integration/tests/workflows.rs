@@ -12,7 +12,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use pg_jobs_tests::{
-    claim, enqueue, scalar, state, unique_queue, wait_until, Claimed, Client, Cluster,
+    claim, column, enqueue, scalar, state, unique_queue, wait_until, Claimed, Client, Cluster,
     TEST_SETTINGS,
 };
 use postgres::error::SqlState;
@@ -226,15 +226,11 @@ fn claim_and_complete_batch(client: &mut Client, queue: &str, n: i32) -> usize {
     }
     let ids: Vec<i64> = claimed.iter().map(|c| c.id).collect();
     let leases: Vec<uuid::Uuid> = claimed.iter().map(|c| c.lease).collect();
-    let outcomes: Vec<String> = client
-        .query(
-            "SELECT outcome FROM jobs_complete_batch($1, $2)",
-            &[&ids, &leases],
-        )
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let outcomes: Vec<String> = column(
+        client,
+        "SELECT outcome FROM jobs_complete_batch($1, $2)",
+        &[&ids, &leases],
+    );
     assert!(outcomes.iter().all(|o| o == "succeeded"), "{outcomes:?}");
     claimed.len()
 }
@@ -246,15 +242,11 @@ fn thousands_of_parents_settled_by_many_sessions_at_once_queue_their_child_once(
     let mut client = cluster().connect();
     let parts = unique_queue(&mut client, "fan-in-parts", "");
     let merges = unique_queue(&mut client, "fan-in-merge", "");
-    let parents: Vec<i64> = client
-        .query(
-            "SELECT id FROM jobs_enqueue_batch($1, array_fill('{}'::jsonb, ARRAY[$2::int]))",
-            &[&parts, &(PARENTS as i32)],
-        )
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let parents: Vec<i64> = column(
+        &mut client,
+        "SELECT id FROM jobs_enqueue_batch($1, array_fill('{}'::jsonb, ARRAY[$2::int]))",
+        &[&parts, &(PARENTS as i32)],
+    );
     let child = enqueue_after(&mut client, &merges, json!({"merge": true}), &parents);
     assert_eq!(state(&mut client, child), "waiting");
     assert_eq!(rows_left(&mut client, child), PARENTS);
@@ -444,15 +436,8 @@ fn a_cancelled_parent_cancels_its_dependents_and_finished_parents_decide_at_once
     );
     // A batch waits for the same parents, every job of it.
     let pending = enqueue(&mut client, &queue, json!({}));
-    let batch: Vec<i64> = client
-        .query(
-            "SELECT id FROM jobs_enqueue_batch($1, ARRAY['{}'::jsonb, '{}', '{}'], after => ARRAY[$2::bigint, $3])",
-            &[&queue, &pending, &done],
-        )
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let batch: Vec<i64> = column(&mut client, "SELECT id FROM jobs_enqueue_batch($1, ARRAY['{}'::jsonb, '{}', '{}'], after => ARRAY[$2::bigint, $3])",
+            &[&queue, &pending, &done]);
     for id in &batch {
         assert_eq!(state(&mut client, *id), "waiting");
         assert_eq!(
@@ -1213,12 +1198,11 @@ fn the_guides_examples_run_as_written() {
         &[],
     );
     assert_eq!(merged, json!({"rows": 600}));
-    let states: Vec<String> = client
-        .query("SELECT DISTINCT state::text FROM jobs.job", &[])
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let states: Vec<String> = column(
+        &mut client,
+        "SELECT DISTINCT state::text FROM jobs.job",
+        &[],
+    );
     assert_eq!(states, ["succeeded"], "every job of the example finished");
 
     let database = run_in_psql(cluster, "chain", &guide_blocks("Example 2"));

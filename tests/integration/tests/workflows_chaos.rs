@@ -27,7 +27,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use pg_jobs_tests::Rng;
-use pg_jobs_tests::{Client, Cluster, TEST_SETTINGS};
+use pg_jobs_tests::{column, scalar, Client, Cluster, TEST_SETTINGS};
 use serde_json::{json, Value};
 
 /// What a worker does with a job the first time it runs it.
@@ -64,13 +64,11 @@ fn enqueue_graph(client: &mut Client, rng: &mut Rng) -> Graph {
     let mut graph = Graph::default();
     let job = |client: &mut Client, rng: &mut Rng, after: &[i64], awaits: Option<&str>| {
         let payload = json!({ "plan": plan(rng), "awaits": awaits });
-        let id: i64 = client
-            .query_one(
-                "SELECT jobs_enqueue('wf', $1, after => $2)",
-                &[&payload, &(!after.is_empty()).then_some(after.to_vec())],
-            )
-            .unwrap()
-            .get(0);
+        let id: i64 = scalar(
+            client,
+            "SELECT jobs_enqueue('wf', $1, after => $2)",
+            &[&payload, &(!after.is_empty()).then_some(after.to_vec())],
+        );
         client
             .execute(
                 "INSERT INTO wf_parent SELECT $1, unnest($2::bigint[])",
@@ -424,12 +422,7 @@ fn workflows_keep_their_rules_through_kills_crashes_and_prepared_settles() {
     let mut client = cluster.connect();
     // Settles prepared as the run ended (late ones, of finished jobs) are committed too; they
     // change nothing.
-    let left: Vec<String> = client
-        .query("SELECT gid FROM pg_prepared_xacts", &[])
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let left: Vec<String> = column(&mut client, "SELECT gid FROM pg_prepared_xacts", &[]);
     for gid in left {
         client
             .batch_execute(&format!("COMMIT PREPARED '{gid}'"))
@@ -462,12 +455,7 @@ fn workflows_keep_their_rules_through_kills_crashes_and_prepared_settles() {
         .iter()
         .map(|r| (r.get(0), (r.get(1), r.get(2), r.get(3))))
         .collect();
-    let claimed: BTreeSet<i64> = client
-        .query("SELECT DISTINCT job FROM wf_claim", &[])
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let claimed: BTreeSet<i64> = column(&mut client, "SELECT DISTINCT job FROM wf_claim", &[]);
     let mut broken = Vec::new();
     for (id, parents) in &graph.parents {
         let (state, errors, _) = &finals[id];
@@ -528,13 +516,11 @@ fn workflows_keep_their_rules_through_kills_crashes_and_prepared_settles() {
         "awaits resumed wrongly (seed {seed}):\n{}",
         wrong.join("\n")
     );
-    let resumed: i64 = client
-        .query_one(
-            "SELECT count(DISTINCT job) FROM wf_claim WHERE signal IS NOT NULL",
-            &[],
-        )
-        .unwrap()
-        .get(0);
+    let resumed: i64 = scalar(
+        &mut client,
+        "SELECT count(DISTINCT job) FROM wf_claim WHERE signal IS NOT NULL",
+        &[],
+    );
     let summary = client
         .query_one(
             "SELECT (SELECT count(*) FROM wf_claim),
