@@ -62,12 +62,7 @@ fn cluster() -> &'static Cluster {
     static CLUSTER: OnceLock<Cluster> = OnceLock::new();
     CLUSTER.get_or_init(|| {
         let settings = settings_with(&["pg_jobs.tick = '1h'"]);
-        let cluster = Cluster::start("bad-input", &settings);
-        cluster
-            .connect()
-            .batch_execute("CREATE EXTENSION pg_jobs")
-            .expect("create the extension");
-        cluster
+        Cluster::start_with_extension("bad-input", &settings)
     })
 }
 

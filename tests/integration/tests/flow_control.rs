@@ -7,7 +7,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use pg_jobs_tests::{
-    claim, column, fast_paths, freed_heads, offered, row, scalar, state, unique_queue,
+    claim, claim_ids, column, fast_paths, freed_heads, offered, row, scalar, state, unique_queue,
     wait_for_a_lock, wait_until, Client, Cluster, TEST_SETTINGS,
 };
 use postgres::types::ToSql;
@@ -1080,10 +1080,7 @@ fn a_late_complete_of_a_reclaimed_grouped_head_wins_over_a_claim_waiting_for_its
             let queue = queue.clone();
             thread::spawn(move || {
                 claimer.batch_execute("BEGIN").unwrap();
-                let taken: Vec<i64> = claim(&mut claimer, &queue, 10, "")
-                    .iter()
-                    .map(|c| c.id)
-                    .collect();
+                let taken: Vec<i64> = claim_ids(&mut claimer, &queue, 10);
                 claimer.batch_execute(ending).unwrap();
                 taken
             })
@@ -1572,7 +1569,7 @@ fn waiting_claimers_are_admitted_at_the_rate_limit() {
 
 #[test]
 fn without_shared_memory_the_rate_limit_still_holds() {
-    let cluster = Cluster::start(
+    let cluster = Cluster::start_with_extension(
         "rate-no-preload",
         &[
             "max_connections = 100",
@@ -1581,7 +1578,6 @@ fn without_shared_memory_the_rate_limit_still_holds() {
         ],
     );
     let mut admin = cluster.connect();
-    admin.batch_execute("CREATE EXTENSION pg_jobs").unwrap();
     let rate = 40i64;
     let queue = unique_queue(
         &mut admin,
@@ -1721,10 +1717,7 @@ fn freed_heads_keep_claim_order_and_go_only_to_claims_of_their_kind() {
 
     let ungrouped_first = enqueue_with(&mut client, &queue, ", priority => 4");
     let ungrouped_last = enqueue_with(&mut client, &queue, ", priority => 10");
-    let got: Vec<i64> = claim(&mut client, &queue, 2, "")
-        .iter()
-        .map(|c| c.id)
-        .collect();
+    let got: Vec<i64> = claim_ids(&mut client, &queue, 2);
     assert_eq!(
         got,
         [ungrouped_first, late],
@@ -1779,7 +1772,7 @@ fn a_dropped_queue_leaves_no_freed_heads() {
 
 /// The ids of what a claim of up to 10 jobs of `queue` got.
 fn claimed_ids(client: &mut Client, queue: &str) -> Vec<i64> {
-    claim(client, queue, 10, "").iter().map(|c| c.id).collect()
+    claim_ids(client, queue, 10)
 }
 
 /// A freed head is taken without reading its group again only while no commit queued jobs of
@@ -1854,10 +1847,7 @@ fn freed_heads_of_a_queue_whose_group_concurrency_grew_are_cleared() {
         "SELECT count(*) FROM jobs_create_queue($1, group_concurrency => 2)",
         &[&queue],
     );
-    let got: Vec<i64> = claim(&mut client, &queue, 10, "")
-        .iter()
-        .map(|c| c.id)
-        .collect();
+    let got: Vec<i64> = claim_ids(&mut client, &queue, 10);
     assert_eq!(got, jobs[1..].to_vec());
     assert!(freed_heads(&mut client, &queue).is_empty());
     assert!(marked(&mut client, &queue).is_empty());

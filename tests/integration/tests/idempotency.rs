@@ -931,9 +931,8 @@ fn the_worker_purges_expired_records_in_bounded_batches_without_slowing_saves() 
     // A cluster of its own whose worker waits an hour between ticks until told otherwise, so
     // the expired records stay while saves and reads are measured.
     let settings = pg_jobs_tests::settings_with(&["pg_jobs.tick = '1h'"]);
-    let cluster = Cluster::start("idempotency-purge", &settings);
+    let cluster = Cluster::start_with_extension("idempotency-purge", &settings);
     let mut admin = cluster.connect();
-    admin.batch_execute("CREATE EXTENSION pg_jobs").unwrap();
 
     let mut session = ExplainingSession::open(&cluster, "");
     let measure = |session: &mut ExplainingSession, label: &str| -> (i64, i64, Duration) {

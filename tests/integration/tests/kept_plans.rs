@@ -59,16 +59,8 @@ fn claim_and_complete(session: &mut ExplainingSession, queue: &str) -> Vec<Value
 /// test's tables are empty when it plans; returns a superuser connection and the name.
 fn database_of_its_own(cluster: &Cluster, prefix: &str) -> (postgres::Client, String) {
     let database = format!("{prefix}_{}", std::process::id());
-    let mut admin = cluster.connect();
-    for statement in [
-        format!("DROP DATABASE IF EXISTS {database}"),
-        format!("CREATE DATABASE {database}"),
-    ] {
-        admin
-            .batch_execute(&statement)
-            .expect("create a database of its own");
-    }
-    (admin, database)
+    cluster.recreate_database(&database);
+    (cluster.connect(), database)
 }
 
 /// The query text of a logged plan.

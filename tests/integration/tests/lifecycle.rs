@@ -10,8 +10,8 @@
 use std::time::Duration;
 
 use pg_jobs_tests::{
-    claim, column, enqueue, row, scalar, settings_with, settings_without, state, unique_queue,
-    wait_until, Claimed, Client, Cluster,
+    claim, claim_ids, column, enqueue, row, scalar, settings_with, settings_without, state,
+    unique_queue, wait_until, Claimed, Client, Cluster,
 };
 use postgres::types::ToSql;
 use serde_json::{json, Value};
@@ -176,12 +176,7 @@ fn wait_for_reclaim(client: &mut Client, id: i64) {
 /// its back, so `jobs_reclaim()` counts are exact.
 fn cluster_without_worker(name: &str) -> Cluster {
     let settings = settings_without(&["shared_preload_libraries", "pg_jobs."]);
-    let cluster = Cluster::start(name, &settings);
-    cluster
-        .connect()
-        .batch_execute("CREATE EXTENSION pg_jobs")
-        .expect("create the extension without the preload");
-    cluster
+    Cluster::start_with_extension(name, &settings)
 }
 
 /// The element `errors[-1]` of a job row.
@@ -234,10 +229,7 @@ fn claims_come_in_priority_then_run_at_then_id_order() {
 
     let mut claimed = Vec::new();
     for n in [3, 2, 10] {
-        let batch: Vec<i64> = claim(&mut client, &queue, n, "")
-            .iter()
-            .map(|c| c.id)
-            .collect();
+        let batch: Vec<i64> = claim_ids(&mut client, &queue, n);
         let from = claimed.len();
         let to = (from + n as usize).min(expected.len());
         assert_eq!(
@@ -513,10 +505,7 @@ fn reclaim_requeues_or_fails_and_done_wins_until_reclaimed_again() {
     assert_eq!(row["attempt"], 1, "a heartbeat spends no attempt");
     assert_ne!(row["lease_until"], Value::Null);
     assert_eq!(
-        claim(&mut client, &queue, 10, "")
-            .iter()
-            .map(|c| c.id)
-            .collect::<Vec<_>>(),
+        claim_ids(&mut client, &queue, 10),
         [fenced],
         "the revived job is running again, so only the other reclaimed job is claimable"
     );
@@ -954,10 +943,7 @@ fn jobs_of_a_claim_rolled_back_to_a_savepoint_are_claimable_again() {
     );
     client.batch_execute(&in_exception_block).unwrap();
 
-    let again: Vec<i64> = claim(&mut client, &queue, 10, "")
-        .iter()
-        .map(|c| c.id)
-        .collect();
+    let again: Vec<i64> = claim_ids(&mut client, &queue, 10);
     assert_eq!(
         again,
         ids[1..].to_vec(),
@@ -985,7 +971,7 @@ fn a_rolled_back_part_that_took_nothing_leaves_the_floor() {
         )
     };
     let mut tx = client.transaction().unwrap();
-    let taken: Vec<i64> = claim(&mut tx, &queue, 2, "").iter().map(|c| c.id).collect();
+    let taken: Vec<i64> = claim_ids(&mut tx, &queue, 2);
     assert_eq!(taken, ids[..2]);
     let raised = floor(&mut tx);
     assert!(raised.is_some(), "the claim raised the floor");
@@ -1006,10 +992,7 @@ fn a_rolled_back_part_that_took_nothing_leaves_the_floor() {
         "a part that took a job must reset the floor"
     );
     tx.commit().unwrap();
-    let again: Vec<i64> = claim(&mut client, &queue, 10, "")
-        .iter()
-        .map(|c| c.id)
-        .collect();
+    let again: Vec<i64> = claim_ids(&mut client, &queue, 10);
     assert_eq!(again, ids[2..]);
 }
 
@@ -2260,9 +2243,8 @@ fn time_decisions_use_the_server_clock_inside_a_long_transaction() {
 #[test]
 fn a_rolled_back_heartbeat_of_a_reclaimed_job_leaves_no_trace() {
     let settings = settings_with(&["pg_jobs.tick = '1h'"]);
-    let cluster = Cluster::start("heartbeat-rollback", &settings);
+    let cluster = Cluster::start_with_extension("heartbeat-rollback", &settings);
     let mut holder = cluster.connect();
-    holder.batch_execute("CREATE EXTENSION pg_jobs").unwrap();
     let mut claimer = cluster.connect();
     let queue = unique_queue(&mut holder, "revive", "");
     let revived = enqueue(&mut holder, &queue, json!({"n": 0}));
@@ -2396,11 +2378,7 @@ fn one_call_completes_and_claims_in_one_transaction() {
         )
         .unwrap()
         .iter()
-        .map(|row| Claimed {
-            id: row.get(0),
-            lease: row.get(1),
-            attempt: row.get(2),
-        })
+        .map(Claimed::from_row)
         .collect();
     assert_eq!(cancel(&mut client, ids[1]), "cancelled");
     let stale = Claimed {

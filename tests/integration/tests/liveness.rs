@@ -377,12 +377,7 @@ fn scenarios() -> Vec<Scenario> {
 /// itself may make a job claimable or wake a claim.
 fn cluster() -> Cluster {
     let settings = settings_with(&["pg_jobs.databases = ''", "max_prepared_transactions = 40"]);
-    let cluster = Cluster::start("liveness", &settings);
-    cluster
-        .connect()
-        .batch_execute("CREATE EXTENSION pg_jobs")
-        .unwrap();
-    cluster
+    Cluster::start_with_extension("liveness", &settings)
 }
 
 /// The totals of `queue` (zero when it settled nothing since the server started).
@@ -649,11 +644,7 @@ fn every_change_under_every_ending_leaves_nothing_stuck() {
                     )
                     .unwrap()
                     .iter()
-                    .map(|row| Claimed {
-                        id: row.get(0),
-                        lease: row.get(1),
-                        attempt: row.get(2),
-                    })
+                    .map(Claimed::from_row)
                     .collect();
                 held.extend(leases);
             }

@@ -16,12 +16,7 @@ fn cluster() -> &'static Cluster {
     CLUSTER.get_or_init(|| {
         let mut settings = TEST_SETTINGS.to_vec();
         settings.push("max_prepared_transactions = 10");
-        let cluster = Cluster::start("metrics", &settings);
-        cluster
-            .connect()
-            .batch_execute("CREATE EXTENSION pg_jobs")
-            .unwrap();
-        cluster
+        Cluster::start_with_extension("metrics", &settings)
     })
 }
 

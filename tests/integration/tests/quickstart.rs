@@ -265,12 +265,7 @@ fn as_scripts_up_sets_it_up(name: &str) -> Cluster {
         .filter(|line| up.iter().all(|u| key(u) != key(line)))
         .collect();
     settings.extend(up.iter().map(String::as_str));
-    let cluster = Cluster::start(name, &settings);
-    cluster
-        .connect()
-        .batch_execute("CREATE EXTENSION pg_jobs")
-        .unwrap();
-    cluster
+    Cluster::start_with_extension(name, &settings)
 }
 
 /// Runs the steps in one psql session; returns what psql printed for each step.

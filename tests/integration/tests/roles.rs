@@ -904,12 +904,7 @@ fn dropping_the_extension_in_one_database_leaves_the_roles_to_the_others() {
     let cluster = cluster();
     let mut admin = cluster.connect();
     let database = format!("roles_second_{}", std::process::id());
-    admin
-        .batch_execute(&format!("DROP DATABASE IF EXISTS {database}"))
-        .unwrap();
-    admin
-        .batch_execute(&format!("CREATE DATABASE {database}"))
-        .unwrap();
+    cluster.recreate_database(&database);
     let mut second = cluster.connect_to(&database);
     // The roles exist already (the first database made them): this CREATE EXTENSION uses them.
     second

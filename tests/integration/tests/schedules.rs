@@ -829,10 +829,7 @@ fn schedule_updates(client: &mut postgres::Transaction<'_>) -> (i64, i64) {
 fn a_frequent_schedules_progress_is_a_heap_only_update_and_a_rare_ones_floor_is_its_next_slot() {
     let cluster = Cluster::shared();
     let mut admin = cluster.connect();
-    admin
-        .batch_execute("DROP DATABASE IF EXISTS sched_floor")
-        .unwrap();
-    admin.batch_execute("CREATE DATABASE sched_floor").unwrap();
+    cluster.recreate_database("sched_floor");
     let mut client = cluster.connect_to("sched_floor");
     client
         .batch_execute(
@@ -902,12 +899,7 @@ fn a_frequent_schedules_progress_is_a_heap_only_update_and_a_rare_ones_floor_is_
 fn with_triggers_on_the_tables_a_run_enqueues_by_statement_with_the_same_outcome() {
     let cluster = Cluster::shared();
     let mut admin = cluster.connect();
-    admin
-        .batch_execute("DROP DATABASE IF EXISTS sched_statements")
-        .unwrap();
-    admin
-        .batch_execute("CREATE DATABASE sched_statements")
-        .unwrap();
+    cluster.recreate_database("sched_statements");
     let mut client = cluster.connect_to("sched_statements");
     client
         .batch_execute(
@@ -1038,9 +1030,8 @@ fn one_second_cluster(name: &str) -> (Cluster, Client) {
         .collect();
     settings.push("pg_jobs.tick = '1s'");
     settings.push("synchronous_commit = on");
-    let cluster = Cluster::start(name, &settings);
-    let mut client = cluster.connect();
-    client.batch_execute("CREATE EXTENSION pg_jobs").unwrap();
+    let cluster = Cluster::start_with_extension(name, &settings);
+    let client = cluster.connect();
     (cluster, client)
 }
 

@@ -29,9 +29,8 @@ fn late_settles_racing_reclaims_and_claims_never_deadlock() {
             }
         })
         .collect();
-    let cluster = Cluster::start("settle-races", &settings);
+    let cluster = Cluster::start_with_extension("settle-races", &settings);
     let mut admin = cluster.connect();
-    admin.batch_execute("CREATE EXTENSION pg_jobs").unwrap();
     let queue = unique_queue(
         &mut admin,
         "races",

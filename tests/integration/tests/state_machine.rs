@@ -1556,9 +1556,8 @@ fn check_invariants(client: &mut Client, model: &Model, sut: &Sut) -> Result<(),
 /// background worker reclaims leases behind the test's back.
 fn cluster() -> Cluster {
     let settings = settings_with(&["pg_jobs.databases = ''"]);
-    let cluster = Cluster::start("state-machine", &settings);
+    let cluster = Cluster::start_with_extension("state-machine", &settings);
     let mut client = cluster.connect();
-    client.batch_execute("CREATE EXTENSION pg_jobs").unwrap();
     // The row for this database says why nothing serves it; no row has a worker.
     let workers: i64 = scalar(
         &mut client,

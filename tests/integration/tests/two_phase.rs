@@ -15,7 +15,7 @@ use std::sync::OnceLock;
 use std::thread;
 
 use pg_jobs_tests::{
-    claim, enqueue, freed_heads, offered, row, scalar, settings_with, unique_queue,
+    claim, claim_ids, enqueue, freed_heads, offered, row, scalar, settings_with, unique_queue,
     wait_for_a_lock, Client, Cluster,
 };
 use postgres::error::SqlState;
@@ -26,12 +26,7 @@ fn cluster_without_worker() -> &'static Cluster {
     static CLUSTER: OnceLock<Cluster> = OnceLock::new();
     CLUSTER.get_or_init(|| {
         let settings = settings_with(&["pg_jobs.databases = ''", "max_prepared_transactions = 10"]);
-        let cluster = Cluster::start("two-phase", &settings);
-        cluster
-            .connect()
-            .batch_execute("CREATE EXTENSION pg_jobs")
-            .unwrap();
-        cluster
+        Cluster::start_with_extension("two-phase", &settings)
     })
 }
 
@@ -232,10 +227,7 @@ fn a_freed_head_behind_a_job_of_a_prepared_enqueue_is_not_taken() {
         .connect()
         .batch_execute(&format!("COMMIT PREPARED 'pl-{queue}'"))
         .unwrap();
-    let got: Vec<i64> = claim(&mut admin, &queue, 10, "")
-        .iter()
-        .map(|c| c.id)
-        .collect();
+    let got: Vec<i64> = claim_ids(&mut admin, &queue, 10);
     assert_eq!(
         got,
         [late],
@@ -441,9 +433,8 @@ fn worker_counts(client: &mut Client) -> (i64, i64) {
 
 #[test]
 fn the_worker_resets_a_floor_that_a_job_written_behind_the_functions_back_sits_below() {
-    let cluster = Cluster::start("floor-heal", &ticking_on_reload());
+    let cluster = Cluster::start_with_extension("floor-heal", &ticking_on_reload());
     let mut admin = cluster.connect();
-    admin.batch_execute("CREATE EXTENSION pg_jobs").unwrap();
     let queue = unique_queue(&mut admin, "behind-the-back", "");
     burn(&mut admin, &queue, 5);
 
@@ -486,9 +477,8 @@ fn the_worker_resets_a_floor_that_a_job_written_behind_the_functions_back_sits_b
 /// test of tenants' workers found the floor gone.)
 #[test]
 fn the_worker_leaves_alone_the_floor_a_claim_in_flight_raised() {
-    let cluster = Cluster::start("floor-in-flight", &ticking_on_reload());
+    let cluster = Cluster::start_with_extension("floor-in-flight", &ticking_on_reload());
     let mut admin = cluster.connect();
-    admin.batch_execute("CREATE EXTENSION pg_jobs").unwrap();
     let queue = unique_queue(&mut admin, "in-flight", "");
     burn(&mut admin, &queue, 3);
     let ids: Vec<i64> = (0..3)
@@ -532,9 +522,8 @@ fn the_worker_leaves_alone_the_floor_a_claim_in_flight_raised() {
 /// told to, so no tick moves anything.
 #[test]
 fn a_claim_past_the_reach_advances_the_floor() {
-    let cluster = Cluster::start("floor-past-reach", &ticking_on_reload());
+    let cluster = Cluster::start_with_extension("floor-past-reach", &ticking_on_reload());
     let mut admin = cluster.connect();
-    admin.batch_execute("CREATE EXTENSION pg_jobs").unwrap();
     let queue = unique_queue(&mut admin, "past-reach", "");
     burn(&mut admin, &queue, 3);
     let burnt_floor = floor_id(&mut admin, &queue).expect("the burn raised the floor");
@@ -577,9 +566,8 @@ fn a_claim_past_the_reach_advances_the_floor() {
 fn the_worker_finds_a_job_deep_below_a_floor_a_bounded_walk_a_tick() {
     const FIRST: i32 = 29_000;
     const SECOND: i32 = 1_000;
-    let cluster = Cluster::start("floor-heal-deep", &ticking_on_reload());
+    let cluster = Cluster::start_with_extension("floor-heal-deep", &ticking_on_reload());
     let mut admin = cluster.connect();
-    admin.batch_execute("CREATE EXTENSION pg_jobs").unwrap();
     let queue = unique_queue(&mut admin, "deep", "");
     // The snapshot that keeps every claimed job's dead entry in the claim index.
     let mut holder = cluster.connect();

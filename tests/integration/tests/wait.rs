@@ -92,15 +92,9 @@ impl WaitingClaim {
         let queue = queue.to_owned();
         let handle = thread::spawn(move || {
             let started = Instant::now();
-            let result = client.query(&sql, &[&queue, &n]).map(|rows| {
-                rows.iter()
-                    .map(|row| Claimed {
-                        id: row.get(0),
-                        lease: row.get(1),
-                        attempt: row.get(2),
-                    })
-                    .collect()
-            });
+            let result = client
+                .query(&sql, &[&queue, &n])
+                .map(|rows| rows.iter().map(Claimed::from_row).collect());
             Returned {
                 result,
                 started,

@@ -14,12 +14,7 @@ fn cluster() -> &'static Cluster {
     static CLUSTER: OnceLock<Cluster> = OnceLock::new();
     CLUSTER.get_or_init(|| {
         let settings = settings_with(&["pg_jobs.tick = '1h'"]);
-        let cluster = Cluster::start("wait-snapshot", &settings);
-        cluster
-            .connect()
-            .batch_execute("CREATE EXTENSION pg_jobs")
-            .unwrap();
-        cluster
+        Cluster::start_with_extension("wait-snapshot", &settings)
     })
 }
 

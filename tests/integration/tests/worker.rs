@@ -16,17 +16,16 @@ use std::thread;
 use std::time::{Duration, Instant, SystemTime};
 
 use pg_jobs_tests::{
-    claim, column, enqueue, row, scalar, settings_with, settings_without, state, unique_queue,
-    wait_until, Claimed, Client, Cluster, NoTls, TEST_SETTINGS,
+    claim, claim_ids, column, enqueue, row, scalar, settings_with, settings_without, state,
+    unique_queue, wait_until, Claimed, Client, Cluster, NoTls, TEST_SETTINGS,
 };
 use serde_json::json;
 
 /// The key of a `postgresql.conf` line (`"pg_jobs.tick = '100ms'"` → `"pg_jobs.tick"`).
 /// A private cluster with `settings` and the extension created in database `postgres`.
 fn private_cluster(name: &str, settings: &[&str]) -> (Cluster, Client) {
-    let cluster = Cluster::start(name, settings);
-    let mut client = cluster.connect();
-    client.batch_execute("CREATE EXTENSION pg_jobs").unwrap();
+    let cluster = Cluster::start_with_extension(name, settings);
+    let client = cluster.connect();
     (cluster, client)
 }
 
@@ -164,10 +163,7 @@ fn lease_of_a_terminated_claimer_is_reclaimed_by_the_worker() {
 
     let mut claimer = cluster.connect();
     let pid: i32 = scalar(&mut claimer, "SELECT pg_backend_pid()", &[]);
-    let mut held: Vec<i64> = claim(&mut claimer, &queue, 2, "")
-        .iter()
-        .map(|c| c.id)
-        .collect();
+    let mut held: Vec<i64> = claim_ids(&mut claimer, &queue, 2);
     let claimed_at = Instant::now();
     held.sort_unstable();
     assert_eq!(held, [retried, final_attempt]);
@@ -1312,10 +1308,7 @@ fn the_worker_deletes_records_of_prepared_transactions_that_ended() {
 fn a_database_no_worker_serves_says_so() {
     let cluster = Cluster::shared();
     let mut admin = cluster.connect();
-    admin
-        .batch_execute("DROP DATABASE IF EXISTS unserved")
-        .unwrap();
-    admin.batch_execute("CREATE DATABASE unserved").unwrap();
+    cluster.recreate_database("unserved");
     let said = cluster.warnings_of("unserved", "CREATE EXTENSION pg_jobs");
     let mut client = Client::connect(&cluster.dsn("unserved"), NoTls).unwrap();
     assert!(

@@ -1035,9 +1035,8 @@ fn a_last_parents_settle_and_a_signal_in_prepared_transactions_act_at_commit_pre
 fn prepared_settles_and_signals_survive_a_restart_before_commit_prepared() {
     let mut settings: Vec<&str> = TEST_SETTINGS.to_vec();
     settings.push("max_prepared_transactions = 10");
-    let cluster = Cluster::start("workflows-restart", &settings);
+    let cluster = Cluster::start_with_extension("workflows-restart", &settings);
     let mut client = cluster.connect();
-    client.batch_execute("CREATE EXTENSION pg_jobs").unwrap();
     let queue = unique_queue(&mut client, "restart", "");
     let parent = enqueue(&mut client, &queue, json!({}));
     let other = enqueue(&mut client, &queue, json!({}));
@@ -1156,13 +1155,7 @@ fn guide_blocks(heading: &str) -> String {
 /// the first error; returns the database's name.
 fn run_in_psql(cluster: &Cluster, name: &str, script: &str) -> String {
     let database = format!("guide_{name}");
-    let mut admin = cluster.connect();
-    admin
-        .batch_execute(&format!("DROP DATABASE IF EXISTS {database}"))
-        .unwrap();
-    admin
-        .batch_execute(&format!("CREATE DATABASE {database}"))
-        .unwrap();
+    cluster.recreate_database(&database);
     cluster
         .connect_to(&database)
         .batch_execute("CREATE EXTENSION pg_jobs")

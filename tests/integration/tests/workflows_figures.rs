@@ -87,14 +87,7 @@ fn burn_down(cluster: &'static Cluster, queue: &str) -> (Duration, Instant) {
 
 fn figures_cluster() -> &'static Cluster {
     static CLUSTER: std::sync::OnceLock<Cluster> = std::sync::OnceLock::new();
-    CLUSTER.get_or_init(|| {
-        let cluster = Cluster::start("workflows-figures", TEST_SETTINGS);
-        cluster
-            .connect()
-            .batch_execute("CREATE EXTENSION pg_jobs")
-            .unwrap();
-        cluster
-    })
+    CLUSTER.get_or_init(|| Cluster::start_with_extension("workflows-figures", TEST_SETTINGS))
 }
 
 #[test]
