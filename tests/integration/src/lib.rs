@@ -515,6 +515,14 @@ impl Cluster {
             .unwrap_or_else(|e| panic!("connect as {role}: {e}"))
     }
 
+    /// A new connection to database `postgres` and a queue no other test uses, made over it
+    /// with `settings` (see [`unique_queue`]): how most tests begin.
+    pub fn connect_with_queue(&self, prefix: &str, settings: &str) -> (Client, String) {
+        let mut client = self.connect();
+        let queue = unique_queue(&mut client, prefix, settings);
+        (client, queue)
+    }
+
     /// A new connection to database `postgres`.
     pub fn connect(&self) -> Client {
         self.connect_to("postgres")

@@ -161,8 +161,7 @@ fn add_history(client: &mut Client, queue: &str, count: i32) {
 
 #[test]
 fn finished_jobs_do_not_slow_claims() {
-    let mut setup = Cluster::shared().connect();
-    let fresh = unique_queue(&mut setup, "fresh", "");
+    let (mut setup, fresh) = Cluster::shared().connect_with_queue("fresh", "");
     let history = unique_queue(&mut setup, "history", "");
     let empty = unique_queue(&mut setup, "empty", "");
     let history_only = unique_queue(&mut setup, "history-only", "");
@@ -221,8 +220,7 @@ const OTHER_KINDS: i32 = 50_000;
 /// other kinds, however many jobs of other kinds are queued ahead of its own.
 #[test]
 fn jobs_of_other_kinds_do_not_slow_claims_of_some_kinds() {
-    let mut setup = Cluster::shared().connect();
-    let alone = unique_queue(&mut setup, "kinds-alone", "");
+    let (mut setup, alone) = Cluster::shared().connect_with_queue("kinds-alone", "");
     let behind = unique_queue(&mut setup, "kinds-behind", "");
     let enqueue = |client: &mut Client, queue: &str, kind: &str, count: i32| {
         client

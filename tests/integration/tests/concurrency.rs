@@ -25,7 +25,7 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant, SystemTime};
 
 use pg_jobs_tests::Rng;
-use pg_jobs_tests::{column, scalar, unique_queue, wait_until, Client, Cluster};
+use pg_jobs_tests::{column, scalar, wait_until, Client, Cluster};
 use postgres::error::SqlState;
 use uuid::Uuid;
 
@@ -419,8 +419,7 @@ fn concurrent_claimers_get_every_job_exactly_once_without_waiting() {
     const JOBS: i32 = 5_000;
     const CLAIMERS: usize = 8;
 
-    let mut setup = Cluster::shared().connect();
-    let queue = unique_queue(&mut setup, "exclusive", "lease => '1 hour'");
+    let (mut setup, queue) = Cluster::shared().connect_with_queue("exclusive", "lease => '1 hour'");
     let enqueued: Vec<i64> = column(
         &mut setup,
         "SELECT id FROM jobs_enqueue_batch($1, ARRAY(
@@ -743,9 +742,7 @@ fn claims_racing_reclaim_and_cancel_never_complete_a_job_twice() {
     const MAX_ATTEMPTS: i32 = 3;
     const LEASE: Duration = Duration::from_millis(200);
 
-    let mut setup = Cluster::shared().connect();
-    let queue = unique_queue(
-        &mut setup,
+    let (mut setup, queue) = Cluster::shared().connect_with_queue(
         "race",
         &format!("lease => '200 milliseconds', max_attempts => {MAX_ATTEMPTS}"),
     );
@@ -988,8 +985,7 @@ fn claims_racing_reclaim_and_cancel_never_complete_a_job_twice() {
 
 #[test]
 fn the_lock_sampler_and_lock_timeout_catch_a_blocked_session() {
-    let mut holder = Cluster::shared().connect();
-    let queue = unique_queue(&mut holder, "control", "");
+    let (mut holder, queue) = Cluster::shared().connect_with_queue("control", "");
     let id = pg_jobs_tests::enqueue(&mut holder, &queue, serde_json::json!({}));
     let application_name = format!("pg_jobs-test-{queue}");
 
@@ -1064,8 +1060,7 @@ fn the_lock_sampler_and_lock_timeout_catch_a_blocked_session() {
 fn a_claim_reads_on_past_more_held_jobs_than_it_reads_at_first() {
     const HELD: i32 = 10;
     let cluster = Cluster::shared();
-    let mut setup = cluster.connect();
-    let queue = unique_queue(&mut setup, "held-run", "lease => '1 hour'");
+    let (mut setup, queue) = cluster.connect_with_queue("held-run", "lease => '1 hour'");
     let ids: Vec<i64> = column(
         &mut setup,
         "SELECT id FROM jobs_enqueue_batch($1, ARRAY(

@@ -6,9 +6,7 @@
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use pg_jobs_tests::{
-    claim, column, enqueue, scalar, unique_queue, wait_until, Client, Cluster, TEST_SETTINGS,
-};
+use pg_jobs_tests::{claim, column, enqueue, scalar, wait_until, Client, Cluster, TEST_SETTINGS};
 use serde_json::json;
 
 /// A cluster of its own (the totals and the history are server-wide), with prepared
@@ -60,8 +58,7 @@ fn metric(client: &mut Client, name: &str, labels: &str) -> Option<f64> {
 
 #[test]
 fn released_lost_cancelled_and_enqueued_jobs_are_counted_when_they_commit() {
-    let mut client = cluster().connect();
-    let queue = unique_queue(&mut client, "counted", "");
+    let (mut client, queue) = cluster().connect_with_queue("counted", "");
     // Three enqueues (one in a batch of two), one rolled back.
     enqueue(&mut client, &queue, json!({}));
     client
@@ -135,8 +132,7 @@ fn released_lost_cancelled_and_enqueued_jobs_are_counted_when_they_commit() {
 #[test]
 fn run_now_makes_a_delayed_job_due_and_only_an_admin_may() {
     let cluster = cluster();
-    let mut client = cluster.connect();
-    let queue = unique_queue(&mut client, "run-now", "");
+    let (mut client, queue) = cluster.connect_with_queue("run-now", "");
     let later: i64 = scalar(
         &mut client,
         "SELECT jobs_enqueue($1, '{}', run_at => now() + interval '1 hour')",
@@ -206,8 +202,7 @@ fn run_now_makes_a_delayed_job_due_and_only_an_admin_may() {
 #[test]
 fn workers_show_waiting_claims_running_jobs_and_expiring_leases() {
     let cluster = cluster();
-    let mut client = cluster.connect();
-    let queue = unique_queue(&mut client, "workers", "");
+    let (mut client, queue) = cluster.connect_with_queue("workers", "");
     let name = format!("{queue}-w");
 
     // A waiting claim: listed with its backend and since when it waits.
@@ -287,8 +282,7 @@ fn workers_show_waiting_claims_running_jobs_and_expiring_leases() {
 #[test]
 fn a_tenant_sees_only_its_tenants_workers() {
     let cluster = cluster();
-    let mut admin = cluster.connect();
-    let queue = unique_queue(&mut admin, "tenant-workers", "");
+    let (mut admin, queue) = cluster.connect_with_queue("tenant-workers", "");
     let ours: i64 = scalar(
         &mut admin,
         "SELECT jobs_enqueue($1, '{}', tenant => 'acme')",
@@ -353,8 +347,7 @@ fn some_work(client: &mut Client, queue: &str) {
 #[test]
 fn throughput_is_written_once_a_minute_and_read_with_the_current_minute() {
     let cluster = cluster();
-    let mut client = cluster.connect();
-    let queue = unique_queue(&mut client, "throughput", "");
+    let (mut client, queue) = cluster.connect_with_queue("throughput", "");
     // An old minute, as a superuser could have left it: the next write drops it.
     client
         .execute(
@@ -411,8 +404,7 @@ fn throughput_is_written_once_a_minute_and_read_with_the_current_minute() {
 #[test]
 fn throughput_is_scoped_to_the_callers_tenants() {
     let cluster = cluster();
-    let mut admin = cluster.connect();
-    let queue = unique_queue(&mut admin, "tenant-throughput", "");
+    let (mut admin, queue) = cluster.connect_with_queue("tenant-throughput", "");
     admin
         .execute(
             "SELECT jobs_enqueue($1, '{}', tenant => 'acme'), jobs_enqueue($1, '{}', tenant => 'acme')",
@@ -453,8 +445,7 @@ fn throughput_is_scoped_to_the_callers_tenants() {
 #[test]
 fn throughput_survives_a_clean_restart_and_a_crash_loses_only_the_current_minute() {
     let cluster = start("dashboard-restart");
-    let mut client = cluster.connect();
-    let queue = unique_queue(&mut client, "restarted", "");
+    let (mut client, queue) = cluster.connect_with_queue("restarted", "");
     some_work(&mut client, &queue);
     // A prepared enqueue counts when it is committed.
     client.batch_execute("BEGIN").unwrap();

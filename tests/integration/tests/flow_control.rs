@@ -41,8 +41,7 @@ fn count(client: &mut Client, sql: &str, params: &[&(dyn ToSql + Sync)]) -> i64 
 
 #[test]
 fn a_duplicate_is_skipped_replaced_or_refused_as_asked() {
-    let mut client = Cluster::shared().connect();
-    let queue = unique_queue(&mut client, "unique", "");
+    let (mut client, queue) = Cluster::shared().connect_with_queue("unique", "");
     let first = enqueue_with(&mut client, &queue, ", unique_key => 'k'");
     // skip (the default): the existing job's id, nothing inserted.
     let again: i64 = scalar(
@@ -116,8 +115,8 @@ fn a_duplicate_is_skipped_replaced_or_refused_as_asked() {
 
 #[test]
 fn a_key_is_free_again_once_its_job_failed_was_cancelled_or_its_window_passed() {
-    let mut client = Cluster::shared().connect();
-    let queue = unique_queue(&mut client, "unique-free", "max_attempts => 1");
+    let (mut client, queue) =
+        Cluster::shared().connect_with_queue("unique-free", "max_attempts => 1");
     // Failed.
     let first = enqueue_with(&mut client, &queue, ", unique_key => 'f'");
     let held = claim(&mut client, &queue, 1, "");
@@ -173,12 +172,8 @@ fn a_key_is_free_again_once_its_job_failed_was_cancelled_or_its_window_passed() 
 
 #[test]
 fn a_unique_job_never_conflicts_with_itself() {
-    let mut client = Cluster::shared().connect();
-    let queue = unique_queue(
-        &mut client,
-        "unique-self",
-        "lease => '1 second', max_attempts => 10",
-    );
+    let (mut client, queue) = Cluster::shared()
+        .connect_with_queue("unique-self", "lease => '1 second', max_attempts => 10");
     let id = enqueue_with(&mut client, &queue, ", unique_key => 'self'");
     // Retried by a failure.
     let held = claim(&mut client, &queue, 1, "");
@@ -235,8 +230,7 @@ fn a_unique_job_never_conflicts_with_itself() {
 
 #[test]
 fn the_same_key_in_two_queues_or_two_tenants_is_two_jobs() {
-    let mut client = Cluster::shared().connect();
-    let a = unique_queue(&mut client, "unique-a", "");
+    let (mut client, a) = Cluster::shared().connect_with_queue("unique-a", "");
     let b = unique_queue(&mut client, "unique-b", "");
     let in_a = enqueue_with(&mut client, &a, ", unique_key => 'same'");
     let in_b = enqueue_with(&mut client, &b, ", unique_key => 'same'");
@@ -253,8 +247,7 @@ fn the_same_key_in_two_queues_or_two_tenants_is_two_jobs() {
 #[test]
 fn when_the_first_enqueue_rolls_back_a_concurrent_one_inserts() {
     let cluster = Cluster::shared();
-    let mut admin = cluster.connect();
-    let queue = unique_queue(&mut admin, "unique-rollback", "");
+    let (mut admin, queue) = cluster.connect_with_queue("unique-rollback", "");
     for outcome in ["ROLLBACK", "COMMIT"] {
         let key = format!("key-{outcome}");
         let mut first = cluster.connect();
@@ -308,8 +301,7 @@ fn when_the_first_enqueue_rolls_back_a_concurrent_one_inserts() {
 #[test]
 fn thirty_two_concurrent_enqueues_of_one_key_make_one_job() {
     let cluster = Cluster::shared();
-    let mut admin = cluster.connect();
-    let queue = unique_queue(&mut admin, "unique-race", "");
+    let (mut admin, queue) = cluster.connect_with_queue("unique-race", "");
     let barrier = Arc::new(Barrier::new(32));
     let racers: Vec<_> = (0..32)
         .map(|i| {
@@ -367,8 +359,7 @@ fn own_xid(tx: &mut postgres::Transaction<'_>) -> i64 {
 fn keys_nobody_holds_take_the_direct_writer_and_held_ones_the_statements() {
     // The statements find a key's holder through the unique index; the direct writer only
     // inserts into it. So this transaction's scans of that index tell the two apart.
-    let mut client = Cluster::shared().connect();
-    let queue = unique_queue(&mut client, "unique-direct", "");
+    let (mut client, queue) = Cluster::shared().connect_with_queue("unique-direct", "");
     let mut tx = client.transaction().unwrap();
     let own = own_xid(&mut tx);
     // (id, the row's xmin, whether the call scanned the unique index)
@@ -450,8 +441,7 @@ fn a_transaction_of_many_unique_enqueues_opens_no_subtransaction() {
     // overflows and reads pg_subtrans: an application that enqueues a unique job per row it
     // changes must not open one per job. Each enqueue here also meets a held key (the keys
     // repeat), which the statements resolve without one either.
-    let mut client = Cluster::shared().connect();
-    let queue = unique_queue(&mut client, "unique-no-subxact", "");
+    let (mut client, queue) = Cluster::shared().connect_with_queue("unique-no-subxact", "");
     let mut tx = client.transaction().unwrap();
     let own = own_xid(&mut tx);
     for n in 0..200 {
@@ -477,8 +467,7 @@ fn a_transaction_of_many_unique_enqueues_opens_no_subtransaction() {
 
 #[test]
 fn a_batch_answers_each_payload_and_takes_duplicates_inside_it() {
-    let mut client = Cluster::shared().connect();
-    let queue = unique_queue(&mut client, "unique-batch", "");
+    let (mut client, queue) = Cluster::shared().connect_with_queue("unique-batch", "");
     let existing = enqueue_with(&mut client, &queue, ", unique_key => 'old'");
     let rows = client
         .query(
@@ -558,8 +547,7 @@ fn claim_id(client: &mut Client, queue: &str) -> Option<i64> {
 
 #[test]
 fn a_group_of_concurrency_one_runs_in_enqueue_order_whatever_the_priorities() {
-    let mut client = Cluster::shared().connect();
-    let queue = unique_queue(&mut client, "group-order", "");
+    let (mut client, queue) = Cluster::shared().connect_with_queue("group-order", "");
     let ids: Vec<i64> = [5, 0, -5]
         .iter()
         .map(|p| {
@@ -585,8 +573,7 @@ fn a_group_of_concurrency_one_runs_in_enqueue_order_whatever_the_priorities() {
 
 #[test]
 fn a_head_waiting_for_its_backoff_blocks_its_group_and_no_other() {
-    let mut client = Cluster::shared().connect();
-    let queue = unique_queue(&mut client, "group-backoff", "");
+    let (mut client, queue) = Cluster::shared().connect_with_queue("group-backoff", "");
     let head = enqueue_with(&mut client, &queue, ", group_key => 'g'");
     let _later = enqueue_with(&mut client, &queue, ", group_key => 'g'");
     let other = enqueue_with(&mut client, &queue, ", group_key => 'h'");
@@ -689,8 +676,7 @@ fn every_path_that_ends_a_run_frees_the_groups_slot() {
 #[test]
 fn a_heartbeat_never_runs_a_reclaimed_job_over_its_groups_concurrency() {
     let cluster = Cluster::shared();
-    let mut client = cluster.connect();
-    let queue = unique_queue(&mut client, "group-revive", "group_concurrency => 2");
+    let (mut client, queue) = cluster.connect_with_queue("group-revive", "group_concurrency => 2");
     let first = enqueue_with(&mut client, &queue, ", group_key => 'g'");
     let second = enqueue_with(&mut client, &queue, ", group_key => 'g'");
     let held = claim(&mut client, &queue, 2, ", lease => '1 hour'");
@@ -754,8 +740,8 @@ fn a_heartbeat_never_runs_a_reclaimed_job_over_its_groups_concurrency() {
 
 #[test]
 fn a_claim_skips_full_groups_and_takes_from_as_many_groups_as_it_needs() {
-    let mut client = Cluster::shared().connect();
-    let queue = unique_queue(&mut client, "group-many", "group_concurrency => 2");
+    let (mut client, queue) =
+        Cluster::shared().connect_with_queue("group-many", "group_concurrency => 2");
     for group in 0..20 {
         for _ in 0..3 {
             enqueue_with(&mut client, &queue, &format!(", group_key => 'g{group}'"));
@@ -784,8 +770,7 @@ fn a_claim_skips_full_groups_and_takes_from_as_many_groups_as_it_needs() {
 #[test]
 fn a_waiting_claim_wakes_when_its_group_frees_a_slot() {
     let cluster = Cluster::shared();
-    let mut client = cluster.connect();
-    let queue = unique_queue(&mut client, "group-wake", "");
+    let (mut client, queue) = cluster.connect_with_queue("group-wake", "");
     let head = enqueue_with(&mut client, &queue, ", group_key => 'g'");
     let next = enqueue_with(&mut client, &queue, ", group_key => 'g'");
     let held = claim(&mut client, &queue, 1, "");
@@ -832,8 +817,7 @@ fn marked(client: &mut Client, queue: &str) -> Vec<i64> {
 
 #[test]
 fn a_job_behind_its_group_waits_out_of_the_claim_index_until_its_group_moves_on() {
-    let mut client = Cluster::shared().connect();
-    let queue = unique_queue(&mut client, "group-marks", "");
+    let (mut client, queue) = Cluster::shared().connect_with_queue("group-marks", "");
     let jobs = enqueue_in_group(&mut client, &queue, 3);
     let held = claim(&mut client, &queue, 10, "");
     assert_eq!(held.iter().map(|c| c.id).collect::<Vec<_>>(), [jobs[0]]);
@@ -933,8 +917,8 @@ fn a_batch_marks_the_jobs_behind_its_own_jobs_of_a_group_and_no_others() {
 
 #[test]
 fn a_larger_group_frees_one_waiting_job_per_free_slot_and_a_new_concurrency_frees_all() {
-    let mut client = Cluster::shared().connect();
-    let queue = unique_queue(&mut client, "group-slots-k", "group_concurrency => 2");
+    let (mut client, queue) =
+        Cluster::shared().connect_with_queue("group-slots-k", "group_concurrency => 2");
     let jobs = enqueue_in_group(&mut client, &queue, 6);
     let held = claim(&mut client, &queue, 10, "");
     assert_eq!(held.len(), 2);
@@ -974,8 +958,7 @@ fn a_larger_group_frees_one_waiting_job_per_free_slot_and_a_new_concurrency_free
 fn a_settle_racing_a_claim_that_marks_its_groups_next_job_clears_the_mark() {
     let cluster = Cluster::shared();
     for isolation in ["READ COMMITTED", "REPEATABLE READ"] {
-        let mut client = cluster.connect();
-        let queue = unique_queue(&mut client, "group-race", "");
+        let (mut client, queue) = cluster.connect_with_queue("group-race", "");
         let head = enqueue_with(&mut client, &queue, ", group_key => 'g'");
         let next = enqueue_with(&mut client, &queue, ", group_key => 'g'");
         let held = claim(&mut client, &queue, 1, "");
@@ -1123,8 +1106,7 @@ fn a_late_complete_of_a_reclaimed_grouped_head_wins_over_a_claim_waiting_for_its
 #[test]
 fn a_group_moving_on_passes_over_a_waiting_job_another_transaction_holds() {
     let cluster = Cluster::shared();
-    let mut client = cluster.connect();
-    let queue = unique_queue(&mut client, "group-held", "group_concurrency => 2");
+    let (mut client, queue) = cluster.connect_with_queue("group-held", "group_concurrency => 2");
     let jobs = enqueue_in_group(&mut client, &queue, 4);
     let held = claim(&mut client, &queue, 10, "");
     assert_eq!(held.len(), 2);
@@ -1176,8 +1158,7 @@ fn a_group_moving_on_passes_over_a_waiting_job_another_transaction_holds() {
 #[test]
 fn a_unique_batchs_payload_that_goes_in_late_keeps_its_group() {
     let cluster = Cluster::shared();
-    let mut client = cluster.connect();
-    let queue = unique_queue(&mut client, "group-late-key", "");
+    let (mut client, queue) = cluster.connect_with_queue("group-late-key", "");
     let holder: i64 = scalar(
         &mut client,
         "SELECT jobs_enqueue($1, '{}', unique_key => 'k', unique_for => '10 milliseconds')",
@@ -1227,8 +1208,7 @@ fn a_unique_batchs_payload_that_goes_in_late_keeps_its_group() {
 #[test]
 fn concurrent_batches_into_one_group_run_in_id_order() {
     let cluster = Cluster::shared();
-    let mut admin = cluster.connect();
-    let queue = unique_queue(&mut admin, "group-batches", "");
+    let (_, queue) = cluster.connect_with_queue("group-batches", "");
     let start = Instant::now();
     let at = move || start.elapsed();
     let rounds = 60;
@@ -1325,10 +1305,7 @@ fn concurrent_batches_into_one_group_run_in_id_order() {
 fn under_concurrent_workers_groups_keep_their_concurrency_and_order() {
     let cluster = Cluster::shared();
     for concurrency in [1, 2] {
-        let mut admin = cluster.connect();
-        let queue = unique_queue(
-            &mut admin,
-            "group-race",
+        let (mut admin, queue) = cluster.connect_with_queue("group-race",
             &format!("group_concurrency => {concurrency}, lease => '2 seconds', max_attempts => 20, backoff_base => '0'"),
         );
         admin
@@ -1611,8 +1588,7 @@ fn without_shared_memory_the_rate_limit_still_holds() {
 /// takes it from shared memory and clears the mark in the update that takes it.
 #[test]
 fn a_settle_hands_its_groups_next_job_to_the_next_claim_which_clears_the_mark_as_it_takes_it() {
-    let mut client = Cluster::shared().connect();
-    let queue = unique_queue(&mut client, "freed", "");
+    let (mut client, queue) = Cluster::shared().connect_with_queue("freed", "");
     let jobs = enqueue_in_group(&mut client, &queue, 3);
     let held = claim(&mut client, &queue, 10, "");
     assert_eq!(held.iter().map(|c| c.id).collect::<Vec<_>>(), [jobs[0]]);
@@ -1662,8 +1638,7 @@ fn a_settle_hands_its_groups_next_job_to_the_next_claim_which_clears_the_mark_as
 /// the claim) gives it back: the job is still marked, and only the freed head hands it out.
 #[test]
 fn a_freed_head_taken_by_a_claim_that_rolls_back_is_offered_again() {
-    let mut client = Cluster::shared().connect();
-    let queue = unique_queue(&mut client, "freed-rollback", "");
+    let (mut client, queue) = Cluster::shared().connect_with_queue("freed-rollback", "");
     let jobs = enqueue_in_group(&mut client, &queue, 2);
     let held = claim(&mut client, &queue, 1, "");
     assert!(claim(&mut client, &queue, 1, "").is_empty());
@@ -1701,8 +1676,7 @@ fn a_freed_head_taken_by_a_claim_that_rolls_back_is_offered_again() {
 /// claims that may take them: a claim of other kinds leaves one for a claim of its kind.
 #[test]
 fn freed_heads_keep_claim_order_and_go_only_to_claims_of_their_kind() {
-    let mut client = Cluster::shared().connect();
-    let queue = unique_queue(&mut client, "freed-order", "");
+    let (mut client, queue) = Cluster::shared().connect_with_queue("freed-order", "");
     let head = enqueue_with(&mut client, &queue, ", group_key => 'g'");
     let late = enqueue_with(&mut client, &queue, ", group_key => 'g', priority => 9");
     let middle = enqueue_with(&mut client, &queue, ", priority => 5");
@@ -1743,8 +1717,7 @@ fn freed_heads_keep_claim_order_and_go_only_to_claims_of_their_kind() {
 /// starts without them.
 #[test]
 fn a_dropped_queue_leaves_no_freed_heads() {
-    let mut client = Cluster::shared().connect();
-    let queue = unique_queue(&mut client, "freed-dropped", "");
+    let (mut client, queue) = Cluster::shared().connect_with_queue("freed-dropped", "");
     enqueue_in_group(&mut client, &queue, 2);
     let held = claim(&mut client, &queue, 1, "");
     assert!(claim(&mut client, &queue, 1, "").is_empty());
@@ -1805,8 +1778,7 @@ fn a_freed_head_behind_a_job_of_its_group_committed_after_its_settle_is_not_take
 /// The same for a job of the group that `jobs_retry` queues again after the settle.
 #[test]
 fn a_freed_head_behind_a_job_of_its_group_retried_after_its_settle_is_not_taken() {
-    let mut client = Cluster::shared().connect();
-    let queue = unique_queue(&mut client, "freed-retried", "");
+    let (mut client, queue) = Cluster::shared().connect_with_queue("freed-retried", "");
     let failed = enqueue_with(&mut client, &queue, ", group_key => 'g'");
     let first = claim(&mut client, &queue, 1, "");
     assert_eq!(
@@ -1835,8 +1807,7 @@ fn a_freed_head_behind_a_job_of_its_group_retried_after_its_settle_is_not_taken(
 /// claim clears its mark, and the job runs as a job of the larger group.
 #[test]
 fn freed_heads_of_a_queue_whose_group_concurrency_grew_are_cleared() {
-    let mut client = Cluster::shared().connect();
-    let queue = unique_queue(&mut client, "freed-grown", "");
+    let (mut client, queue) = Cluster::shared().connect_with_queue("freed-grown", "");
     let jobs = enqueue_in_group(&mut client, &queue, 3);
     let held = claim(&mut client, &queue, 1, "");
     assert!(claim(&mut client, &queue, 1, "").is_empty());

@@ -14,7 +14,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use pg_jobs_tests::{plan_buffers, scalar, unique_queue, Cluster, ExplainingSession};
+use pg_jobs_tests::{plan_buffers, scalar, Cluster, ExplainingSession};
 
 /// Jobs burnt down while the snapshot is held.
 const BURNT: i32 = 20_000;
@@ -52,8 +52,7 @@ fn measured_claim(session: &mut ExplainingSession, queue: &str) -> i64 {
 #[test]
 fn claims_do_not_walk_dead_entries_a_held_snapshot_keeps() {
     let cluster = Cluster::shared();
-    let mut worker = cluster.connect();
-    let queue = unique_queue(&mut worker, "held", "");
+    let (mut worker, queue) = cluster.connect_with_queue("held", "");
     worker
         .execute(
             "SELECT count(*) FROM jobs_enqueue_batch($1, array_fill('{}'::jsonb, ARRAY[$2::int]))",
@@ -127,8 +126,7 @@ const BUSY_CLAIMS: usize = 400;
 #[test]
 fn the_floor_rises_past_each_claim_while_other_sessions_enqueue() {
     let cluster = Cluster::shared();
-    let mut worker = cluster.connect();
-    let queue = unique_queue(&mut worker, "busy", "");
+    let (mut worker, queue) = cluster.connect_with_queue("busy", "");
     worker
         .execute(
             "SELECT count(*) FROM jobs_enqueue_batch($1, array_fill('{}'::jsonb, ARRAY[$2::int]))",

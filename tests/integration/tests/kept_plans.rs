@@ -22,8 +22,8 @@
 //! only their own groups' jobs, and a claim that picks again goes on where it stopped.
 
 use pg_jobs_tests::{
-    claim, column, fast_paths, freed_heads, offered, plan_buffers, plan_nodes, scalar,
-    unique_queue, Client, Cluster, ExplainingSession,
+    claim, column, fast_paths, freed_heads, offered, plan_buffers, plan_nodes, scalar, Client,
+    Cluster, ExplainingSession,
 };
 use serde_json::Value;
 use uuid::Uuid;
@@ -409,8 +409,7 @@ fn a_claim_that_picks_again_goes_on_where_it_stopped() {
     const BUSY: usize = 40;
     const FREE: usize = 10;
     let cluster = Cluster::shared();
-    let mut setup = cluster.connect();
-    let queue = unique_queue(&mut setup, "resume", "lease => '1 hour'");
+    let (mut setup, queue) = cluster.connect_with_queue("resume", "lease => '1 hour'");
     let enqueue = |setup: &mut Client, groups: Vec<String>| -> Vec<i64> {
         column(setup, "SELECT id FROM jobs_enqueue_batch($1, ARRAY(
                      SELECT jsonb_build_object('n', g) FROM generate_series(1, cardinality($2::text[])) AS g),
@@ -563,8 +562,7 @@ const GROUP_STATEMENTS: [&str; 2] = [
 #[test]
 fn groups_of_concurrency_one_are_decided_from_their_heads_read_directly() {
     let cluster = Cluster::shared();
-    let mut admin = cluster.connect();
-    let queue = unique_queue(&mut admin, "heads", "group_concurrency => 1");
+    let (mut admin, queue) = cluster.connect_with_queue("heads", "group_concurrency => 1");
     let enqueue = |admin: &mut Client, n: &str, tenant: &str| -> i64 {
         admin
             .query_one(

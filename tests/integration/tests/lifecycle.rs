@@ -191,8 +191,7 @@ fn last_error(row: &Value) -> &Value {
 /// claim of several jobs and across claims; jobs not yet due are left alone.
 #[test]
 fn claims_come_in_priority_then_run_at_then_id_order() {
-    let mut client = Cluster::shared().connect();
-    let queue = unique_queue(&mut client, "order", "");
+    let (mut client, queue) = Cluster::shared().connect_with_queue("order", "");
 
     // (priority, seconds ago): equal ages get the same run_at because one transaction has one
     // now(), so the id decides between them. A negative age is in the future.
@@ -250,8 +249,7 @@ fn claims_come_in_priority_then_run_at_then_id_order() {
 /// comes due, and then it is claimable.
 #[test]
 fn delayed_job_is_invisible_until_due() {
-    let mut client = Cluster::shared().connect();
-    let queue = unique_queue(&mut client, "delayed", "");
+    let (mut client, queue) = Cluster::shared().connect_with_queue("delayed", "");
     let delayed = enqueue_with(
         &mut client,
         &queue,
@@ -287,8 +285,7 @@ fn delayed_job_is_invisible_until_due() {
 /// again; a failure keeps the attempt spent.
 #[test]
 fn attempts_count_at_claim_and_release_gives_it_back() {
-    let mut client = Cluster::shared().connect();
-    let queue = unique_queue(&mut client, "attempts", "max_attempts => 3");
+    let (mut client, queue) = Cluster::shared().connect_with_queue("attempts", "max_attempts => 3");
     let id = enqueue(&mut client, &queue, json!({}));
     assert_eq!(job_row(&mut client, id)["attempt"], 0);
 
@@ -333,8 +330,7 @@ fn attempts_count_at_claim_and_release_gives_it_back() {
 /// is stale too.
 #[test]
 fn stale_random_and_unknown_leases_are_lost() {
-    let mut client = Cluster::shared().connect();
-    let queue = unique_queue(&mut client, "fence", "lease => '1 hour'");
+    let (mut client, queue) = Cluster::shared().connect_with_queue("fence", "lease => '1 hour'");
     let id = enqueue(&mut client, &queue, json!({"fenced": true}));
 
     let stale = claim_one(&mut client, &queue, ", lease => '100 milliseconds'");
@@ -429,8 +425,7 @@ fn stale_random_and_unknown_leases_are_lost() {
 #[test]
 fn reclaim_requeues_or_fails_and_done_wins_until_reclaimed_again() {
     let cluster = cluster_without_worker("reclaim");
-    let mut client = cluster.connect();
-    let queue = unique_queue(&mut client, "reclaim", "max_attempts => 2");
+    let (mut client, queue) = cluster.connect_with_queue("reclaim", "max_attempts => 2");
     assert_eq!(reclaim(&mut client), 0);
 
     let revived = enqueue(&mut client, &queue, json!({"job": "revived"}));
@@ -731,8 +726,7 @@ fn cancel_is_immediate_and_the_holder_learns_it() {
 /// queued, running or succeeded job.
 #[test]
 fn terminal_states_stay_terminal_except_through_retry() {
-    let mut client = Cluster::shared().connect();
-    let queue = unique_queue(&mut client, "terminal", "max_attempts => 3");
+    let (mut client, queue) = Cluster::shared().connect_with_queue("terminal", "max_attempts => 3");
 
     let succeeded = enqueue(&mut client, &queue, json!({"ends": "succeeded"}));
     let s = claim_one(&mut client, &queue, "");
@@ -918,8 +912,7 @@ fn rolled_back_calls_leave_no_trace() {
 /// floor must not outlive the part of the transaction that moved it.
 #[test]
 fn jobs_of_a_claim_rolled_back_to_a_savepoint_are_claimable_again() {
-    let mut client = Cluster::shared().connect();
-    let queue = unique_queue(&mut client, "savepoint", "");
+    let (mut client, queue) = Cluster::shared().connect_with_queue("savepoint", "");
     let ids: Vec<i64> = (1..=4)
         .map(|n| enqueue(&mut client, &queue, json!({ "n": n })))
         .collect();
@@ -958,8 +951,7 @@ fn jobs_of_a_claim_rolled_back_to_a_savepoint_are_claimable_again() {
 /// the head of the queue, walking every dead index entry an old snapshot keeps.
 #[test]
 fn a_rolled_back_part_that_took_nothing_leaves_the_floor() {
-    let mut client = Cluster::shared().connect();
-    let queue = unique_queue(&mut client, "floor-kept", "");
+    let (mut client, queue) = Cluster::shared().connect_with_queue("floor-kept", "");
     let ids: Vec<i64> = (1..=5)
         .map(|n| enqueue(&mut client, &queue, json!({ "n": n })))
         .collect();
@@ -1002,8 +994,7 @@ fn a_rolled_back_part_that_took_nothing_leaves_the_floor() {
 #[test]
 fn jobs_of_a_rolled_back_claim_come_before_later_ones() {
     let mut holder = Cluster::shared().connect();
-    let mut client = Cluster::shared().connect();
-    let queue = unique_queue(&mut client, "reach", "");
+    let (mut client, queue) = Cluster::shared().connect_with_queue("reach", "");
     let ids: Vec<i64> = (1..=20)
         .map(|n| enqueue(&mut client, &queue, json!({ "n": n })))
         .collect();
@@ -1045,8 +1036,7 @@ fn jobs_of_a_rolled_back_claim_come_before_later_ones() {
 /// one transaction.
 #[test]
 fn a_claim_takes_first_a_job_its_own_transaction_queued_before_the_floor() {
-    let mut client = Cluster::shared().connect();
-    let queue = unique_queue(&mut client, "own-floor", "");
+    let (mut client, queue) = Cluster::shared().connect_with_queue("own-floor", "");
     let ids: Vec<i64> = (1..=4)
         .map(|n| enqueue(&mut client, &queue, json!({ "n": n })))
         .collect();
@@ -1104,8 +1094,7 @@ fn assert_dead_lettered(client: &mut Client, queue: &str, dead_letter: &str, id:
 /// jobs that do not end failed are not copied.
 #[test]
 fn jobs_that_end_failed_are_copied_to_the_dead_letter_queue() {
-    let mut client = Cluster::shared().connect();
-    let dead_letter = unique_queue(&mut client, "dlq", "");
+    let (mut client, dead_letter) = Cluster::shared().connect_with_queue("dlq", "");
     let queue = unique_queue(
         &mut client,
         "dlq-source",
@@ -1199,9 +1188,7 @@ fn jobs_that_end_failed_are_copied_to_the_dead_letter_queue() {
 /// running unless forced, and force drops the queue with its jobs; `default` exists.
 #[test]
 fn queue_settings_pause_resume_and_drop() {
-    let mut client = Cluster::shared().connect();
-    let queue = unique_queue(
-        &mut client,
+    let (mut client, queue) = Cluster::shared().connect_with_queue(
         "ops",
         "lease => '10 seconds', max_attempts => 3, backoff_base => '2 seconds', \
          backoff_max => '1 minute', jitter => 0.2, retention => '1 day'",
@@ -1345,8 +1332,7 @@ fn queue_settings_pause_resume_and_drop() {
 /// jobs.queue_stats counts by state; jobs_metrics() reports the same.
 #[test]
 fn get_list_stats_and_metrics_report_the_jobs() {
-    let mut client = Cluster::shared().connect();
-    let queue = unique_queue(&mut client, "observe", "");
+    let (mut client, queue) = Cluster::shared().connect_with_queue("observe", "");
     let kinds = ["a", "b", "a", "b", "a", "b", "a"];
     let ids: Vec<i64> = kinds
         .iter()
@@ -1514,8 +1500,7 @@ fn get_list_stats_and_metrics_report_the_jobs() {
 /// release and batch enqueue.
 #[test]
 fn headers_reach_every_attempt_untouched() {
-    let mut client = Cluster::shared().connect();
-    let queue = unique_queue(&mut client, "headers", "max_attempts => 3");
+    let (mut client, queue) = Cluster::shared().connect_with_queue("headers", "max_attempts => 3");
     let headers = json!({
         "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
         "request_id": "req-42",
@@ -1813,8 +1798,8 @@ fn an_enqueue_takes_its_queues_max_attempts_as_last_changed() {
 /// A heartbeat renews by its `extend`, else by the claim's lease, from the heartbeat's time.
 #[test]
 fn a_claim_holds_the_job_for_exactly_the_lease_it_asks_for() {
-    let mut client = Cluster::shared().connect();
-    let queue = unique_queue(&mut client, "lease-length", "lease => '45 seconds'");
+    let (mut client, queue) =
+        Cluster::shared().connect_with_queue("lease-length", "lease => '45 seconds'");
     for (extra, lease) in [
         (", lease => '7 seconds'", 7_000_000i64),
         (", lease => '1 hour 30 minutes'", 5_400_000_000),
@@ -1888,8 +1873,8 @@ fn a_claim_holds_the_job_for_exactly_the_lease_it_asks_for() {
 /// failure or a reclaim ends it.
 #[test]
 fn max_attempts_stays_what_it_was_at_enqueue() {
-    let mut client = Cluster::shared().connect();
-    let queue = unique_queue(&mut client, "fixed-attempts", "max_attempts => 2");
+    let (mut client, queue) =
+        Cluster::shared().connect_with_queue("fixed-attempts", "max_attempts => 2");
     let two = enqueue(&mut client, &queue, json!({"enqueued with": 2}));
     set_queue(&mut client, &queue, "max_attempts => 4");
     let four = enqueue(&mut client, &queue, json!({"enqueued with": 4}));
@@ -2025,9 +2010,7 @@ fn jobs_fail_applies_the_jitter() {
 /// changed, and get the new delays.
 #[test]
 fn backoff_settings_are_read_when_the_job_fails() {
-    let mut client = Cluster::shared().connect();
-    let queue = unique_queue(
-        &mut client,
+    let (mut client, queue) = Cluster::shared().connect_with_queue(
         "backoff-now",
         "backoff_base => '10 seconds', backoff_max => '1 hour', jitter => 0",
     );
@@ -2325,8 +2308,7 @@ fn complete_and_claim(
 #[test]
 fn one_call_completes_and_claims_in_one_transaction() {
     let cluster = Cluster::shared();
-    let mut client = cluster.connect();
-    let queue = unique_queue(&mut client, "cycle", "");
+    let (mut client, queue) = cluster.connect_with_queue("cycle", "");
     let ids: Vec<i64> = (0..5)
         .map(|n| enqueue_with(&mut client, &queue, json!({ "n": n }), ""))
         .collect();

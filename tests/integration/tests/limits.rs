@@ -1,7 +1,7 @@
 //! Limits, exactly at the edge: the largest payload, batch, claim size, attempt count and queue
 //! name are accepted, and one past each is refused with its documented SQLSTATE.
 
-use pg_jobs_tests::{claim, column, row, scalar, unique_queue, Client, Cluster};
+use pg_jobs_tests::{claim, column, row, scalar, Client, Cluster};
 use postgres::error::SqlState;
 
 /// The SQLSTATE of a failed statement.
@@ -30,8 +30,7 @@ fn payload_of_size(client: &mut Client, bytes: i32) -> String {
 
 #[test]
 fn payload_at_the_limit_is_accepted_and_one_byte_more_is_refused() {
-    let mut client = Cluster::shared().connect();
-    let queue = unique_queue(&mut client, "limit-payload", "");
+    let (mut client, queue) = Cluster::shared().connect_with_queue("limit-payload", "");
     // The default limit, 1 MB.
     let limit: i32 = scalar(
         &mut client,
@@ -74,8 +73,7 @@ fn payload_at_the_limit_is_accepted_and_one_byte_more_is_refused() {
 
 #[test]
 fn a_batch_of_100000_jobs_is_enqueued_in_one_call_in_order() {
-    let mut client = Cluster::shared().connect();
-    let queue = unique_queue(&mut client, "limit-batch", "");
+    let (mut client, queue) = Cluster::shared().connect_with_queue("limit-batch", "");
     let ids: Vec<i64> = column(&mut client, "SELECT id FROM jobs_enqueue_batch($1::text, (SELECT array_agg(jsonb_build_object('n', n) ORDER BY n)
                                                    FROM generate_series(1, 100000) n))",
             &[&queue]);
@@ -98,8 +96,7 @@ fn a_batch_of_100000_jobs_is_enqueued_in_one_call_in_order() {
 
 #[test]
 fn a_claim_of_n_at_its_cap_works_and_above_is_refused() {
-    let mut client = Cluster::shared().connect();
-    let queue = unique_queue(&mut client, "limit-claim", "");
+    let (mut client, queue) = Cluster::shared().connect_with_queue("limit-claim", "");
     client
         .batch_execute(&format!(
             "SELECT id FROM jobs_enqueue_batch('{queue}', array_fill('{{}}'::jsonb, ARRAY[1500]))"
@@ -115,8 +112,8 @@ fn a_claim_of_n_at_its_cap_works_and_above_is_refused() {
 
 #[test]
 fn attempt_counters_stay_within_their_bounds() {
-    let mut client = Cluster::shared().connect();
-    let queue = unique_queue(&mut client, "limit-attempts", "max_attempts => 10000");
+    let (mut client, queue) =
+        Cluster::shared().connect_with_queue("limit-attempts", "max_attempts => 10000");
     // The cap on attempts is what keeps the counter from ever overflowing.
     let code = error_code(
         &mut client,

@@ -5,9 +5,7 @@
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use pg_jobs_tests::{
-    claim, enqueue, scalar, unique_queue, wait_until, Client, Cluster, TEST_SETTINGS,
-};
+use pg_jobs_tests::{claim, enqueue, scalar, wait_until, Client, Cluster, TEST_SETTINGS};
 use serde_json::json;
 
 /// A cluster of its own (the totals are server-wide), with prepared transactions enabled.
@@ -46,8 +44,7 @@ fn settle(client: &mut Client, sql: &str, (id, lease): (i64, uuid::Uuid)) -> Str
 
 #[test]
 fn totals_count_each_kind_of_settle_once() {
-    let mut client = cluster().connect();
-    let queue = unique_queue(&mut client, "totals", "max_attempts => 2");
+    let (mut client, queue) = cluster().connect_with_queue("totals", "max_attempts => 2");
     assert_eq!(
         totals(&mut client, &queue),
         (0, 0, 0),
@@ -123,8 +120,7 @@ fn totals_count_each_kind_of_settle_once() {
 
 #[test]
 fn expired_leases_count_as_retried_or_failed() {
-    let mut client = cluster().connect();
-    let queue = unique_queue(&mut client, "reclaimed", "max_attempts => 2");
+    let (mut client, queue) = cluster().connect_with_queue("reclaimed", "max_attempts => 2");
     enqueue(&mut client, &queue, json!({}));
     for _ in 0..2 {
         let claimed = claim(&mut client, &queue, 1, ", lease => '50 milliseconds'");
@@ -145,8 +141,7 @@ fn expired_leases_count_as_retried_or_failed() {
 #[test]
 fn only_committed_settles_count() {
     let cluster = cluster();
-    let mut client = cluster.connect();
-    let queue = unique_queue(&mut client, "committed", "");
+    let (mut client, queue) = cluster.connect_with_queue("committed", "");
 
     // A settle rolled back with its transaction.
     let job = held(&mut client, &queue);
@@ -231,8 +226,7 @@ fn state_of(client: &mut Client, id: i64) -> String {
 #[test]
 fn a_prepared_settle_counts_when_committed_prepared() {
     let cluster = cluster();
-    let mut client = cluster.connect();
-    let queue = unique_queue(&mut client, "prepared", "");
+    let (mut client, queue) = cluster.connect_with_queue("prepared", "");
 
     for (gid, end, expected) in [
         ("totals-rollback", "ROLLBACK PREPARED", (0, 0, 0)),
@@ -258,8 +252,7 @@ fn a_prepared_settle_counts_when_committed_prepared() {
 #[test]
 fn metrics_show_totals_and_the_workers_health() {
     let cluster = cluster();
-    let mut client = cluster.connect();
-    let queue = unique_queue(&mut client, "scraped", "");
+    let (mut client, queue) = cluster.connect_with_queue("scraped", "");
     let job = held(&mut client, &queue);
     assert_eq!(
         settle(&mut client, "SELECT jobs_complete($1, $2)", job),

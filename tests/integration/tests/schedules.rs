@@ -624,8 +624,7 @@ fn dst_days_in_london_new_york_and_lord_howe() {
 #[test]
 fn bad_expressions_and_zones_are_refused_at_jobs_schedule_and_change_nothing() {
     let cluster = Cluster::shared();
-    let mut client = cluster.connect();
-    let queue = unique_queue(&mut client, "sched-bad", "");
+    let (mut client, queue) = cluster.connect_with_queue("sched-bad", "");
     let cases: [(&str, &str, &str, &str, &str); 9] = [
         ("0 25 * * *", "UTC", "latest", "22023", "hour field '25'"),
         ("* * * *", "UTC", "latest", "22023", "got 4 fields"),
@@ -693,8 +692,7 @@ fn bad_expressions_and_zones_are_refused_at_jobs_schedule_and_change_nothing() {
 #[test]
 fn a_queue_with_a_schedule_cannot_be_dropped() {
     let cluster = Cluster::shared();
-    let mut client = cluster.connect();
-    let queue = unique_queue(&mut client, "sched-drop", "");
+    let (mut client, queue) = cluster.connect_with_queue("sched-drop", "");
     let name = format!("{queue}-nightly");
     client
         .query_one(
@@ -730,8 +728,7 @@ fn a_queue_with_a_schedule_cannot_be_dropped() {
 #[test]
 fn a_slots_job_carries_the_schedule_the_slot_and_the_schedules_options() {
     let cluster = Cluster::shared();
-    let mut client = cluster.connect();
-    let queue = unique_queue(&mut client, "sched-job", "");
+    let (mut client, queue) = cluster.connect_with_queue("sched-job", "");
     let name = format!("{queue}-yearly");
     client
         .query_one(

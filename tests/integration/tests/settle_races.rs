@@ -12,7 +12,7 @@ use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::Duration;
 
-use pg_jobs_tests::{claim, enqueue, unique_queue, Client, Cluster, TEST_SETTINGS};
+use pg_jobs_tests::{claim, enqueue, Client, Cluster, TEST_SETTINGS};
 use serde_json::json;
 
 #[test]
@@ -30,12 +30,8 @@ fn late_settles_racing_reclaims_and_claims_never_deadlock() {
         })
         .collect();
     let cluster = Cluster::start_with_extension("settle-races", &settings);
-    let mut admin = cluster.connect();
-    let queue = unique_queue(
-        &mut admin,
-        "races",
-        "lease => '100 milliseconds', max_attempts => 1000",
-    );
+    let (mut admin, queue) =
+        cluster.connect_with_queue("races", "lease => '100 milliseconds', max_attempts => 1000");
     let rounds: usize = std::env::var("PG_JOBS_SETTLE_RACE_ROUNDS")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -118,8 +114,7 @@ fn late_settles_racing_reclaims_and_claims_never_deadlock() {
 #[test]
 fn a_retry_racing_a_new_holder_of_its_unique_key_names_the_holder() {
     let cluster = Cluster::shared();
-    let mut admin = cluster.connect();
-    let queue = unique_queue(&mut admin, "retry-race", "");
+    let (mut admin, queue) = cluster.connect_with_queue("retry-race", "");
     let failed: i64 = pg_jobs_tests::scalar(
         &mut admin,
         "SELECT jobs_enqueue($1, '{}', unique_key => 'race')",

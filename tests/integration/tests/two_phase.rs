@@ -52,8 +52,7 @@ fn floor_id(client: &mut Client, queue: &str) -> Option<i64> {
 #[test]
 fn a_job_committed_by_commit_prepared_is_claimable() {
     let cluster = cluster_without_worker();
-    let mut admin = cluster.connect();
-    let queue = unique_queue(&mut admin, "prepared-enqueue", "");
+    let (_, queue) = cluster.connect_with_queue("prepared-enqueue", "");
 
     let mut producer = cluster.connect();
     producer.batch_execute("BEGIN").unwrap();
@@ -92,8 +91,7 @@ fn a_job_committed_by_commit_prepared_is_claimable() {
 #[test]
 fn a_waiting_claim_wakes_for_a_job_committed_by_commit_prepared() {
     let cluster = cluster_without_worker();
-    let mut admin = cluster.connect();
-    let queue = unique_queue(&mut admin, "prepared-wake", "");
+    let (mut admin, queue) = cluster.connect_with_queue("prepared-wake", "");
     let mut producer = cluster.connect();
     producer.batch_execute("BEGIN").unwrap();
     let prepared: i64 = scalar(
@@ -161,8 +159,7 @@ fn a_waiting_claim_wakes_for_a_job_committed_by_commit_prepared() {
 #[test]
 fn jobs_of_a_claim_rolled_back_by_rollback_prepared_are_claimable() {
     let cluster = cluster_without_worker();
-    let mut admin = cluster.connect();
-    let queue = unique_queue(&mut admin, "prepared-claim", "");
+    let (mut admin, queue) = cluster.connect_with_queue("prepared-claim", "");
     let first = enqueue(&mut admin, &queue, json!({"n": 1}));
 
     let mut holder = cluster.connect();
@@ -200,8 +197,7 @@ fn jobs_of_a_claim_rolled_back_by_rollback_prepared_are_claimable() {
 #[test]
 fn a_freed_head_behind_a_job_of_a_prepared_enqueue_is_not_taken() {
     let cluster = cluster_without_worker();
-    let mut admin = cluster.connect();
-    let queue = unique_queue(&mut admin, "prepared-late", "");
+    let (mut admin, queue) = cluster.connect_with_queue("prepared-late", "");
     let enqueue_into_g = "SELECT jobs_enqueue($1, '{}', group_key => 'g')";
     let _: i64 = scalar(&mut admin, enqueue_into_g, &[&queue]);
     let running = claim(&mut admin, &queue, 1, "");
@@ -243,8 +239,7 @@ fn a_freed_head_behind_a_job_of_a_prepared_enqueue_is_not_taken() {
 #[test]
 fn freed_heads_follow_prepared_settles_and_claims() {
     let cluster = cluster_without_worker();
-    let mut admin = cluster.connect();
-    let queue = unique_queue(&mut admin, "prepared-freed", "");
+    let (mut admin, queue) = cluster.connect_with_queue("prepared-freed", "");
     let ids: Vec<i64> = (0..2)
         .map(|n| {
             scalar(
@@ -434,8 +429,7 @@ fn worker_counts(client: &mut Client) -> (i64, i64) {
 #[test]
 fn the_worker_resets_a_floor_that_a_job_written_behind_the_functions_back_sits_below() {
     let cluster = Cluster::start_with_extension("floor-heal", &ticking_on_reload());
-    let mut admin = cluster.connect();
-    let queue = unique_queue(&mut admin, "behind-the-back", "");
+    let (mut admin, queue) = cluster.connect_with_queue("behind-the-back", "");
     burn(&mut admin, &queue, 5);
 
     // A restore, or a hand-written INSERT: no function announces this job.
@@ -478,8 +472,7 @@ fn the_worker_resets_a_floor_that_a_job_written_behind_the_functions_back_sits_b
 #[test]
 fn the_worker_leaves_alone_the_floor_a_claim_in_flight_raised() {
     let cluster = Cluster::start_with_extension("floor-in-flight", &ticking_on_reload());
-    let mut admin = cluster.connect();
-    let queue = unique_queue(&mut admin, "in-flight", "");
+    let (mut admin, queue) = cluster.connect_with_queue("in-flight", "");
     burn(&mut admin, &queue, 3);
     let ids: Vec<i64> = (0..3)
         .map(|n| enqueue(&mut admin, &queue, json!({ "n": n })))
@@ -523,8 +516,7 @@ fn the_worker_leaves_alone_the_floor_a_claim_in_flight_raised() {
 #[test]
 fn a_claim_past_the_reach_advances_the_floor() {
     let cluster = Cluster::start_with_extension("floor-past-reach", &ticking_on_reload());
-    let mut admin = cluster.connect();
-    let queue = unique_queue(&mut admin, "past-reach", "");
+    let (mut admin, queue) = cluster.connect_with_queue("past-reach", "");
     burn(&mut admin, &queue, 3);
     let burnt_floor = floor_id(&mut admin, &queue).expect("the burn raised the floor");
     let ids: Vec<i64> = (0..6)
@@ -567,8 +559,7 @@ fn the_worker_finds_a_job_deep_below_a_floor_a_bounded_walk_a_tick() {
     const FIRST: i32 = 29_000;
     const SECOND: i32 = 1_000;
     let cluster = Cluster::start_with_extension("floor-heal-deep", &ticking_on_reload());
-    let mut admin = cluster.connect();
-    let queue = unique_queue(&mut admin, "deep", "");
+    let (mut admin, queue) = cluster.connect_with_queue("deep", "");
     // The snapshot that keeps every claimed job's dead entry in the claim index.
     let mut holder = cluster.connect();
     holder

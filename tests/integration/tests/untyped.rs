@@ -6,7 +6,7 @@
 
 use std::error::Error;
 
-use pg_jobs_tests::{column, scalar, unique_queue, Cluster};
+use pg_jobs_tests::{column, scalar, Cluster};
 use postgres::types::private::BytesMut;
 use postgres::types::{to_sql_checked, Format, IsNull, ToSql, Type};
 
@@ -70,8 +70,7 @@ fn no_jobs_function_is_overloaded() {
 
 #[test]
 fn a_worker_loop_runs_with_untyped_parameters() {
-    let mut client = Cluster::shared().connect();
-    let queue = unique_queue(&mut client, "untyped", "");
+    let (mut client, queue) = Cluster::shared().connect_with_queue("untyped", "");
     let ids = untyped(
         &mut client,
         "SELECT count(*)::text FROM jobs_enqueue_batch($1, $2)",

@@ -306,8 +306,7 @@ fn delayed_job_committed_during_the_wait_wakes_it_when_due() {
 #[test]
 fn waiting_claim_returns_empty_when_the_wait_runs_out() {
     let cluster = Cluster::shared();
-    let mut observer = cluster.connect();
-    let queue = unique_queue(&mut observer, "wake-timeout", "");
+    let (mut observer, queue) = cluster.connect_with_queue("wake-timeout", "");
     let waiter = WaitingClaim::start(cluster.connect(), &queue, 1, "1 second");
     let returned = waiter.finish(&mut observer, Duration::from_secs(10));
     assert_eq!(returned.ids(), Vec::<i64>::new());
@@ -322,8 +321,7 @@ fn waiting_claim_returns_empty_when_the_wait_runs_out() {
 #[test]
 fn waiting_claim_is_cancellable() {
     let cluster = Cluster::shared();
-    let mut observer = cluster.connect();
-    let queue = unique_queue(&mut observer, "wake-cancel", "");
+    let (mut observer, queue) = cluster.connect_with_queue("wake-cancel", "");
 
     let waiter =
         WaitingClaim::start(cluster.connect(), &queue, 1, "60 seconds").asleep(&mut observer);
@@ -360,8 +358,7 @@ fn waiting_claim_is_cancellable() {
 #[test]
 fn waiting_claim_refuses_repeatable_read_and_serializable() {
     let cluster = Cluster::shared();
-    let mut client = cluster.connect();
-    let queue = unique_queue(&mut client, "wake-isolation", "");
+    let (mut client, queue) = cluster.connect_with_queue("wake-isolation", "");
     let id = enqueue(&mut client, &queue, json!({}));
     let claim_sql = |wait: &str| format!("SELECT id FROM jobs_claim($1, wait => '{wait}')");
 
@@ -409,8 +406,7 @@ fn waiting_claim_refuses_repeatable_read_and_serializable() {
 #[test]
 fn waiting_claim_holds_no_locks_while_it_sleeps() {
     let cluster = private_cluster("wait-locks", TEST_SETTINGS);
-    let mut observer = cluster.connect();
-    let queue = unique_queue(&mut observer, "wake-locks", "");
+    let (mut observer, queue) = cluster.connect_with_queue("wake-locks", "");
     let waiter =
         WaitingClaim::start(cluster.connect(), &queue, 1, "30 seconds").asleep(&mut observer);
 
@@ -517,8 +513,7 @@ fn one_job_wakes_one_of_many_waiting_claims() {
     // No worker ticks: its backstop wake-up of a queue with a due job could race the winner's
     // claim and wake everybody, which would blur what a commit itself wakes.
     let cluster = private_cluster("wait-stampede", &settings_with(&["pg_jobs.tick = '1h'"]));
-    let mut observer = cluster.connect();
-    let queue = unique_queue(&mut observer, "stampede", "");
+    let (mut observer, queue) = cluster.connect_with_queue("stampede", "");
     let waiters: Vec<WaitingClaim> = (0..16)
         .map(|_| WaitingClaim::start(cluster.connect(), &queue, 1, "30 seconds"))
         .collect();
@@ -605,8 +600,7 @@ fn woken_by(cluster: &Cluster, queue: &str, wake: impl FnOnce()) -> (Vec<Claimed
 /// `jobs_release` of a held job wakes a waiting claim, which gets the job.
 #[test]
 fn waiting_claim_is_woken_by_release() {
-    let mut client = quiet_cluster().connect();
-    let queue = unique_queue(&mut client, "wake-release", "");
+    let (mut client, queue) = quiet_cluster().connect_with_queue("wake-release", "");
     let id = enqueue(&mut client, &queue, json!({}));
     let held = claim_now(&mut client, &queue);
     let (jobs, latency) = woken_by(quiet_cluster(), &queue, || {
@@ -627,8 +621,7 @@ fn waiting_claim_is_woken_by_release() {
 /// `jobs_fail` with an immediate retry wakes a waiting claim, which gets the job.
 #[test]
 fn waiting_claim_is_woken_by_fail_with_immediate_retry() {
-    let mut client = quiet_cluster().connect();
-    let queue = unique_queue(&mut client, "wake-fail", "");
+    let (mut client, queue) = quiet_cluster().connect_with_queue("wake-fail", "");
     let id = enqueue(&mut client, &queue, json!({}));
     let held = claim_now(&mut client, &queue);
     let (jobs, latency) = woken_by(quiet_cluster(), &queue, || {
@@ -649,8 +642,7 @@ fn waiting_claim_is_woken_by_fail_with_immediate_retry() {
 /// `jobs_retry` of a failed job wakes a waiting claim, which gets the job.
 #[test]
 fn waiting_claim_is_woken_by_retry_of_a_failed_job() {
-    let mut client = quiet_cluster().connect();
-    let queue = unique_queue(&mut client, "wake-retry", "");
+    let (mut client, queue) = quiet_cluster().connect_with_queue("wake-retry", "");
     let id: i64 = scalar(
         &mut client,
         "SELECT jobs_enqueue($1, max_attempts => 1)",
@@ -677,8 +669,7 @@ fn waiting_claim_is_woken_by_retry_of_a_failed_job() {
 /// `jobs_resume` of a paused queue with a queued job wakes a waiting claim, which gets it.
 #[test]
 fn waiting_claim_is_woken_by_resume() {
-    let mut client = quiet_cluster().connect();
-    let queue = unique_queue(&mut client, "wake-resume", "");
+    let (mut client, queue) = quiet_cluster().connect_with_queue("wake-resume", "");
     exec(&mut client, &format!("SELECT jobs_pause('{queue}')"));
     let id = enqueue(&mut client, &queue, json!({}));
     let (jobs, latency) = woken_by(quiet_cluster(), &queue, || {
@@ -692,8 +683,7 @@ fn waiting_claim_is_woken_by_resume() {
 /// gets the job on its first attempt (the rolled-back claim left no trace).
 #[test]
 fn waiting_claim_is_woken_by_the_rollback_of_another_claim() {
-    let mut client = quiet_cluster().connect();
-    let queue = unique_queue(&mut client, "wake-rollback-claim", "");
+    let (mut client, queue) = quiet_cluster().connect_with_queue("wake-rollback-claim", "");
     let id = enqueue(&mut client, &queue, json!({}));
     exec(&mut client, "BEGIN");
     assert_eq!(claim_now(&mut client, &queue).id, id);
@@ -709,8 +699,8 @@ fn waiting_claim_is_woken_by_the_rollback_of_another_claim() {
 /// claim, which gets the job on its second attempt.
 #[test]
 fn waiting_claim_is_woken_by_reclaim_of_an_expired_lease() {
-    let mut client = Cluster::shared().connect();
-    let queue = unique_queue(&mut client, "wake-reclaim", "lease => '1 second'");
+    let (mut client, queue) =
+        Cluster::shared().connect_with_queue("wake-reclaim", "lease => '1 second'");
     let id = enqueue(&mut client, &queue, json!({}));
     claim_now(&mut client, &queue);
     let lease_until: SystemTime = scalar(
@@ -838,8 +828,7 @@ fn idle_tick_cost(client: &mut Client) -> TickCost {
 #[test]
 fn idle_waiting_claims_cost_nothing() {
     let cluster = private_cluster("wait-idle", &settings_with(&["autovacuum = off"]));
-    let mut observer = cluster.connect();
-    let queue = unique_queue(&mut observer, "idle", "");
+    let (mut observer, queue) = cluster.connect_with_queue("idle", "");
     let tick = idle_tick_cost(&mut observer);
     // The window below must end before the first waiter's wait does, however slowly a busy
     // machine starts the other fifteen.
@@ -938,8 +927,7 @@ fn wake_up_latency_of_looping_claimers() {
     const JOBS: usize = 300;
     const CLAIMERS: usize = 4;
     let cluster = private_cluster("wait-latency", TEST_SETTINGS);
-    let mut producer = cluster.connect();
-    let queue = unique_queue(&mut producer, "latency", "");
+    let (mut producer, queue) = cluster.connect_with_queue("latency", "");
     let claims: Arc<Mutex<Vec<(i64, Instant)>>> = Arc::default();
 
     let mut pids = Vec::new();
@@ -1040,8 +1028,7 @@ fn wake_up_latency_of_looping_claimers() {
 #[test]
 fn a_killed_clients_waiting_claim_takes_nothing() {
     let cluster = quiet_cluster();
-    let mut observer = cluster.connect();
-    let queue = unique_queue(&mut observer, "vanished", "max_attempts => 2");
+    let (mut observer, queue) = cluster.connect_with_queue("vanished", "max_attempts => 2");
     let mut vanishing = VanishingClient::connect(cluster, "vanishing-worker");
     vanishing
         .send(&format!(
@@ -1095,8 +1082,7 @@ fn a_killed_clients_waiting_claim_takes_nothing() {
 #[test]
 fn a_waiting_claim_ends_with_a_clear_error_when_the_extension_is_dropped() {
     let cluster = private_cluster("wait-drop", &settings_with(&["pg_jobs.tick = '1h'"]));
-    let mut observer = cluster.connect();
-    let queue = unique_queue(&mut observer, "dropped", "");
+    let (mut observer, queue) = cluster.connect_with_queue("dropped", "");
     let waiter =
         WaitingClaim::start(cluster.connect(), &queue, 1, "60 seconds").asleep(&mut observer);
     exec(&mut observer, "DROP EXTENSION pg_jobs");

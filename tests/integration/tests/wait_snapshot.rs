@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use pg_jobs_tests::{scalar, settings_with, unique_queue, wait_until, Client, Cluster, NoTls};
+use pg_jobs_tests::{scalar, settings_with, wait_until, Client, Cluster, NoTls};
 
 /// A cluster whose worker ticks only once an hour: a wake-up that is lost is not rescued by
 /// the worker's backstop within these tests.
@@ -98,8 +98,7 @@ fn dead_but_not_removable(admin: &mut Client, cluster: &Cluster, table: &str) ->
 fn sixteen_waiting_claims_hold_back_no_vacuum() {
     let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let cluster = cluster();
-    let mut admin = cluster.connect();
-    let queue = unique_queue(&mut admin, "idle", "");
+    let (mut admin, queue) = cluster.connect_with_queue("idle", "");
     admin
         .batch_execute(
             "CREATE TABLE busy (id int PRIMARY KEY, v int) WITH (autovacuum_enabled = off);
@@ -147,8 +146,7 @@ fn sixteen_waiting_claims_hold_back_no_vacuum() {
 fn a_waiting_claim_lets_go_of_its_snapshot_unless_something_may_read_with_it() {
     let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let cluster = cluster();
-    let mut admin = cluster.connect();
-    let queue = unique_queue(&mut admin, "forms", "");
+    let (mut admin, queue) = cluster.connect_with_queue("forms", "");
     admin
         .batch_execute(
             "CREATE OR REPLACE FUNCTION public.stable_reader(bigint) RETURNS bigint
@@ -222,8 +220,7 @@ fn a_waiting_claim_lets_go_of_its_snapshot_unless_something_may_read_with_it() {
 fn what_reads_after_a_released_wait_sees_committed_rows() {
     let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let cluster = cluster();
-    let mut admin = cluster.connect();
-    let queue = unique_queue(&mut admin, "after-wait", "");
+    let (mut admin, queue) = cluster.connect_with_queue("after-wait", "");
     admin
         .batch_execute(
             "CREATE TABLE IF NOT EXISTS public.churn (id int PRIMARY KEY, v int) WITH (autovacuum_enabled = off);
@@ -275,8 +272,7 @@ fn what_reads_after_a_released_wait_sees_committed_rows() {
 fn a_wake_up_a_waiter_cannot_use_reaches_one_that_can() {
     let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let cluster = cluster();
-    let mut admin = cluster.connect();
-    let queue = unique_queue(&mut admin, "kinds", "");
+    let (mut admin, queue) = cluster.connect_with_queue("kinds", "");
     // The filtered waiter sleeps first, so the one signal a commit sends goes to it.
     let filtered = start_waiters(
         cluster,

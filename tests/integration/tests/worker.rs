@@ -151,8 +151,7 @@ fn assert_worker_reclaims(client: &mut Client, prefix: &str) -> Duration {
 #[test]
 fn lease_of_a_terminated_claimer_is_reclaimed_by_the_worker() {
     let cluster = Cluster::shared();
-    let mut admin = cluster.connect();
-    let queue = unique_queue(&mut admin, "terminated", "lease => '1 second'");
+    let (mut admin, queue) = cluster.connect_with_queue("terminated", "lease => '1 second'");
     let retried = enqueue(&mut admin, &queue, json!({"attempts": "five"}));
     let final_attempt: i64 = scalar(
         &mut admin,
@@ -258,8 +257,7 @@ fn lease_of_a_terminated_claimer_is_reclaimed_by_the_worker() {
 /// the machine runs; a worker that reclaimed only every few ticks fails here.
 #[test]
 fn the_worker_reclaims_within_one_tick_of_expiry() {
-    let mut client = Cluster::shared().connect();
-    let queue = unique_queue(&mut client, "within-a-tick", "");
+    let (mut client, queue) = Cluster::shared().connect_with_queue("within-a-tick", "");
     let mut held: Vec<(i64, i64)> = Vec::new();
     for k in 0..8 {
         let id = enqueue(&mut client, &queue, json!({ "k": k }));
@@ -1350,8 +1348,7 @@ fn a_database_no_worker_serves_says_so() {
 /// walk of that part comes round.
 #[test]
 fn a_lease_that_ran_out_before_its_claim_committed_is_reclaimed() {
-    let mut client = Cluster::shared().connect();
-    let queue = unique_queue(&mut client, "late-commit", "");
+    let (mut client, queue) = Cluster::shared().connect_with_queue("late-commit", "");
     let id = enqueue(&mut client, &queue, json!({}));
     let mut claimer = Cluster::shared().connect();
     claimer.batch_execute("BEGIN").unwrap();

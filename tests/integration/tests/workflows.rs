@@ -155,8 +155,7 @@ fn run_all(
 
 #[test]
 fn a_diamond_runs_each_job_after_its_parents_and_reads_their_results() {
-    let mut client = cluster().connect();
-    let queue = unique_queue(&mut client, "diamond", "");
+    let (mut client, queue) = cluster().connect_with_queue("diamond", "");
     let split = enqueue(&mut client, &queue, json!({"step": "split", "n": 10}));
     let left = enqueue_after(&mut client, &queue, json!({"step": "double"}), &[split]);
     let right = enqueue_after(&mut client, &queue, json!({"step": "square"}), &[split]);
@@ -197,8 +196,7 @@ fn a_diamond_runs_each_job_after_its_parents_and_reads_their_results() {
 
 #[test]
 fn a_long_chain_hands_each_result_to_the_next_step() {
-    let mut client = cluster().connect();
-    let queue = unique_queue(&mut client, "chain", "");
+    let (mut client, queue) = cluster().connect_with_queue("chain", "");
     let mut previous = enqueue(&mut client, &queue, json!({"step": 0}));
     let mut steps = vec![previous];
     for step in 1..200 {
@@ -239,8 +237,7 @@ fn claim_and_complete_batch(client: &mut Client, queue: &str, n: i32) -> usize {
 fn thousands_of_parents_settled_by_many_sessions_at_once_queue_their_child_once() {
     const PARENTS: i64 = 3000;
     const WORKERS: usize = 8;
-    let mut client = cluster().connect();
-    let parts = unique_queue(&mut client, "fan-in-parts", "");
+    let (mut client, parts) = cluster().connect_with_queue("fan-in-parts", "");
     let merges = unique_queue(&mut client, "fan-in-merge", "");
     let parents: Vec<i64> = column(
         &mut client,
@@ -296,8 +293,7 @@ fn thousands_of_parents_settled_by_many_sessions_at_once_queue_their_child_once(
 
 #[test]
 fn the_last_two_parents_settled_at_the_same_moment_queue_the_child_every_time() {
-    let mut client = cluster().connect();
-    let queue = unique_queue(&mut client, "last-two", "");
+    let (mut client, queue) = cluster().connect_with_queue("last-two", "");
     let merges = unique_queue(&mut client, "last-two-merge", "");
     for round in 0..60 {
         let a = enqueue(&mut client, &queue, json!({ "round": round }));
@@ -343,8 +339,7 @@ fn the_last_two_parents_settled_at_the_same_moment_queue_the_child_every_time() 
 
 #[test]
 fn a_failed_parent_cancels_its_dependents_transitively_and_retries_bring_them_back() {
-    let mut client = cluster().connect();
-    let queue = unique_queue(&mut client, "fail-cascade", "max_attempts => 1");
+    let (mut client, queue) = cluster().connect_with_queue("fail-cascade", "max_attempts => 1");
     let parent = enqueue(&mut client, &queue, json!({}));
     let sibling = enqueue(&mut client, &queue, json!({}));
     let child = enqueue_after(&mut client, &queue, json!({}), &[parent, sibling]);
@@ -410,8 +405,7 @@ fn a_failed_parent_cancels_its_dependents_transitively_and_retries_bring_them_ba
 
 #[test]
 fn a_cancelled_parent_cancels_its_dependents_and_finished_parents_decide_at_once() {
-    let mut client = cluster().connect();
-    let queue = unique_queue(&mut client, "cancel-cascade", "");
+    let (mut client, queue) = cluster().connect_with_queue("cancel-cascade", "");
     let parent = enqueue(&mut client, &queue, json!({}));
     let child = enqueue_after(&mut client, &queue, json!({}), &[parent]);
     let cancelled: String = scalar(&mut client, "SELECT jobs_cancel($1)", &[&parent]);
@@ -456,8 +450,7 @@ fn a_cancelled_parent_cancels_its_dependents_and_finished_parents_decide_at_once
 
 #[test]
 fn waiting_jobs_are_never_claimed_and_are_counted_everywhere_a_state_is() {
-    let mut client = cluster().connect();
-    let queue = unique_queue(&mut client, "waiting-seen", "");
+    let (mut client, queue) = cluster().connect_with_queue("waiting-seen", "");
     let parent = enqueue(&mut client, &queue, json!({}));
     let held = claim(&mut client, &queue, 1, "");
     assert_eq!(held[0].id, parent);
@@ -509,8 +502,7 @@ fn waiting_jobs_are_never_claimed_and_are_counted_everywhere_a_state_is() {
 #[test]
 fn bad_parents_are_refused_with_the_argument_named_and_nothing_changed() {
     let cluster = cluster();
-    let mut client = cluster.connect();
-    let queue = unique_queue(&mut client, "bad-after", "");
+    let (mut client, queue) = cluster.connect_with_queue("bad-after", "");
     let parent = enqueue(&mut client, &queue, json!({}));
     let before = states(&mut client, &queue);
     let cases = [
@@ -579,8 +571,7 @@ fn bad_parents_are_refused_with_the_argument_named_and_nothing_changed() {
 
 #[test]
 fn a_parent_reclaimed_after_its_worker_died_still_decides_its_dependents() {
-    let mut client = cluster().connect();
-    let queue = unique_queue(&mut client, "reclaimed-parent", "max_attempts => 2");
+    let (mut client, queue) = cluster().connect_with_queue("reclaimed-parent", "max_attempts => 2");
     // Reclaimed, then finished late by its first holder ("done wins"): the child is queued.
     let parent = enqueue(&mut client, &queue, json!({}));
     let child = enqueue_after(&mut client, &queue, json!({}), &[parent]);
@@ -656,8 +647,7 @@ fn claim_signalled(
 
 #[test]
 fn signals_wake_their_awaits_whichever_commits_first_and_a_rollback_wakes_nothing() {
-    let mut client = cluster().connect();
-    let queue = unique_queue(&mut client, "signals", "");
+    let (mut client, queue) = cluster().connect_with_queue("signals", "");
     // Await, then signal: the job is queued with the payload, its attempt given back.
     let job = awaiting(&mut client, &queue, "paid:1", "1 hour");
     assert_eq!(state(&mut client, job), "waiting");
@@ -786,8 +776,7 @@ fn signals_wake_their_awaits_whichever_commits_first_and_a_rollback_wakes_nothin
 
 #[test]
 fn an_await_that_times_out_is_queued_by_the_worker_flagged_so() {
-    let mut client = cluster().connect();
-    let queue = unique_queue(&mut client, "await-timeout", "");
+    let (mut client, queue) = cluster().connect_with_queue("await-timeout", "");
     let job = awaiting(&mut client, &queue, "never", "200 milliseconds");
     wait_until(WITHIN, "the worker ends the await", || {
         state(&mut client, job) == "queued"
@@ -807,8 +796,7 @@ fn an_await_that_times_out_is_queued_by_the_worker_flagged_so() {
 #[test]
 fn a_tenants_signal_never_wakes_another_tenants_job() {
     let cluster = cluster();
-    let mut admin = cluster.connect();
-    let queue = unique_queue(&mut admin, "tenant-signals", "");
+    let (mut admin, queue) = cluster.connect_with_queue("tenant-signals", "");
     let mut ids = Vec::new();
     for tenant in ["acme", "globex"] {
         let mut worker = cluster.connect_as("wf_worker");
@@ -859,8 +847,7 @@ fn a_tenants_signal_never_wakes_another_tenants_job() {
 #[test]
 fn jobs_wait_is_woken_by_the_commits_that_finish_its_jobs() {
     let cluster = cluster();
-    let mut client = cluster.connect();
-    let queue = unique_queue(&mut client, "wait-results", "");
+    let (mut client, queue) = cluster.connect_with_queue("wait-results", "");
     let a = enqueue(&mut client, &queue, json!({"n": 1}));
     let b = enqueue(&mut client, &queue, json!({"n": 2}));
     let waiter = thread::spawn(move || {
@@ -947,8 +934,7 @@ fn jobs_wait_is_woken_by_the_commits_that_finish_its_jobs() {
 #[test]
 fn a_waiting_claim_wakes_when_a_job_is_queued_by_its_last_parent_or_its_signal() {
     let cluster = cluster();
-    let mut client = cluster.connect();
-    let parts = unique_queue(&mut client, "wake-parts", "");
+    let (mut client, parts) = cluster.connect_with_queue("wake-parts", "");
     let merges = unique_queue(&mut client, "wake-merge", "");
     let parent = enqueue(&mut client, &parts, json!({}));
     let child = enqueue_after(&mut client, &merges, json!({}), &[parent]);
@@ -980,8 +966,7 @@ fn a_waiting_claim_wakes_when_a_job_is_queued_by_its_last_parent_or_its_signal()
 #[test]
 fn a_last_parents_settle_and_a_signal_in_prepared_transactions_act_at_commit_prepared() {
     let cluster = cluster();
-    let mut client = cluster.connect();
-    let queue = unique_queue(&mut client, "prepared-workflows", "");
+    let (mut client, queue) = cluster.connect_with_queue("prepared-workflows", "");
     let parent = enqueue(&mut client, &queue, json!({}));
     let child = enqueue_after(&mut client, &queue, json!({}), &[parent]);
     let job = claim(&mut client, &queue, 1, "");
@@ -1036,8 +1021,7 @@ fn prepared_settles_and_signals_survive_a_restart_before_commit_prepared() {
     let mut settings: Vec<&str> = TEST_SETTINGS.to_vec();
     settings.push("max_prepared_transactions = 10");
     let cluster = Cluster::start_with_extension("workflows-restart", &settings);
-    let mut client = cluster.connect();
-    let queue = unique_queue(&mut client, "restart", "");
+    let (mut client, queue) = cluster.connect_with_queue("restart", "");
     let parent = enqueue(&mut client, &queue, json!({}));
     let other = enqueue(&mut client, &queue, json!({}));
     let child = enqueue_after(&mut client, &queue, json!({}), &[parent, other]);

@@ -149,8 +149,7 @@ fn fan_in_of_ten_thousand_parents() {
 #[ignore = "prints figures; run by hand"]
 fn chain_of_a_thousand_steps() {
     let cluster = figures_cluster();
-    let mut client = cluster.connect();
-    let queue = unique_queue(&mut client, "chain", "");
+    let (mut client, queue) = cluster.connect_with_queue("chain", "");
     let mut previous: i64 = scalar(&mut client, "SELECT jobs_enqueue($1)", &[&queue]);
     for _ in 1..1000 {
         previous = scalar(
@@ -209,8 +208,7 @@ fn chain_of_a_thousand_steps() {
 #[ignore = "prints figures; run by hand"]
 fn signal_to_a_waiting_worker() {
     let cluster = figures_cluster();
-    let mut client = cluster.connect();
-    let queue = unique_queue(&mut client, "signal", "");
+    let (mut client, queue) = cluster.connect_with_queue("signal", "");
     let mut latencies = Vec::new();
     for n in 0..200 {
         let id: i64 = scalar(&mut client, "SELECT jobs_enqueue($1)", &[&queue]);
