@@ -709,6 +709,16 @@ pub fn enqueue(client: &mut Client, queue: &str, payload: serde_json::Value) -> 
         .get(0)
 }
 
+/// Enqueues `n` jobs with empty payloads into `queue` in one batch and returns their ids, in
+/// enqueue order: a backlog for tests about claims rather than payloads.
+pub fn enqueue_empty(client: &mut Client, queue: &str, n: i32) -> Vec<i64> {
+    column(
+        client,
+        "SELECT id FROM jobs_enqueue_batch($1, array_fill('{}'::jsonb, ARRAY[$2::int]))",
+        &[&queue, &n],
+    )
+}
+
 /// The freed heads a test expects once settles moved groups of concurrency 1 on: `heads` with
 /// the fast paths on; none with them off, where a settle clears each head's mark instead of
 /// handing it over (so claims find it through the claim index all the same).

@@ -189,27 +189,27 @@ fn make_jobs(admin: &mut Client, holder: &mut Client) -> Jobs {
     let fail = |client: &mut Client, sql: &str, params: &[&(dyn postgres::types::ToSql + Sync)]| {
         scalar::<String>(client, sql, params)
     };
-    let succeeded = enqueue(admin, "fo", json!({"will": "succeed"}));
-    let c = claim(holder, "fo", 1, "");
-    assert_eq!(c[0].id, succeeded);
-    assert_eq!(
-        fail(
-            holder,
-            "SELECT jobs_complete($1, $2, '{\"done\": true}')",
-            &[&c[0].id, &c[0].lease]
-        ),
-        "succeeded"
+    // A job enqueued with `payload`, claimed by `holder` and settled by `settle` (with its id
+    // and lease), which answers `answer`.
+    let mut settled = |payload: serde_json::Value, settle: &str, answer: &str| {
+        let id = enqueue(admin, "fo", payload);
+        let c = claim(holder, "fo", 1, "");
+        assert_eq!(
+            c[0].id, id,
+            "{settle}: the claim took the job just enqueued"
+        );
+        assert_eq!(fail(holder, settle, &[&c[0].id, &c[0].lease]), answer);
+        id
+    };
+    let succeeded = settled(
+        json!({"will": "succeed"}),
+        "SELECT jobs_complete($1, $2, '{\"done\": true}')",
+        "succeeded",
     );
-    let failed = enqueue(admin, "fo", json!({"will": "fail"}));
-    let c = claim(holder, "fo", 1, "");
-    assert_eq!(c[0].id, failed);
-    assert_eq!(
-        fail(
-            holder,
-            "SELECT jobs_fail($1, $2, 'broken for good', retry => false)",
-            &[&c[0].id, &c[0].lease]
-        ),
-        "failed"
+    let failed = settled(
+        json!({"will": "fail"}),
+        "SELECT jobs_fail($1, $2, 'broken for good', retry => false)",
+        "failed",
     );
     let cancelled = enqueue(admin, "fo", json!({"will": "be cancelled"}));
     assert_eq!(

@@ -7,8 +7,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use pg_jobs_tests::{
-    claim, claim_ids, column, fast_paths, freed_heads, offered, row, scalar, state, unique_queue,
-    wait_for_a_lock, wait_until, Client, Cluster, TEST_SETTINGS,
+    claim, claim_ids, column, enqueue_empty, fast_paths, freed_heads, offered, row, scalar, state,
+    unique_queue, wait_for_a_lock, wait_until, Client, Cluster, TEST_SETTINGS,
 };
 use postgres::types::ToSql;
 use serde_json::json;
@@ -1474,12 +1474,7 @@ fn sixteen_claimers_stay_within_the_rate_limit_and_reach_it() {
         "rate",
         &format!("rate_limit => {rate}, rate_burst => {burst}"),
     );
-    admin
-        .execute(
-            "SELECT count(*) FROM jobs_enqueue_batch($1, array_fill('{}'::jsonb, ARRAY[5000]))",
-            &[&queue],
-        )
-        .unwrap();
+    enqueue_empty(&mut admin, &queue, 5000);
     let seconds = 20;
     let claimed = burn_limited(cluster, &queue, 16, seconds, false);
     let per_second = claims_per_second(&mut admin, &queue);
@@ -1510,12 +1505,7 @@ fn waiting_claimers_are_admitted_at_the_rate_limit() {
         "rate-wait",
         &format!("rate_limit => {rate}, rate_burst => 1"),
     );
-    admin
-        .execute(
-            "SELECT count(*) FROM jobs_enqueue_batch($1, array_fill('{}'::jsonb, ARRAY[2000]))",
-            &[&queue],
-        )
-        .unwrap();
+    enqueue_empty(&mut admin, &queue, 2000);
     burn_limited(cluster, &queue, 8, 8, true);
     let per_second = claims_per_second(&mut admin, &queue);
     for (second, n) in &per_second {
@@ -1561,12 +1551,7 @@ fn without_shared_memory_the_rate_limit_still_holds() {
         "rate-slow",
         &format!("rate_limit => {rate}, rate_burst => 10"),
     );
-    admin
-        .execute(
-            "SELECT count(*) FROM jobs_enqueue_batch($1, array_fill('{}'::jsonb, ARRAY[1000]))",
-            &[&queue],
-        )
-        .unwrap();
+    enqueue_empty(&mut admin, &queue, 1000);
     burn_limited(&cluster, &queue, 8, 5, false);
     let per_second = claims_per_second(&mut admin, &queue);
     assert!(per_second.len() >= 4);
@@ -1754,9 +1739,8 @@ fn claimed_ids(client: &mut Client, queue: &str) -> Vec<i64> {
 #[test]
 fn a_freed_head_behind_a_job_of_its_group_committed_after_its_settle_is_not_taken() {
     let cluster = Cluster::shared();
-    let mut client = cluster.connect();
+    let (mut client, queue) = cluster.connect_with_queue("freed-late", "");
     let mut producer = cluster.connect();
-    let queue = unique_queue(&mut client, "freed-late", "");
     enqueue_with(&mut client, &queue, ", group_key => 'g'");
     let running = claim(&mut client, &queue, 1, "");
     producer.batch_execute("BEGIN").unwrap();

@@ -14,7 +14,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use pg_jobs_tests::{plan_buffers, scalar, Cluster, ExplainingSession};
+use pg_jobs_tests::{enqueue_empty, plan_buffers, scalar, Cluster, ExplainingSession};
 
 /// Jobs burnt down while the snapshot is held.
 const BURNT: i32 = 20_000;
@@ -53,12 +53,7 @@ fn measured_claim(session: &mut ExplainingSession, queue: &str) -> i64 {
 fn claims_do_not_walk_dead_entries_a_held_snapshot_keeps() {
     let cluster = Cluster::shared();
     let (mut worker, queue) = cluster.connect_with_queue("held", "");
-    worker
-        .execute(
-            "SELECT count(*) FROM jobs_enqueue_batch($1, array_fill('{}'::jsonb, ARRAY[$2::int]))",
-            &[&queue, &(BURNT + LEFT)],
-        )
-        .unwrap();
+    enqueue_empty(&mut worker, &queue, BURNT + LEFT);
     worker.batch_execute("VACUUM ANALYZE jobs.job").unwrap();
 
     // The snapshot that keeps every claimed job's dead index entry alive.
@@ -127,12 +122,7 @@ const BUSY_CLAIMS: usize = 400;
 fn the_floor_rises_past_each_claim_while_other_sessions_enqueue() {
     let cluster = Cluster::shared();
     let (mut worker, queue) = cluster.connect_with_queue("busy", "");
-    worker
-        .execute(
-            "SELECT count(*) FROM jobs_enqueue_batch($1, array_fill('{}'::jsonb, ARRAY[$2::int]))",
-            &[&queue, &(BUSY_CLAIMS as i32)],
-        )
-        .unwrap();
+    enqueue_empty(&mut worker, &queue, BUSY_CLAIMS as i32);
     let stop = AtomicBool::new(false);
     let (kept_up, enqueued) = std::thread::scope(|s| {
         // Two sessions commit a job at the tail of the queue, one per transaction, as fast as

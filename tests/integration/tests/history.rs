@@ -2173,21 +2173,25 @@ fn faults_for(jobs: u64) -> u64 {
     env_u64("PG_JOBS_HISTORY_FAULTS").unwrap_or((jobs / 5_000).max(4))
 }
 
+/// A random history of `PG_JOBS_HISTORY_JOBS` jobs (else `default_jobs`), with the faults for
+/// that many, in groups of `group_concurrency` slots: nothing lost, duplicated or unexpected, and
+/// every rule exercised.
+fn runs_clean(default_jobs: u64, group_concurrency: usize) {
+    let jobs = env_u64("PG_JOBS_HISTORY_JOBS").unwrap_or(default_jobs);
+    let faults = faults_for(jobs);
+    let (report, broken) = run_history(jobs, faults, false, group_concurrency);
+    assert_clean_and_exercised(jobs, faults, &report, &broken);
+}
+
 #[test]
 fn a_random_history_has_no_lost_duplicated_or_unexpected_jobs() {
-    let jobs = env_u64("PG_JOBS_HISTORY_JOBS").unwrap_or(2_000);
-    let faults = faults_for(jobs);
-    let (report, broken) = run_history(jobs, faults, false, 1);
-    assert_clean_and_exercised(jobs, faults, &report, &broken);
+    runs_clean(2_000, 1);
 }
 
 /// The same workload with groups of two slots: never three of a group's jobs at once.
 #[test]
 fn a_random_history_with_groups_of_two_slots_keeps_them() {
-    let jobs = env_u64("PG_JOBS_HISTORY_JOBS").unwrap_or(1_000);
-    let faults = faults_for(jobs);
-    let (report, broken) = run_history(jobs, faults, false, 2);
-    assert_clean_and_exercised(jobs, faults, &report, &broken);
+    runs_clean(1_000, 2);
 }
 
 /// The large history, on demand:
@@ -2195,10 +2199,7 @@ fn a_random_history_with_groups_of_two_slots_keeps_them() {
 #[test]
 #[ignore = "large: run on demand (see the module documentation)"]
 fn a_large_random_history_has_no_lost_duplicated_or_unexpected_jobs() {
-    let jobs = env_u64("PG_JOBS_HISTORY_JOBS").unwrap_or(100_000);
-    let faults = faults_for(jobs);
-    let (report, broken) = run_history(jobs, faults, false, 1);
-    assert_clean_and_exercised(jobs, faults, &report, &broken);
+    runs_clean(100_000, 1);
 }
 
 /// The negative control: the same workload against a queue whose rules a saboteur breaks

@@ -679,9 +679,8 @@ fn retries_follow_the_backoff_and_its_overrides() {
 /// nothing.
 #[test]
 fn cancel_is_immediate_and_the_holder_learns_it() {
-    let mut client = Cluster::shared().connect();
+    let (mut client, queue) = Cluster::shared().connect_with_queue("cancel", "");
     let mut operator = Cluster::shared().connect();
-    let queue = unique_queue(&mut client, "cancel", "");
 
     let queued = enqueue(&mut client, &queue, json!({"which": "queued"}));
     assert_eq!(cancel(&mut operator, queued), "cancelled");
@@ -818,9 +817,8 @@ fn terminal_states_stay_terminal_except_through_retry() {
 /// complete, fail or release leaves it running under its lease, exactly as it was.
 #[test]
 fn rolled_back_calls_leave_no_trace() {
-    let mut client = Cluster::shared().connect();
+    let (mut client, queue) = Cluster::shared().connect_with_queue("tx", "max_attempts => 2");
     let mut other = Cluster::shared().connect();
-    let queue = unique_queue(&mut client, "tx", "max_attempts => 2");
 
     let mut tx = client.transaction().unwrap();
     let single: i64 = scalar(
@@ -1621,9 +1619,8 @@ fn claim_timed(client: &mut Client, queue: &str, extra: &str) -> (Claimed, i64, 
 #[test]
 fn a_claim_takes_its_queues_lease_as_last_changed() {
     let cluster = Cluster::shared();
-    let mut client = cluster.connect();
+    let (mut client, queue) = cluster.connect_with_queue("lease-changed", "lease => '45 seconds'");
     let mut other = cluster.connect();
-    let queue = unique_queue(&mut client, "lease-changed", "lease => '45 seconds'");
     for n in 0..4 {
         enqueue(&mut client, &queue, json!({ "n": n }));
     }
@@ -1676,9 +1673,8 @@ fn a_claim_takes_its_queues_lease_as_last_changed() {
 #[test]
 fn a_claim_sees_its_queue_paused_and_resumed_as_last_changed() {
     let cluster = Cluster::shared();
-    let mut client = cluster.connect();
+    let (mut client, queue) = cluster.connect_with_queue("paused-changed", "");
     let mut other = cluster.connect();
-    let queue = unique_queue(&mut client, "paused-changed", "");
     for n in 0..4 {
         enqueue(&mut client, &queue, json!({ "n": n }));
     }
@@ -1726,9 +1722,8 @@ fn a_claim_sees_its_queue_paused_and_resumed_as_last_changed() {
 #[test]
 fn an_enqueue_takes_its_queues_max_attempts_as_last_changed() {
     let cluster = Cluster::shared();
-    let mut client = cluster.connect();
+    let (mut client, queue) = cluster.connect_with_queue("attempts-changed", "max_attempts => 3");
     let mut other = cluster.connect();
-    let queue = unique_queue(&mut client, "attempts-changed", "max_attempts => 3");
     // The max_attempts of a job enqueued now by `tx`.
     fn enqueued_attempts(tx: &mut impl postgres::GenericClient, queue: &str) -> i32 {
         let id: i64 = tx
@@ -2071,13 +2066,11 @@ fn backoff_settings_are_read_when_the_job_fails() {
 #[test]
 fn time_decisions_use_the_server_clock_inside_a_long_transaction() {
     let cluster = cluster_without_worker("long-transaction");
-    let mut client = cluster.connect();
-    let mut other = cluster.connect();
-    let queue = unique_queue(
-        &mut client,
+    let (mut client, queue) = cluster.connect_with_queue(
         "clock",
         "lease => '300 milliseconds', backoff_base => '1 second', jitter => 0",
     );
+    let mut other = cluster.connect();
     let clock = |client: &mut postgres::Transaction| -> i64 {
         scalar(client, &format!("SELECT {SERVER_MICROS}"), &[])
     };
@@ -2227,9 +2220,8 @@ fn time_decisions_use_the_server_clock_inside_a_long_transaction() {
 fn a_rolled_back_heartbeat_of_a_reclaimed_job_leaves_no_trace() {
     let settings = settings_with(&["pg_jobs.tick = '1h'"]);
     let cluster = Cluster::start_with_extension("heartbeat-rollback", &settings);
-    let mut holder = cluster.connect();
+    let (mut holder, queue) = cluster.connect_with_queue("revive", "");
     let mut claimer = cluster.connect();
-    let queue = unique_queue(&mut holder, "revive", "");
     let revived = enqueue(&mut holder, &queue, json!({"n": 0}));
     let old = claim_one(&mut holder, &queue, ", lease => '100 milliseconds'");
     assert_eq!(old.id, revived);

@@ -15,8 +15,8 @@ use std::sync::OnceLock;
 use std::thread;
 
 use pg_jobs_tests::{
-    claim, claim_ids, enqueue, freed_heads, offered, row, scalar, settings_with, unique_queue,
-    wait_for_a_lock, Client, Cluster,
+    claim, claim_ids, enqueue, enqueue_empty, freed_heads, offered, row, scalar, settings_with,
+    unique_queue, wait_for_a_lock, Client, Cluster,
 };
 use postgres::error::SqlState;
 use serde_json::json;
@@ -567,12 +567,7 @@ fn the_worker_finds_a_job_deep_below_a_floor_a_bounded_walk_a_tick() {
         .unwrap();
     // Two batches, the second due a little later than the first.
     for count in [FIRST, SECOND] {
-        admin
-            .execute(
-                "SELECT count(*) FROM jobs_enqueue_batch($1, array_fill('{}'::jsonb, ARRAY[$2::int]))",
-                &[&queue, &count],
-            )
-            .unwrap();
+        enqueue_empty(&mut admin, &queue, count);
         admin.batch_execute("SELECT pg_sleep(0.01)").unwrap();
     }
     for _ in 0..(FIRST + SECOND) / 1000 {

@@ -191,9 +191,8 @@ fn claim_now(client: &mut Client, queue: &str) -> Claimed {
 #[test]
 fn waiting_claim_returns_a_job_soon_after_its_commit_and_not_before() {
     let cluster = quiet_cluster();
-    let mut producer = cluster.connect();
+    let (mut producer, queue) = cluster.connect_with_queue("wake-commit", "");
     let mut observer = cluster.connect();
-    let queue = unique_queue(&mut producer, "wake-commit", "");
     let waiter =
         WaitingClaim::start(cluster.connect(), &queue, 1, "60 seconds").asleep(&mut observer);
 
@@ -217,9 +216,8 @@ fn waiting_claim_returns_a_job_soon_after_its_commit_and_not_before() {
 #[test]
 fn rolled_back_enqueue_does_not_hand_the_waiter_anything() {
     let cluster = Cluster::shared();
-    let mut producer = cluster.connect();
+    let (mut producer, queue) = cluster.connect_with_queue("wake-rollback", "");
     let mut observer = cluster.connect();
-    let queue = unique_queue(&mut producer, "wake-rollback", "");
     let waiter =
         WaitingClaim::start(cluster.connect(), &queue, 1, "3 seconds").asleep(&mut observer);
 
@@ -273,9 +271,8 @@ fn assert_woken_when_due(returned: &Returned, id: i64, sent: Instant) {
 #[test]
 fn delayed_job_committed_before_the_wait_wakes_it_when_due() {
     let cluster = quiet_cluster();
-    let mut producer = cluster.connect();
+    let (mut producer, queue) = cluster.connect_with_queue("wake-due-before", "");
     let mut observer = cluster.connect();
-    let queue = unique_queue(&mut producer, "wake-due-before", "");
     let (id, sent) = enqueue_due_in_two_seconds(&mut producer, &queue);
     let waiter =
         WaitingClaim::start(cluster.connect(), &queue, 1, "30 seconds").asleep(&mut observer);
@@ -287,9 +284,8 @@ fn delayed_job_committed_before_the_wait_wakes_it_when_due() {
 #[test]
 fn delayed_job_committed_during_the_wait_wakes_it_when_due() {
     let cluster = quiet_cluster();
-    let mut producer = cluster.connect();
+    let (mut producer, queue) = cluster.connect_with_queue("wake-due-during", "");
     let mut observer = cluster.connect();
-    let queue = unique_queue(&mut producer, "wake-due-during", "");
     let waiter =
         WaitingClaim::start(cluster.connect(), &queue, 1, "30 seconds").asleep(&mut observer);
     let (id, sent) = enqueue_due_in_two_seconds(&mut producer, &queue);

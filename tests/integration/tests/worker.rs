@@ -338,6 +338,20 @@ fn the_worker_reclaims_within_one_tick_of_expiry() {
     println!("ticks from a lease's expiry to its reclaim being seen: {ticks_to_reclaim:?}");
 }
 
+/// The worker that came back as `new_pid` (after `signal` ended `old_pid`) is the database's
+/// only worker backend and reclaims an expired lease, counting it in its status.
+fn reclaims_after_coming_back(client: &mut Client, signal: &str, old_pid: i32, new_pid: i32) {
+    assert_eq!(worker_backends(client, "postgres"), [new_pid]);
+    let took = assert_worker_reclaims(client, &format!("after-{}", signal.to_lowercase()));
+    // The worker counts a tick's reclaims once the tick's last step is done, after the
+    // reclaim's own transaction committed.
+    let status = wait_for_worker(client, "postgres", "its reclaim counted", |s| {
+        s.reclaimed >= 1
+    });
+    assert_eq!(status.pid, Some(new_pid));
+    println!("after {signal}: worker {old_pid} → {new_pid}; reclaim took {took:?} from claim");
+}
+
 /// SIGKILL of the worker crash-restarts the server; the worker comes back with a new pid and
 /// reclaims expired leases again.
 #[test]
@@ -362,16 +376,7 @@ fn worker_killed_with_sigkill_comes_back_and_reclaims() {
         s.pid.is_some_and(|pid| pid != old_pid) && s.serving && s.ticks > 0
     });
     let new_pid = after.pid.unwrap();
-    assert_eq!(worker_backends(&mut client, "postgres"), [new_pid]);
-
-    let took = assert_worker_reclaims(&mut client, "after-sigkill");
-    // The worker counts a tick's reclaims once the tick's last step is done, after the
-    // reclaim's own transaction committed.
-    let status = wait_for_worker(&mut client, "postgres", "its reclaim counted", |s| {
-        s.reclaimed >= 1
-    });
-    assert_eq!(status.pid, Some(new_pid));
-    println!("after SIGKILL: worker {old_pid} → {new_pid}; reclaim took {took:?} from claim");
+    reclaims_after_coming_back(&mut client, "SIGKILL", old_pid, new_pid);
 }
 
 /// SIGTERM (`pg_terminate_backend`) ends the worker alone; the postmaster starts it again
@@ -393,16 +398,7 @@ fn worker_terminated_with_sigterm_comes_back_and_reclaims() {
         after.started_at > before.started_at,
         "{before:?} / {after:?}"
     );
-    assert_eq!(worker_backends(&mut client, "postgres"), [new_pid]);
-
-    let took = assert_worker_reclaims(&mut client, "after-sigterm");
-    // The worker counts a tick's reclaims once the tick's last step is done, after the
-    // reclaim's own transaction committed.
-    let status = wait_for_worker(&mut client, "postgres", "its reclaim counted", |s| {
-        s.reclaimed >= 1
-    });
-    assert_eq!(status.pid, Some(new_pid));
-    println!("after SIGTERM: worker {old_pid} → {new_pid}; reclaim took {took:?} from claim");
+    reclaims_after_coming_back(&mut client, "SIGTERM", old_pid, new_pid);
 }
 
 /// The worker connects with its database's settings, so `ALTER DATABASE ... SET search_path`

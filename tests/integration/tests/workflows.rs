@@ -12,8 +12,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use pg_jobs_tests::{
-    claim, column, enqueue, scalar, state, unique_queue, wait_until, Claimed, Client, Cluster,
-    TEST_SETTINGS,
+    claim, column, enqueue, enqueue_empty, scalar, state, unique_queue, wait_until, Claimed,
+    Client, Cluster, TEST_SETTINGS,
 };
 use postgres::error::SqlState;
 use serde_json::{json, Value};
@@ -239,11 +239,7 @@ fn thousands_of_parents_settled_by_many_sessions_at_once_queue_their_child_once(
     const WORKERS: usize = 8;
     let (mut client, parts) = cluster().connect_with_queue("fan-in-parts", "");
     let merges = unique_queue(&mut client, "fan-in-merge", "");
-    let parents: Vec<i64> = column(
-        &mut client,
-        "SELECT id FROM jobs_enqueue_batch($1, array_fill('{}'::jsonb, ARRAY[$2::int]))",
-        &[&parts, &(PARENTS as i32)],
-    );
+    let parents: Vec<i64> = enqueue_empty(&mut client, &parts, PARENTS as i32);
     let child = enqueue_after(&mut client, &merges, json!({"merge": true}), &parents);
     assert_eq!(state(&mut client, child), "waiting");
     assert_eq!(rows_left(&mut client, child), PARENTS);
