@@ -164,15 +164,22 @@ pub fn pg_command_in(bin: &Path, program: &str) -> Command {
 }
 
 /// Runs `command`, panicking with its output when it fails.
-pub fn run(mut command: Command, what: &str) {
+pub fn run(command: Command, what: &str) {
+    run_or_explain(command, what, String::new);
+}
+
+/// Runs `command`, panicking with its output and what `explain` adds (a server log, say)
+/// when it fails.
+fn run_or_explain(mut command: Command, what: &str, explain: impl FnOnce() -> String) {
     let output = command
         .output()
         .unwrap_or_else(|e| panic!("{what}: could not start: {e}"));
     assert!(
         output.status.success(),
-        "{what} failed: {}\n{}",
+        "{what} failed: {}\n{}{}",
         String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
+        String::from_utf8_lossy(&output.stderr),
+        explain()
     );
 }
 
@@ -421,17 +428,10 @@ impl Cluster {
             .arg(&self.data)
             .arg("-l")
             .arg(self.base.join("log"));
-        let output = start
-            .output()
-            .unwrap_or_else(|e| panic!("pg_ctl start: could not start: {e}"));
         // Why a server does not start is in its log (a pg_jobs built for another major, say).
-        assert!(
-            output.status.success(),
-            "pg_ctl start failed: {}\n{}\nserver log:\n{}",
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr),
-            self.log()
-        );
+        run_or_explain(start, "pg_ctl start", || {
+            format!("\nserver log:\n{}", self.log())
+        });
     }
 
     /// Stops the server like a power cut: no shutdown checkpoint.

@@ -18,7 +18,7 @@
 
 use std::sync::{Mutex, OnceLock};
 
-use pg_jobs_tests::{claim, column, enqueue, row, scalar, settings_with, Client, Cluster};
+use pg_jobs_tests::{claim, column, enqueue, jobs_in, row, scalar, settings_with, Client, Cluster};
 use serde_json::json;
 
 /// Serialises the tests of this file: the snapshots cover the whole schema.
@@ -633,11 +633,7 @@ fn payload_limit_is_the_jsonb_size_to_the_byte() {
         )
     );
     assert!(hint.is_some_and(|h| h.contains("pg_jobs.max_payload_bytes")));
-    let jobs: i64 = scalar(
-        &mut client,
-        "SELECT count(*) FROM jobs.job WHERE queue = $1",
-        &[&queue],
-    );
+    let jobs = jobs_in(&mut client, &queue);
     assert_eq!(jobs, 0);
 }
 
@@ -762,12 +758,7 @@ fn values_at_the_documented_bounds_are_accepted() {
     let slow =
         pg_jobs_tests::unique_queue(&mut client, "slowest-rate", "rate_limit => 0.000000001");
     for n in 0..2 {
-        client
-            .execute(
-                "SELECT jobs_enqueue($1, jsonb_build_object('n', $2::int))",
-                &[&slow, &n],
-            )
-            .unwrap();
+        enqueue(&mut client, &slow, json!({ "n": n }));
     }
     let claimed = |client: &mut Client, wait: &str| -> i64 {
         scalar(

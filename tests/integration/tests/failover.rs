@@ -26,7 +26,9 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use pg_jobs_tests::TEST_SETTINGS;
-use pg_jobs_tests::{claim, column, enqueue, scalar, state, wait_until, Claimed, Client, Cluster};
+use pg_jobs_tests::{
+    claim, column, enqueue, row, scalar, state, wait_until, Claimed, Client, Cluster,
+};
 use serde_json::json;
 use uuid::Uuid;
 
@@ -529,13 +531,11 @@ fn wait_for_replay(standby: &mut Client) {
 
 /// The job's state, attempt and lease.
 fn job(client: &mut Client, id: i64) -> (String, i32, Option<Uuid>) {
-    let row = client
-        .query_one(
-            "SELECT state::text, attempt, lease FROM jobs.job WHERE id = $1",
-            &[&id],
-        )
-        .unwrap_or_else(|e| panic!("read job {id}: {e}"));
-    (row.get(0), row.get(1), row.get(2))
+    row(
+        client,
+        "SELECT state::text, attempt, lease FROM jobs.job WHERE id = $1",
+        &[&id],
+    )
 }
 
 /// On the standby: the reading functions work, and show the replicated jobs.

@@ -1262,16 +1262,28 @@ impl Worker {
                     outcome_call_in(client, &sql(index), prepared.as_deref())
                 });
             let (result, backend) = (op.result.clone(), op.backend);
-            if let Some(gid) = prepared {
-                self.end_prepared(&gid, &result, backend);
-                return;
-            }
-            let unknown = matches!(result, OpResult::Unknown(_));
-            self.reconnect_if(unknown);
-            if !unknown {
+            if self.settle_is_over(prepared, &result, backend) {
                 return;
             }
         }
+    }
+
+    /// After a settle's attempt with `result`: ends it when it was prepared (as `prepared`), and
+    /// reconnects when its answer was lost. True unless it is to be tried again: an unprepared
+    /// settle whose answer is unknown.
+    fn settle_is_over(
+        &mut self,
+        prepared: Option<String>,
+        result: &OpResult,
+        backend: i32,
+    ) -> bool {
+        if let Some(gid) = prepared {
+            self.end_prepared(&gid, result, backend);
+            return true;
+        }
+        let unknown = matches!(result, OpResult::Unknown(_));
+        self.reconnect_if(unknown);
+        !unknown
     }
 
     /// Ends a prepared settle: committed 80% of the time, by the worker or the resolver.
@@ -1329,13 +1341,7 @@ impl Worker {
                 },
             );
             let (result, backend) = (op.result.clone(), op.backend);
-            if let Some(gid) = prepared {
-                self.end_prepared(&gid, &result, backend);
-                return;
-            }
-            let unknown = matches!(result, OpResult::Unknown(_));
-            self.reconnect_if(unknown);
-            if !unknown {
+            if self.settle_is_over(prepared, &result, backend) {
                 return;
             }
         }

@@ -10,8 +10,8 @@
 use std::time::Duration;
 
 use pg_jobs_tests::{
-    claim, claim_ids, column, enqueue, row, scalar, settings_with, settings_without, state,
-    unique_queue, wait_until, Claimed, Client, Cluster,
+    claim, claim_ids, column, enqueue, jobs_in, row, scalar, settings_with, settings_without,
+    state, unique_queue, wait_until, Claimed, Client, Cluster,
 };
 use postgres::types::ToSql;
 use serde_json::{json, Value};
@@ -839,13 +839,7 @@ fn rolled_back_calls_leave_no_trace() {
         &[&all],
     );
     assert_eq!(visible_inside, 3, "the transaction sees its own jobs");
-    let count_outside = |other: &mut Client| -> i64 {
-        scalar(
-            other,
-            "SELECT count(*) FROM jobs.job WHERE queue = $1",
-            &[&queue],
-        )
-    };
+    let count_outside = |other: &mut Client| -> i64 { jobs_in(other, &queue) };
     assert_eq!(count_outside(&mut other), 0, "uncommitted jobs leaked");
     assert!(claim(&mut other, &queue, 10, "").is_empty());
     tx.rollback().unwrap();
@@ -1173,11 +1167,7 @@ fn jobs_that_end_failed_are_copied_to_the_dead_letter_queue() {
     assert_eq!(complete(&mut client, rolled_back, job.lease), "succeeded");
     let cancelled = enqueue_kind(&mut client, "cancelled", "");
     assert_eq!(cancel(&mut client, cancelled), "cancelled");
-    let copies: i64 = scalar(
-        &mut client,
-        "SELECT count(*) FROM jobs.job WHERE queue = $1",
-        &[&dead_letter],
-    );
+    let copies = jobs_in(&mut client, &dead_letter);
     assert_eq!(copies, 3, "only the three failed jobs were dead-lettered");
 }
 

@@ -1,7 +1,7 @@
 //! Limits, exactly at the edge: the largest payload, batch, claim size, attempt count and queue
 //! name are accepted, and one past each is refused with its documented SQLSTATE.
 
-use pg_jobs_tests::{claim, column, row, scalar, Client, Cluster};
+use pg_jobs_tests::{claim, column, jobs_in, row, scalar, Client, Cluster};
 use postgres::error::SqlState;
 
 /// The SQLSTATE of a failed statement.
@@ -63,11 +63,7 @@ fn payload_at_the_limit_is_accepted_and_one_byte_more_is_refused() {
         ),
     );
     assert_eq!(code, SqlState::PROGRAM_LIMIT_EXCEEDED);
-    let jobs: i64 = scalar(
-        &mut client,
-        "SELECT count(*) FROM jobs.job WHERE queue = $1",
-        &[&queue],
-    );
+    let jobs = jobs_in(&mut client, &queue);
     assert_eq!(jobs, 1, "refused payloads leave nothing behind");
 }
 

@@ -5,7 +5,7 @@
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use pg_jobs_tests::{claim, enqueue, scalar, wait_until, Client, Cluster, TEST_SETTINGS};
+use pg_jobs_tests::{claim, enqueue, row, scalar, wait_until, Client, Cluster, TEST_SETTINGS};
 use serde_json::json;
 
 /// A cluster of its own (the totals are server-wide), with prepared transactions enabled.
@@ -20,13 +20,11 @@ fn cluster() -> &'static Cluster {
 
 /// The queue's totals: (completed, failed, retried).
 fn totals(client: &mut Client, queue: &str) -> (i64, i64, i64) {
-    let row = client
-        .query_one(
-            "SELECT completed, failed, retried FROM jobs_totals() WHERE queue = $1",
-            &[&queue],
-        )
-        .unwrap_or_else(|e| panic!("totals of {queue}: {e}"));
-    (row.get(0), row.get(1), row.get(2))
+    row(
+        client,
+        "SELECT completed, failed, retried FROM jobs_totals() WHERE queue = $1",
+        &[&queue],
+    )
 }
 
 /// Enqueues a job and claims it: (id, lease).

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use pg_jobs_tests::Rng;
 use pg_jobs_tests::{
-    column, row, scalar, unique_queue, wait_until, Client, Cluster, TEST_SETTINGS,
+    column, jobs_in, row, scalar, unique_queue, wait_until, Client, Cluster, TEST_SETTINGS,
 };
 
 /// Microseconds since the Unix epoch of a `timestamptz`, read exactly (EXTRACT is numeric).
@@ -786,11 +786,7 @@ fn a_slots_job_carries_the_schedule_the_slot_and_the_schedules_options() {
     client
         .query_one("SELECT jobs_run_schedules()", &[])
         .unwrap();
-    let count: i64 = scalar(
-        &mut client,
-        "SELECT count(*) FROM jobs.job WHERE queue = $1",
-        &[&queue],
-    );
+    let count = jobs_in(&mut client, &queue);
     assert_eq!(count, 1);
     // Disabling hides the next slot.
     client

@@ -17,7 +17,7 @@
 
 use std::time::Instant;
 
-use pg_jobs_tests::{scalar, Cluster, TEST_SETTINGS};
+use pg_jobs_tests::{scalar, Client, Cluster, TEST_SETTINGS};
 
 /// Schedules in the table.
 const SCHEDULES: i64 = 10_000;
@@ -29,6 +29,13 @@ const ROUNDS: usize = 15;
 fn median(values: &mut [f64]) -> f64 {
     values.sort_by(|a, b| a.partial_cmp(b).unwrap());
     values[values.len() / 2]
+}
+
+/// Deletes every job and vacuums the table, so that each timed call starts from the same
+/// empty table.
+fn empty_jobs(client: &mut Client) {
+    client.batch_execute("DELETE FROM jobs.job").unwrap();
+    client.batch_execute("VACUUM jobs.job").unwrap();
 }
 
 #[test]
@@ -62,7 +69,6 @@ fn a_run_with_1000_due_of_10000_schedules_against_a_batch_enqueue_of_the_same_jo
     );
     let payloads =
         format!("SELECT array_agg(jsonb_build_object('n', i)) FROM generate_series(1, {DUE}) i");
-    let reset = "DELETE FROM jobs.job";
     let execution_ms = |plan: &serde_json::Value| plan[0]["Execution Time"].as_f64().unwrap();
     // The same jobs as far as a batch can make them: the same payloads, and headers of the
     // same size as a slot's (a batch takes one headers object for all its jobs).
@@ -79,10 +85,7 @@ fn a_run_with_1000_due_of_10000_schedules_against_a_batch_enqueue_of_the_same_jo
         let enqueued: i64 = scalar(&mut client, "SELECT jobs_run_schedules()", &[]);
         let run = started.elapsed().as_secs_f64() * 1000.0;
         assert_eq!(enqueued, DUE, "every due schedule's slot, once");
-        {
-            client.batch_execute(reset).unwrap();
-            client.batch_execute("VACUUM jobs.job").unwrap();
-        }
+        empty_jobs(&mut client);
         let started = Instant::now();
         let inserted: i64 = scalar(
             &mut client,
@@ -91,10 +94,7 @@ fn a_run_with_1000_due_of_10000_schedules_against_a_batch_enqueue_of_the_same_jo
         );
         let batch = started.elapsed().as_secs_f64() * 1000.0;
         assert_eq!(inserted, DUE);
-        {
-            client.batch_execute(reset).unwrap();
-            client.batch_execute("VACUUM jobs.job").unwrap();
-        }
+        empty_jobs(&mut client);
         let started = Instant::now();
         let inserted: i64 = scalar(
             &mut client,
@@ -103,10 +103,7 @@ fn a_run_with_1000_due_of_10000_schedules_against_a_batch_enqueue_of_the_same_jo
         );
         let bare = started.elapsed().as_secs_f64() * 1000.0;
         assert_eq!(inserted, DUE);
-        {
-            client.batch_execute(reset).unwrap();
-            client.batch_execute("VACUUM jobs.job").unwrap();
-        }
+        empty_jobs(&mut client);
         // Timed by the server: the statement's execution alone.
         client.batch_execute(&make_due).unwrap();
         let plan: serde_json::Value = scalar(
@@ -115,17 +112,11 @@ fn a_run_with_1000_due_of_10000_schedules_against_a_batch_enqueue_of_the_same_jo
             &[],
         );
         let run_server = execution_ms(&plan);
-        {
-            client.batch_execute(reset).unwrap();
-            client.batch_execute("VACUUM jobs.job").unwrap();
-        }
+        empty_jobs(&mut client);
         let plan: serde_json::Value = scalar(&mut client, "EXPLAIN (ANALYZE, FORMAT JSON) SELECT count(*) FROM jobs_enqueue_batch('cost', $1, headers => $2)",
                 &[&payloads, &headers]);
         let batch_server = execution_ms(&plan);
-        {
-            client.batch_execute(reset).unwrap();
-            client.batch_execute("VACUUM jobs.job").unwrap();
-        }
+        empty_jobs(&mut client);
         // The first round warms the caches and the kept plans.
         if round > 0 {
             run_ms.push(run);

@@ -15,8 +15,8 @@ use std::sync::OnceLock;
 use std::thread;
 
 use pg_jobs_tests::{
-    claim, claim_ids, enqueue, enqueue_empty, freed_heads, offered, row, scalar, settings_with,
-    unique_queue, wait_for_a_lock, Client, Cluster,
+    claim, claim_ids, enqueue, enqueue_empty, freed_heads, jobs_in, offered, row, scalar,
+    settings_with, unique_queue, wait_for_a_lock, Client, Cluster,
 };
 use postgres::error::SqlState;
 use serde_json::json;
@@ -392,11 +392,7 @@ fn an_enqueue_that_waited_for_a_drop_finds_no_queue_though_its_session_kept_the_
             "round {round} ({commit:?}): the enqueue that waited must find no queue"
         ));
         assert_eq!(error.code(), Some(&SqlState::UNDEFINED_OBJECT), "{error:?}");
-        let left: i64 = scalar(
-            &mut watcher,
-            "SELECT count(*) FROM jobs.job WHERE queue = $1",
-            &[&queue],
-        );
+        let left = jobs_in(&mut watcher, &queue);
         assert_eq!(
             left, 0,
             "round {round} ({commit:?}): no job in a dropped queue"

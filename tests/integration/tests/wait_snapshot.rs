@@ -6,7 +6,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use pg_jobs_tests::{scalar, settings_with, wait_until, Client, Cluster, NoTls};
+use pg_jobs_tests::{enqueue, scalar, settings_with, wait_until, Client, Cluster, NoTls};
+use serde_json::json;
 
 /// A cluster whose worker ticks only once an hour: a wake-up that is lost is not rescued by
 /// the worker's backstop within these tests.
@@ -131,12 +132,7 @@ fn sixteen_waiting_claims_hold_back_no_vacuum() {
 
     // They still wake at once for work.
     for n in 0..16 {
-        admin
-            .execute(
-                "SELECT jobs_enqueue($1, jsonb_build_object('n', $2::int))",
-                &[&queue, &n],
-            )
-            .unwrap();
+        enqueue(&mut admin, &queue, json!({ "n": n }));
     }
     let got: usize = waiters.into_iter().map(|w| w.join().unwrap().len()).sum();
     assert_eq!(got, 16);
