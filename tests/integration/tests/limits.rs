@@ -4,15 +4,16 @@
 use pg_jobs_tests::{claim, column, jobs_in, row, scalar, Client, Cluster};
 use postgres::error::SqlState;
 
-/// The SQLSTATE of a failed statement.
-fn error_code(client: &mut Client, sql: &str) -> SqlState {
+/// Runs `sql`, which must fail with SQLSTATE `expected`.
+fn assert_refused(client: &mut Client, sql: &str, expected: SqlState) {
     let error = client
         .batch_execute(sql)
         .expect_err("the statement should fail");
-    error
+    let code = error
         .code()
         .cloned()
-        .unwrap_or_else(|| panic!("{sql}: not a database error: {error}"))
+        .unwrap_or_else(|| panic!("{sql}: not a database error: {error}"));
+    assert_eq!(code, expected, "{sql}: {error}");
 }
 
 /// A jsonb object whose size (as `pg_column_size` reports it) is exactly `bytes`.
@@ -51,18 +52,18 @@ fn payload_at_the_limit_is_accepted_and_one_byte_more_is_refused() {
         &[&id],
     );
     assert_eq!(stored, limit);
-    let code = error_code(
+    assert_refused(
         &mut client,
         &format!("SELECT jobs_enqueue('{queue}', {over_limit})"),
+        SqlState::PROGRAM_LIMIT_EXCEEDED,
     );
-    assert_eq!(code, SqlState::PROGRAM_LIMIT_EXCEEDED);
-    let code = error_code(
+    assert_refused(
         &mut client,
         &format!(
             "SELECT id FROM jobs_enqueue_batch('{queue}', ARRAY['{{}}'::jsonb, {over_limit}])"
         ),
+        SqlState::PROGRAM_LIMIT_EXCEEDED,
     );
-    assert_eq!(code, SqlState::PROGRAM_LIMIT_EXCEEDED);
     let jobs = jobs_in(&mut client, &queue);
     assert_eq!(jobs, 1, "refused payloads leave nothing behind");
 }
@@ -99,11 +100,11 @@ fn a_claim_of_n_at_its_cap_works_and_above_is_refused() {
         ))
         .unwrap();
     assert_eq!(claim(&mut client, &queue, 1000, "").len(), 1000);
-    let code = error_code(
+    assert_refused(
         &mut client,
         &format!("SELECT jobs_claim('{queue}', n => 1001)"),
+        SqlState::INVALID_PARAMETER_VALUE,
     );
-    assert_eq!(code, SqlState::INVALID_PARAMETER_VALUE);
 }
 
 #[test]
@@ -111,16 +112,16 @@ fn attempt_counters_stay_within_their_bounds() {
     let (mut client, queue) =
         Cluster::shared().connect_with_queue("limit-attempts", "max_attempts => 10000");
     // The cap on attempts is what keeps the counter from ever overflowing.
-    let code = error_code(
+    assert_refused(
         &mut client,
         &format!("SELECT jobs_create_queue('{queue}', max_attempts => 10001)"),
+        SqlState::INVALID_PARAMETER_VALUE,
     );
-    assert_eq!(code, SqlState::INVALID_PARAMETER_VALUE);
-    let code = error_code(
+    assert_refused(
         &mut client,
         &format!("SELECT jobs_enqueue('{queue}', max_attempts => 10001)"),
+        SqlState::INVALID_PARAMETER_VALUE,
     );
-    assert_eq!(code, SqlState::INVALID_PARAMETER_VALUE);
 
     // Releases give the attempt back, however often a job bounces.
     let id: i64 = scalar(&mut client, &format!("SELECT jobs_enqueue('{queue}')"), &[]);
@@ -185,10 +186,6 @@ fn queue_names_of_63_characters_work_and_64_are_refused() {
         format!("SELECT jobs_enqueue('{name64}')"),
         format!("SELECT jobs_claim('{name64}')"),
     ] {
-        assert_eq!(
-            error_code(&mut client, &sql),
-            SqlState::INVALID_PARAMETER_VALUE,
-            "{sql}"
-        );
+        assert_refused(&mut client, &sql, SqlState::INVALID_PARAMETER_VALUE);
     }
 }

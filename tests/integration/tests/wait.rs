@@ -576,9 +576,10 @@ fn one_job_wakes_one_of_many_waiting_claims() {
     );
 }
 
-/// Starts a claim waiting 30 s on `queue` of `cluster`, makes sure it sleeps and stays asleep through the set-up, runs `wake`, and returns what
-/// the claim got and how long after `wake` it returned.
-fn woken_by(cluster: &Cluster, queue: &str, wake: impl FnOnce()) -> (Vec<Claimed>, Duration) {
+/// Starts a claim waiting 30 s on `queue` of `cluster`, makes sure it sleeps and stays asleep
+/// through the set-up, runs `wake`, and returns the (id, attempt) of each job the claim got and
+/// how long after `wake` it returned.
+fn woken_by(cluster: &Cluster, queue: &str, wake: impl FnOnce()) -> (Vec<(i64, i32)>, Duration) {
     let mut observer = cluster.connect();
     let waiter =
         WaitingClaim::start(cluster.connect(), queue, 1, "30 seconds").asleep(&mut observer);
@@ -590,49 +591,39 @@ fn woken_by(cluster: &Cluster, queue: &str, wake: impl FnOnce()) -> (Vec<Claimed
     let returned = waiter.finish(&mut observer, Duration::from_secs(10));
     let latency = returned.at.saturating_duration_since(woken);
     assert!(latency < WOKEN_WITHIN, "woke {latency:?} after the wake-up");
-    (returned.jobs().to_vec(), latency)
+    let jobs = returned.jobs().iter().map(|j| (j.id, j.attempt)).collect();
+    (jobs, latency)
+}
+
+/// `settle` (with a held job's id and lease) answers `queued` and wakes a waiting claim, which
+/// gets the job on `attempt`; `what` names the settle in the output.
+fn settle_wakes_a_waiting_claim(prefix: &str, settle: &str, attempt: i32, what: &str) {
+    let (mut client, queue) = quiet_cluster().connect_with_queue(prefix, "");
+    let id = enqueue(&mut client, &queue, json!({}));
+    let held = claim_now(&mut client, &queue);
+    let (jobs, latency) = woken_by(quiet_cluster(), &queue, || {
+        let outcome: String = scalar(&mut client, settle, &[&id, &held.lease]);
+        assert_eq!(outcome, "queued", "{settle}");
+    });
+    assert_eq!(jobs, [(id, attempt)], "{settle}");
+    println!("woken by {what} after {latency:?}");
 }
 
 /// `jobs_release` of a held job wakes a waiting claim, which gets the job.
 #[test]
 fn waiting_claim_is_woken_by_release() {
-    let (mut client, queue) = quiet_cluster().connect_with_queue("wake-release", "");
-    let id = enqueue(&mut client, &queue, json!({}));
-    let held = claim_now(&mut client, &queue);
-    let (jobs, latency) = woken_by(quiet_cluster(), &queue, || {
-        let outcome: String = scalar(
-            &mut client,
-            "SELECT jobs_release($1, $2)",
-            &[&id, &held.lease],
-        );
-        assert_eq!(outcome, "queued");
-    });
-    assert_eq!(
-        jobs.iter().map(|j| (j.id, j.attempt)).collect::<Vec<_>>(),
-        [(id, 1)]
-    );
-    println!("woken by release after {latency:?}");
+    settle_wakes_a_waiting_claim("wake-release", "SELECT jobs_release($1, $2)", 1, "release");
 }
 
 /// `jobs_fail` with an immediate retry wakes a waiting claim, which gets the job.
 #[test]
 fn waiting_claim_is_woken_by_fail_with_immediate_retry() {
-    let (mut client, queue) = quiet_cluster().connect_with_queue("wake-fail", "");
-    let id = enqueue(&mut client, &queue, json!({}));
-    let held = claim_now(&mut client, &queue);
-    let (jobs, latency) = woken_by(quiet_cluster(), &queue, || {
-        let outcome: String = scalar(
-            &mut client,
-            "SELECT jobs_fail($1, $2, 'try again', retry_in => '0')",
-            &[&id, &held.lease],
-        );
-        assert_eq!(outcome, "queued");
-    });
-    assert_eq!(
-        jobs.iter().map(|j| (j.id, j.attempt)).collect::<Vec<_>>(),
-        [(id, 2)]
+    settle_wakes_a_waiting_claim(
+        "wake-fail",
+        "SELECT jobs_fail($1, $2, 'try again', retry_in => '0')",
+        2,
+        "fail with retry_in '0'",
     );
-    println!("woken by fail with retry_in '0' after {latency:?}");
 }
 
 /// `jobs_retry` of a failed job wakes a waiting claim, which gets the job.
@@ -655,10 +646,7 @@ fn waiting_claim_is_woken_by_retry_of_a_failed_job() {
         let outcome: String = scalar(&mut client, "SELECT jobs_retry($1)", &[&id]);
         assert_eq!(outcome, "queued");
     });
-    assert_eq!(
-        jobs.iter().map(|j| (j.id, j.attempt)).collect::<Vec<_>>(),
-        [(id, 1)]
-    );
+    assert_eq!(jobs, [(id, 1)]);
     println!("woken by retry after {latency:?}");
 }
 
@@ -671,7 +659,7 @@ fn waiting_claim_is_woken_by_resume() {
     let (jobs, latency) = woken_by(quiet_cluster(), &queue, || {
         exec(&mut client, &format!("SELECT jobs_resume('{queue}')"));
     });
-    assert_eq!(jobs.iter().map(|j| j.id).collect::<Vec<_>>(), [id]);
+    assert_eq!(jobs, [(id, 1)]);
     println!("woken by resume after {latency:?}");
 }
 
@@ -684,10 +672,7 @@ fn waiting_claim_is_woken_by_the_rollback_of_another_claim() {
     exec(&mut client, "BEGIN");
     assert_eq!(claim_now(&mut client, &queue).id, id);
     let (jobs, latency) = woken_by(quiet_cluster(), &queue, || exec(&mut client, "ROLLBACK"));
-    assert_eq!(
-        jobs.iter().map(|j| (j.id, j.attempt)).collect::<Vec<_>>(),
-        [(id, 1)]
-    );
+    assert_eq!(jobs, [(id, 1)]);
     println!("woken by the rollback of another claim after {latency:?}");
 }
 
@@ -714,10 +699,7 @@ fn waiting_claim_is_woken_by_reclaim_of_an_expired_lease() {
     let after_expiry = SystemTime::now()
         .duration_since(lease_until)
         .unwrap_or_default();
-    assert_eq!(
-        jobs.iter().map(|j| (j.id, j.attempt)).collect::<Vec<_>>(),
-        [(id, 2)]
-    );
+    assert_eq!(jobs, [(id, 2)]);
     println!("woken by the worker's reclaim ≤ {after_expiry:?} after the lease ran out");
 }
 
