@@ -701,6 +701,18 @@ pub fn claim_ids(client: &mut impl postgres::GenericClient, queue: &str, n: i32)
     claim(client, queue, n, "").iter().map(|c| c.id).collect()
 }
 
+/// Asserts that a claim of up to `n` jobs of `queue` takes none; `why` (the assert's message)
+/// says why none may be taken, and a claim that took jobs names them.
+pub fn assert_claims_nothing(
+    client: &mut impl postgres::GenericClient,
+    queue: &str,
+    n: i32,
+    why: &str,
+) {
+    let taken = claim_ids(client, queue, n);
+    assert!(taken.is_empty(), "{why}: the claim took {taken:?}");
+}
+
 /// Enqueues one job with `payload` and returns its id.
 pub fn enqueue(client: &mut Client, queue: &str, payload: serde_json::Value) -> i64 {
     client

@@ -6,7 +6,10 @@
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use pg_jobs_tests::{claim, column, enqueue, scalar, wait_until, Client, Cluster, TEST_SETTINGS};
+use pg_jobs_tests::{
+    assert_claims_nothing, claim, column, enqueue, scalar, wait_until, Client, Cluster,
+    TEST_SETTINGS,
+};
 use serde_json::json;
 
 /// A cluster of its own (the totals and the history are server-wide), with prepared
@@ -138,7 +141,7 @@ fn run_now_makes_a_delayed_job_due_and_only_an_admin_may() {
         "SELECT jobs_enqueue($1, '{}', run_at => now() + interval '1 hour')",
         &[&queue],
     );
-    assert!(claim(&mut client, &queue, 1, "").is_empty(), "not due yet");
+    assert_claims_nothing(&mut client, &queue, 1, "not due yet");
 
     // A worker may not: refused with 42501 and a hint, and the job is left as it was.
     let mut worker = cluster.connect_as("dash_worker");

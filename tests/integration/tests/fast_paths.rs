@@ -22,8 +22,8 @@
 use std::collections::HashMap;
 
 use pg_jobs_tests::{
-    claim, column, freed_heads, scalar, unique_queue, Claimed, Client, Cluster, ExplainingSession,
-    TEST_SETTINGS,
+    assert_claims_nothing, claim, column, freed_heads, scalar, unique_queue, Claimed, Client,
+    Cluster, ExplainingSession, TEST_SETTINGS,
 };
 use serde_json::json;
 use uuid::Uuid;
@@ -693,10 +693,7 @@ fn only_a_superuser_switches_and_heads_offered_before_are_not_lost() {
     let ids = |claimed: Vec<Claimed>| -> Vec<i64> { claimed.iter().map(|c| c.id).collect() };
     let running = claim(&mut admin, &queue, 1, "");
     assert_eq!(ids(running.clone()), [jobs[0]]);
-    assert!(
-        claim(&mut admin, &queue, 10, "").is_empty(),
-        "the group runs one"
-    );
+    assert_claims_nothing(&mut admin, &queue, 10, "the group runs one");
     let complete = |client: &mut Client, job: &Claimed| -> String {
         scalar(
             client,

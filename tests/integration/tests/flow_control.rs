@@ -7,8 +7,9 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use pg_jobs_tests::{
-    claim, claim_ids, column, enqueue_empty, fast_paths, freed_heads, offered, row, scalar, state,
-    unique_queue, wait_for_a_lock, wait_until, Client, Cluster, TEST_SETTINGS,
+    assert_claims_nothing, claim, claim_ids, column, enqueue_empty, fast_paths, freed_heads,
+    offered, row, scalar, state, unique_queue, wait_for_a_lock, wait_until, Client, Cluster,
+    TEST_SETTINGS,
 };
 use postgres::types::ToSql;
 use serde_json::json;
@@ -587,9 +588,11 @@ fn a_head_waiting_for_its_backoff_blocks_its_group_and_no_other() {
         &[&head, &head_lease],
     );
     assert_eq!(answer, "queued");
-    assert!(
-        claim(&mut client, &queue, 10, "").is_empty(),
-        "the group's next job ran while its head waits for its retry"
+    assert_claims_nothing(
+        &mut client,
+        &queue,
+        10,
+        "the group's next job ran while its head waits for its retry",
     );
     let free_group = enqueue_with(&mut client, &queue, ", group_key => 'i'");
     assert_eq!(claim_id(&mut client, &queue), Some(free_group));
@@ -645,14 +648,16 @@ fn every_path_that_ends_a_run_frees_the_groups_slot() {
     for (name, end) in &enders {
         let held = claim(&mut client, &queue, 10, "");
         assert_eq!(held.len(), 1, "{name}: one job of the group at a time");
-        assert!(
-            claim(&mut client, &queue, 10, "").is_empty(),
-            "{name}: the group's next job ran while its head runs"
+        assert_claims_nothing(
+            &mut client,
+            &queue,
+            10,
+            "{name}: the group's next job ran while its head runs",
         );
         end(&mut client, held[0].id, held[0].lease);
         if *name == "release to a later time" {
             // A released head keeps its place: the group waits for it.
-            assert!(claim(&mut client, &queue, 10, "").is_empty(), "{name}");
+            assert_claims_nothing(&mut client, &queue, 10, "{name}");
             let _: String = scalar(&mut client, "SELECT jobs_cancel($1)", &[&held[0].id]);
         }
     }
@@ -761,10 +766,7 @@ fn a_claim_skips_full_groups_and_takes_from_as_many_groups_as_it_needs() {
         .collect();
     assert_eq!(per_group.len(), 20);
     assert!(per_group.values().all(|n| *n == 2), "{per_group:?}");
-    assert!(
-        claim(&mut client, &queue, 40, "").is_empty(),
-        "every group is full"
-    );
+    assert_claims_nothing(&mut client, &queue, 40, "every group is full");
 }
 
 #[test]
@@ -931,10 +933,7 @@ fn a_larger_group_frees_one_waiting_job_per_free_slot_and_a_new_concurrency_free
     );
     assert_eq!(waiting(&mut client, &queue), jobs[3..].to_vec());
     assert_eq!(claim_id(&mut client, &queue), Some(jobs[2]));
-    assert!(
-        claim(&mut client, &queue, 10, "").is_empty(),
-        "the group is full"
-    );
+    assert_claims_nothing(&mut client, &queue, 10, "the group is full");
     // More concurrency: every mark goes, and claims decide again.
     let _: i64 = count(
         &mut client,

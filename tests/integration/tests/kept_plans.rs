@@ -22,8 +22,8 @@
 //! only their own groups' jobs, and a claim that picks again goes on where it stopped.
 
 use pg_jobs_tests::{
-    claim, column, fast_paths, freed_heads, offered, plan_buffers, plan_nodes, scalar, Client,
-    Cluster, ExplainingSession,
+    assert_claims_nothing, claim, column, fast_paths, freed_heads, offered, plan_buffers,
+    plan_nodes, scalar, Client, Cluster, ExplainingSession,
 };
 use serde_json::Value;
 use uuid::Uuid;
@@ -586,9 +586,11 @@ fn groups_of_concurrency_one_are_decided_from_their_heads_read_directly() {
         [globex_first],
         "the other tenant's group of the same key runs beside it"
     );
-    assert!(
-        claim(&mut session.client, &queue, 1, "").is_empty(),
-        "acme's second job waits while its first runs"
+    assert_claims_nothing(
+        &mut session.client,
+        &queue,
+        1,
+        "acme's second job waits while its first runs",
     );
     let waiting: bool = scalar(
         &mut admin,

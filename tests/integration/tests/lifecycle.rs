@@ -10,8 +10,8 @@
 use std::time::Duration;
 
 use pg_jobs_tests::{
-    claim, claim_ids, column, enqueue, jobs_in, row, scalar, settings_with, settings_without,
-    state, unique_queue, wait_until, Claimed, Client, Cluster,
+    assert_claims_nothing, claim, claim_ids, column, enqueue, jobs_in, row, scalar, settings_with,
+    settings_without, state, unique_queue, wait_until, Claimed, Client, Cluster,
 };
 use postgres::types::ToSql;
 use serde_json::{json, Value};
@@ -239,9 +239,11 @@ fn claims_come_in_priority_then_run_at_then_id_order() {
         claimed.extend(batch);
     }
     assert_eq!(claimed, expected);
-    assert!(
-        claim(&mut client, &queue, 10, "").is_empty(),
-        "the job due in an hour must not be claimed, whatever its priority"
+    assert_claims_nothing(
+        &mut client,
+        &queue,
+        10,
+        "the job due in an hour must not be claimed, whatever its priority",
     );
 }
 
@@ -687,10 +689,7 @@ fn cancel_is_immediate_and_the_holder_learns_it() {
     let row = job_row(&mut client, queued);
     assert_eq!(row["state"], "cancelled");
     assert_ne!(row["finished_at"], Value::Null);
-    assert!(
-        claim(&mut client, &queue, 10, "").is_empty(),
-        "a cancelled job was claimed"
-    );
+    assert_claims_nothing(&mut client, &queue, 10, "a cancelled job was claimed");
 
     let running = enqueue(&mut client, &queue, json!({"which": "running"}));
     let held = claim_one(&mut client, &queue, "");
@@ -1239,10 +1238,7 @@ fn queue_settings_pause_resume_and_drop() {
     client
         .execute("SELECT jobs_pause($1::text)", &[&queue])
         .unwrap();
-    assert!(
-        claim(&mut client, &queue, 10, "").is_empty(),
-        "a paused queue handed out a job"
-    );
+    assert_claims_nothing(&mut client, &queue, 10, "a paused queue handed out a job");
     let (paused, queued): (bool, i64) = row(
         &mut client,
         "SELECT paused, ready + scheduled FROM jobs.queue_stats WHERE queue = $1",

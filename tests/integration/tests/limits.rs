@@ -1,7 +1,7 @@
 //! Limits, exactly at the edge: the largest payload, batch, claim size, attempt count and queue
 //! name are accepted, and one past each is refused with its documented SQLSTATE.
 
-use pg_jobs_tests::{claim, column, jobs_in, row, scalar, Client, Cluster};
+use pg_jobs_tests::{assert_claims_nothing, claim, column, jobs_in, row, scalar, Client, Cluster};
 use postgres::error::SqlState;
 
 /// Runs `sql`, which must fail with SQLSTATE `expected`.
@@ -161,9 +161,11 @@ fn attempt_counters_stay_within_their_bounds() {
         &[&capped],
     );
     assert_eq!((attempt, max), (3, 3));
-    assert!(
-        claim(&mut client, &queue, 1, "").is_empty(),
-        "a failed job is never claimed again"
+    assert_claims_nothing(
+        &mut client,
+        &queue,
+        1,
+        "a failed job is never claimed again",
     );
 }
 

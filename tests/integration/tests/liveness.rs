@@ -25,7 +25,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use pg_jobs_tests::{
-    claim, column, scalar, settings_with, wait_until, Claimed, Client, Cluster, NoTls,
+    assert_claims_nothing, claim, column, scalar, settings_with, wait_until, Claimed, Client,
+    Cluster, NoTls,
 };
 use postgres::types::ToSql;
 use serde_json::json;
@@ -329,10 +330,7 @@ fn scenarios() -> Vec<Scenario> {
                     );
                 }
                 hold(c, q, f, 1);
-                assert!(
-                    claim(c, q, 1, "").is_empty(),
-                    "the group's second job waits for its first"
-                );
+                assert_claims_nothing(c, q, 1, "the group's second job waits for its first");
             },
             action: |c, _, f| {
                 let job = f.held[0];

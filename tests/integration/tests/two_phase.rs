@@ -15,8 +15,8 @@ use std::sync::OnceLock;
 use std::thread;
 
 use pg_jobs_tests::{
-    claim, claim_ids, enqueue, enqueue_empty, freed_heads, jobs_in, offered, row, scalar,
-    settings_with, unique_queue, wait_for_a_lock, Client, Cluster,
+    assert_claims_nothing, claim, claim_ids, enqueue, enqueue_empty, freed_heads, jobs_in, offered,
+    row, scalar, settings_with, unique_queue, wait_for_a_lock, Client, Cluster,
 };
 use postgres::error::SqlState;
 use serde_json::json;
@@ -208,10 +208,7 @@ fn a_freed_head_behind_a_job_of_a_prepared_enqueue_is_not_taken() {
         .batch_execute(&format!("PREPARE TRANSACTION 'pl-{queue}'"))
         .unwrap();
     let head: i64 = scalar(&mut admin, enqueue_into_g, &[&queue]);
-    assert!(
-        claim(&mut admin, &queue, 1, "").is_empty(),
-        "marks the head"
-    );
+    assert_claims_nothing(&mut admin, &queue, 1, "marks the head");
     let settled: String = scalar(
         &mut admin,
         "SELECT jobs_complete($1, $2)",
@@ -250,10 +247,7 @@ fn freed_heads_follow_prepared_settles_and_claims() {
         })
         .collect();
     let head = claim(&mut admin, &queue, 1, "");
-    assert!(
-        claim(&mut admin, &queue, 1, "").is_empty(),
-        "marks the next job"
-    );
+    assert_claims_nothing(&mut admin, &queue, 1, "marks the next job");
 
     let mut settler = cluster.connect();
     settler.batch_execute("BEGIN").unwrap();
@@ -295,10 +289,7 @@ fn freed_heads_follow_prepared_settles_and_claims() {
     holder
         .batch_execute(&format!("PREPARE TRANSACTION 'pf-{queue}'"))
         .unwrap();
-    assert!(
-        claim(&mut worker, &queue, 1, "").is_empty(),
-        "held by the prepared claim"
-    );
+    assert_claims_nothing(&mut worker, &queue, 1, "held by the prepared claim");
     cluster
         .connect()
         .batch_execute(&format!("ROLLBACK PREPARED 'pf-{queue}'"))
@@ -435,9 +426,11 @@ fn the_worker_resets_a_floor_that_a_job_written_behind_the_functions_back_sits_b
          RETURNING id",
         &[&queue],
     );
-    assert!(
-        claim(&mut admin, &queue, 1, "").is_empty(),
-        "before the worker's check the job sits below the floor (this test needs that)"
+    assert_claims_nothing(
+        &mut admin,
+        &queue,
+        1,
+        "before the worker's check the job sits below the floor (this test needs that)",
     );
     let healed_before: i64 = scalar(
         &mut admin,
@@ -580,9 +573,11 @@ fn the_worker_finds_a_job_deep_below_a_floor_a_bounded_walk_a_tick() {
          RETURNING id",
         &[&queue],
     );
-    assert!(
-        claim(&mut admin, &queue, 1, "").is_empty(),
-        "before the worker's check the job sits below the floor (this test needs that)"
+    assert_claims_nothing(
+        &mut admin,
+        &queue,
+        1,
+        "before the worker's check the job sits below the floor (this test needs that)",
     );
     let (_, healed_before) = worker_counts(&mut admin);
     let mut ticks = 0;

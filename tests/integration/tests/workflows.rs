@@ -12,8 +12,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use pg_jobs_tests::{
-    claim, column, enqueue, enqueue_empty, scalar, state, unique_queue, wait_until, Claimed,
-    Client, Cluster, TEST_SETTINGS,
+    assert_claims_nothing, claim, column, enqueue, enqueue_empty, scalar, state, unique_queue,
+    wait_until, Claimed, Client, Cluster, TEST_SETTINGS,
 };
 use postgres::error::SqlState;
 use serde_json::{json, Value};
@@ -372,10 +372,7 @@ fn a_failed_parent_cancels_its_dependents_transitively_and_retries_bring_them_ba
     let retried: String = scalar(&mut client, "SELECT jobs_retry($1)", &[&child]);
     assert_eq!(retried, "waiting");
     assert_eq!(rows_left(&mut client, child), 1);
-    assert!(
-        claim(&mut client, &queue, 10, "").is_empty(),
-        "a waiting job is never claimed"
-    );
+    assert_claims_nothing(&mut client, &queue, 10, "a waiting job is never claimed");
     // Retrying the parent, which succeeds this time, queues the child.
     let retried: String = scalar(&mut client, "SELECT jobs_retry($1)", &[&parent]);
     assert_eq!(retried, "queued");
@@ -729,7 +726,7 @@ fn signals_wake_their_awaits_whichever_commits_first_and_a_rollback_wakes_nothin
             Some(false)
         )
     );
-    assert!(claim(&mut client, &queue, 5, "").is_empty(), "woken once");
+    assert_claims_nothing(&mut client, &queue, 5, "woken once");
     // Two signals before an await: it takes the latest.
     scalar::<i32>(
         &mut client,
