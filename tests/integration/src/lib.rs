@@ -701,6 +701,16 @@ pub fn claim_ids(client: &mut impl postgres::GenericClient, queue: &str, n: i32)
     claim(client, queue, n, "").iter().map(|c| c.id).collect()
 }
 
+/// Completes a job claimed with `job`'s lease and returns `jobs_complete`'s answer
+/// (`succeeded`, or `lost` when the lease is no longer the job's).
+pub fn complete(client: &mut impl postgres::GenericClient, job: &Claimed) -> String {
+    scalar(
+        client,
+        "SELECT jobs_complete($1, $2)",
+        &[&job.id, &job.lease],
+    )
+}
+
 /// Asserts that a claim of up to `n` jobs of `queue` takes none; `why` (the assert's message)
 /// says why none may be taken, and a claim that took jobs names them.
 pub fn assert_claims_nothing(

@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use pg_jobs_tests::TEST_SETTINGS;
 use pg_jobs_tests::{
-    claim, column, enqueue, row, scalar, state, wait_until, Claimed, Client, Cluster,
+    claim, column, complete, enqueue, row, scalar, state, wait_until, Claimed, Client, Cluster,
 };
 use serde_json::json;
 use uuid::Uuid;
@@ -878,14 +878,7 @@ fn failover_to_a_synchronous_standby() {
             1
         };
         assert_eq!(c.attempt, expected_attempt, "attempt of job {}", c.id);
-        assert_eq!(
-            scalar::<String>(
-                &mut holder,
-                "SELECT jobs_complete($1, $2)",
-                &[&c.id, &c.lease]
-            ),
-            "succeeded"
-        );
+        assert_eq!(complete(&mut holder, c), "succeeded");
     }
     // The load queue's orphans too, once the worker has reclaimed them.
     wait_until(

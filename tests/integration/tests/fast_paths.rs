@@ -22,8 +22,8 @@
 use std::collections::HashMap;
 
 use pg_jobs_tests::{
-    assert_claims_nothing, claim, column, freed_heads, scalar, unique_queue, Claimed, Client,
-    Cluster, ExplainingSession, TEST_SETTINGS,
+    assert_claims_nothing, claim, column, complete, freed_heads, scalar, unique_queue, Claimed,
+    Client, Cluster, ExplainingSession, TEST_SETTINGS,
 };
 use serde_json::json;
 use uuid::Uuid;
@@ -694,13 +694,6 @@ fn only_a_superuser_switches_and_heads_offered_before_are_not_lost() {
     let running = claim(&mut admin, &queue, 1, "");
     assert_eq!(ids(running.clone()), [jobs[0]]);
     assert_claims_nothing(&mut admin, &queue, 10, "the group runs one");
-    let complete = |client: &mut Client, job: &Claimed| -> String {
-        scalar(
-            client,
-            "SELECT jobs_complete($1, $2)",
-            &[&job.id, &job.lease],
-        )
-    };
     assert_eq!(complete(&mut admin, &running[0]), "succeeded");
     assert_eq!(freed_heads(&mut admin, &queue), [jobs[1]], "handed over");
     let marked = |client: &mut Client| -> Vec<i64> {

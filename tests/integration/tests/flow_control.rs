@@ -7,9 +7,9 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use pg_jobs_tests::{
-    assert_claims_nothing, claim, claim_ids, column, enqueue_empty, fast_paths, freed_heads,
-    offered, row, scalar, state, unique_queue, wait_for_a_lock, wait_until, Client, Cluster,
-    TEST_SETTINGS,
+    assert_claims_nothing, claim, claim_ids, column, complete, enqueue_empty, fast_paths,
+    freed_heads, offered, row, scalar, state, unique_queue, wait_for_a_lock, wait_until, Client,
+    Cluster, TEST_SETTINGS,
 };
 use postgres::types::ToSql;
 use serde_json::json;
@@ -524,15 +524,6 @@ fn a_batch_answers_each_payload_and_takes_duplicates_inside_it() {
 // ---------------------------------------------------------------------------------------
 // Groups
 // ---------------------------------------------------------------------------------------
-
-/// Completes a claimed job and returns the answer.
-fn complete(client: &mut Client, job: &pg_jobs_tests::Claimed) -> String {
-    scalar(
-        client,
-        "SELECT jobs_complete($1, $2)",
-        &[&job.id, &job.lease],
-    )
-}
 
 /// Enqueues `n` jobs of group `g` into `queue` and returns their ids, in enqueue order.
 fn enqueue_in_group(client: &mut Client, queue: &str, n: usize) -> Vec<i64> {
@@ -1114,12 +1105,7 @@ fn a_group_moving_on_passes_over_a_waiting_job_another_transaction_holds() {
     // The settler holds the group's lock from its first complete (which frees jobs[2]).
     let mut settler = cluster.connect();
     settler.batch_execute("BEGIN").unwrap();
-    let first: String = scalar(
-        &mut settler,
-        "SELECT jobs_complete($1, $2)",
-        &[&held[0].id, &held[0].lease],
-    );
-    assert_eq!(first, "succeeded");
+    assert_eq!(complete(&mut settler, &held[0]), "succeeded");
     // The canceller updates the still-waiting jobs[3], then waits for the group's lock.
     let mut canceller = cluster.connect();
     let canceller_pid: i32 = scalar(&mut canceller, "SELECT pg_backend_pid()", &[]);
@@ -1449,11 +1435,7 @@ fn burn_limited(cluster: &Cluster, queue: &str, claimers: usize, seconds: u64, w
                     let held = claim(&mut client, &queue, 5, extra);
                     claimed += held.len() as i64;
                     for job in held {
-                        let _: String = scalar(
-                            &mut client,
-                            "SELECT jobs_complete($1, $2)",
-                            &[&job.id, &job.lease],
-                        );
+                        let _: String = complete(&mut client, &job);
                     }
                 }
                 claimed

@@ -25,8 +25,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use pg_jobs_tests::{
-    assert_claims_nothing, claim, column, scalar, settings_with, wait_until, Claimed, Client,
-    Cluster, NoTls,
+    assert_claims_nothing, claim, column, complete, scalar, settings_with, wait_until, Claimed,
+    Client, Cluster, NoTls,
 };
 use postgres::types::ToSql;
 use serde_json::json;
@@ -416,11 +416,7 @@ fn wait_on(cluster: &Cluster, queue: &str) -> thread::JoinHandle<(Vec<i64>, Dura
 /// claim finds nothing while due jobs are queued (a job stuck below a floor, a blocked group).
 fn drain(client: &mut Client, queue: &str, held: &[Claimed], label: &str) {
     for job in held {
-        let _: String = scalar(
-            client,
-            "SELECT jobs_complete($1, $2)",
-            &[&job.id, &job.lease],
-        );
+        let _: String = complete(client, job);
     }
     for _ in 0..50 {
         let claimed = claim(client, queue, 100, "");
@@ -437,11 +433,7 @@ fn drain(client: &mut Client, queue: &str, held: &[Claimed], label: &str) {
             return;
         }
         for job in claimed {
-            let _: String = scalar(
-                client,
-                "SELECT jobs_complete($1, $2)",
-                &[&job.id, &job.lease],
-            );
+            let _: String = complete(client, &job);
         }
     }
     panic!("{label}: the queue did not drain");

@@ -15,8 +15,8 @@ use std::sync::OnceLock;
 use std::thread;
 
 use pg_jobs_tests::{
-    assert_claims_nothing, claim, claim_ids, enqueue, enqueue_empty, freed_heads, jobs_in, offered,
-    row, scalar, settings_with, unique_queue, wait_for_a_lock, Client, Cluster,
+    assert_claims_nothing, claim, claim_ids, complete, enqueue, enqueue_empty, freed_heads,
+    jobs_in, offered, row, scalar, settings_with, unique_queue, wait_for_a_lock, Client, Cluster,
 };
 use postgres::error::SqlState;
 use serde_json::json;
@@ -209,12 +209,7 @@ fn a_freed_head_behind_a_job_of_a_prepared_enqueue_is_not_taken() {
         .unwrap();
     let head: i64 = scalar(&mut admin, enqueue_into_g, &[&queue]);
     assert_claims_nothing(&mut admin, &queue, 1, "marks the head");
-    let settled: String = scalar(
-        &mut admin,
-        "SELECT jobs_complete($1, $2)",
-        &[&running[0].id, &running[0].lease],
-    );
-    assert_eq!(settled, "succeeded");
+    assert_eq!(complete(&mut admin, &running[0]), "succeeded");
     assert_eq!(freed_heads(&mut admin, &queue), offered([head]));
     cluster
         .connect()
@@ -251,12 +246,7 @@ fn freed_heads_follow_prepared_settles_and_claims() {
 
     let mut settler = cluster.connect();
     settler.batch_execute("BEGIN").unwrap();
-    let settled: String = scalar(
-        &mut settler,
-        "SELECT jobs_complete($1, $2)",
-        &[&head[0].id, &head[0].lease],
-    );
-    assert_eq!(settled, "succeeded");
+    assert_eq!(complete(&mut settler, &head[0]), "succeeded");
     settler
         .batch_execute(&format!("PREPARE TRANSACTION 'ps-{queue}'"))
         .unwrap();

@@ -16,8 +16,8 @@ use std::thread;
 use std::time::{Duration, Instant, SystemTime};
 
 use pg_jobs_tests::{
-    claim, claim_ids, column, enqueue, row, scalar, settings_with, settings_without, state,
-    unique_queue, wait_until, Claimed, Client, Cluster, NoTls, TEST_SETTINGS,
+    claim, claim_ids, column, complete, enqueue, row, scalar, settings_with, settings_without,
+    state, unique_queue, wait_until, Claimed, Client, Cluster, NoTls, TEST_SETTINGS,
 };
 use serde_json::json;
 
@@ -1127,12 +1127,7 @@ fn retention_purge_keeps_up_while_producers_keep_adding_jobs() {
         .map(|_| {
             let id = enqueue(&mut client, "swept", json!({}));
             let held = claim(&mut client, "swept", 1, "");
-            let answer: String = scalar(
-                &mut client,
-                "SELECT jobs_complete($1, $2)",
-                &[&held[0].id, &held[0].lease],
-            );
-            assert_eq!(answer, "succeeded");
+            assert_eq!(complete(&mut client, &held[0]), "succeeded");
             id
         })
         .collect();

@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use pg_jobs_tests::{claim, scalar, unique_queue, Client, Cluster, TEST_SETTINGS};
+use pg_jobs_tests::{claim, complete, scalar, unique_queue, Client, Cluster, TEST_SETTINGS};
 use serde_json::json;
 
 /// Percentile `p` (0-100) of `samples`, in microseconds.
@@ -171,11 +171,7 @@ fn chain_of_a_thousand_steps() {
                     let got = claim(&mut client, &queue, 1, ", wait => '2 seconds'");
                     let Some(job) = got.first() else { return };
                     claimed.lock().unwrap().push((job.id, Instant::now()));
-                    let _: String = scalar(
-                        &mut client,
-                        "SELECT jobs_complete($1, $2)",
-                        &[&job.id, &job.lease],
-                    );
+                    let _: String = complete(&mut client, job);
                     completed.lock().unwrap().push((job.id, Instant::now()));
                     if job.id == last {
                         return;
