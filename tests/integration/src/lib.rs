@@ -701,14 +701,16 @@ pub fn claim_ids(client: &mut impl postgres::GenericClient, queue: &str, n: i32)
     claim(client, queue, n, "").iter().map(|c| c.id).collect()
 }
 
+/// Runs `sql`, a call whose `$1` and `$2` are a claimed job's id and lease (`jobs_fail($1, $2,
+/// 'boom')`, say), and returns its answer.
+pub fn settle(client: &mut impl postgres::GenericClient, sql: &str, job: &Claimed) -> String {
+    scalar(client, sql, &[&job.id, &job.lease])
+}
+
 /// Completes a job claimed with `job`'s lease and returns `jobs_complete`'s answer
 /// (`succeeded`, or `lost` when the lease is no longer the job's).
 pub fn complete(client: &mut impl postgres::GenericClient, job: &Claimed) -> String {
-    scalar(
-        client,
-        "SELECT jobs_complete($1, $2)",
-        &[&job.id, &job.lease],
-    )
+    settle(client, "SELECT jobs_complete($1, $2)", job)
 }
 
 /// Asserts that a claim of up to `n` jobs of `queue` takes none; `why` (the assert's message)

@@ -27,7 +27,8 @@ use std::time::{Duration, Instant};
 
 use pg_jobs_tests::TEST_SETTINGS;
 use pg_jobs_tests::{
-    claim, column, complete, enqueue, row, scalar, state, wait_until, Claimed, Client, Cluster,
+    claim, column, complete, enqueue, row, scalar, settle, state, wait_until, Claimed, Client,
+    Cluster,
 };
 use serde_json::json;
 use uuid::Uuid;
@@ -840,25 +841,22 @@ fn failover_to_a_synchronous_standby() {
     // The holder that lived through the failover reconnects and settles with its old leases.
     let mut holder = standby.connect_as("failover_app");
     let (first, second) = (jobs.held[0], jobs.held[1]);
-    let answer = |client: &mut Client, sql: &str, held: Claimed| -> String {
-        scalar(client, sql, &[&held.id, &held.lease])
-    };
-    assert_eq!(
-        answer(&mut holder, "SELECT jobs_heartbeat($1, $2)", first),
-        "running"
-    );
-    assert_eq!(
-        answer(&mut holder, "SELECT jobs_complete($1, $2)", first),
-        "succeeded"
-    );
-    assert_eq!(
-        answer(
-            &mut holder,
+    for (sql, job, answer) in [
+        ("SELECT jobs_heartbeat($1, $2)", first, "running"),
+        ("SELECT jobs_complete($1, $2)", first, "succeeded"),
+        (
             "SELECT jobs_fail($1, $2, 'after the failover', retry_in => '0')",
-            second
+            second,
+            "queued",
         ),
-        "queued"
-    );
+    ] {
+        assert_eq!(
+            settle(&mut holder, sql, &job),
+            answer,
+            "{sql} of job {}",
+            job.id
+        );
+    }
 
     // The orphans, the queued jobs and the retried one run again; the delayed job waits.
     let again = claim(&mut holder, "fo", 10, "");

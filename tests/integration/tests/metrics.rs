@@ -5,7 +5,10 @@
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use pg_jobs_tests::{claim, enqueue, row, scalar, wait_until, Client, Cluster, TEST_SETTINGS};
+use pg_jobs_tests::{
+    claim, complete, enqueue, row, scalar, settle, wait_until, Claimed, Client, Cluster,
+    TEST_SETTINGS,
+};
 use serde_json::json;
 
 /// A cluster of its own (the totals are server-wide), with prepared transactions enabled.
@@ -27,17 +30,13 @@ fn totals(client: &mut Client, queue: &str) -> (i64, i64, i64) {
     )
 }
 
-/// Enqueues a job and claims it: (id, lease).
-fn held(client: &mut Client, queue: &str) -> (i64, uuid::Uuid) {
+/// Enqueues a job and claims it.
+fn held(client: &mut Client, queue: &str) -> Claimed {
     let id = enqueue(client, queue, json!({}));
     let claimed = claim(client, queue, 1, "");
     assert_eq!(claimed.len(), 1);
     assert_eq!(claimed[0].id, id);
-    (id, claimed[0].lease)
-}
-
-fn settle(client: &mut Client, sql: &str, (id, lease): (i64, uuid::Uuid)) -> String {
-    scalar(client, sql, &[&id, &lease])
+    claimed[0]
 }
 
 #[test]
@@ -50,27 +49,20 @@ fn totals_count_each_kind_of_settle_once() {
     );
 
     let job = held(&mut client, &queue);
-    assert_eq!(
-        settle(&mut client, "SELECT jobs_complete($1, $2)", job),
-        "succeeded"
-    );
+    assert_eq!(complete(&mut client, &job), "succeeded");
     let job = held(&mut client, &queue);
     assert_eq!(
         settle(
             &mut client,
             "SELECT jobs_fail($1, $2, 'x', retry_in => '0 seconds')",
-            job
+            &job
         ),
         "queued"
     );
     // The retried job, on its last attempt, fails for good.
     let again = claim(&mut client, &queue, 1, "");
     assert_eq!(
-        settle(
-            &mut client,
-            "SELECT jobs_fail($1, $2, 'x')",
-            (again[0].id, again[0].lease)
-        ),
+        settle(&mut client, "SELECT jobs_fail($1, $2, 'x')", &again[0]),
         "failed"
     );
     let job = held(&mut client, &queue);
@@ -78,26 +70,26 @@ fn totals_count_each_kind_of_settle_once() {
         settle(
             &mut client,
             "SELECT jobs_fail($1, $2, 'x', retry => false)",
-            job
+            &job
         ),
         "failed"
     );
     // A release spends no attempt and is no retry; a heartbeat settles nothing.
     let job = held(&mut client, &queue);
     assert_eq!(
-        settle(&mut client, "SELECT jobs_heartbeat($1, $2)", job),
+        settle(&mut client, "SELECT jobs_heartbeat($1, $2)", &job),
         "running"
     );
     assert_eq!(
-        settle(&mut client, "SELECT jobs_release($1, $2)", job),
+        settle(&mut client, "SELECT jobs_release($1, $2)", &job),
         "queued"
     );
     // The released job and a new one, completed in one batch.
     let released = claim(&mut client, &queue, 1, "");
     assert_eq!(released.len(), 1);
     let fresh = held(&mut client, &queue);
-    let ids = vec![released[0].id, fresh.0];
-    let leases = vec![released[0].lease, fresh.1];
+    let ids = vec![released[0].id, fresh.id];
+    let leases = vec![released[0].lease, fresh.lease];
     let succeeded: i64 = scalar(
         &mut client,
         "SELECT count(*) FROM jobs_complete_batch($1, $2) WHERE outcome = 'succeeded'",
@@ -144,10 +136,7 @@ fn only_committed_settles_count() {
     // A settle rolled back with its transaction.
     let job = held(&mut client, &queue);
     client.batch_execute("BEGIN").unwrap();
-    assert_eq!(
-        settle(&mut client, "SELECT jobs_complete($1, $2)", job),
-        "succeeded"
-    );
+    assert_eq!(complete(&mut client, &job), "succeeded");
     client.batch_execute("ROLLBACK").unwrap();
     assert_eq!(
         totals(&mut client, &queue),
@@ -158,7 +147,7 @@ fn only_committed_settles_count() {
     // A settle in a savepoint rolled back, in a transaction that commits.
     client.batch_execute("BEGIN; SAVEPOINT s").unwrap();
     assert_eq!(
-        settle(&mut client, "SELECT jobs_fail($1, $2, 'x')", job),
+        settle(&mut client, "SELECT jobs_fail($1, $2, 'x')", &job),
         "queued"
     );
     client
@@ -174,10 +163,7 @@ fn only_committed_settles_count() {
     client
         .batch_execute("BEGIN; SAVEPOINT outer_s; SAVEPOINT inner_s")
         .unwrap();
-    assert_eq!(
-        settle(&mut client, "SELECT jobs_complete($1, $2)", job),
-        "succeeded"
-    );
+    assert_eq!(complete(&mut client, &job), "succeeded");
     client
         .batch_execute("RELEASE SAVEPOINT inner_s; RELEASE SAVEPOINT outer_s")
         .unwrap();
@@ -202,10 +188,10 @@ fn only_committed_settles_count() {
                  RAISE EXCEPTION 'undo';
              EXCEPTION WHEN raise_exception THEN NULL;
              END $$",
-            job.0, job.1
+            job.id, job.lease
         ))
         .unwrap();
-    assert_eq!(state_of(&mut client, job.0), "running");
+    assert_eq!(state_of(&mut client, job.id), "running");
     assert_eq!(
         totals(&mut client, &queue),
         (1, 0, 0),
@@ -232,10 +218,7 @@ fn a_prepared_settle_counts_when_committed_prepared() {
     ] {
         let job = held(&mut client, &queue);
         client.batch_execute("BEGIN").unwrap();
-        assert_eq!(
-            settle(&mut client, "SELECT jobs_complete($1, $2)", job),
-            "succeeded"
-        );
+        assert_eq!(complete(&mut client, &job), "succeeded");
         client
             .batch_execute(&format!("PREPARE TRANSACTION '{gid}'"))
             .unwrap();
@@ -252,10 +235,7 @@ fn metrics_show_totals_and_the_workers_health() {
     let cluster = cluster();
     let (mut client, queue) = cluster.connect_with_queue("scraped", "");
     let job = held(&mut client, &queue);
-    assert_eq!(
-        settle(&mut client, "SELECT jobs_complete($1, $2)", job),
-        "succeeded"
-    );
+    assert_eq!(complete(&mut client, &job), "succeeded");
     // The worker has ticked at least once with the extension there (its tick is 100 ms): a
     // tick before CREATE EXTENSION committed counts in `ticks` but leaves `serving` false.
     wait_until(Duration::from_secs(10), "a worker tick that served", || {
