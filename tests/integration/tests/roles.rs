@@ -5,7 +5,7 @@
 
 use std::sync::OnceLock;
 
-use pg_jobs_tests::{column, Client, Cluster, TEST_SETTINGS};
+use pg_jobs_tests::{claim, column, jobs_in, scalar, settle, Client, Cluster, TEST_SETTINGS};
 use postgres::types::ToSql;
 use serde_json::Value;
 
@@ -69,22 +69,11 @@ fn refused_naming(client: &mut Client, sql: &str, role: &str) {
     );
 }
 
-fn one<T: for<'a> postgres::types::FromSql<'a>>(
-    client: &mut Client,
-    sql: &str,
-    params: &[&(dyn ToSql + Sync)],
-) -> T {
-    client
-        .query_one(sql, params)
-        .unwrap_or_else(|e| panic!("{sql}: {e}"))
-        .get(0)
-}
-
 /// Every job of `queue`, as the superuser sees it: the snapshot a refused or
 /// cross-tenant call must leave unchanged. Scoped to one queue because the
 /// other tests of this file enqueue into theirs at the same time.
 fn jobs_of_queue(queue: &str) -> Value {
-    one(
+    scalar(
         &mut cluster().connect(),
         "SELECT coalesce(jsonb_agg(to_jsonb(j) ORDER BY j.id), '[]') FROM jobs.job j
           WHERE j.queue = $1",
@@ -101,42 +90,25 @@ fn a_worker_works_jobs_but_cannot_write_tables_or_manage_queues() {
         .unwrap();
     let mut client = cluster.connect_as("app_client");
     let ids: Vec<i64> = (0..3)
-        .map(|_| one(&mut client, "SELECT jobs_enqueue('work', '{}')", &[]))
+        .map(|_| scalar(&mut client, "SELECT jobs_enqueue('work', '{}')", &[]))
         .collect();
 
     let mut worker = cluster.connect_as("app_worker");
-    let claimed = worker
-        .query(
-            "SELECT id, lease FROM jobs_claim('work', worker => 'w', n => 3)",
-            &[],
-        )
-        .unwrap();
-    assert_eq!(claimed.len(), 3);
-    let held: Vec<(i64, uuid::Uuid)> = claimed.iter().map(|r| (r.get(0), r.get(1))).collect();
-    let answer: String = one(
-        &mut worker,
-        "SELECT jobs_heartbeat($1, $2)",
-        &[&held[0].0, &held[0].1],
-    );
-    assert_eq!(answer, "running");
-    let answer: String = one(
-        &mut worker,
-        "SELECT jobs_complete($1, $2)",
-        &[&held[0].0, &held[0].1],
-    );
-    assert_eq!(answer, "succeeded");
-    let answer: String = one(
-        &mut worker,
-        "SELECT jobs_fail($1, $2, 'boom')",
-        &[&held[1].0, &held[1].1],
-    );
-    assert_eq!(answer, "queued");
-    let answer: String = one(
-        &mut worker,
-        "SELECT jobs_release($1, $2)",
-        &[&held[2].0, &held[2].1],
-    );
-    assert_eq!(answer, "queued");
+    let held = claim(&mut worker, "work", 3, ", worker => 'w'");
+    assert_eq!(held.len(), 3);
+    for (sql, job, answer) in [
+        ("SELECT jobs_heartbeat($1, $2)", held[0], "running"),
+        ("SELECT jobs_complete($1, $2)", held[0], "succeeded"),
+        ("SELECT jobs_fail($1, $2, 'boom')", held[1], "queued"),
+        ("SELECT jobs_release($1, $2)", held[2], "queued"),
+    ] {
+        assert_eq!(
+            settle(&mut worker, sql, &job),
+            answer,
+            "{sql} of job {}",
+            job.id
+        );
+    }
 
     // Direct writes are refused: the functions are the only way to change state.
     let before = jobs_of_queue("work");
@@ -162,48 +134,36 @@ fn a_worker_works_jobs_but_cannot_write_tables_or_manage_queues() {
     );
 
     // Queue administration needs jobs_admin, and the refusal says so.
-    refused_naming(
-        &mut worker,
-        "SELECT jobs_create_queue('mine')",
-        "jobs_admin",
-    );
-    refused_naming(&mut worker, "SELECT jobs_pause('work')", "jobs_admin");
-    refused_naming(
-        &mut worker,
-        "SELECT jobs_drop_queue('work', true)",
-        "jobs_admin",
-    );
-    refused_naming(
-        &mut worker,
-        &format!("SELECT jobs_retry({})", ids[0]),
-        "jobs_admin",
-    );
-    refused_naming(&mut worker, "SELECT jobs_reclaim()", "jobs_admin");
-    refused_naming(
-        &mut worker,
-        "SELECT jobs_grant_tenant('app_worker', 'acme')",
-        "jobs_admin",
-    );
+    for sql in [
+        "SELECT jobs_create_queue('mine')".to_owned(),
+        "SELECT jobs_pause('work')".to_owned(),
+        "SELECT jobs_drop_queue('work', true)".to_owned(),
+        format!("SELECT jobs_retry({})", ids[0]),
+        "SELECT jobs_reclaim()".to_owned(),
+        "SELECT jobs_grant_tenant('app_worker', 'acme')".to_owned(),
+    ] {
+        refused_naming(&mut worker, &sql, "jobs_admin");
+    }
 }
 
 #[test]
 fn a_client_enqueues_reads_and_cancels_but_cannot_claim() {
     let cluster = cluster();
     let mut client = cluster.connect_as("app_client");
-    let id: i64 = one(
+    let id: i64 = scalar(
         &mut client,
         "SELECT jobs_enqueue('shared', '{\"who\": \"client\"}')",
         &[],
     );
-    let listed: i64 = one(
+    let listed: i64 = scalar(
         &mut client,
         "SELECT count(*) FROM jobs_list('shared') WHERE id = $1",
         &[&id],
     );
     assert_eq!(listed, 1);
-    let got: Option<i64> = one(&mut client, "SELECT (jobs_get($1)).id", &[&id]);
+    let got: Option<i64> = scalar(&mut client, "SELECT (jobs_get($1)).id", &[&id]);
     assert_eq!(got, Some(id));
-    let seen: i64 = one(
+    let seen: i64 = scalar(
         &mut client,
         "SELECT count(*) FROM jobs.job WHERE id = $1",
         &[&id],
@@ -225,7 +185,7 @@ fn a_client_enqueues_reads_and_cancels_but_cannot_claim() {
         &format!("SELECT * FROM jobs_complete_batch(ARRAY[{id}], ARRAY[gen_random_uuid()])"),
         "jobs_worker",
     );
-    let state: String = one(&mut client, "SELECT jobs_cancel($1)", &[&id]);
+    let state: String = scalar(&mut client, "SELECT jobs_cancel($1)", &[&id]);
     assert_eq!(state, "cancelled");
 }
 
@@ -270,7 +230,7 @@ fn grants_and_revokes_of_roles_take_effect_at_the_next_call_of_an_open_session()
     superuser
         .batch_execute("GRANT jobs_client TO changing_roles")
         .unwrap();
-    let _: i64 = one(&mut session, enqueue, &[]);
+    let _: i64 = scalar(&mut session, enqueue, &[]);
     refused_naming(
         &mut session,
         "SELECT * FROM jobs_claim('role_changes')",
@@ -288,7 +248,7 @@ fn grants_and_revokes_of_roles_take_effect_at_the_next_call_of_an_open_session()
             "GRANT jobs_worker TO changing_roles_group; GRANT changing_roles_group TO changing_roles",
         )
         .unwrap();
-    let _: i64 = one(&mut session, enqueue, &[]);
+    let _: i64 = scalar(&mut session, enqueue, &[]);
     superuser
         .batch_execute("REVOKE changing_roles_group FROM changing_roles")
         .unwrap();
@@ -296,7 +256,7 @@ fn grants_and_revokes_of_roles_take_effect_at_the_next_call_of_an_open_session()
     superuser
         .batch_execute("ALTER ROLE changing_roles SUPERUSER")
         .unwrap();
-    let _: i64 = one(&mut session, enqueue, &[]);
+    let _: i64 = scalar(&mut session, enqueue, &[]);
     superuser
         .batch_execute("ALTER ROLE changing_roles NOSUPERUSER")
         .unwrap();
@@ -309,11 +269,11 @@ fn grants_and_revokes_of_roles_take_effect_at_the_next_call_of_an_open_session()
     session
         .batch_execute("SET ROLE changing_roles_group")
         .unwrap();
-    let _: i64 = one(&mut session, enqueue, &[]);
+    let _: i64 = scalar(&mut session, enqueue, &[]);
     superuser
         .batch_execute("REVOKE jobs_client FROM changing_roles_group")
         .unwrap();
-    let _: i64 = one(&mut session, enqueue, &[]);
+    let _: i64 = scalar(&mut session, enqueue, &[]);
     superuser
         .batch_execute("REVOKE jobs_worker FROM changing_roles_group")
         .unwrap();
@@ -331,7 +291,7 @@ fn grants_and_revokes_of_roles_take_effect_at_the_next_call_of_an_open_session()
 
 /// Enqueues one job for the session's tenant and claims it, returning (id, lease).
 fn job_of(worker: &mut Client, queue: &str) -> (i64, uuid::Uuid) {
-    let id: i64 = one(worker, "SELECT jobs_enqueue($1, '{}')", &[&queue]);
+    let id: i64 = scalar(worker, "SELECT jobs_enqueue($1, '{}')", &[&queue]);
     let row = worker
         .query_one(
             "SELECT id, lease FROM jobs_claim($1, worker => 'w') WHERE id = $2",
@@ -357,8 +317,8 @@ fn tenants_cannot_see_or_touch_each_others_jobs() {
 
     let (acme_job, _acme_lease) = job_of(&mut acme, "tenants");
     let (globex_running, globex_lease) = job_of(&mut globex, "tenants");
-    let globex_queued: i64 = one(&mut globex, "SELECT jobs_enqueue('tenants', '{}')", &[]);
-    let tenant: Option<String> = one(
+    let globex_queued: i64 = scalar(&mut globex, "SELECT jobs_enqueue('tenants', '{}')", &[]);
+    let tenant: Option<String> = scalar(
         &mut cluster.connect(),
         "SELECT tenant FROM jobs.job WHERE id = $1",
         &[&globex_queued],
@@ -371,7 +331,7 @@ fn tenants_cannot_see_or_touch_each_others_jobs() {
     let before = jobs_of_queue("tenants");
 
     // Every function, pointed at globex's jobs from acme's session.
-    let got: Option<i64> = one(&mut acme, "SELECT (jobs_get($1)).id", &[&globex_running]);
+    let got: Option<i64> = scalar(&mut acme, "SELECT (jobs_get($1)).id", &[&globex_running]);
     assert_eq!(got, None, "jobs_get shows another tenant's job");
     let listed: Vec<i64> = column(&mut acme, "SELECT id FROM jobs_list('tenants')", &[]);
     assert_eq!(listed, [acme_job], "jobs_list shows other tenants' jobs");
@@ -387,17 +347,17 @@ fn tenants_cannot_see_or_touch_each_others_jobs() {
     ] {
         // Even with the right lease (leaked), and with a guessed one.
         for lease in [globex_lease, uuid::Uuid::new_v4()] {
-            let answer: String = one(&mut acme, sql, &[&globex_running, &lease]);
+            let answer: String = scalar(&mut acme, sql, &[&globex_running, &lease]);
             assert_eq!(answer, "lost", "{sql} acted on another tenant's job");
         }
     }
-    let batch: String = one(
+    let batch: String = scalar(
         &mut acme,
         "SELECT outcome FROM jobs_complete_batch(ARRAY[$1::bigint], ARRAY[$2::uuid])",
         &[&globex_running, &globex_lease],
     );
     assert_eq!(batch, "lost");
-    let claimed: i64 = one(
+    let claimed: i64 = scalar(
         &mut acme,
         "SELECT count(*) FROM jobs_claim('tenants', n => 100)",
         &[],
@@ -420,10 +380,10 @@ fn tenants_cannot_see_or_touch_each_others_jobs() {
             1,
         ),
     ] {
-        let seen: i64 = one(&mut acme, sql, &[]);
+        let seen: i64 = scalar(&mut acme, sql, &[]);
         assert_eq!(seen, expected, "{sql}");
     }
-    let metrics: String = one(&mut acme, "SELECT jobs_metrics()", &[]);
+    let metrics: String = scalar(&mut acme, "SELECT jobs_metrics()", &[]);
     assert!(
         metrics.contains("pg_jobs_queue_jobs{queue=\"tenants\",state=\"running\"} 1"),
         "metrics count other tenants' jobs:\n{metrics}"
@@ -437,19 +397,9 @@ fn tenants_cannot_see_or_touch_each_others_jobs() {
     // A client without a tenant set sees only jobs without a tenant; a worker without one
     // sees every tenant's (the shared pool).
     let mut plain_client = cluster.connect_as("app_client");
-    let seen: i64 = one(
-        &mut plain_client,
-        "SELECT count(*) FROM jobs.job WHERE queue = 'tenants'",
-        &[],
-    );
-    assert_eq!(seen, 0);
+    assert_eq!(jobs_in(&mut plain_client, "tenants"), 0);
     let mut pool = cluster.connect_as("app_worker");
-    let seen: i64 = one(
-        &mut pool,
-        "SELECT count(*) FROM jobs.job WHERE queue = 'tenants'",
-        &[],
-    );
-    assert_eq!(seen, 3);
+    assert_eq!(jobs_in(&mut pool, "tenants"), 3);
 }
 
 #[test]
@@ -528,7 +478,7 @@ fn a_role_granted_one_tenant_cannot_act_for_another_however_the_setting_is_made(
         .unwrap();
     let mut temp = cluster.connect_as("acme_temp");
     temp.batch_execute("SET pg_jobs.tenant = 'acme'").unwrap();
-    let _: i64 = one(&mut temp, "SELECT jobs_enqueue('shared', '{}')", &[]);
+    let _: i64 = scalar(&mut temp, "SELECT jobs_enqueue('shared', '{}')", &[]);
     superuser
         .batch_execute("SELECT jobs_revoke_tenant('acme_temp', 'acme')")
         .unwrap();
@@ -563,7 +513,7 @@ fn objects_users_create_change_nothing_the_functions_do() {
              CREATE TEMP TABLE queue (name text);",
         )
         .unwrap();
-    let id: i64 = one(
+    let id: i64 = scalar(
         &mut worker,
         "SELECT public.jobs_enqueue('captured', '{\"n\": 1}')",
         &[],
@@ -580,13 +530,13 @@ fn objects_users_create_change_nothing_the_functions_do() {
         "run_at came from a user's now() instead of pg_catalog.now()"
     );
     let lease: uuid::Uuid = row.get(1);
-    let answer: String = one(
+    let answer: String = scalar(
         &mut worker,
         "SELECT public.jobs_complete($1, $2)",
         &[&id, &lease],
     );
     assert_eq!(answer, "succeeded");
-    let listed: i64 = one(
+    let listed: i64 = scalar(
         &mut worker,
         "SELECT count(*) FROM public.jobs_list(queue => 'captured')",
         &[],
@@ -611,7 +561,7 @@ fn the_install_script_passes_pgspot() {
         !scripts.is_empty(),
         "no pg_jobs scripts in {extension_dir:?}"
     );
-    let installed: String = one(
+    let installed: String = scalar(
         &mut cluster().connect(),
         "SELECT extversion FROM pg_extension WHERE extname = 'pg_jobs'",
         &[],
@@ -654,14 +604,15 @@ fn totals_and_metrics_count_only_the_callers_tenants() {
             .unwrap();
         for _ in 0..jobs {
             let (id, lease) = job_of(&mut worker, "counted");
-            let answer: String = one(&mut worker, "SELECT jobs_complete($1, $2)", &[&id, &lease]);
+            let answer: String =
+                scalar(&mut worker, "SELECT jobs_complete($1, $2)", &[&id, &lease]);
             assert_eq!(answer, "succeeded");
         }
     };
     settle("acme_worker", "acme", 2);
     settle("globex_worker", "globex", 1);
     let completed = |client: &mut Client| -> i64 {
-        one(
+        scalar(
             client,
             "SELECT coalesce(sum(completed), 0)::bigint FROM jobs_totals() WHERE queue = 'counted'",
             &[],
@@ -686,7 +637,7 @@ fn totals_and_metrics_count_only_the_callers_tenants() {
         "a client without a tenant sees only jobs without one"
     );
 
-    let metrics: String = one(&mut acme, "SELECT jobs_metrics()", &[]);
+    let metrics: String = scalar(&mut acme, "SELECT jobs_metrics()", &[]);
     assert!(
         metrics.contains("pg_jobs_completed_total{queue=\"counted\"} 2\n"),
         "acme's metrics count other tenants' jobs:\n{metrics}"
@@ -695,7 +646,7 @@ fn totals_and_metrics_count_only_the_callers_tenants() {
         !metrics.contains("pg_jobs_worker_"),
         "a tenant's session is shown the shared worker's health:\n{metrics}"
     );
-    let all: String = one(
+    let all: String = scalar(
         &mut cluster.connect_as("app_worker"),
         "SELECT jobs_metrics()",
         &[],
@@ -730,7 +681,7 @@ fn tenants_workers_move_the_claim_floor_and_pass_over_nothing() {
     let mut ids = Vec::new();
     for _ in 0..100 {
         for session in [&mut acme, &mut globex] {
-            let id: i64 = one(session, "SELECT jobs_enqueue('tenant-floor', '{}')", &[]);
+            let id: i64 = scalar(session, "SELECT jobs_enqueue('tenant-floor', '{}')", &[]);
             ids.push(id);
         }
     }
@@ -751,7 +702,7 @@ fn tenants_workers_move_the_claim_floor_and_pass_over_nothing() {
         ids[..160],
         "each tenant's jobs in claim order, none passed over"
     );
-    let floor: Option<i64> = one(
+    let floor: Option<i64> = scalar(
         &mut owner,
         "SELECT floor_id FROM jobs.runtime_state('tenant-floor')",
         &[],
@@ -798,12 +749,12 @@ fn a_tenants_reach_moves_only_its_own_claims() {
         .unwrap();
     let (mut acme_ids, mut globex_ids) = (Vec::new(), Vec::new());
     for _ in 0..10 {
-        acme_ids.push(one::<i64>(
+        acme_ids.push(scalar::<i64>(
             &mut acme,
             "SELECT jobs_enqueue('tenant-reach', '{}')",
             &[],
         ));
-        globex_ids.push(one::<i64>(
+        globex_ids.push(scalar::<i64>(
             &mut globex,
             "SELECT jobs_enqueue('tenant-reach', '{}')",
             &[],
@@ -842,7 +793,7 @@ fn a_tenants_reach_moves_only_its_own_claims() {
         "a claim of every tenant started past one tenant's reach"
     );
     // A job that comes before the jobs claims in flight hold is claimed first.
-    let urgent: i64 = one(
+    let urgent: i64 = scalar(
         &mut acme,
         "SELECT jobs_enqueue('tenant-reach', '{}', priority => -1)",
         &[],
@@ -872,7 +823,7 @@ fn dead_letter_copies_keep_their_tenant() {
     let mut acme = cluster.connect_as("acme_worker");
     acme.batch_execute("SET pg_jobs.tenant = 'acme'").unwrap();
     let (id, lease) = job_of(&mut acme, "tenant-source");
-    let outcome: String = one(
+    let outcome: String = scalar(
         &mut acme,
         "SELECT jobs_fail($1, $2, 'boom')::text",
         &[&id, &lease],
@@ -912,7 +863,7 @@ fn dropping_the_extension_in_one_database_leaves_the_roles_to_the_others() {
         .unwrap();
     second.batch_execute("DROP EXTENSION pg_jobs").unwrap();
 
-    let roles: i64 = one(
+    let roles: i64 = scalar(
         &mut admin,
         "SELECT count(*) FROM pg_roles
           WHERE rolname IN ('jobs_client', 'jobs_worker', 'jobs_admin')",
@@ -928,7 +879,7 @@ fn dropping_the_extension_in_one_database_leaves_the_roles_to_the_others() {
         .unwrap();
     let mut worker = cluster.connect_as("app_worker");
     let (id, lease) = job_of(&mut worker, "after-drop");
-    let outcome: String = one(
+    let outcome: String = scalar(
         &mut worker,
         "SELECT jobs_complete($1, $2)::text",
         &[&id, &lease],
