@@ -105,6 +105,17 @@ impl WaitingClaim {
         WaitingClaim { pid, handle }
     }
 
+    /// A claim of one job of `queue` waiting up to `wait`, sent on a new connection to
+    /// `cluster` and asleep (seen so by `observer`): how most tests here begin.
+    fn asleep_on(
+        cluster: &Cluster,
+        queue: &str,
+        wait: &str,
+        observer: &mut Client,
+    ) -> WaitingClaim {
+        WaitingClaim::start(cluster.connect(), queue, 1, wait).asleep(observer)
+    }
+
     /// Whether the call has returned.
     fn is_done(&self) -> bool {
         self.handle.is_finished()
@@ -193,8 +204,7 @@ fn waiting_claim_returns_a_job_soon_after_its_commit_and_not_before() {
     let cluster = quiet_cluster();
     let (mut producer, queue) = cluster.connect_with_queue("wake-commit", "");
     let mut observer = cluster.connect();
-    let waiter =
-        WaitingClaim::start(cluster.connect(), &queue, 1, "60 seconds").asleep(&mut observer);
+    let waiter = WaitingClaim::asleep_on(cluster, &queue, "60 seconds", &mut observer);
 
     exec(&mut producer, "BEGIN");
     let id = enqueue(&mut producer, &queue, json!({"n": 1}));
@@ -218,8 +228,7 @@ fn rolled_back_enqueue_does_not_hand_the_waiter_anything() {
     let cluster = Cluster::shared();
     let (mut producer, queue) = cluster.connect_with_queue("wake-rollback", "");
     let mut observer = cluster.connect();
-    let waiter =
-        WaitingClaim::start(cluster.connect(), &queue, 1, "3 seconds").asleep(&mut observer);
+    let waiter = WaitingClaim::asleep_on(cluster, &queue, "3 seconds", &mut observer);
 
     exec(&mut producer, "BEGIN");
     let id = enqueue(&mut producer, &queue, json!({}));
@@ -274,8 +283,7 @@ fn delayed_job_committed_before_the_wait_wakes_it_when_due() {
     let (mut producer, queue) = cluster.connect_with_queue("wake-due-before", "");
     let mut observer = cluster.connect();
     let (id, sent) = enqueue_due_in_two_seconds(&mut producer, &queue);
-    let waiter =
-        WaitingClaim::start(cluster.connect(), &queue, 1, "30 seconds").asleep(&mut observer);
+    let waiter = WaitingClaim::asleep_on(cluster, &queue, "30 seconds", &mut observer);
     let returned = waiter.finish(&mut observer, Duration::from_secs(10));
     assert_woken_when_due(&returned, id, sent);
 }
@@ -286,8 +294,7 @@ fn delayed_job_committed_during_the_wait_wakes_it_when_due() {
     let cluster = quiet_cluster();
     let (mut producer, queue) = cluster.connect_with_queue("wake-due-during", "");
     let mut observer = cluster.connect();
-    let waiter =
-        WaitingClaim::start(cluster.connect(), &queue, 1, "30 seconds").asleep(&mut observer);
+    let waiter = WaitingClaim::asleep_on(cluster, &queue, "30 seconds", &mut observer);
     let (id, sent) = enqueue_due_in_two_seconds(&mut producer, &queue);
     thread::sleep(Duration::from_millis(1500));
     assert!(
@@ -319,8 +326,7 @@ fn waiting_claim_is_cancellable() {
     let cluster = Cluster::shared();
     let (mut observer, queue) = cluster.connect_with_queue("wake-cancel", "");
 
-    let waiter =
-        WaitingClaim::start(cluster.connect(), &queue, 1, "60 seconds").asleep(&mut observer);
+    let waiter = WaitingClaim::asleep_on(cluster, &queue, "60 seconds", &mut observer);
     let sent: bool = scalar(
         &mut observer,
         "SELECT pg_cancel_backend($1)",
@@ -403,8 +409,7 @@ fn waiting_claim_refuses_repeatable_read_and_serializable() {
 fn waiting_claim_holds_no_locks_while_it_sleeps() {
     let cluster = private_cluster("wait-locks", TEST_SETTINGS);
     let (mut observer, queue) = cluster.connect_with_queue("wake-locks", "");
-    let waiter =
-        WaitingClaim::start(cluster.connect(), &queue, 1, "30 seconds").asleep(&mut observer);
+    let waiter = WaitingClaim::asleep_on(&cluster, &queue, "30 seconds", &mut observer);
 
     for _ in 0..10 {
         let row = observer
@@ -581,8 +586,7 @@ fn one_job_wakes_one_of_many_waiting_claims() {
 /// how long after `wake` it returned.
 fn woken_by(cluster: &Cluster, queue: &str, wake: impl FnOnce()) -> (Vec<(i64, i32)>, Duration) {
     let mut observer = cluster.connect();
-    let waiter =
-        WaitingClaim::start(cluster.connect(), queue, 1, "30 seconds").asleep(&mut observer);
+    let waiter = WaitingClaim::asleep_on(cluster, queue, "30 seconds", &mut observer);
     thread::sleep(Duration::from_millis(300));
     assert!(!waiter.is_done(), "the claim returned before the wake-up");
     assert!(is_sleeping(&mut observer, waiter.pid));
@@ -1061,8 +1065,7 @@ fn a_killed_clients_waiting_claim_takes_nothing() {
 fn a_waiting_claim_ends_with_a_clear_error_when_the_extension_is_dropped() {
     let cluster = private_cluster("wait-drop", &settings_with(&["pg_jobs.tick = '1h'"]));
     let (mut observer, queue) = cluster.connect_with_queue("dropped", "");
-    let waiter =
-        WaitingClaim::start(cluster.connect(), &queue, 1, "60 seconds").asleep(&mut observer);
+    let waiter = WaitingClaim::asleep_on(&cluster, &queue, "60 seconds", &mut observer);
     exec(&mut observer, "DROP EXTENSION pg_jobs");
     let returned = waiter.finish(&mut observer, WOKEN_WITHIN);
     assert_eq!(
