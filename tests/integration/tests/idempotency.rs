@@ -102,6 +102,15 @@ fn update(
     )
 }
 
+/// Deletes the record of `key` held with `token`; whether there was one to delete.
+fn delete(client: &mut Client, key: &str, token: uuid::Uuid) -> bool {
+    scalar(
+        client,
+        "SELECT jobs_idempotency_delete($1, token => $2)",
+        &[&key, &token],
+    )
+}
+
 /// The live record of `key` (default scope) as (status, response), if any.
 fn get(client: &mut Client, key: &str) -> Option<(String, Option<Value>)> {
     client
@@ -365,12 +374,7 @@ fn a_pending_record_past_its_pending_for_is_taken_over_and_the_late_original_cha
         ),
         "lost"
     );
-    let deleted: bool = scalar(
-        &mut original,
-        "SELECT jobs_idempotency_delete($1, token => $2)",
-        &[&key, &first.token],
-    );
-    assert!(!deleted);
+    assert!(!delete(&mut original, &key, first.token));
     assert_eq!(
         stored(&key),
         taken,
@@ -652,12 +656,7 @@ fn tenants_keep_their_records_apart() {
         update(&mut globex, &key, "failed", json!(null), acme_saved.token),
         "lost"
     );
-    let deleted: bool = scalar(
-        &mut globex,
-        "SELECT jobs_idempotency_delete($1, token => $2)",
-        &[&key, &acme_saved.token],
-    );
-    assert!(!deleted);
+    assert!(!delete(&mut globex, &key, acme_saved.token));
     assert_eq!(
         stored(&key),
         before,
