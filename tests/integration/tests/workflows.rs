@@ -65,6 +65,11 @@ fn complete(client: &mut Client, job: &Claimed, result: Value) -> String {
     )
 }
 
+/// Sends signal `name` with `payload`; returns how many awaiting jobs it woke.
+fn signal(client: &mut Client, name: &str, payload: Value) -> i32 {
+    scalar(client, "SELECT jobs_signal($1, $2)", &[&name, &payload])
+}
+
 /// The error a statement raises.
 fn error_of(client: &mut Client, sql: &str) -> postgres::error::DbError {
     let error = client
@@ -650,11 +655,7 @@ fn signals_wake_their_awaits_whichever_commits_first_and_a_rollback_wakes_nothin
         &[&job],
     );
     assert_eq!(attempt, 0, "an await spends no attempt");
-    let woken: i32 = scalar(
-        &mut client,
-        "SELECT jobs_signal('paid:1', '{\"amount\": 5}')",
-        &[],
-    );
+    let woken = signal(&mut client, "paid:1", json!({"amount": 5}));
     assert_eq!(woken, 1);
     assert_eq!(
         claim_signalled(&mut client, &queue),
@@ -667,11 +668,7 @@ fn signals_wake_their_awaits_whichever_commits_first_and_a_rollback_wakes_nothin
     );
 
     // Signal first: the later await answers 'queued' at once, with the payload.
-    let woken: i32 = scalar(
-        &mut client,
-        "SELECT jobs_signal('paid:2', '{\"amount\": 7}')",
-        &[],
-    );
+    let woken = signal(&mut client, "paid:2", json!({"amount": 7}));
     assert_eq!(woken, 0);
     enqueue(&mut client, &queue, json!({}));
     let job2 = claim(&mut client, &queue, 1, "");
@@ -706,16 +703,8 @@ fn signals_wake_their_awaits_whichever_commits_first_and_a_rollback_wakes_nothin
 
     // Two signals, one await: the await wakes once, with the first signal's payload; the
     // second finds nothing to wake, and stays recorded (with its payload) for later awaits.
-    let first: i32 = scalar(
-        &mut client,
-        "SELECT jobs_signal('paid:3', '{\"n\": 1}')",
-        &[],
-    );
-    let second: i32 = scalar(
-        &mut client,
-        "SELECT jobs_signal('paid:3', '{\"n\": 2}')",
-        &[],
-    );
+    let first = signal(&mut client, "paid:3", json!({"n": 1}));
+    let second = signal(&mut client, "paid:3", json!({"n": 2}));
     assert_eq!((first, second), (1, 0));
     assert_eq!(
         claim_signalled(&mut client, &queue),
@@ -728,16 +717,8 @@ fn signals_wake_their_awaits_whichever_commits_first_and_a_rollback_wakes_nothin
     );
     assert_claims_nothing(&mut client, &queue, 5, "woken once");
     // Two signals before an await: it takes the latest.
-    scalar::<i32>(
-        &mut client,
-        "SELECT jobs_signal('paid:4', '{\"n\": 1}')",
-        &[],
-    );
-    scalar::<i32>(
-        &mut client,
-        "SELECT jobs_signal('paid:4', '{\"n\": 2}')",
-        &[],
-    );
+    signal(&mut client, "paid:4", json!({"n": 1}));
+    signal(&mut client, "paid:4", json!({"n": 2}));
     enqueue(&mut client, &queue, json!({}));
     let job4 = claim(&mut client, &queue, 1, "");
     let answer: String = scalar(
@@ -803,11 +784,7 @@ fn a_tenants_signal_never_wakes_another_tenants_job() {
     assert_eq!(untenanted, 0);
     let mut acme = cluster.connect_as("wf_client");
     acme.batch_execute("SET pg_jobs.tenant = 'acme'").unwrap();
-    let woken: i32 = scalar(
-        &mut acme,
-        "SELECT jobs_signal('shipped', '{\"box\": 1}')",
-        &[],
-    );
+    let woken = signal(&mut acme, "shipped", json!({"box": 1}));
     assert_eq!(woken, 1);
     assert_eq!(state(&mut admin, ids[0]), "queued");
     assert_eq!(state(&mut admin, ids[1]), "waiting");
@@ -1032,11 +1009,7 @@ fn prepared_settles_and_signals_survive_a_restart_before_commit_prepared() {
         jobs.iter().find(|j| j.id == parent).unwrap(),
         json!(null),
     );
-    scalar::<i32>(
-        &mut client,
-        "SELECT jobs_signal('after-restart', '{\"ok\": true}')",
-        &[],
-    );
+    signal(&mut client, "after-restart", json!({"ok": true}));
     client
         .batch_execute("PREPARE TRANSACTION 'wf-restart'")
         .unwrap();
