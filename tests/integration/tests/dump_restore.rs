@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use pg_jobs_tests::{
-    catalog, column, pg_bin, pg_command_in, run, scalar, wait_until, Client, Cluster, NoTls,
+    catalog, column, pg_bin, pg_command_in, run, scalar, state, wait_until, Client, Cluster, NoTls,
     TEST_SETTINGS,
 };
 
@@ -317,12 +317,11 @@ fn dump_and_restore_with_jobs_in_flight() {
     expected.push(next);
     assert_eq!(claimed, expected, "queued jobs claimed in order");
     for id in &delayed {
-        let state: String = scalar(
-            &mut restored,
-            "SELECT state::text FROM jobs.job WHERE id = $1",
-            &[id],
+        assert_eq!(
+            state(&mut restored, *id),
+            "queued",
+            "delayed job {id} waits for its time"
         );
-        assert_eq!(state, "queued", "delayed job {id} waits for its time");
     }
     // ... a unique key is still held, the schedule and the idempotency records are back.
     let duplicate: i64 = scalar(
@@ -350,24 +349,18 @@ fn dump_and_restore_with_jobs_in_flight() {
     // success queues its child, and the recorded signal answers a later await at once.
     let woken: i32 = scalar(&mut restored, "SELECT jobs_signal('restored')", &[]);
     assert_eq!(woken, 1);
-    let state: String = scalar(
-        &mut restored,
-        "SELECT state::text FROM jobs.job WHERE id = $1",
-        &[&awaiting],
-    );
-    assert_eq!(state, "queued");
+    assert_eq!(state(&mut restored, awaiting), "queued");
     let settled: String = scalar(
         &mut restored,
         "SELECT jobs_complete(id, lease) FROM jobs_claim('flows', kinds => ARRAY['default'])",
         &[],
     );
     assert_eq!(settled, "succeeded");
-    let state: String = scalar(
-        &mut restored,
-        "SELECT state::text FROM jobs.job WHERE id = $1",
-        &[&child],
+    assert_eq!(
+        state(&mut restored, child),
+        "queued",
+        "the restored dependency queued the child"
     );
-    assert_eq!(state, "queued", "the restored dependency queued the child");
     let recorded: i64 = scalar(
         &mut restored,
         "SELECT count(*) FROM jobs.signal WHERE name = 'recorded'",

@@ -6,7 +6,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use pg_jobs_tests::{
-    claim, complete, enqueue, row, scalar, settle, wait_until, Claimed, Client, Cluster,
+    claim, complete, enqueue, row, scalar, settle, state, wait_until, Claimed, Client, Cluster,
     TEST_SETTINGS,
 };
 use serde_json::json;
@@ -118,11 +118,7 @@ fn expired_leases_count_as_retried_or_failed() {
         // The worker (or this call, whichever comes first) takes the lease back.
         wait_until(Duration::from_secs(10), "the lease to be reclaimed", || {
             let _: i64 = scalar(&mut client, "SELECT jobs_reclaim()::bigint", &[]);
-            scalar::<String>(
-                &mut client,
-                "SELECT state::text FROM jobs.job WHERE id = $1",
-                &[&claimed[0].id],
-            ) != "running"
+            state(&mut client, claimed[0].id) != "running"
         });
     }
     assert_eq!(totals(&mut client, &queue), (0, 1, 1));
@@ -191,20 +187,12 @@ fn only_committed_settles_count() {
             job.id, job.lease
         ))
         .unwrap();
-    assert_eq!(state_of(&mut client, job.id), "running");
+    assert_eq!(state(&mut client, job.id), "running");
     assert_eq!(
         totals(&mut client, &queue),
         (1, 0, 0),
         "a complete in a failed block"
     );
-}
-
-fn state_of(client: &mut Client, id: i64) -> String {
-    scalar(
-        client,
-        "SELECT state::text FROM jobs.job WHERE id = $1",
-        &[&id],
-    )
 }
 
 #[test]
