@@ -40,6 +40,43 @@ fn burn(client: &mut Client, queue: &str, count: usize) {
     assert_eq!(claimed.len(), count);
 }
 
+/// Runs `work` in a transaction of a new session of `cluster` and prepares the transaction as
+/// `gid`; returns what `work` returned. The prepared transaction outlives the session.
+fn prepare<T>(cluster: &Cluster, gid: &str, work: impl FnOnce(&mut Client) -> T) -> T {
+    let mut session = cluster.connect();
+    session.batch_execute("BEGIN").unwrap();
+    let done = work(&mut session);
+    session
+        .batch_execute(&format!("PREPARE TRANSACTION '{gid}'"))
+        .unwrap();
+    done
+}
+
+/// Ends the prepared transaction `gid` from a session of its own: `end` is `COMMIT` or
+/// `ROLLBACK`.
+fn end_prepared(cluster: &Cluster, end: &str, gid: &str) {
+    cluster
+        .connect()
+        .batch_execute(&format!("{end} PREPARED '{gid}'"))
+        .unwrap();
+}
+
+/// Enqueues a job into `queue` with `enqueue` (`$1` is the queue) in a transaction prepared as
+/// `pe-<queue>`, then claims `burnt` jobs enqueued after it from another session, so that the
+/// floor may pass a job claims cannot see yet; returns the prepared job's id.
+fn enqueue_prepared_behind_claims(
+    cluster: &Cluster,
+    queue: &str,
+    enqueue: &str,
+    burnt: usize,
+) -> i64 {
+    let id = prepare(cluster, &format!("pe-{queue}"), |s| {
+        scalar(s, enqueue, &[&queue])
+    });
+    burn(&mut cluster.connect(), queue, burnt);
+    id
+}
+
 /// The floor the queue's shared state holds now (its id), if any.
 fn floor_id(client: &mut Client, queue: &str) -> Option<i64> {
     scalar(
@@ -54,35 +91,30 @@ fn a_job_committed_by_commit_prepared_is_claimable() {
     let cluster = cluster_without_worker();
     let (_, queue) = cluster.connect_with_queue("prepared-enqueue", "");
 
-    let mut producer = cluster.connect();
-    producer.batch_execute("BEGIN").unwrap();
-    let prepared: i64 = scalar(
-        &mut producer,
-        "SELECT jobs_enqueue($1, '{\"prepared\": true}')",
-        &[&queue],
-    );
-    producer
-        .batch_execute(&format!("PREPARE TRANSACTION 'pj-{queue}'"))
-        .unwrap();
-
     // Other claims move the floor past the prepared job, which they cannot see.
+    let prepared = enqueue_prepared_behind_claims(
+        cluster,
+        &queue,
+        "SELECT jobs_enqueue($1, '{\"prepared\": true}')",
+        5,
+    );
     let mut worker = cluster.connect();
-    burn(&mut worker, &queue, 5);
     let floor = floor_id(&mut worker, &queue).expect("the claims set a floor");
     assert!(
         floor > prepared,
         "the floor ({floor}) should have passed the prepared job ({prepared})"
     );
-    assert!(claim(&mut worker, &queue, 1, "").is_empty());
+    assert_claims_nothing(
+        &mut worker,
+        &queue,
+        1,
+        "the prepared job is not visible yet",
+    );
 
     // COMMIT PREPARED from yet another session.
-    cluster
-        .connect()
-        .batch_execute(&format!("COMMIT PREPARED 'pj-{queue}'"))
-        .unwrap();
-    let claimed = claim(&mut worker, &queue, 1, "");
+    end_prepared(cluster, "COMMIT", &format!("pe-{queue}"));
     assert_eq!(
-        claimed.iter().map(|c| c.id).collect::<Vec<_>>(),
+        claim_ids(&mut worker, &queue, 1),
         [prepared],
         "the job committed by COMMIT PREPARED must be claimable at once"
     );
@@ -92,18 +124,12 @@ fn a_job_committed_by_commit_prepared_is_claimable() {
 fn a_waiting_claim_wakes_for_a_job_committed_by_commit_prepared() {
     let cluster = cluster_without_worker();
     let (mut admin, queue) = cluster.connect_with_queue("prepared-wake", "");
-    let mut producer = cluster.connect();
-    producer.batch_execute("BEGIN").unwrap();
-    let prepared: i64 = scalar(
-        &mut producer,
+    let prepared = enqueue_prepared_behind_claims(
+        cluster,
+        &queue,
         "SELECT jobs_enqueue($1, '{}', kind => 'late')",
-        &[&queue],
+        3,
     );
-    producer
-        .batch_execute(&format!("PREPARE TRANSACTION 'pw-{queue}'"))
-        .unwrap();
-    let mut burner = cluster.connect();
-    burn(&mut burner, &queue, 3);
 
     // Filtered and unfiltered waiters both start before the commit.
     let waiters: Vec<_> = ["", ", kinds => ARRAY['late']"]
@@ -135,9 +161,7 @@ fn a_waiting_claim_wakes_for_a_job_committed_by_commit_prepared() {
             ) == 2
         },
     );
-    admin
-        .batch_execute(&format!("COMMIT PREPARED 'pw-{queue}'"))
-        .unwrap();
+    end_prepared(cluster, "COMMIT", &format!("pe-{queue}"));
     // One of the two takes the job; the other is woken by the end of the wait at the latest,
     // so enqueue a second job for it.
     scalar::<i64>(
@@ -162,13 +186,10 @@ fn jobs_of_a_claim_rolled_back_by_rollback_prepared_are_claimable() {
     let (mut admin, queue) = cluster.connect_with_queue("prepared-claim", "");
     let first = enqueue(&mut admin, &queue, json!({"n": 1}));
 
-    let mut holder = cluster.connect();
-    holder.batch_execute("BEGIN").unwrap();
-    let held = claim(&mut holder, &queue, 1, "");
-    assert_eq!(held[0].id, first);
-    holder
-        .batch_execute(&format!("PREPARE TRANSACTION 'pc-{queue}'"))
-        .unwrap();
+    prepare(cluster, &format!("pc-{queue}"), |s| {
+        let held = claim(s, &queue, 1, "");
+        assert_eq!(held[0].id, first);
+    });
 
     // Other claims take later jobs and move the floor past the prepared claim's job.
     let mut worker = cluster.connect();
@@ -176,10 +197,7 @@ fn jobs_of_a_claim_rolled_back_by_rollback_prepared_are_claimable() {
     burn(&mut worker, &queue, 5);
     assert!(floor_id(&mut worker, &queue).is_some_and(|floor| floor > first));
 
-    cluster
-        .connect()
-        .batch_execute(&format!("ROLLBACK PREPARED 'pc-{queue}'"))
-        .unwrap();
+    end_prepared(cluster, "ROLLBACK", &format!("pc-{queue}"));
     let claimed = claim(&mut worker, &queue, 1, "");
     assert_eq!(
         claimed
@@ -201,23 +219,16 @@ fn a_freed_head_behind_a_job_of_a_prepared_enqueue_is_not_taken() {
     let enqueue_into_g = "SELECT jobs_enqueue($1, '{}', group_key => 'g')";
     let _: i64 = scalar(&mut admin, enqueue_into_g, &[&queue]);
     let running = claim(&mut admin, &queue, 1, "");
-    let mut producer = cluster.connect();
-    producer.batch_execute("BEGIN").unwrap();
-    let late: i64 = scalar(&mut producer, enqueue_into_g, &[&queue]);
-    producer
-        .batch_execute(&format!("PREPARE TRANSACTION 'pl-{queue}'"))
-        .unwrap();
+    let late: i64 = prepare(cluster, &format!("pl-{queue}"), |s| {
+        scalar(s, enqueue_into_g, &[&queue])
+    });
     let head: i64 = scalar(&mut admin, enqueue_into_g, &[&queue]);
     assert_claims_nothing(&mut admin, &queue, 1, "marks the head");
     assert_eq!(complete(&mut admin, &running[0]), "succeeded");
     assert_eq!(freed_heads(&mut admin, &queue), offered([head]));
-    cluster
-        .connect()
-        .batch_execute(&format!("COMMIT PREPARED 'pl-{queue}'"))
-        .unwrap();
-    let got: Vec<i64> = claim_ids(&mut admin, &queue, 10);
+    end_prepared(cluster, "COMMIT", &format!("pl-{queue}"));
     assert_eq!(
-        got,
+        claim_ids(&mut admin, &queue, 10),
         [late],
         "the freed head ran beside an earlier job of its group"
     );
@@ -244,19 +255,18 @@ fn freed_heads_follow_prepared_settles_and_claims() {
     let head = claim(&mut admin, &queue, 1, "");
     assert_claims_nothing(&mut admin, &queue, 1, "marks the next job");
 
-    let mut settler = cluster.connect();
-    settler.batch_execute("BEGIN").unwrap();
-    assert_eq!(complete(&mut settler, &head[0]), "succeeded");
-    settler
-        .batch_execute(&format!("PREPARE TRANSACTION 'ps-{queue}'"))
-        .unwrap();
+    prepare(cluster, &format!("ps-{queue}"), |s| {
+        assert_eq!(complete(s, &head[0]), "succeeded");
+    });
     // Prepared, not committed: the group's lock is held, so no claim takes the next job.
     let mut worker = cluster.connect();
-    assert!(claim(&mut worker, &queue, 1, "").is_empty());
-    cluster
-        .connect()
-        .batch_execute(&format!("COMMIT PREPARED 'ps-{queue}'"))
-        .unwrap();
+    assert_claims_nothing(
+        &mut worker,
+        &queue,
+        1,
+        "the prepared settle holds the group",
+    );
+    end_prepared(cluster, "COMMIT", &format!("ps-{queue}"));
     assert_eq!(
         freed_heads(&mut worker, &queue),
         Vec::<i64>::new(),
@@ -272,18 +282,12 @@ fn freed_heads_follow_prepared_settles_and_claims() {
         "the prepared settle cleared the next job's mark in its row"
     );
 
-    let mut holder = cluster.connect();
-    holder.batch_execute("BEGIN").unwrap();
-    let held = claim(&mut holder, &queue, 1, "");
-    assert_eq!(held[0].id, ids[1]);
-    holder
-        .batch_execute(&format!("PREPARE TRANSACTION 'pf-{queue}'"))
-        .unwrap();
+    prepare(cluster, &format!("pf-{queue}"), |s| {
+        let held = claim(s, &queue, 1, "");
+        assert_eq!(held[0].id, ids[1]);
+    });
     assert_claims_nothing(&mut worker, &queue, 1, "held by the prepared claim");
-    cluster
-        .connect()
-        .batch_execute(&format!("ROLLBACK PREPARED 'pf-{queue}'"))
-        .unwrap();
+    end_prepared(cluster, "ROLLBACK", &format!("pf-{queue}"));
     let claimed = claim(&mut worker, &queue, 1, "");
     assert_eq!(
         claimed
