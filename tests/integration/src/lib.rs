@@ -832,6 +832,16 @@ pub fn row<T: FromRow>(client: &mut impl postgres::GenericClient, sql: &str, par
     T::from_row(&row)
 }
 
+/// How many of `queue`'s jobs are in `state` (`queued`, `running`, ...; as seen by this
+/// connection).
+pub fn jobs_in_state(client: &mut impl postgres::GenericClient, queue: &str, state: &str) -> i64 {
+    scalar(
+        client,
+        "SELECT count(*) FROM jobs.job WHERE queue = $1 AND state::text = $2",
+        &[&queue, &state],
+    )
+}
+
 /// How many jobs `queue` has, in any state (as seen by this connection).
 pub fn jobs_in(client: &mut impl postgres::GenericClient, queue: &str) -> i64 {
     scalar(

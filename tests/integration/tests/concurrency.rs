@@ -25,7 +25,7 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant, SystemTime};
 
 use pg_jobs_tests::Rng;
-use pg_jobs_tests::{column, scalar, wait_until, Client, Cluster};
+use pg_jobs_tests::{column, jobs_in_state, scalar, wait_until, Client, Cluster};
 use postgres::error::SqlState;
 use uuid::Uuid;
 
@@ -268,11 +268,7 @@ fn run_claimer(plan: ClaimerPlan) -> ClaimerReport {
         };
         report.claim_calls += 1;
         if claimed.is_empty() {
-            let queued: i64 = scalar(
-                &mut client,
-                "SELECT count(*) FROM jobs.job WHERE queue = $1 AND state = 'queued'",
-                &[&plan.queue],
-            );
+            let queued = jobs_in_state(&mut client, &plan.queue, "queued");
             if queued == 0 {
                 break;
             }
@@ -1110,11 +1106,7 @@ fn a_claim_reads_on_past_more_held_jobs_than_it_reads_at_first() {
     );
 
     held.rollback().expect("the holder rolls back");
-    let queued: i64 = scalar(
-        &mut setup,
-        "SELECT count(*) FROM jobs.job WHERE queue = $1 AND state = 'queued'",
-        &[&queue],
-    );
+    let queued = jobs_in_state(&mut setup, &queue, "queued");
     assert_eq!(
         queued,
         21 - 3,

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use pg_jobs_tests::{
     assert_claims_nothing, claim, claim_ids, column, complete, enqueue_empty, fast_paths,
-    freed_heads, offered, row, scalar, state, unique_queue, wait_for_a_lock, wait_until, Client,
-    Cluster, TEST_SETTINGS,
+    freed_heads, jobs_in_state, offered, row, scalar, state, unique_queue, wait_for_a_lock,
+    wait_until, Client, Cluster, TEST_SETTINGS,
 };
 use postgres::types::ToSql;
 use serde_json::json;
@@ -705,11 +705,7 @@ fn a_heartbeat_never_runs_a_reclaimed_job_over_its_groups_concurrency() {
         &[&first, &short[0].lease],
     );
     assert_eq!(answer, "lost", "its slot went to another job");
-    let running = count(
-        &mut client,
-        "SELECT count(*) FROM jobs.job WHERE queue = $1 AND state = 'running'",
-        &[&queue],
-    );
+    let running = jobs_in_state(&mut client, &queue, "running");
     assert_eq!(running, 2, "never more than the group's concurrency");
     assert_eq!(state(&mut client, first), "queued");
     // Done still wins: the late holder's result is recorded.

@@ -5,9 +5,11 @@
 
 use std::sync::OnceLock;
 
-use pg_jobs_tests::{claim, column, jobs_in, scalar, settle, Client, Cluster, TEST_SETTINGS};
+use pg_jobs_tests::{
+    claim, column, enqueue, jobs_in, scalar, settle, Client, Cluster, TEST_SETTINGS,
+};
 use postgres::types::ToSql;
-use serde_json::Value;
+use serde_json::{json, Value};
 
 /// A cluster of its own (roles are cluster-wide), with these login roles:
 /// `app_client`, `app_worker`, `app_admin` (granted the pg_jobs role their name says),
@@ -150,11 +152,7 @@ fn a_worker_works_jobs_but_cannot_write_tables_or_manage_queues() {
 fn a_client_enqueues_reads_and_cancels_but_cannot_claim() {
     let cluster = cluster();
     let mut client = cluster.connect_as("app_client");
-    let id: i64 = scalar(
-        &mut client,
-        "SELECT jobs_enqueue('shared', '{\"who\": \"client\"}')",
-        &[],
-    );
+    let id = enqueue(&mut client, "shared", json!({"who": "client"}));
     let listed: i64 = scalar(
         &mut client,
         "SELECT count(*) FROM jobs_list('shared') WHERE id = $1",

@@ -6,7 +6,7 @@
 
 use std::error::Error;
 
-use pg_jobs_tests::{column, scalar, Cluster};
+use pg_jobs_tests::{column, jobs_in_state, Cluster};
 use postgres::types::private::BytesMut;
 use postgres::types::{to_sql_checked, Format, IsNull, ToSql, Type};
 
@@ -171,11 +171,7 @@ fn a_worker_loop_runs_with_untyped_parameters() {
         &[&queue, "succeeded", "default", "10"],
     );
     assert_eq!(listed[0][0].as_deref(), Some("3"));
-    let succeeded: i64 = scalar(
-        &mut client,
-        "SELECT count(*) FROM jobs.job WHERE queue = $1 AND state = 'succeeded'",
-        &[&queue],
-    );
+    let succeeded = jobs_in_state(&mut client, &queue, "succeeded");
     assert_eq!(succeeded, 3);
 }
 

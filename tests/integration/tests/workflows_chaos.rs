@@ -27,7 +27,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use pg_jobs_tests::Rng;
-use pg_jobs_tests::{column, scalar, Client, Cluster, TEST_SETTINGS};
+use pg_jobs_tests::{column, row, scalar, Client, Cluster, TEST_SETTINGS};
 use serde_json::{json, Value};
 
 /// What a worker does with a job the first time it runs it.
@@ -521,20 +521,16 @@ fn workflows_keep_their_rules_through_kills_crashes_and_prepared_settles() {
         "SELECT count(DISTINCT job) FROM wf_claim WHERE signal IS NOT NULL",
         &[],
     );
-    let summary = client
-        .query_one(
-            "SELECT (SELECT count(*) FROM wf_claim),
-                    (SELECT count(*) FROM wf_claim WHERE at < $1::timestamptz),
-                    (SELECT string_agg(state::text || ' ' || n, ', ' ORDER BY state)
-                       FROM (SELECT state, count(*) AS n FROM jobs.job GROUP BY state) s)",
-            &[&crash_at],
-        )
-        .unwrap();
+    let (claims, before_crash, states): (i64, i64, String) = row(
+        &mut client,
+        "SELECT (SELECT count(*) FROM wf_claim),
+                (SELECT count(*) FROM wf_claim WHERE at < $1::timestamptz),
+                (SELECT string_agg(state::text || ' ' || n, ', ' ORDER BY state)
+                   FROM (SELECT state, count(*) AS n FROM jobs.job GROUP BY state) s)",
+        &[&crash_at],
+    );
     eprintln!(
-        "workflow chaos: {} claims ({} before the crash), {resumed} resumed from an await, final: {}",
-        summary.get::<_, i64>(0),
-        summary.get::<_, i64>(1),
-        summary.get::<_, String>(2)
+        "workflow chaos: {claims} claims ({before_crash} before the crash), {resumed} resumed from an await, final: {states}"
     );
     assert!(
         resumed > 0,
