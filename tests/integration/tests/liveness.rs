@@ -117,6 +117,20 @@ fn hold(client: &mut Client, queue: &str, f: &mut Fixture, n: i32) {
     f.held.extend(claimed);
 }
 
+/// Enqueues `n` jobs and holds them: claimed for the fixture, settled at the end.
+fn enqueue_and_hold(client: &mut Client, queue: &str, f: &mut Fixture, n: i32) {
+    for _ in 0..n {
+        enqueue(client, queue, json!({}));
+    }
+    hold(client, queue, f, n);
+}
+
+/// Runs `sql` on the fixture's first held job: `$1` is its id, `$2` its lease.
+fn on_first_held(client: &mut Client, f: &mut Fixture, sql: &str) {
+    let job = f.held[0];
+    one(client, sql, &[&job.id, &job.lease]);
+}
+
 fn scenarios() -> Vec<Scenario> {
     vec![
         Scenario {
@@ -154,14 +168,8 @@ fn scenarios() -> Vec<Scenario> {
         Scenario {
             name: "complete",
             settings: "",
-            setup: |c, q, f| {
-                enqueue(c, q, json!({}));
-                hold(c, q, f, 1);
-            },
-            action: |c, _, f| {
-                let job = f.held[0];
-                one(c, "SELECT jobs_complete($1, $2)", &[&job.id, &job.lease]);
-            },
+            setup: |c, q, f| enqueue_and_hold(c, q, f, 1),
+            action: |c, _, f| on_first_held(c, f, "SELECT jobs_complete($1, $2)"),
             settles: Counts {
                 completed: 1,
                 ..Counts::default()
@@ -171,11 +179,7 @@ fn scenarios() -> Vec<Scenario> {
         Scenario {
             name: "complete_batch",
             settings: "",
-            setup: |c, q, f| {
-                enqueue(c, q, json!({}));
-                enqueue(c, q, json!({}));
-                hold(c, q, f, 2);
-            },
+            setup: |c, q, f| enqueue_and_hold(c, q, f, 2),
             action: |c, _, f| {
                 let ids: Vec<i64> = f.held.iter().map(|j| j.id).collect();
                 let leases: Vec<uuid::Uuid> = f.held.iter().map(|j| j.lease).collect();
@@ -194,17 +198,9 @@ fn scenarios() -> Vec<Scenario> {
         Scenario {
             name: "fail_and_retry",
             settings: "",
-            setup: |c, q, f| {
-                enqueue(c, q, json!({}));
-                hold(c, q, f, 1);
-            },
+            setup: |c, q, f| enqueue_and_hold(c, q, f, 1),
             action: |c, _, f| {
-                let job = f.held[0];
-                one(
-                    c,
-                    "SELECT jobs_fail($1, $2, 'boom', retry_in => '0')",
-                    &[&job.id, &job.lease],
-                );
+                on_first_held(c, f, "SELECT jobs_fail($1, $2, 'boom', retry_in => '0')")
             },
             settles: Counts {
                 retried: 1,
@@ -215,18 +211,8 @@ fn scenarios() -> Vec<Scenario> {
         Scenario {
             name: "fail_for_good",
             settings: "max_attempts => 1",
-            setup: |c, q, f| {
-                enqueue(c, q, json!({}));
-                hold(c, q, f, 1);
-            },
-            action: |c, _, f| {
-                let job = f.held[0];
-                one(
-                    c,
-                    "SELECT jobs_fail($1, $2, 'boom')",
-                    &[&job.id, &job.lease],
-                );
-            },
+            setup: |c, q, f| enqueue_and_hold(c, q, f, 1),
+            action: |c, _, f| on_first_held(c, f, "SELECT jobs_fail($1, $2, 'boom')"),
             settles: Counts {
                 failed: 1,
                 ..Counts::default()
@@ -236,35 +222,21 @@ fn scenarios() -> Vec<Scenario> {
         Scenario {
             name: "release",
             settings: "",
-            setup: |c, q, f| {
-                enqueue(c, q, json!({}));
-                hold(c, q, f, 1);
-            },
-            action: |c, _, f| {
-                let job = f.held[0];
-                one(
-                    c,
-                    "SELECT jobs_release($1, $2, 'later')",
-                    &[&job.id, &job.lease],
-                );
-            },
+            setup: |c, q, f| enqueue_and_hold(c, q, f, 1),
+            action: |c, _, f| on_first_held(c, f, "SELECT jobs_release($1, $2, 'later')"),
             settles: Counts::default(),
             wakes: (true, false),
         },
         Scenario {
             name: "heartbeat",
             settings: "",
-            setup: |c, q, f| {
-                enqueue(c, q, json!({}));
-                hold(c, q, f, 1);
-            },
+            setup: |c, q, f| enqueue_and_hold(c, q, f, 1),
             action: |c, _, f| {
-                let job = f.held[0];
-                one(
+                on_first_held(
                     c,
+                    f,
                     "SELECT jobs_heartbeat($1, $2, progress => '{\"half\": true}')",
-                    &[&job.id, &job.lease],
-                );
+                )
             },
             settles: Counts::default(),
             wakes: (false, false),
@@ -272,10 +244,7 @@ fn scenarios() -> Vec<Scenario> {
         Scenario {
             name: "cancel",
             settings: "",
-            setup: |c, q, f| {
-                enqueue(c, q, json!({}));
-                hold(c, q, f, 1);
-            },
+            setup: |c, q, f| enqueue_and_hold(c, q, f, 1),
             action: |c, _, f| {
                 let job = f.held[0];
                 one(c, "SELECT jobs_cancel($1)", &[&job.id]);
@@ -332,10 +301,7 @@ fn scenarios() -> Vec<Scenario> {
                 hold(c, q, f, 1);
                 assert_claims_nothing(c, q, 1, "the group's second job waits for its first");
             },
-            action: |c, _, f| {
-                let job = f.held[0];
-                one(c, "SELECT jobs_complete($1, $2)", &[&job.id, &job.lease]);
-            },
+            action: |c, _, f| on_first_held(c, f, "SELECT jobs_complete($1, $2)"),
             settles: Counts {
                 completed: 1,
                 ..Counts::default()
