@@ -1466,6 +1466,14 @@ pub fn check(recorded: &[Op], finals: &[FinalJob], group_concurrency: usize) -> 
     check_with_end(recorded, finals, &End::default(), group_concurrency)
 }
 
+/// Adds `op`, with `why` it ended so, to `examples` while they are fewer than `most`: a
+/// report names a few of each kind of ending, not all.
+fn keep_example(examples: &mut Vec<String>, most: usize, op: &Op, why: &str) {
+    if examples.len() < most {
+        examples.push(format!("op {} {}: {why}", op.index, op.call.name()));
+    }
+}
+
 /// Judges a history against the jobs the database holds at the end and what was read at the
 /// end besides ([`End`]).
 pub fn check_with_end(
@@ -1496,23 +1504,11 @@ pub fn check_with_end(
                 "error".to_owned()
             }
             OpResult::Unknown(why) => {
-                if report.unknown_examples.len() < 3 {
-                    report.unknown_examples.push(format!(
-                        "op {} {}: {why}",
-                        op.index,
-                        op.call.name()
-                    ));
-                }
+                keep_example(&mut report.unknown_examples, 3, op, why);
                 "unknown".to_owned()
             }
             OpResult::NotRun(why) => {
-                if report.not_run_examples.len() < 2 {
-                    report.not_run_examples.push(format!(
-                        "op {} {}: {why}",
-                        op.index,
-                        op.call.name()
-                    ));
-                }
+                keep_example(&mut report.not_run_examples, 2, op, why);
                 "not run".to_owned()
             }
         };
