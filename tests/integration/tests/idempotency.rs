@@ -1033,8 +1033,11 @@ fn the_worker_purges_expired_records_in_bounded_batches_without_slowing_saves() 
 
     // Now let the worker tick every 100 ms and count its ticks until the records are gone.
     let status = |admin: &mut Client| -> (i64, i64) {
-        row(admin, "SELECT ticks, idempotency_purged FROM jobs_worker_status() WHERE database = 'postgres'",
-                &[])
+        row(
+            admin,
+            "SELECT ticks, idempotency_purged FROM jobs_worker_status() WHERE database = 'postgres'",
+            &[],
+        )
     };
     let (ticks_before, purged_before) = status(&mut admin);
     admin

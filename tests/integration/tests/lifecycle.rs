@@ -1531,8 +1531,11 @@ fn headers_reach_every_attempt_untouched() {
     assert_eq!(seen, headers, "headers after jobs_retry");
     assert_eq!(job_row(&mut client, id)["headers"], headers);
 
-    let batch: Vec<i64> = column(&mut client, "SELECT id FROM jobs_enqueue_batch($1::text, ARRAY['{}', '{}']::jsonb[], headers => $2::jsonb)",
-            &[&queue, &headers]);
+    let batch: Vec<i64> = column(
+        &mut client,
+        "SELECT id FROM jobs_enqueue_batch($1::text, ARRAY['{}', '{}']::jsonb[], headers => $2::jsonb)",
+        &[&queue, &headers],
+    );
     let claimed: Vec<(i64, Value)> = client
         .query(
             "SELECT id, headers FROM jobs_claim($1::text, n => 10)",

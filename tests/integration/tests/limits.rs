@@ -71,9 +71,12 @@ fn payload_at_the_limit_is_accepted_and_one_byte_more_is_refused() {
 #[test]
 fn a_batch_of_100000_jobs_is_enqueued_in_one_call_in_order() {
     let (mut client, queue) = Cluster::shared().connect_with_queue("limit-batch", "");
-    let ids: Vec<i64> = column(&mut client, "SELECT id FROM jobs_enqueue_batch($1::text, (SELECT array_agg(jsonb_build_object('n', n) ORDER BY n)
-                                                   FROM generate_series(1, 100000) n))",
-            &[&queue]);
+    let ids: Vec<i64> = column(
+        &mut client,
+        "SELECT id FROM jobs_enqueue_batch($1::text, (SELECT array_agg(jsonb_build_object('n', n) ORDER BY n)
+                                                        FROM generate_series(1, 100000) n))",
+        &[&queue],
+    );
     assert_eq!(ids.len(), 100_000);
     assert!(
         ids.windows(2).all(|w| w[0] < w[1]),

@@ -113,8 +113,11 @@ fn a_run_with_1000_due_of_10000_schedules_against_a_batch_enqueue_of_the_same_jo
         );
         let run_server = execution_ms(&plan);
         empty_jobs(&mut client);
-        let plan: serde_json::Value = scalar(&mut client, "EXPLAIN (ANALYZE, FORMAT JSON) SELECT count(*) FROM jobs_enqueue_batch('cost', $1, headers => $2)",
-                &[&payloads, &headers]);
+        let plan: serde_json::Value = scalar(
+            &mut client,
+            "EXPLAIN (ANALYZE, FORMAT JSON) SELECT count(*) FROM jobs_enqueue_batch('cost', $1, headers => $2)",
+            &[&payloads, &headers],
+        );
         let batch_server = execution_ms(&plan);
         empty_jobs(&mut client);
         // The first round warms the caches and the kept plans.

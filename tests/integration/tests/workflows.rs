@@ -428,8 +428,11 @@ fn a_cancelled_parent_cancels_its_dependents_and_finished_parents_decide_at_once
     );
     // A batch waits for the same parents, every job of it.
     let pending = enqueue(&mut client, &queue, json!({}));
-    let batch: Vec<i64> = column(&mut client, "SELECT id FROM jobs_enqueue_batch($1, ARRAY['{}'::jsonb, '{}', '{}'], after => ARRAY[$2::bigint, $3])",
-            &[&queue, &pending, &done]);
+    let batch: Vec<i64> = column(
+        &mut client,
+        "SELECT id FROM jobs_enqueue_batch($1, ARRAY['{}'::jsonb, '{}', '{}'], after => ARRAY[$2::bigint, $3])",
+        &[&queue, &pending, &done],
+    );
     for id in &batch {
         assert_eq!(state(&mut client, *id), "waiting");
         assert_eq!(
