@@ -34,25 +34,23 @@ pub const fn param(name: &'static str, type_oid: pg_sys::Oid) -> Param {
     Param { name, type_oid }
 }
 
-/// Declares a [`Statement`] as a signature: its name, its SQL, its parameters as
-/// `name: TYPE_OID` in `$n` order, and after `->` the columns it returns (`()` for none).
+/// Declares a [`Statement`] as a signature: `area/file`, its parameters as `name: TYPE_OID` in
+/// `$n` order, and after `->` the columns it returns (`()` for none). Its SQL is `file.sql`
+/// beside the declaring module, and its name (in error messages, and for `storage::shard`) is
+/// `area/file`, so the two cannot name different statements.
 ///
 /// ```ignore
-/// static COMPLETE: Statement = statement!(
-///     "settle/complete",
-///     include_str!("complete.sql"),
-///     (id: INT8OID, lease: UUIDOID) -> (queue, group_key)
-/// );
+/// static COMPLETE: Statement =
+///     statement!(settle/complete(id: INT8OID, lease: UUIDOID) -> (queue, group_key));
 /// ```
 macro_rules! statement {
     (
-        $name:literal,
-        $sql:expr,
+        $area:ident / $file:ident
         ($($param:ident: $type_oid:path),* $(,)?) -> ($($column:ident),* $(,)?)
     ) => {
         $crate::storage::Statement {
-            name: $name,
-            sql: $sql,
+            name: concat!(stringify!($area), "/", stringify!($file)),
+            sql: include_str!(concat!(stringify!($file), ".sql")),
             params: &[$($crate::storage::param(stringify!($param), $type_oid)),*],
             columns: &[$(stringify!($column)),*],
         }

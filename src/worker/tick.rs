@@ -92,16 +92,10 @@ thread_local! {
 /// What `pg_stat_activity.query` shows while a tick's transaction runs.
 const ACTIVITY: &std::ffi::CStr = c"pg_jobs tick";
 
-static EXTENSION_EXISTS: Statement = statement!(
-    "worker/extension_exists",
-    include_str!("extension_exists.sql"),
-    () -> (installed)
-);
+static EXTENSION_EXISTS: Statement = statement!(worker/extension_exists() -> (installed));
 
 static TICK_SETTINGS: Statement = statement!(
-    "worker/tick_settings",
-    include_str!("tick_settings.sql"),
-    () -> (lock_timeout, statement_timeout)
+    worker/tick_settings() -> (lock_timeout, statement_timeout)
 );
 
 /// A step of the tick.

@@ -17,18 +17,14 @@ use crate::storage::direct::{self, Compare};
 use crate::storage::{index_walk, statement, timestamptz_arg, Statement};
 
 static FLOOR_CHECK: Statement = statement!(
-    "claim/floor_check",
-    include_str!("floor_check.sql"),
-    (queue: TEXTOID, floor_priority: INT2OID, floor_run_at: TIMESTAMPTZOID, floor_id: INT8OID,
-     now: TIMESTAMPTZOID, from_priority: INT2OID, from_run_at: TIMESTAMPTZOID, from_id: INT8OID)
-        -> (id)
+    claim/floor_check(queue: TEXTOID, floor_priority: INT2OID, floor_run_at: TIMESTAMPTZOID,
+        floor_id: INT8OID, now: TIMESTAMPTZOID, from_priority: INT2OID, from_run_at: TIMESTAMPTZOID,
+        from_id: INT8OID) -> (id)
 );
 
 static FLOOR_RECHECK: Statement = statement!(
-    "claim/floor_recheck",
-    include_str!("floor_recheck.sql"),
-    (queue: TEXTOID, floor_priority: INT2OID, floor_run_at: TIMESTAMPTZOID, floor_id: INT8OID,
-     job_id: INT8OID, now: TIMESTAMPTZOID) -> (below)
+    claim/floor_recheck(queue: TEXTOID, floor_priority: INT2OID, floor_run_at: TIMESTAMPTZOID,
+        floor_id: INT8OID, job_id: INT8OID, now: TIMESTAMPTZOID) -> (below)
 );
 
 /// The claim floors that queues of this database hold, for the worker's check that each is

@@ -41,22 +41,12 @@ use crate::storage::{statement, timestamptz_arg, with_client, Statement};
 use pick::{Picking, Resume};
 use round::Rounds;
 
-static LOWEST_PRIORITY: Statement = statement!(
-    "claim/lowest_priority",
-    include_str!("lowest_priority.sql"),
-    (queue: TEXTOID) -> (priority)
-);
+static LOWEST_PRIORITY: Statement = statement!(claim/lowest_priority(queue: TEXTOID) -> (priority));
 
-static PROBE: Statement = statement!(
-    "claim/probe",
-    include_str!("probe.sql"),
-    (queue: TEXTOID) -> (paused, earliest_run_at)
-);
+static PROBE: Statement = statement!(claim/probe(queue: TEXTOID) -> (paused, earliest_run_at));
 
 static PROBE_FROM: Statement = statement!(
-    "claim/probe_from",
-    include_str!("probe_from.sql"),
-    (queue: TEXTOID, priority: INT2OID, run_at: TIMESTAMPTZOID, id: INT8OID)
+    claim/probe_from(queue: TEXTOID, priority: INT2OID, run_at: TIMESTAMPTZOID, id: INT8OID)
         -> (paused, earliest_run_at)
 );
 

@@ -17,15 +17,12 @@ use crate::runtime::queue_state::{Admission, Limit, QueueState};
 use crate::storage::{statement, timestamptz_arg, Statement};
 
 static RATE_BUCKET: Statement = statement!(
-    "claim/rate_bucket",
-    include_str!("rate_bucket.sql"),
-    (queue: TEXTOID, rate: FLOAT8OID, burst: FLOAT8OID, now: TIMESTAMPTZOID) -> (tokens)
+    claim/rate_bucket(queue: TEXTOID, rate: FLOAT8OID, burst: FLOAT8OID, now: TIMESTAMPTZOID)
+        -> (tokens)
 );
 
 static RATE_SPEND: Statement = statement!(
-    "claim/rate_spend",
-    include_str!("rate_spend.sql"),
-    (queue: TEXTOID, tokens: FLOAT8OID) -> ()
+    claim/rate_spend(queue: TEXTOID, tokens: FLOAT8OID) -> ()
 );
 
 /// Gives back a token a waiting claim reserved and will not spend (its wait ran out).

@@ -21,10 +21,8 @@ use super::pick::{earliest, Candidate, Picking};
 use super::{advance_floor, freed, groups, new_floor, probe, token, ClaimRequest, Probe};
 
 static TAKE: Statement = statement!(
-    "claim/take",
-    include_str!("take.sql"),
-    (ids: INT8ARRAYOID, leases: UUIDARRAYOID, worker: TEXTOID, lease_length: INTERVALOID,
-     now: TIMESTAMPTZOID) -> (claimed, priority, run_at, id)
+    claim/take(ids: INT8ARRAYOID, leases: UUIDARRAYOID, worker: TEXTOID, lease_length: INTERVALOID,
+        now: TIMESTAMPTZOID) -> (claimed, priority, run_at, id)
 );
 
 /// Most candidates one attempt examines (picked and let go again because their group was

@@ -26,11 +26,7 @@ use crate::runtime::queue_state::QueueState;
 use crate::storage::rows::ClaimedRow;
 use crate::storage::{statement, with_client, Statement};
 
-static OWN_FUNCTION: Statement = statement!(
-    "claim/own_function",
-    include_str!("own_function.sql"),
-    () -> (function)
-);
+static OWN_FUNCTION: Statement = statement!(claim/own_function() -> (function));
 
 thread_local! {
     /// The oid of jobs_claim in this session's database, once looked up.
@@ -52,11 +48,7 @@ fn claim_function() -> Option<pg_sys::Oid> {
     oid
 }
 
-static UNPAUSED_QUEUES: Statement = statement!(
-    "claim/unpaused_queues",
-    include_str!("unpaused_queues.sql"),
-    () -> (queue)
-);
+static UNPAUSED_QUEUES: Statement = statement!(claim/unpaused_queues() -> (queue));
 
 /// Claims with `request.wait_micros` of patience: returns as soon as one attempt claimed
 /// something, or with nothing when the wait ran out.

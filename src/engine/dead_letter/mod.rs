@@ -10,22 +10,17 @@ use crate::pg::datum::Jsonb;
 use crate::storage::{shard, statement, Statement};
 
 static COPY: Statement = statement!(
-    "dead_letter/copy",
-    include_str!("copy.sql"),
-    (ids: INT8ARRAYOID) -> (queue, id, priority, run_at, tenant)
+    dead_letter/copy(ids: INT8ARRAYOID) -> (queue, id, priority, run_at, tenant)
 );
 
 static COPIES: Statement = statement!(
-    "dead_letter/copies",
-    include_str!("copies.sql"),
-    (ids: INT8ARRAYOID) -> (queue, kind, payload, headers, max_attempts, tenant, origin)
+    dead_letter/copies(ids: INT8ARRAYOID)
+        -> (queue, kind, payload, headers, max_attempts, tenant, origin)
 );
 
 static INSERT_ROUTED: Statement = statement!(
-    "dead_letter/insert_routed",
-    include_str!("insert_routed.sql"),
-    (queue: TEXTOID, kind: TEXTOID, payload: JSONBOID, headers: JSONBOID, max_attempts: INT4OID,
-     tenant: TEXTOID, origin: JSONBOID) -> (queue, id, priority, run_at)
+    dead_letter/insert_routed(queue: TEXTOID, kind: TEXTOID, payload: JSONBOID, headers: JSONBOID,
+        max_attempts: INT4OID, tenant: TEXTOID, origin: JSONBOID) -> (queue, id, priority, run_at)
 );
 
 /// Copies the jobs `failed` (which just ended failed) into their queues' dead-letter queues,

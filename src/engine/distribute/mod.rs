@@ -26,24 +26,14 @@ use crate::storage::{statement, with_client, Statement};
 pub const NOT_HERE: PgSqlErrorCode = PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED;
 
 static LAYOUT: Statement = statement!(
-    "distribute/layout",
-    include_str!("layout.sql"),
-    ()
+    distribute/layout()
         -> (job_shard, min_hash, max_hash, rate_shard, queue_shard, grant_shard, local_group,
             colocation)
 );
 
-static PLACED: Statement = statement!(
-    "distribute/placed",
-    include_str!("placed.sql"),
-    (shard: INT8OID, group: INT4OID) -> (here)
-);
+static PLACED: Statement = statement!(distribute/placed(shard: INT8OID, group: INT4OID) -> (here));
 
-static LOCAL_SHARDS: Statement = statement!(
-    "distribute/local_shards",
-    include_str!("local_shards.sql"),
-    (group: INT4OID) -> (job_shard)
-);
+static LOCAL_SHARDS: Statement = statement!(distribute/local_shards(group: INT4OID) -> (job_shard));
 
 /// One shard of `jobs.job`: its hash range and the tables its calls run on.
 struct Shard {
@@ -378,17 +368,9 @@ pub fn job_id_for(queue: &str) -> i64 {
     }
 }
 
-static CITUS_INSTALLED: Statement = statement!(
-    "distribute/citus_installed",
-    include_str!("citus_installed.sql"),
-    () -> (installed)
-);
+static CITUS_INSTALLED: Statement = statement!(distribute/citus_installed() -> (installed));
 
-static STATE: Statement = statement!(
-    "distribute/state",
-    include_str!("state.sql"),
-    () -> (local_group, distributed, has_jobs)
-);
+static STATE: Statement = statement!(distribute/state() -> (local_group, distributed, has_jobs));
 
 /// The statements `jobs_distribute()` runs, `SHARD_COUNT` to be filled in.
 const DISTRIBUTE: &str = include_str!("distribute.sql");

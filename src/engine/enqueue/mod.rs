@@ -71,47 +71,37 @@ static INSERT: Statement = Statement {
 };
 
 static INSERT_UNIQUE: Statement = statement!(
-    "enqueue/insert_unique",
-    include_str!("insert_unique.sql"),
-    (queue: TEXTOID, payload: JSONBOID, kind: TEXTOID, run_at: TIMESTAMPTZOID, priority: INT2OID,
-     max_attempts: INT4OID, headers: JSONBOID, tenant: TEXTOID, group_key: TEXTOID,
-     unique_key: TEXTOID, unique_for: INTERVALOID) -> (id)
+    enqueue/insert_unique(queue: TEXTOID, payload: JSONBOID, kind: TEXTOID, run_at: TIMESTAMPTZOID,
+        priority: INT2OID, max_attempts: INT4OID, headers: JSONBOID, tenant: TEXTOID,
+        group_key: TEXTOID, unique_key: TEXTOID, unique_for: INTERVALOID) -> (id)
 );
 
 static INSERT_BATCH: Statement = statement!(
-    "enqueue/insert_batch",
-    include_str!("insert_batch.sql"),
-    (queue: TEXTOID, payloads: JSONBARRAYOID, kind: TEXTOID, run_at: TIMESTAMPTZOID,
-     priority: INT2OID, max_attempts: INT4OID, headers: JSONBOID, tenant: TEXTOID,
-     group_key: TEXTOID, group_keys: TEXTARRAYOID, group_waits: BOOLARRAYOID) -> (id)
+    enqueue/insert_batch(queue: TEXTOID, payloads: JSONBARRAYOID, kind: TEXTOID,
+        run_at: TIMESTAMPTZOID, priority: INT2OID, max_attempts: INT4OID, headers: JSONBOID,
+        tenant: TEXTOID, group_key: TEXTOID, group_keys: TEXTARRAYOID, group_waits: BOOLARRAYOID)
+        -> (id)
 );
 
 static INSERT_BATCH_UNIQUE: Statement = statement!(
-    "enqueue/insert_batch_unique",
-    include_str!("insert_batch_unique.sql"),
-    (queue: TEXTOID, payloads: JSONBARRAYOID, kind: TEXTOID, run_at: TIMESTAMPTZOID,
-     priority: INT2OID, max_attempts: INT4OID, headers: JSONBOID, tenant: TEXTOID,
-     group_key: TEXTOID, group_keys: TEXTARRAYOID, unique_key: TEXTOID,
-     unique_keys: TEXTARRAYOID, unique_for: INTERVALOID) -> (id, unique_key)
+    enqueue/insert_batch_unique(queue: TEXTOID, payloads: JSONBARRAYOID, kind: TEXTOID,
+        run_at: TIMESTAMPTZOID, priority: INT2OID, max_attempts: INT4OID, headers: JSONBOID,
+        tenant: TEXTOID, group_key: TEXTOID, group_keys: TEXTARRAYOID, unique_key: TEXTOID,
+        unique_keys: TEXTARRAYOID, unique_for: INTERVALOID) -> (id, unique_key)
 );
 
 static UNIQUE_HOLDERS: Statement = statement!(
-    "enqueue/unique_holders",
-    include_str!("unique_holders.sql"),
-    (queue: TEXTOID, tenant: TEXTOID, unique_keys: TEXTARRAYOID, now: TIMESTAMPTZOID)
-        -> (unique_key, id, state, expired)
+    enqueue/unique_holders(queue: TEXTOID, tenant: TEXTOID, unique_keys: TEXTARRAYOID,
+        now: TIMESTAMPTZOID) -> (unique_key, id, state, expired)
 );
 
 static UNIQUE_RELEASE: Statement = statement!(
-    "enqueue/unique_release",
-    include_str!("unique_release.sql"),
-    (ids: INT8ARRAYOID, now: TIMESTAMPTZOID) -> ()
+    enqueue/unique_release(ids: INT8ARRAYOID, now: TIMESTAMPTZOID) -> ()
 );
 
 static UNIQUE_REPLACE: Statement = statement!(
-    "enqueue/unique_replace",
-    include_str!("unique_replace.sql"),
-    (id: INT8OID, payload: JSONBOID, headers: JSONBOID, run_at: TIMESTAMPTZOID, priority: INT2OID)
+    enqueue/unique_replace(id: INT8OID, payload: JSONBOID, headers: JSONBOID,
+        run_at: TIMESTAMPTZOID, priority: INT2OID)
         -> (queue, priority, run_at, id, group_key, tenant)
 );
 

@@ -25,24 +25,18 @@ use crate::storage::direct::job_writer::{Inserted, JobWriter, NewJobs, PerJob};
 use crate::storage::{statement, Statement};
 
 static INSERT_SLOTS: Statement = statement!(
-    "enqueue/insert_slots",
-    include_str!("insert_slots.sql"),
-    (schedule_row_ctids: TEXTARRAYOID, slots: TIMESTAMPTZARRAYOID, slots_as_text: TEXTARRAYOID)
-        -> (id, queue, priority, run_at)
+    enqueue/insert_slots(schedule_row_ctids: TEXTARRAYOID, slots: TIMESTAMPTZARRAYOID,
+        slots_as_text: TEXTARRAYOID) -> (id, queue, priority, run_at)
 );
 
 static INSERT_SLOT_ROUTED: Statement = statement!(
-    "enqueue/insert_slot_routed",
-    include_str!("insert_slot_routed.sql"),
-    (queue: TEXTOID, kind: TEXTOID, payload: JSONBOID, headers: JSONBOID, priority: INT2OID,
-     slot: TIMESTAMPTZOID, max_attempts: INT4OID, schedule: TEXTOID, slot_as_text: TEXTOID)
-        -> (id, queue, priority, run_at)
+    enqueue/insert_slot_routed(queue: TEXTOID, kind: TEXTOID, payload: JSONBOID, headers: JSONBOID,
+        priority: INT2OID, slot: TIMESTAMPTZOID, max_attempts: INT4OID, schedule: TEXTOID,
+        slot_as_text: TEXTOID) -> (id, queue, priority, run_at)
 );
 
 static QUEUE_ATTEMPTS: Statement = statement!(
-    "enqueue/queue_attempts",
-    include_str!("queue_attempts.sql"),
-    (queue: TEXTOID) -> (max_attempts)
+    enqueue/queue_attempts(queue: TEXTOID) -> (max_attempts)
 );
 
 /// A schedule whose due slots a run enqueues, as the run read it from its locked row.

@@ -75,54 +75,34 @@ use crate::storage::direct::key_reader;
 use crate::storage::{statement, Row, Rows, Statement};
 
 static BLOCKED: Statement = statement!(
-    "groups/blocked",
-    include_str!("blocked.sql"),
-    (queue: TEXTOID, ids: INT8ARRAYOID, group_keys: TEXTARRAYOID, tenants: TEXTARRAYOID)
-        -> (id, blocked)
+    groups/blocked(queue: TEXTOID, ids: INT8ARRAYOID, group_keys: TEXTARRAYOID,
+        tenants: TEXTARRAYOID) -> (id, blocked)
 );
 
 static RUNNING: Statement = statement!(
-    "groups/running",
-    include_str!("running.sql"),
-    (queue: TEXTOID, group_keys: TEXTARRAYOID, tenants: TEXTARRAYOID)
+    groups/running(queue: TEXTOID, group_keys: TEXTARRAYOID, tenants: TEXTARRAYOID)
         -> (group_key, tenant, running)
 );
 
-static MARK: Statement = statement!(
-    "groups/mark",
-    include_str!("mark.sql"),
-    (ids: INT8ARRAYOID) -> (id)
-);
+static MARK: Statement = statement!(groups/mark(ids: INT8ARRAYOID) -> (id));
 
 static MOVE_ON: Statement = statement!(
-    "groups/move_on",
-    include_str!("move_on.sql"),
-    (queues: TEXTARRAYOID, group_keys: TEXTARRAYOID, tenants: TEXTARRAYOID)
+    groups/move_on(queues: TEXTARRAYOID, group_keys: TEXTARRAYOID, tenants: TEXTARRAYOID)
         -> (queue, priority, run_at, id)
 );
 
 static HOLDER_WAITS: Statement = statement!(
-    "groups/holder_waits",
-    include_str!("holder_waits.sql"),
-    (classid: INT8OID, objid: INT8OID, objsubid: INT4OID) -> (waits)
+    groups/holder_waits(classid: INT8OID, objid: INT8OID, objsubid: INT4OID) -> (waits)
 );
 
 static UNMARK: Statement = statement!(
-    "groups/unmark",
-    include_str!("unmark.sql"),
-    (ids: INT8ARRAYOID) -> (queue, priority, run_at, id)
+    groups/unmark(ids: INT8ARRAYOID) -> (queue, priority, run_at, id)
 );
 
-static SWEEP: Statement = statement!(
-    "groups/sweep",
-    include_str!("sweep.sql"),
-    () -> (queue, priority, run_at, id, passed_over)
-);
+static SWEEP: Statement = statement!(groups/sweep() -> (queue, priority, run_at, id, passed_over));
 
 static RELEASE_ALL: Statement = statement!(
-    "groups/release_all",
-    include_str!("release_all.sql"),
-    (queue: TEXTOID) -> (queue, priority, run_at, id, cleared)
+    groups/release_all(queue: TEXTOID) -> (queue, priority, run_at, id, cleared)
 );
 
 /// A group of a queue: its queue, group key and tenant.

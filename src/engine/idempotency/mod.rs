@@ -28,42 +28,33 @@ use crate::storage::rows::{IdempotencyRecordRow, IdempotencySavedRow};
 use crate::storage::{statement, timestamptz_arg, with_client, Statement};
 
 static SAVE: Statement = statement!(
-    "idempotency/save",
-    include_str!("save.sql"),
-    (tenant: TEXTOID, scope: TEXTOID, key: TEXTOID, status: TEXTOID, response: JSONBOID,
-     ttl: INTERVALOID, fingerprint: TEXTOID, pending_for: INTERVALOID, now: TIMESTAMPTZOID,
-     token: UUIDOID) -> (saved)
+    idempotency/save(tenant: TEXTOID, scope: TEXTOID, key: TEXTOID, status: TEXTOID,
+        response: JSONBOID, ttl: INTERVALOID, fingerprint: TEXTOID, pending_for: INTERVALOID,
+        now: TIMESTAMPTZOID, token: UUIDOID) -> (saved)
 );
 
 static HELD: Statement = statement!(
-    "idempotency/held",
-    include_str!("held.sql"),
-    (tenant: TEXTOID, scope: TEXTOID, key: TEXTOID) -> (status, pending_until, expires_at)
+    idempotency/held(tenant: TEXTOID, scope: TEXTOID, key: TEXTOID)
+        -> (status, pending_until, expires_at)
 );
 
 static GET: Statement = statement!(
-    "idempotency/get",
-    include_str!("get.sql"),
-    (tenant: TEXTOID, scope: TEXTOID, key: TEXTOID, now: TIMESTAMPTZOID) -> (record)
+    idempotency/get(tenant: TEXTOID, scope: TEXTOID, key: TEXTOID, now: TIMESTAMPTZOID) -> (record)
 );
 
 static UPDATE: Statement = statement!(
-    "idempotency/update",
-    include_str!("update.sql"),
-    (tenant: TEXTOID, scope: TEXTOID, key: TEXTOID, token: UUIDOID, status: TEXTOID,
-     response: JSONBOID, ttl: INTERVALOID, now: TIMESTAMPTZOID) -> ()
+    idempotency/update(tenant: TEXTOID, scope: TEXTOID, key: TEXTOID, token: UUIDOID,
+        status: TEXTOID, response: JSONBOID, ttl: INTERVALOID, now: TIMESTAMPTZOID) -> ()
 );
 
 static DELETE: Statement = statement!(
-    "idempotency/delete",
-    include_str!("delete.sql"),
-    (tenant: TEXTOID, scope: TEXTOID, key: TEXTOID, token: UUIDOID, now: TIMESTAMPTZOID) -> (live)
+    idempotency/delete(tenant: TEXTOID, scope: TEXTOID, key: TEXTOID, token: UUIDOID,
+        now: TIMESTAMPTZOID) -> (live)
 );
 
 static PURGE: Statement = statement!(
-    "idempotency/purge",
-    include_str!("purge.sql"),
-    (now: TIMESTAMPTZOID, batch_size: INT4OID, from: TIMESTAMPTZOID, until: TIMESTAMPTZOID) -> ()
+    idempotency/purge(now: TIMESTAMPTZOID, batch_size: INT4OID, from: TIMESTAMPTZOID,
+        until: TIMESTAMPTZOID) -> ()
 );
 
 /// Expired records one purge statement deletes at most.

@@ -20,37 +20,23 @@ use crate::runtime::wakeup;
 use crate::storage::rows::JobRow;
 use crate::storage::{statement, with_client, Statement};
 
-static GET: Statement = statement!(
-    "observe/get",
-    include_str!("get.sql"),
-    (id: INT8OID, tenants: TEXTARRAYOID) -> (job)
-);
+static GET: Statement = statement!(observe/get(id: INT8OID, tenants: TEXTARRAYOID) -> (job));
 
 static LIST: Statement = statement!(
-    "observe/list",
-    include_str!("list.sql"),
-    (queue: TEXTOID, state: TEXTOID, kind: TEXTOID, limit: INT4OID, before_id: INT8OID,
-     tenants: TEXTARRAYOID) -> (job)
+    observe/list(queue: TEXTOID, state: TEXTOID, kind: TEXTOID, limit: INT4OID, before_id: INT8OID,
+        tenants: TEXTARRAYOID) -> (job)
 );
 
 static STATS: Statement = statement!(
-    "observe/stats",
-    include_str!("stats.sql"),
-    ()
+    observe/stats()
         -> (queue, paused, ready, scheduled, running, succeeded, failed, cancelled,
             running_past_lease, oldest_ready_seconds, finished_last_minute, waiting)
 );
 
-static QUEUE_NAMES: Statement = statement!(
-    "observe/queue_names",
-    include_str!("queue_names.sql"),
-    () -> (queue)
-);
+static QUEUE_NAMES: Statement = statement!(observe/queue_names() -> (queue));
 
 static CLIENTS: Statement = statement!(
-    "observe/clients",
-    include_str!("clients.sql"),
-    () -> (worker, running, waiting, leases_expiring, last_seen_age_seconds)
+    observe/clients() -> (worker, running, waiting, leases_expiring, last_seen_age_seconds)
 );
 
 /// The states `jobs_list` filters on: every job state, plus `ready` and `scheduled` (queued

@@ -19,28 +19,18 @@ use crate::runtime::locks;
 use crate::storage::{statement, timestamptz_arg, with_client, Statement};
 
 static LOCK_STATE: Statement = statement!(
-    "operate/lock_state",
-    include_str!("lock_state.sql"),
-    (id: INT8OID, tenants: TEXTARRAYOID)
+    operate/lock_state(id: INT8OID, tenants: TEXTARRAYOID)
         -> (state, queue, group_key, tenant, unique_key, dependents, after)
 );
 
-static CANCEL: Statement = statement!(
-    "operate/cancel",
-    include_str!("cancel.sql"),
-    (id: INT8OID, now: TIMESTAMPTZOID) -> ()
-);
+static CANCEL: Statement = statement!(operate/cancel(id: INT8OID, now: TIMESTAMPTZOID) -> ());
 
 static RETRY: Statement = statement!(
-    "operate/retry",
-    include_str!("retry.sql"),
-    (id: INT8OID, run_at: TIMESTAMPTZOID) -> (queue, priority, run_at, id)
+    operate/retry(id: INT8OID, run_at: TIMESTAMPTZOID) -> (queue, priority, run_at, id)
 );
 
 static RUN_NOW: Statement = statement!(
-    "operate/run_now",
-    include_str!("run_now.sql"),
-    (id: INT8OID, now: TIMESTAMPTZOID) -> (queue, priority, run_at, id)
+    operate/run_now(id: INT8OID, now: TIMESTAMPTZOID) -> (queue, priority, run_at, id)
 );
 
 /// A job as an operation by id finds it.

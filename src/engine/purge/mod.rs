@@ -20,9 +20,8 @@ pub const MAX_SPAN: i64 = 8 * SPAN;
 pub const WINDOWS_PER_TICK: usize = 20;
 
 static PURGE: Statement = statement!(
-    "purge/purge",
-    include_str!("purge.sql"),
-    (after_id: INT8OID, window: INT4OID, span: INT8OID) -> (last_id, looked, purged, newest)
+    purge/purge(after_id: INT8OID, window: INT4OID, span: INT8OID)
+        -> (last_id, looked, purged, newest)
 );
 
 /// Where the sweep is: the last id it looked at, and the span of its next window.

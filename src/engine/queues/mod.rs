@@ -27,54 +27,33 @@ use crate::storage::{statement, with_client, Statement};
 /// The queue `CREATE EXTENSION` makes, which the contract says always exists.
 pub const DEFAULT_QUEUE: &str = "default";
 
-static ENSURE: Statement = statement!(
-    "queues/ensure",
-    include_str!("ensure.sql"),
-    (queue: TEXTOID) -> ()
-);
+static ENSURE: Statement = statement!(queues/ensure(queue: TEXTOID) -> ());
 
 static UPDATE: Statement = statement!(
-    "queues/update",
-    include_str!("update.sql"),
-    (queue: TEXTOID, lease: INTERVALOID, max_attempts: INT4OID, backoff_base: INTERVALOID,
-     backoff_max: INTERVALOID, jitter: FLOAT8OID, retention: INTERVALOID, rate_limit: FLOAT8OID,
-     group_concurrency: INT4OID, dead_letter: TEXTOID, rate_burst: FLOAT8OID) -> (queue_row)
+    queues/update(queue: TEXTOID, lease: INTERVALOID, max_attempts: INT4OID,
+        backoff_base: INTERVALOID, backoff_max: INTERVALOID, jitter: FLOAT8OID,
+        retention: INTERVALOID, rate_limit: FLOAT8OID, group_concurrency: INT4OID,
+        dead_letter: TEXTOID, rate_burst: FLOAT8OID) -> (queue_row)
 );
 
 static BACKOFF: Statement = statement!(
-    "queues/backoff",
-    include_str!("backoff.sql"),
-    (queue: TEXTOID) -> (backoff_base, backoff_max)
+    queues/backoff(queue: TEXTOID) -> (backoff_base, backoff_max)
 );
 
-static EXISTS: Statement = statement!(
-    "queues/exists",
-    include_str!("exists.sql"),
-    (queue: TEXTOID) -> (found)
-);
+static EXISTS: Statement = statement!(queues/exists(queue: TEXTOID) -> (found));
 
 static DEAD_LETTER_CHAIN: Statement = statement!(
-    "queues/dead_letter_chain",
-    include_str!("dead_letter_chain.sql"),
-    (queue: TEXTOID, dead_letter: TEXTOID) -> (chain, cycle)
+    queues/dead_letter_chain(queue: TEXTOID, dead_letter: TEXTOID) -> (chain, cycle)
 );
 
 static DROP: Statement = statement!(
-    "queues/drop",
-    include_str!("drop.sql"),
-    (queue: TEXTOID, force: BOOLOID) -> (outcome, active, referrer, ended_parents)
+    queues/drop(queue: TEXTOID, force: BOOLOID) -> (outcome, active, referrer, ended_parents)
 );
 
-static SCHEDULED_BY: Statement = statement!(
-    "queues/scheduled_by",
-    include_str!("scheduled_by.sql"),
-    (queue: TEXTOID) -> (name)
-);
+static SCHEDULED_BY: Statement = statement!(queues/scheduled_by(queue: TEXTOID) -> (name));
 
 static SET_PAUSED: Statement = statement!(
-    "queues/set_paused",
-    include_str!("set_paused.sql"),
-    (queue: TEXTOID, paused: BOOLOID) -> (found)
+    queues/set_paused(queue: TEXTOID, paused: BOOLOID) -> (found)
 );
 
 /// The settings `jobs_create_queue` was given, checked; `None` keeps a setting as it is (or at
@@ -302,9 +281,7 @@ pub struct FlowSettings {
 }
 
 static FLOW: Statement = statement!(
-    "queues/flow",
-    include_str!("flow.sql"),
-    (queue: TEXTOID) -> (rate_limit, rate_burst, group_concurrency, lease, paused)
+    queues/flow(queue: TEXTOID) -> (rate_limit, rate_burst, group_concurrency, lease, paused)
 );
 
 thread_local! {

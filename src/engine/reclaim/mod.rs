@@ -19,10 +19,9 @@ use crate::storage::{statement, timestamptz_arg, with_client, Statement};
 pub const BATCH: usize = 1000;
 
 static RECLAIM: Statement = statement!(
-    "reclaim/reclaim",
-    include_str!("reclaim.sql"),
-    (now: TIMESTAMPTZOID, batch_size: INT4OID, tenants: TEXTARRAYOID, from: TIMESTAMPTZOID,
-     until: TIMESTAMPTZOID) -> (id, queue, state, priority, run_at, group_key, tenant, dependents)
+    reclaim/reclaim(now: TIMESTAMPTZOID, batch_size: INT4OID, tenants: TEXTARRAYOID,
+        from: TIMESTAMPTZOID, until: TIMESTAMPTZOID)
+        -> (id, queue, state, priority, run_at, group_key, tenant, dependents)
 );
 
 /// The window of at most `storage::index_walk::WINDOW_ENTRIES` entries of `job_lease_idx` that

@@ -55,51 +55,32 @@ pub const BATCH: usize = 1_000;
 pub const BATCHES_PER_RUN: usize = 10;
 
 static UPSERT: Statement = statement!(
-    "schedules/upsert",
-    include_str!("upsert.sql"),
-    (name: TEXTOID, cron: TEXTOID, timezone: TEXTOID, queue: TEXTOID, payload: JSONBOID,
-     kind: TEXTOID, headers: JSONBOID, priority: INT2OID, max_attempts: INT4OID, catch_up: TEXTOID,
-     enabled: BOOLOID, next_slot: TIMESTAMPTZOID) -> (name)
+    schedules/upsert(name: TEXTOID, cron: TEXTOID, timezone: TEXTOID, queue: TEXTOID,
+        payload: JSONBOID, kind: TEXTOID, headers: JSONBOID, priority: INT2OID,
+        max_attempts: INT4OID, catch_up: TEXTOID, enabled: BOOLOID, next_slot: TIMESTAMPTZOID)
+        -> (name)
 );
 
-static ROW: Statement = statement!(
-    "schedules/row",
-    include_str!("row.sql"),
-    (name: TEXTOID) -> (schedule_row)
-);
+static ROW: Statement = statement!(schedules/row(name: TEXTOID) -> (schedule_row));
 
-static UNSCHEDULE: Statement = statement!(
-    "schedules/unschedule",
-    include_str!("unschedule.sql"),
-    (name: TEXTOID) -> (name)
-);
+static UNSCHEDULE: Statement = statement!(schedules/unschedule(name: TEXTOID) -> (name));
 
 static DUE: Statement = statement!(
-    "schedules/due",
-    include_str!("due.sql"),
-    (now: TIMESTAMPTZOID, limit: INT8OID)
+    schedules/due(now: TIMESTAMPTZOID, limit: INT8OID)
         -> (tid, name, cron, timezone, catch_up, next_slot, due_floor, queue, kind, payload,
             headers, priority, max_attempts)
 );
 
 static ADVANCE: Statement = statement!(
-    "schedules/advance",
-    include_str!("advance.sql"),
-    (schedule_row_ctids: TEXTARRAYOID, next_slots: TIMESTAMPTZARRAYOID,
-     due_floors: TIMESTAMPTZARRAYOID, last_slots: TIMESTAMPTZARRAYOID, last_jobs: INT8ARRAYOID)
+    schedules/advance(schedule_row_ctids: TEXTARRAYOID, next_slots: TIMESTAMPTZARRAYOID,
+        due_floors: TIMESTAMPTZARRAYOID, last_slots: TIMESTAMPTZARRAYOID, last_jobs: INT8ARRAYOID)
         -> ()
 );
 
-static CLOCK: Statement = statement!(
-    "schedules/clock",
-    include_str!("clock.sql"),
-    () -> (seen_at, stopped)
-);
+static CLOCK: Statement = statement!(schedules/clock() -> (seen_at, stopped));
 
 static CLOCK_WRITE: Statement = statement!(
-    "schedules/clock_write",
-    include_str!("clock_write.sql"),
-    (at: TIMESTAMPTZOID, stopped: BOOLOID) -> ()
+    schedules/clock_write(at: TIMESTAMPTZOID, stopped: BOOLOID) -> ()
 );
 
 /// Slots strictly between these two instants came due while no worker was running.

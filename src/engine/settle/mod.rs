@@ -28,58 +28,41 @@ use crate::runtime::locks::{self, lock_job, try_lock_job};
 use crate::storage::{statement, timestamptz_arg, with_client, Rows, Statement};
 
 static COMPLETE: Statement = statement!(
-    "settle/complete",
-    include_str!("complete.sql"),
-    (id: INT8OID, lease: UUIDOID, result: JSONBOID, now: TIMESTAMPTZOID, tenants: TEXTARRAYOID,
-     state: TEXTOID) -> (queue, group_key, tenant, dependents)
+    settle/complete(id: INT8OID, lease: UUIDOID, result: JSONBOID, now: TIMESTAMPTZOID,
+        tenants: TEXTARRAYOID, state: TEXTOID) -> (queue, group_key, tenant, dependents)
 );
 
 static COMPLETE_BATCH: Statement = statement!(
-    "settle/complete_batch",
-    include_str!("complete_batch.sql"),
-    (ids: INT8ARRAYOID, leases: UUIDARRAYOID, now: TIMESTAMPTZOID, tenants: TEXTARRAYOID,
-     state: TEXTOID) -> (id, lease, queue, group_key, tenant, dependents)
+    settle/complete_batch(ids: INT8ARRAYOID, leases: UUIDARRAYOID, now: TIMESTAMPTZOID,
+        tenants: TEXTARRAYOID, state: TEXTOID) -> (id, lease, queue, group_key, tenant, dependents)
 );
 
 static HELD_STATE: Statement = statement!(
-    "settle/held_state",
-    include_str!("held_state.sql"),
-    (ids: INT8ARRAYOID, leases: UUIDARRAYOID, tenants: TEXTARRAYOID)
+    settle/held_state(ids: INT8ARRAYOID, leases: UUIDARRAYOID, tenants: TEXTARRAYOID)
         -> (id, state, lease, queue, group_key, tenant)
 );
 
 static FAIL: Statement = statement!(
-    "settle/fail",
-    include_str!("fail.sql"),
-    (id: INT8OID, lease: UUIDOID, error: TEXTOID, retry_in: INTERVALOID, retry: BOOLOID,
-     now: TIMESTAMPTZOID, tenants: TEXTARRAYOID, state: TEXTOID)
+    settle/fail(id: INT8OID, lease: UUIDOID, error: TEXTOID, retry_in: INTERVALOID, retry: BOOLOID,
+        now: TIMESTAMPTZOID, tenants: TEXTARRAYOID, state: TEXTOID)
         -> (state, queue, priority, run_at, id, group_key, tenant, dependents)
 );
 
 static RELEASE: Statement = statement!(
-    "settle/release",
-    include_str!("release.sql"),
-    (id: INT8OID, lease: UUIDOID, reason: TEXTOID, retry_in: INTERVALOID, now: TIMESTAMPTZOID,
-     tenants: TEXTARRAYOID, state: TEXTOID) -> (queue, priority, run_at, id, group_key, tenant)
+    settle/release(id: INT8OID, lease: UUIDOID, reason: TEXTOID, retry_in: INTERVALOID,
+        now: TIMESTAMPTZOID, tenants: TEXTARRAYOID, state: TEXTOID)
+        -> (queue, priority, run_at, id, group_key, tenant)
 );
 
-static ROW_LOCKER: Statement = statement!(
-    "settle/row_locker",
-    include_str!("row_locker.sql"),
-    (id: INT8OID) -> (xmax)
-);
+static ROW_LOCKER: Statement = statement!(settle/row_locker(id: INT8OID) -> (xmax));
 
 static HEARTBEAT: Statement = statement!(
-    "settle/heartbeat",
-    include_str!("heartbeat.sql"),
-    (id: INT8OID, lease: UUIDOID, extend: INTERVALOID, progress: JSONBOID, now: TIMESTAMPTZOID,
-     tenants: TEXTARRAYOID, state: TEXTOID) -> (renewed)
+    settle/heartbeat(id: INT8OID, lease: UUIDOID, extend: INTERVALOID, progress: JSONBOID,
+        now: TIMESTAMPTZOID, tenants: TEXTARRAYOID, state: TEXTOID) -> (renewed)
 );
 
 static LOST_JOBS: Statement = statement!(
-    "settle/lost_jobs",
-    include_str!("lost_jobs.sql"),
-    (ids: INT8ARRAYOID, tenants: TEXTARRAYOID) -> (id, queue, tenant)
+    settle/lost_jobs(ids: INT8ARRAYOID, tenants: TEXTARRAYOID) -> (id, queue, tenant)
 );
 
 /// Counts the calls on `ids` that answered `lost` in the totals, under each job's queue and

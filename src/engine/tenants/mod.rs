@@ -23,22 +23,14 @@ use crate::runtime::effects;
 use crate::runtime::shmem::shared;
 use crate::storage::{statement, with_client, Statement};
 
-static GRANTED: Statement = statement!(
-    "tenants/granted",
-    include_str!("granted.sql"),
-    (role: OIDOID) -> (tenant)
-);
+static GRANTED: Statement = statement!(tenants/granted(role: OIDOID) -> (tenant));
 
 static GRANT: Statement = statement!(
-    "tenants/grant",
-    include_str!("grant.sql"),
-    (role_name: TEXTOID, tenant: TEXTOID) -> (granted)
+    tenants/grant(role_name: TEXTOID, tenant: TEXTOID) -> (granted)
 );
 
 static REVOKE: Statement = statement!(
-    "tenants/revoke",
-    include_str!("revoke.sql"),
-    (role_name: TEXTOID, tenant: TEXTOID) -> (revoked)
+    tenants/revoke(role_name: TEXTOID, tenant: TEXTOID) -> (revoked)
 );
 
 /// Longest tenant name, in bytes.

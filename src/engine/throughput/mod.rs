@@ -26,18 +26,12 @@ use crate::runtime::totals::{self, Unflushed, Visible};
 use crate::storage::{statement, timestamptz_arg, Statement};
 
 static WRITE: Statement = statement!(
-    "throughput/write",
-    include_str!("write.sql"),
-    (minute: TIMESTAMPTZOID, queues: TEXTARRAYOID, tenant_hashes: INT8ARRAYOID,
-     enqueued: INT8ARRAYOID, completed: INT8ARRAYOID, failed: INT8ARRAYOID, retried: INT8ARRAYOID)
-        -> ()
+    throughput/write(minute: TIMESTAMPTZOID, queues: TEXTARRAYOID, tenant_hashes: INT8ARRAYOID,
+        enqueued: INT8ARRAYOID, completed: INT8ARRAYOID, failed: INT8ARRAYOID,
+        retried: INT8ARRAYOID) -> ()
 );
 
-static PURGE: Statement = statement!(
-    "throughput/purge",
-    include_str!("purge.sql"),
-    (before: TIMESTAMPTZOID) -> ()
-);
+static PURGE: Statement = statement!(throughput/purge(before: TIMESTAMPTZOID) -> ());
 
 /// A minute in microseconds.
 const MINUTE: i64 = 60_000_000;

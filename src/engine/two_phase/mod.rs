@@ -13,23 +13,11 @@ use crate::pg::{extension, roles};
 use crate::runtime::effects::TwoPhaseStore;
 use crate::storage::{statement, timestamptz_arg, with_client, Statement};
 
-static SAVE: Statement = statement!(
-    "two_phase/save",
-    include_str!("save.sql"),
-    (gid: TEXTOID, effects: TEXTOID) -> ()
-);
+static SAVE: Statement = statement!(two_phase/save(gid: TEXTOID, effects: TEXTOID) -> ());
 
-static TAKE: Statement = statement!(
-    "two_phase/take",
-    include_str!("take.sql"),
-    (gid: TEXTOID) -> (effects)
-);
+static TAKE: Statement = statement!(two_phase/take(gid: TEXTOID) -> (effects));
 
-static PURGE: Statement = statement!(
-    "two_phase/purge",
-    include_str!("purge.sql"),
-    (now: TIMESTAMPTZOID) -> ()
-);
+static PURGE: Statement = statement!(two_phase/purge(now: TIMESTAMPTZOID) -> ());
 
 /// The engine's side of two-phase commit, for `runtime::effects`.
 pub const STORE: TwoPhaseStore = TwoPhaseStore {

@@ -73,73 +73,44 @@ use crate::pg::clock::server_now;
 use crate::pg::errors::{quote, raise, BAD_ARGUMENT};
 use crate::storage::{statement, timestamptz_arg, Statement};
 
-static FLAG_PARENTS: Statement = statement!(
-    "workflows/flag_parents",
-    include_str!("flag_parents.sql"),
-    (ids: INT8ARRAYOID) -> ()
-);
+static FLAG_PARENTS: Statement = statement!(workflows/flag_parents(ids: INT8ARRAYOID) -> ());
 
 static LOCK_PARENTS: Statement = statement!(
-    "workflows/lock_parents",
-    include_str!("lock_parents.sql"),
-    (ids: INT8ARRAYOID, tenants: TEXTARRAYOID) -> (id, state, tenant)
+    workflows/lock_parents(ids: INT8ARRAYOID, tenants: TEXTARRAYOID) -> (id, state, tenant)
 );
 
 static WAIT_FOR: Statement = statement!(
-    "workflows/wait_for",
-    include_str!("wait_for.sql"),
-    (children: INT8ARRAYOID, parents: INT8ARRAYOID, after: INT8ARRAYOID) -> ()
+    workflows/wait_for(children: INT8ARRAYOID, parents: INT8ARRAYOID, after: INT8ARRAYOID) -> ()
 );
 
 static CANCEL_AT_ONCE: Statement = statement!(
-    "workflows/cancel_at_once",
-    include_str!("cancel_at_once.sql"),
-    (children: INT8ARRAYOID, error: pgrx::pg_sys::TEXTOID, now: TIMESTAMPTZOID, after: INT8ARRAYOID)
-        -> (id)
+    workflows/cancel_at_once(children: INT8ARRAYOID, error: pgrx::pg_sys::TEXTOID,
+        now: TIMESTAMPTZOID, after: INT8ARRAYOID) -> (id)
 );
 
 static QUEUE_AT_ONCE: Statement = statement!(
-    "workflows/queue_at_once",
-    include_str!("queue_at_once.sql"),
-    (children: INT8ARRAYOID, after: INT8ARRAYOID) -> (queue, priority, run_at, id)
+    workflows/queue_at_once(children: INT8ARRAYOID, after: INT8ARRAYOID)
+        -> (queue, priority, run_at, id)
 );
 
 static UNLINK_PARENTS: Statement = statement!(
-    "workflows/unlink_parents",
-    include_str!("unlink_parents.sql"),
-    (parents: INT8ARRAYOID) -> (child, parents)
+    workflows/unlink_parents(parents: INT8ARRAYOID) -> (child, parents)
 );
 
-static WITNESS: Statement = statement!(
-    "workflows/witness",
-    include_str!("witness.sql"),
-    (child: INT8OID) -> (parent)
-);
+static WITNESS: Statement = statement!(workflows/witness(child: INT8OID) -> (parent));
 
-static LOCK_CHILD: Statement = statement!(
-    "workflows/lock_child",
-    include_str!("lock_child.sql"),
-    (child: INT8OID) -> (state)
-);
+static LOCK_CHILD: Statement = statement!(workflows/lock_child(child: INT8OID) -> (state));
 
 static QUEUE_CHILD: Statement = statement!(
-    "workflows/queue_child",
-    include_str!("queue_child.sql"),
-    (child: INT8OID) -> (queue, priority, run_at, id)
+    workflows/queue_child(child: INT8OID) -> (queue, priority, run_at, id)
 );
 
 static CANCEL_CHILDREN: Statement = statement!(
-    "workflows/cancel_children",
-    include_str!("cancel_children.sql"),
-    (parents: INT8ARRAYOID, states: TEXTARRAYOID, now: TIMESTAMPTZOID)
+    workflows/cancel_children(parents: INT8ARRAYOID, states: TEXTARRAYOID, now: TIMESTAMPTZOID)
         -> (id, queue, tenant, dependents)
 );
 
-static UNLINK_CHILD: Statement = statement!(
-    "workflows/unlink_child",
-    include_str!("unlink_child.sql"),
-    (child: INT8OID) -> ()
-);
+static UNLINK_CHILD: Statement = statement!(workflows/unlink_child(child: INT8OID) -> ());
 
 /// Most parents one job may be enqueued after.
 pub const MAX_PARENTS: usize = 100_000;

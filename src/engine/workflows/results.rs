@@ -26,16 +26,11 @@ use crate::runtime::wakeup::Waiter;
 use crate::storage::{statement, with_client, Statement};
 
 static RESULTS: Statement = statement!(
-    "workflows/results",
-    include_str!("results.sql"),
-    (ids: INT8ARRAYOID, tenants: TEXTARRAYOID) -> (id, state, result, errors, finished_at)
+    workflows/results(ids: INT8ARRAYOID, tenants: TEXTARRAYOID)
+        -> (id, state, result, errors, finished_at)
 );
 
-static OWN_FUNCTION: Statement = statement!(
-    "workflows/own_function",
-    include_str!("own_function.sql"),
-    () -> (function)
-);
+static OWN_FUNCTION: Statement = statement!(workflows/own_function() -> (function));
 
 /// One job's outcome.
 pub struct JobResult {

@@ -38,54 +38,40 @@ use crate::runtime::locks;
 use crate::storage::{statement, timestamptz_arg, with_client, Statement};
 
 static AWAIT: Statement = statement!(
-    "workflows/await",
-    include_str!("await.sql"),
-    (id: INT8OID, lease: UUIDOID, signal: TEXTOID, tenants: TEXTARRAYOID, state: TEXTOID)
-        -> (queue, priority, run_at, id, group_key, tenant)
+    workflows/await(id: INT8OID, lease: UUIDOID, signal: TEXTOID, tenants: TEXTARRAYOID,
+        state: TEXTOID) -> (queue, priority, run_at, id, group_key, tenant)
 );
 
 static RECORDED: Statement = statement!(
-    "workflows/recorded",
-    include_str!("recorded.sql"),
-    (tenant: TEXTOID, signal: TEXTOID, now: TIMESTAMPTZOID) -> (payload)
+    workflows/recorded(tenant: TEXTOID, signal: TEXTOID, now: TIMESTAMPTZOID) -> (payload)
 );
 
 static WAKE_NOW: Statement = statement!(
-    "workflows/wake_now",
-    include_str!("wake_now.sql"),
-    (id: INT8OID, payload: JSONBOID) -> (queue, priority, run_at, id)
+    workflows/wake_now(id: INT8OID, payload: JSONBOID) -> (queue, priority, run_at, id)
 );
 
 static AWAIT_ROW: Statement = statement!(
-    "workflows/await_row",
-    include_str!("await_row.sql"),
-    (id: INT8OID, tenant: TEXTOID, signal: TEXTOID, now: TIMESTAMPTZOID, timeout: INTERVALOID) -> ()
+    workflows/await_row(id: INT8OID, tenant: TEXTOID, signal: TEXTOID, now: TIMESTAMPTZOID,
+        timeout: INTERVALOID) -> ()
 );
 
 static RECORD: Statement = statement!(
-    "workflows/record",
-    include_str!("record.sql"),
-    (tenant: TEXTOID, signal: TEXTOID, payload: JSONBOID, now: TIMESTAMPTZOID, keep: INTERVALOID)
-        -> ()
+    workflows/record(tenant: TEXTOID, signal: TEXTOID, payload: JSONBOID, now: TIMESTAMPTZOID,
+        keep: INTERVALOID) -> ()
 );
 
 static WAKE: Statement = statement!(
-    "workflows/wake",
-    include_str!("wake.sql"),
-    (tenant: TEXTOID, signal: TEXTOID, payload: JSONBOID) -> (queue, priority, run_at, id)
+    workflows/wake(tenant: TEXTOID, signal: TEXTOID, payload: JSONBOID)
+        -> (queue, priority, run_at, id)
 );
 
 static TIMEOUTS: Statement = statement!(
-    "workflows/timeouts",
-    include_str!("timeouts.sql"),
-    (now: TIMESTAMPTZOID, batch_size: INT4OID, tenants: TEXTARRAYOID)
+    workflows/timeouts(now: TIMESTAMPTZOID, batch_size: INT4OID, tenants: TEXTARRAYOID)
         -> (queue, priority, run_at, id)
 );
 
 static PURGE_SIGNALS: Statement = statement!(
-    "workflows/purge_signals",
-    include_str!("purge_signals.sql"),
-    (now: TIMESTAMPTZOID, batch_size: INT4OID) -> (purged)
+    workflows/purge_signals(now: TIMESTAMPTZOID, batch_size: INT4OID) -> (purged)
 );
 
 /// Awaits or recorded signals one statement of the worker handles at most.
