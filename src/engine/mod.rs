@@ -25,4 +25,5 @@ pub mod tenants;
 pub mod throughput;
 pub mod transitions;
 pub mod two_phase;
+pub mod waiting;
 pub mod workflows;

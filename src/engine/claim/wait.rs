@@ -15,38 +15,16 @@ use pgrx::spi::SpiClient;
 use super::{attempt, rate, ClaimRequest, Probe};
 use crate::engine::access;
 use crate::engine::errors::{VERSION_MISMATCH, WAIT_NEEDS_READ_COMMITTED};
+use crate::engine::waiting::{SleepSnapshot, Waiting};
 use crate::pg::client;
 use crate::pg::clock::server_now;
 use crate::pg::errors::raise_with_hint;
 use crate::pg::extension;
-use crate::pg::snapshot;
 use crate::pg::subtransaction::in_subtransaction;
 use crate::pg::version;
 use crate::runtime::queue_state::QueueState;
 use crate::storage::rows::ClaimedRow;
-use crate::storage::{statement, with_client, Statement};
-
-static OWN_FUNCTION: Statement = statement!(claim/own_function() -> (function));
-
-thread_local! {
-    /// The oid of jobs_claim in this session's database, once looked up.
-    static CLAIM_FUNCTION: std::cell::Cell<Option<pg_sys::Oid>> = const { std::cell::Cell::new(None) };
-}
-
-/// The oid of `jobs_claim` (looked up once per session).
-fn claim_function() -> Option<pg_sys::Oid> {
-    if let Some(oid) = CLAIM_FUNCTION.with(std::cell::Cell::get) {
-        return Some(oid);
-    }
-    // In a subtransaction rolled back at once, so the catalog locks the lookup takes are not
-    // held through the sleep that follows.
-    let oid: Option<pg_sys::Oid> = in_subtransaction(|| {
-        let oid = with_client(|client| OWN_FUNCTION.first(client, &[], "function"));
-        (oid, false)
-    });
-    CLAIM_FUNCTION.with(|cell| cell.set(oid));
-    oid
-}
+use crate::storage::{statement, Statement};
 
 static UNPAUSED_QUEUES: Statement = statement!(claim/unpaused_queues() -> (queue));
 
@@ -62,10 +40,7 @@ pub(super) fn claim_waiting(request: &ClaimRequest<'_>) -> Vec<ClaimedRow> {
         );
     }
     let deadline = server_now().saturating_add(request.wait_micros);
-    // Whether nothing reads with the statement's snapshot after this call returns, so the sleep
-    // need not hold it: decided before the first sleep (a claim that finds work at once never
-    // asks).
-    let mut release_snapshot: Option<bool> = None;
+    let mut sleep_snapshot = SleepSnapshot::new(Waiting::Claim);
     // Whether this claim has slept: its client may have gone meanwhile.
     let mut slept = false;
     let state = QueueState::of(request.queue);
@@ -160,11 +135,7 @@ pub(super) fn claim_waiting(request: &ClaimRequest<'_>) -> Vec<ClaimedRow> {
                 passed_on = Some(seen);
             }
         }
-        if *release_snapshot.get_or_insert_with(|| {
-            claim_function().is_some_and(snapshot::nothing_reads_older_snapshots)
-        }) {
-            snapshot::stop_advertising_xmin();
-        }
+        sleep_snapshot.before_sleep();
         list();
         waiter.sleep(wake_at, seen);
         slept = true;

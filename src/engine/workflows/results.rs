@@ -17,10 +17,10 @@ use pgrx::spi::SpiClient;
 use crate::engine::errors::WAIT_NEEDS_READ_COMMITTED;
 use crate::engine::model::JobState;
 use crate::engine::tenants::TenantScope;
+use crate::engine::waiting::{SleepSnapshot, Waiting};
 use crate::pg::clock::server_now;
 use crate::pg::datum::Jsonb;
 use crate::pg::errors::raise_with_hint;
-use crate::pg::snapshot;
 use crate::pg::subtransaction::in_subtransaction;
 use crate::runtime::wakeup::Waiter;
 use crate::storage::{statement, with_client, Statement};
@@ -29,8 +29,6 @@ static RESULTS: Statement = statement!(
     workflows/results(ids: INT8ARRAYOID, tenants: TEXTARRAYOID)
         -> (id, state, result, errors, finished_at)
 );
-
-static OWN_FUNCTION: Statement = statement!(workflows/own_function() -> (function));
 
 /// One job's outcome.
 pub struct JobResult {
@@ -80,25 +78,6 @@ pub fn results(ids: &[i64], scope: &TenantScope) -> Vec<JobResult> {
     with_client(|client| read(client, ids, scope, context))
 }
 
-thread_local! {
-    /// The oid of jobs_wait in this session's database, once looked up.
-    static WAIT_FUNCTION: std::cell::Cell<Option<pg_sys::Oid>> = const { std::cell::Cell::new(None) };
-}
-
-/// The oid of `jobs_wait` (looked up once per session).
-fn wait_function() -> Option<pg_sys::Oid> {
-    if let Some(oid) = WAIT_FUNCTION.with(std::cell::Cell::get) {
-        return Some(oid);
-    }
-    // In a subtransaction rolled back at once, so the catalog locks are not held while asleep.
-    let oid: Option<pg_sys::Oid> = in_subtransaction(|| {
-        let oid = with_client(|client| OWN_FUNCTION.first(client, &[], "function"));
-        (oid, false)
-    });
-    WAIT_FUNCTION.with(|cell| cell.set(oid));
-    oid
-}
-
 /// Waits until every one of the jobs `ids` the caller may see has finished, or `timeout_micros`
 /// passed, and returns their outcomes as [`results`] does.
 pub fn wait(ids: &[i64], timeout_micros: i64, scope: &TenantScope) -> Vec<JobResult> {
@@ -114,9 +93,7 @@ pub fn wait(ids: &[i64], timeout_micros: i64, scope: &TenantScope) -> Vec<JobRes
     // subtransactions below).
     let context = unsafe { pg_sys::CurrentMemoryContext };
     let deadline = server_now().saturating_add(timeout_micros);
-    // Whether nothing reads with the statement's snapshot after this call (as for a waiting
-    // claim, `pg::snapshot`): decided before the first sleep.
-    let mut release_snapshot: Option<bool> = None;
+    let mut sleep_snapshot = SleepSnapshot::new(Waiting::Wait);
     let waiter = Waiter::on_finishes();
     loop {
         let seen = waiter.generation();
@@ -129,11 +106,7 @@ pub fn wait(ids: &[i64], timeout_micros: i64, scope: &TenantScope) -> Vec<JobRes
         if found.iter().all(JobResult::finished) || server_now() >= deadline {
             return found;
         }
-        if *release_snapshot.get_or_insert_with(|| {
-            wait_function().is_some_and(snapshot::nothing_reads_older_snapshots)
-        }) {
-            snapshot::stop_advertising_xmin();
-        }
+        sleep_snapshot.before_sleep();
         waiter.sleep(deadline, seen);
     }
 }
