@@ -20,8 +20,9 @@ use std::ffi::CStr;
 use pgrx::pg_sys::{self, Datum, Oid};
 
 use super::job_writer::attribute;
-use super::{enum_value, jobs_relation, key, text_of, value, Compare, StatementScan};
-use crate::config::settings::fast_paths;
+use super::{
+    btree_expressions, enum_value, key, read_job_index, text_of, value, Compare, StatementScan,
+};
 
 /// A due job the scan found.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -77,28 +78,14 @@ struct Columns {
 /// # Safety
 /// Inside a transaction.
 pub unsafe fn due_in_priority(query: &DueQuery<'_>) -> Option<Vec<DueJob>> {
-    if !fast_paths() {
-        return None;
-    }
-    // SAFETY: catalog lookups, and relations opened here and closed before returning (their
-    // locks kept until the transaction ends, as a statement's are); the snapshot is registered
-    // for the scan and unregistered after it. On an ERROR, transaction abort releases them.
+    // SAFETY: inside a transaction, as the caller promises; the relations stay open for the
+    // reads, and the snapshot is registered for the scan and unregistered after it.
     unsafe {
-        let job = jobs_relation(c"job")?;
-        let index = jobs_relation(c"job_claim_idx")?;
-        if pg_sys::check_enable_rls(job, pg_sys::InvalidOid, true)
-            == pg_sys::CheckEnableRlsResult::RLS_ENABLED as i32
-        {
-            return None;
-        }
-        let heap = pg_sys::table_open(job, pg_sys::AccessShareLock as i32);
-        let index = pg_sys::index_open(index, pg_sys::AccessShareLock as i32);
-        let answer = columns(heap)
-            .filter(|columns| claim_index_fits(heap, index, columns))
-            .and_then(|columns| scan(heap, index, &columns, query));
-        pg_sys::index_close(index, pg_sys::NoLock as i32);
-        pg_sys::table_close(heap, pg_sys::NoLock as i32);
-        answer
+        read_job_index(c"job_claim_idx", |heap, index| {
+            columns(heap)
+                .filter(|columns| claim_index_fits(heap, index, columns))
+                .and_then(|columns| scan(heap, index, &columns, query))
+        })
     }
 }
 
@@ -144,21 +131,10 @@ unsafe fn claim_index_fits(
 ) -> bool {
     // SAFETY: an open index of the open table; its relcache entry and expressions are read.
     unsafe {
-        let form = (*index).rd_index;
-        if (*(*index).rd_rel).relam != pg_sys::BTREE_AM_OID
-            || (*form).indrelid != (*heap).rd_id
-            || (*form).indnkeyatts != 4
-        {
+        let keys = [0, columns.priority, columns.run_at, columns.id];
+        let Some(expressions) = btree_expressions(heap, index, keys, 1) else {
             return false;
-        }
-        let keys = (*form).indkey.values.as_slice(4);
-        if keys != [0, columns.priority, columns.run_at, columns.id] {
-            return false;
-        }
-        let expressions = pg_sys::RelationGetIndexExpressions(index);
-        if expressions.is_null() || (*expressions).length != 1 {
-            return false;
-        }
+        };
         let expression = (*(*expressions).elements).ptr_value.cast::<pg_sys::Node>();
         if (*expression).type_ != pg_sys::NodeTag::T_FuncExpr {
             return false;

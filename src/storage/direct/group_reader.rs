@@ -19,10 +19,9 @@ use pgrx::pg_sys::{self, Datum, Oid};
 
 use super::job_writer::attribute;
 use super::{
-    enum_value, jobs_relation, key, relcache_invalidations, text_is, text_of, value, Compare,
-    StatementScan,
+    btree_expressions, enum_value, key, read_job_index, relcache_invalidations, text_is, text_of,
+    value, Compare, StatementScan,
 };
-use crate::config::settings::fast_paths;
 
 /// The first unfinished job of a group: a running one if any runs, else its first queued one.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -82,26 +81,12 @@ struct Columns {
 /// # Safety
 /// Inside a transaction.
 pub unsafe fn group_heads(groups: &[GroupName<'_>]) -> Option<Vec<Option<GroupHead>>> {
-    if !fast_paths() {
-        return None;
-    }
-    // SAFETY: catalog lookups, and relations opened here and closed before returning (their
-    // locks kept until the transaction ends, as a statement's are); each scan's snapshot is
-    // registered for it and unregistered after it. On an ERROR, transaction abort releases them.
+    // SAFETY: inside a transaction, as the caller promises; the relations stay open for the
+    // reads, and each scan's snapshot is registered for it and unregistered after it.
     unsafe {
-        let job = jobs_relation(c"job")?;
-        let index = jobs_relation(c"job_group_idx")?;
-        if pg_sys::check_enable_rls(job, pg_sys::InvalidOid, true)
-            == pg_sys::CheckEnableRlsResult::RLS_ENABLED as i32
-        {
-            return None;
-        }
-        let heap = pg_sys::table_open(job, pg_sys::AccessShareLock as i32);
-        let index = pg_sys::index_open(index, pg_sys::AccessShareLock as i32);
-        let answer = layout(heap, index).and_then(|columns| heads(heap, index, &columns, groups));
-        pg_sys::index_close(index, pg_sys::NoLock as i32);
-        pg_sys::table_close(heap, pg_sys::NoLock as i32);
-        answer
+        read_job_index(c"job_group_idx", |heap, index| {
+            layout(heap, index).and_then(|columns| heads(heap, index, &columns, groups))
+        })
     }
 }
 
@@ -238,18 +223,9 @@ unsafe fn group_index_fits(
 ) -> bool {
     // SAFETY: an open index of the open table; its relcache entry and expressions are read.
     unsafe {
-        let form = (*index).rd_index;
-        if (*(*index).rd_rel).relam != pg_sys::BTREE_AM_OID
-            || (*form).indrelid != (*heap).rd_id
-            || (*form).indnkeyatts != 2
-            || (*form).indkey.values.as_slice(2) != [0, 0]
-        {
+        let Some(expressions) = btree_expressions(heap, index, [0, 0], 2) else {
             return false;
-        }
-        let expressions = pg_sys::RelationGetIndexExpressions(index);
-        if expressions.is_null() || (*expressions).length != 2 {
-            return false;
-        }
+        };
         // The hash: the group key's, seeded by the queue name's (cast to bigint).
         let Some(hash) = nth(expressions, 0).and_then(|e| call_of(e, pg_sys::F_HASHTEXTEXTENDED))
         else {

@@ -30,7 +30,7 @@ use std::ffi::CStr;
 use pgrx::pg_sys::{self, Datum, Oid};
 use pgrx::{IntoDatum, PgTupleDesc};
 
-use super::{jobs_relation, Generational};
+use super::{jobs_relation, row_security_applies, Generational};
 use crate::config::settings::fast_paths;
 use crate::pg::version;
 
@@ -632,9 +632,7 @@ unsafe fn insert_with(kept: &Kept, jobs: &NewJobs<'_>) -> Option<Inserted> {
     // memory, freed at the end (the ids are copied out first).
     unsafe {
         let rel = pg_sys::table_open(kept.job, pg_sys::RowExclusiveLock as i32);
-        if pg_sys::check_enable_rls(kept.job, pg_sys::InvalidOid, true)
-            == pg_sys::CheckEnableRlsResult::RLS_ENABLED as i32
-        {
+        if row_security_applies(kept.job) {
             pg_sys::table_close(rel, pg_sys::NoLock as i32);
             return None;
         }

@@ -14,7 +14,7 @@ use std::ffi::CStr;
 
 use pgrx::pg_sys::{self, Datum, Oid};
 
-use super::{jobs_relation, StatementScan};
+use super::{jobs_relation, row_security_applies, StatementScan};
 use crate::config::settings::fast_paths;
 
 /// The columns of one row version, by name, while [`read`] holds its buffer.
@@ -92,9 +92,7 @@ pub unsafe fn read<R>(
 unsafe fn primary_key(heap: pg_sys::Relation, columns: &[&CStr]) -> Option<pg_sys::Relation> {
     // SAFETY: an open relation; the index is opened here and closed when it does not fit.
     unsafe {
-        if pg_sys::check_enable_rls((*heap).rd_id, pg_sys::InvalidOid, true)
-            == pg_sys::CheckEnableRlsResult::RLS_ENABLED as i32
-        {
+        if row_security_applies((*heap).rd_id) {
             return None;
         }
         // Fills rd_pkindex.

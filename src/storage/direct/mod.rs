@@ -14,6 +14,7 @@ use std::ffi::CStr;
 
 use pgrx::pg_sys::{self, Datum, Oid};
 
+use crate::config::settings::fast_paths;
 use crate::pg::version;
 
 /// The oid of relation `name` of schema `jobs`, if both exist.
@@ -29,6 +30,80 @@ pub unsafe fn jobs_relation(name: &CStr) -> Option<Oid> {
         }
         let oid = pg_sys::get_relname_relid(name.as_ptr(), namespace);
         (oid != pg_sys::InvalidOid).then_some(oid)
+    }
+}
+
+/// Whether row-level security applies to relation `oid` for the current role: a direct path
+/// then reads or writes nothing, as it cannot apply the policies a statement would.
+///
+/// # Safety
+/// Inside a transaction (catalog lookups).
+#[inline]
+pub unsafe fn row_security_applies(oid: Oid) -> bool {
+    // SAFETY: catalog lookups, as the caller allows.
+    unsafe {
+        pg_sys::check_enable_rls(oid, pg_sys::InvalidOid, true)
+            == pg_sys::CheckEnableRlsResult::RLS_ENABLED as i32
+    }
+}
+
+/// What `read` answers of `jobs.job` and its index `index`, both opened here for reading as a
+/// statement would open them and closed before returning (their locks kept until the
+/// transaction ends, as a statement's are); `None`, read without, when `pg_jobs.fast_paths` is
+/// off, either relation is missing or row-level security applies to `jobs.job`.
+///
+/// # Safety
+/// Inside a transaction; `read` leaves both relations open. On an ERROR, transaction abort
+/// releases them.
+#[inline]
+pub unsafe fn read_job_index<T>(
+    index: &CStr,
+    read: impl FnOnce(pg_sys::Relation, pg_sys::Relation) -> Option<T>,
+) -> Option<T> {
+    if !fast_paths() {
+        return None;
+    }
+    // SAFETY: catalog lookups, and relations opened and closed here, as the caller allows.
+    unsafe {
+        let job = jobs_relation(c"job")?;
+        let index = jobs_relation(index)?;
+        if row_security_applies(job) {
+            return None;
+        }
+        let heap = pg_sys::table_open(job, pg_sys::AccessShareLock as i32);
+        let index = pg_sys::index_open(index, pg_sys::AccessShareLock as i32);
+        let answer = read(heap, index);
+        pg_sys::index_close(index, pg_sys::NoLock as i32);
+        pg_sys::table_close(heap, pg_sys::NoLock as i32);
+        answer
+    }
+}
+
+/// The expressions of the open `index` if it is a btree of the open `heap` whose key columns are
+/// exactly `keys` (attribute numbers, 0 for an expression) and it has `expressions` of them;
+/// `None` otherwise. What each expression computes is the caller's to check.
+///
+/// # Safety
+/// `heap` and `index` must be open, `index` an index of `heap`.
+#[inline]
+pub unsafe fn btree_expressions<const KEYS: usize>(
+    heap: pg_sys::Relation,
+    index: pg_sys::Relation,
+    keys: [i16; KEYS],
+    expressions: i32,
+) -> Option<*mut pg_sys::List> {
+    // SAFETY: an open index of the open table; its relcache entry and expressions are read.
+    unsafe {
+        let form = (*index).rd_index;
+        if (*(*index).rd_rel).relam != pg_sys::BTREE_AM_OID
+            || (*form).indrelid != (*heap).rd_id
+            || (*form).indnkeyatts as usize != KEYS
+            || (*form).indkey.values.as_slice(KEYS) != keys
+        {
+            return None;
+        }
+        let list = pg_sys::RelationGetIndexExpressions(index);
+        (!list.is_null() && (*list).length == expressions).then_some(list)
     }
 }
 

@@ -16,7 +16,7 @@ use std::ffi::CStr;
 
 use pgrx::pg_sys::{self, Datum, Oid};
 
-use super::jobs_relation;
+use super::{jobs_relation, row_security_applies};
 use crate::config::settings::fast_paths;
 use crate::pg::version;
 
@@ -132,9 +132,7 @@ unsafe fn plain(rel: pg_sys::Relation, oid: Oid) -> bool {
                 }
             }
         }
-        if pg_sys::check_enable_rls(oid, pg_sys::InvalidOid, true)
-            == pg_sys::CheckEnableRlsResult::RLS_ENABLED as i32
-        {
+        if row_security_applies(oid) {
             return false;
         }
         // The relcache's descriptor, not reference counted by us; read through pgrx, as the
