@@ -252,21 +252,15 @@ fn record(status: &WorkerStatus, database: &str, report: tick::TickReport) {
     status
         .serving
         .store(u32::from(report.serving), Ordering::Release);
-    status
-        .reclaimed
-        .fetch_add(report.reclaimed as u64, Ordering::AcqRel);
-    status
-        .purged
-        .fetch_add(report.purged as u64, Ordering::AcqRel);
-    status
-        .floors_healed
-        .fetch_add(report.floors_healed as u64, Ordering::AcqRel);
-    status
-        .idempotency_purged
-        .fetch_add(report.idempotency_purged as u64, Ordering::AcqRel);
-    status
-        .scheduled
-        .fetch_add(report.scheduled as u64, Ordering::AcqRel);
+    for (total, done) in [
+        (&status.reclaimed, report.reclaimed),
+        (&status.purged, report.purged),
+        (&status.floors_healed, report.floors_healed),
+        (&status.idempotency_purged, report.idempotency_purged),
+        (&status.scheduled, report.scheduled),
+    ] {
+        total.fetch_add(done as u64, Ordering::AcqRel);
+    }
     if report.stranded_cleared > 0 {
         server_log!(
             "pg_jobs worker for database {database}: {} jobs at the head of their groups waited for a hand-over that shared memory lost in a restart; they are claimable again",
