@@ -277,18 +277,7 @@ pub fn move_on(client: &SpiClient<'_>, groups: Vec<GroupRef>) {
             }
             UNMARK.run_latest(client, &[unoffered.into()])
         }
-        None => {
-            let mut queues: Vec<String> = Vec::with_capacity(groups.len());
-            let mut keys: Vec<String> = Vec::with_capacity(groups.len());
-            let mut tenants: Vec<Option<String>> = Vec::with_capacity(groups.len());
-            for group in groups {
-                queues.push(group.queue);
-                keys.push(group.key);
-                tenants.push(group.tenant);
-            }
-            let args: [DatumWithOid; 3] = [queues.into(), keys.into(), tenants.into()];
-            MOVE_ON.run_latest(client, &args)
-        }
+        None => run_move_on(client, groups),
     };
     transitions::queued_rows(&cleared);
 }
@@ -331,6 +320,13 @@ fn lock_group_unless_its_holder_waits(client: &SpiClient<'_>, key: u64) -> bool 
 /// that made the marks (`engine::claim`). No other claim decides for the group before those
 /// claims end, by then after this transaction, and so sees what it changed.
 fn move_on_unlocked(client: &SpiClient<'_>, groups: Vec<GroupRef>) {
+    let cleared = run_move_on(client, groups);
+    transitions::queued_rows(&cleared);
+}
+
+/// Runs the statement that moves `groups` on, under the latest snapshot; its rows are the jobs
+/// it made claimable.
+fn run_move_on(client: &SpiClient<'_>, groups: Vec<GroupRef>) -> Rows {
     let mut queues: Vec<String> = Vec::with_capacity(groups.len());
     let mut keys: Vec<String> = Vec::with_capacity(groups.len());
     let mut tenants: Vec<Option<String>> = Vec::with_capacity(groups.len());
@@ -340,8 +336,7 @@ fn move_on_unlocked(client: &SpiClient<'_>, groups: Vec<GroupRef>) {
         tenants.push(group.tenant);
     }
     let args: [DatumWithOid; 3] = [queues.into(), keys.into(), tenants.into()];
-    let cleared = MOVE_ON.run_latest(client, &args);
-    transitions::queued_rows(&cleared);
+    MOVE_ON.run_latest(client, &args)
 }
 
 /// The waiting `head` of `group` (locked, of concurrency 1, nothing of it running) as a freed
