@@ -177,6 +177,11 @@ impl EntryKey {
             && self.name[..self.name_len as usize] == other.name[..other.name_len as usize]
     }
 
+    /// The queue's name (empty for the overflow entry).
+    fn queue(&self) -> String {
+        String::from_utf8_lossy(&self.name[..self.name_len as usize]).into_owned()
+    }
+
     fn start(&self) -> usize {
         let name = &self.name[..self.name_len as usize];
         let hash = name.iter().fold(self.tenant_hash, |hash, byte| {
@@ -302,32 +307,34 @@ pub enum Visible<'a> {
     Tenants(&'a [String]),
 }
 
-/// This database's counters by queue (`None`: the overflow entry), summed over the tenants
-/// `visible` covers, in no particular order. Empty without shared memory.
-pub fn read(visible: Visible<'_>) -> Vec<(Option<String>, Counts)> {
-    let Some(table) = TABLE.get() else {
-        return Vec::new();
-    };
+/// The published entries of this database that `visible` covers (the overflow entry only
+/// when it covers every key), with their keys; nothing without shared memory.
+fn visible_entries(visible: Visible<'_>) -> impl Iterator<Item = (&'static Entry, EntryKey)> + '_ {
+    let entries = TABLE.get().map_or(&[][..], |table| &table.entries[..]);
     let database = current_database();
     let tenant_hashes: Vec<u64> = match &visible {
         Visible::Tenants(tenants) => tenants.iter().map(|t| tenant_hash(t)).collect(),
         _ => Vec::new(),
     };
-    let shown = |key: &EntryKey| match visible {
+    let shown = move |key: &EntryKey| match visible {
         Visible::All => true,
         Visible::Untenanted => !key.overflow && !key.has_tenant,
         Visible::Tenants(_) => {
             !key.overflow && key.has_tenant && tenant_hashes.contains(&key.tenant_hash)
         }
     };
+    entries.iter().filter_map(move |entry| {
+        let key = entry.key()?;
+        (key.database == database && shown(&key)).then_some((entry, key))
+    })
+}
+
+/// This database's counters by queue (`None`: the overflow entry), summed over the tenants
+/// `visible` covers, in no particular order. Empty without shared memory.
+pub fn read(visible: Visible<'_>) -> Vec<(Option<String>, Counts)> {
     let mut by_queue: Vec<(Option<String>, Counts)> = Vec::new();
-    for entry in table.entries.iter() {
-        let Some(key) = entry.key() else { continue };
-        if key.database != database || !shown(&key) {
-            continue;
-        }
-        let queue = (!key.overflow)
-            .then(|| String::from_utf8_lossy(&key.name[..key.name_len as usize]).into_owned());
+    for (entry, key) in visible_entries(visible) {
+        let queue = (!key.overflow).then(|| key.queue());
         match by_queue.iter_mut().find(|(q, _)| *q == queue) {
             Some((_, counts)) => counts.add(entry.counts()),
             None => by_queue.push((queue, entry.counts())),
@@ -373,6 +380,16 @@ impl Entry {
             self.flushed.retried.load(Ordering::Relaxed),
         ]
     }
+
+    /// The history counters as read now, and how much each grew since the last flush.
+    fn since_flush(&self) -> ([u64; 4], [u64; 4]) {
+        let read = self.history_counters();
+        let flushed = self.flushed_counters();
+        (
+            read,
+            std::array::from_fn(|i| read[i].saturating_sub(flushed[i])),
+        )
+    }
 }
 
 /// The keys of this database (the overflow entry left out) that counted something since their
@@ -388,15 +405,13 @@ pub fn unflushed() -> Vec<Unflushed> {
         if key.database != database || key.overflow {
             continue;
         }
-        let read = entry.history_counters();
-        let flushed = entry.flushed_counters();
-        let delta = std::array::from_fn(|i| read[i].saturating_sub(flushed[i]));
+        let (read, delta) = entry.since_flush();
         if delta.iter().all(|d| *d == 0) {
             continue;
         }
         out.push(Unflushed {
             index,
-            queue: String::from_utf8_lossy(&key.name[..key.name_len as usize]).into_owned(),
+            queue: key.queue(),
             tenant: key.has_tenant.then_some(key.tenant_hash),
             read,
             delta,
@@ -429,32 +444,16 @@ pub fn mark_flushed(written: &[Unflushed]) {
 /// (enqueued, completed, failed, retried): the current minute of the history. The overflow
 /// entry is left out. Empty without shared memory.
 pub fn pending(visible: Visible<'_>) -> Vec<(String, [u64; 4])> {
-    let Some(table) = TABLE.get() else {
-        return Vec::new();
-    };
-    let database = current_database();
-    let tenant_hashes: Vec<u64> = match &visible {
-        Visible::Tenants(tenants) => tenants.iter().map(|t| tenant_hash(t)).collect(),
-        _ => Vec::new(),
-    };
     let mut by_queue: Vec<(String, [u64; 4])> = Vec::new();
-    for entry in table.entries.iter() {
-        let Some(key) = entry.key() else { continue };
-        let shown = match visible {
-            Visible::All => true,
-            Visible::Untenanted => !key.has_tenant,
-            Visible::Tenants(_) => key.has_tenant && tenant_hashes.contains(&key.tenant_hash),
-        };
-        if key.database != database || key.overflow || !shown {
+    for (entry, key) in visible_entries(visible) {
+        if key.overflow {
             continue;
         }
-        let read = entry.history_counters();
-        let flushed = entry.flushed_counters();
-        let delta: [u64; 4] = std::array::from_fn(|i| read[i].saturating_sub(flushed[i]));
+        let (_, delta) = entry.since_flush();
         if delta.iter().all(|d| *d == 0) {
             continue;
         }
-        let queue = String::from_utf8_lossy(&key.name[..key.name_len as usize]).into_owned();
+        let queue = key.queue();
         match by_queue.iter_mut().find(|(q, _)| *q == queue) {
             Some((_, sum)) => (0..4).for_each(|i| sum[i] += delta[i]),
             None => by_queue.push((queue, delta)),
