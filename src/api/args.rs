@@ -193,6 +193,23 @@ pub fn check_interval(
     interval_of(length.expect("checked above"))
 }
 
+/// Checks how long a call may wait (`wait`, `timeout`): required, at least 0 and at most
+/// `pg_jobs.max_wait`; answers it in microseconds.
+#[track_caller]
+#[inline]
+pub fn wait_arg(wait: Option<Interval>, argument: &str) -> i64 {
+    let wait = required(wait, argument);
+    let max_wait_ms = i64::from(settings::MAX_WAIT_MS.get());
+    let wait = check_interval(
+        &wait,
+        argument,
+        false,
+        max_wait_ms * 1000,
+        &format!("at least 0 and at most pg_jobs.max_wait ({max_wait_ms} ms)"),
+    );
+    wait.as_micros() as i64
+}
+
 /// Checks a lease length (`lease`, `extend`): greater than 0 and at most 7 days.
 #[track_caller]
 pub fn lease_arg(lease: &Interval, argument: &str) -> Interval {

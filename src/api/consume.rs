@@ -4,10 +4,9 @@
 use pgrx::prelude::*;
 
 use super::args::{
-    check_interval, check_payload_size, check_range, check_text, cut_text, delay_arg, lease_arg,
-    limits, queue_arg, required_elements,
+    check_payload_size, check_range, check_text, cut_text, delay_arg, lease_arg, limits, queue_arg,
+    required_elements, wait_arg,
 };
-use crate::config::settings;
 use crate::engine::access::{self, Role};
 use crate::engine::claim::{self, ClaimFilter, ClaimRequest};
 use crate::engine::distribute;
@@ -96,22 +95,14 @@ fn claim_request<'a>(
         }
         kinds
     });
-    let wait = required(wait, "wait");
-    let max_wait_ms = i64::from(settings::MAX_WAIT_MS.get());
-    let wait = check_interval(
-        &wait,
-        "wait",
-        false,
-        max_wait_ms * 1000,
-        &format!("at least 0 and at most pg_jobs.max_wait ({max_wait_ms} ms)"),
-    );
+    let wait_micros = wait_arg(wait, "wait");
     ClaimRequest {
         queue,
         worker,
         n: n as usize,
         lease,
         filter: ClaimFilter::new(kinds, tenants::scope()),
-        wait_micros: wait.as_micros() as i64,
+        wait_micros,
     }
 }
 

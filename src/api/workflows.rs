@@ -4,9 +4,8 @@
 use pgrx::prelude::*;
 
 use super::args::{
-    check_interval, check_payload_size, check_text, delay_arg, limits, required_elements,
+    check_interval, check_payload_size, check_text, delay_arg, limits, required_elements, wait_arg,
 };
-use crate::config::settings;
 use crate::engine::access::{self, Role};
 use crate::engine::settle::Held;
 use crate::engine::tenants;
@@ -101,20 +100,8 @@ fn jobs_wait(
 > {
     access::require_to_read(Role::Client, "wait for jobs");
     let ids = ids_arg(ids);
-    let timeout = required(timeout, "timeout");
-    let max_wait_ms = i64::from(settings::MAX_WAIT_MS.get());
-    let timeout = check_interval(
-        &timeout,
-        "timeout",
-        false,
-        max_wait_ms * 1000,
-        &format!("at least 0 and at most pg_jobs.max_wait ({max_wait_ms} ms)"),
-    );
-    rows(results::wait(
-        &ids,
-        timeout.as_micros() as i64,
-        &tenants::scope(),
-    ))
+    let timeout_micros = wait_arg(timeout, "timeout");
+    rows(results::wait(&ids, timeout_micros, &tenants::scope()))
 }
 
 /// Hands a held job back to wait for `signal`, without spending its attempt: `waiting` (it
