@@ -17,61 +17,87 @@ use pgrx::{IntoDatum, IntoHeapTuple};
 
 use crate::pg::errors::raise;
 
-/// The rows of a `RETURNS TABLE (...)` function, each a tuple of its columns.
-pub struct TableIterator<'a, Row> {
-    rows: Box<dyn Iterator<Item = Row> + 'a>,
-}
-
-impl<'a, Row> TableIterator<'a, Row> {
-    /// The function's rows.
-    pub fn new(rows: impl IntoIterator<Item = Row> + 'a) -> Self {
-        TableIterator {
-            rows: Box::new(rows.into_iter()),
+/// Defines a set-returning type of rows `$row`, named as pgrx's type of that shape is (so
+/// `#[pg_extern]` generates the same SQL for it), whose call hands PostgreSQL every row at once:
+/// its constructor, its SQL (pgrx's own for that shape) and its return, which stores each row
+/// with `$store`. A macro because the two types differ only in names and bounds.
+macro_rules! materialized_set {
+    (
+        $(#[$doc:meta])*
+        $name:ident<$row:ident: $bound:path>, $argument_error:ident, $store:ident
+    ) => {
+        $(#[$doc])*
+        pub struct $name<'a, $row> {
+            rows: Box<dyn Iterator<Item = $row> + 'a>,
         }
-    }
-}
 
-/// The rows of a `RETURNS SETOF type` function.
-pub struct SetOfIterator<'a, T> {
-    rows: Box<dyn Iterator<Item = T> + 'a>,
-}
-
-impl<'a, T> SetOfIterator<'a, T> {
-    /// The function's rows.
-    pub fn new(rows: impl IntoIterator<Item = T> + 'a) -> Self {
-        SetOfIterator {
-            rows: Box::new(rows.into_iter()),
+        impl<'a, $row> $name<'a, $row> {
+            /// The function's rows.
+            pub fn new(rows: impl IntoIterator<Item = $row> + 'a) -> Self {
+                $name {
+                    rows: Box::new(rows.into_iter()),
+                }
+            }
         }
-    }
+
+        // SAFETY: the SQL is pgrx's own for the same shape of return.
+        unsafe impl<'a, $row> SqlTranslatable for $name<'a, $row>
+        where
+            pgrx::iter::$name<'a, $row>: SqlTranslatable,
+        {
+            const TYPE_IDENT: &'static str =
+                <pgrx::iter::$name<'a, $row> as SqlTranslatable>::TYPE_IDENT;
+            const TYPE_ORIGIN: TypeOrigin =
+                <pgrx::iter::$name<'a, $row> as SqlTranslatable>::TYPE_ORIGIN;
+            const ARGUMENT_SQL: Result<SqlMappingRef, ArgumentError> =
+                Err(ArgumentError::$argument_error);
+            const RETURN_SQL: Result<ReturnsRef, ReturnsError> =
+                <pgrx::iter::$name<'a, $row> as SqlTranslatable>::RETURN_SQL;
+        }
+
+        // SAFETY: the whole result is written to the call's tuplestore before the function
+        // returns, in the memory PostgreSQL reads it from; nothing is kept across calls.
+        unsafe impl<$row> RetAbi for $name<'_, $row>
+        where
+            $row: $bound,
+        {
+            type Item = $row;
+            type Ret = Self;
+
+            fn to_ret(self) -> Self::Ret {
+                self
+            }
+
+            unsafe fn box_ret_in_fcinfo(
+                fcinfo: pg_sys::FunctionCallInfo,
+                ret: Self::Ret,
+            ) -> pg_sys::Datum {
+                // SAFETY: a set-returning call; each row goes into the store set up for it.
+                unsafe {
+                    let out = materialize(fcinfo);
+                    for row in ret.rows {
+                        $store(&out, row);
+                    }
+                    done(fcinfo)
+                }
+            }
+
+            unsafe fn move_into_fcinfo_fcx(self, _fcinfo: pg_sys::FunctionCallInfo) {}
+
+            unsafe fn fill_fcinfo_fcx(&self, _fcinfo: pg_sys::FunctionCallInfo) {}
+        }
+    };
 }
 
-// SAFETY: the SQL is pgrx's own for the same shapes of return.
-unsafe impl<'a, Row> SqlTranslatable for TableIterator<'a, Row>
-where
-    pgrx::iter::TableIterator<'a, Row>: SqlTranslatable,
-{
-    const TYPE_IDENT: &'static str =
-        <pgrx::iter::TableIterator<'a, Row> as SqlTranslatable>::TYPE_IDENT;
-    const TYPE_ORIGIN: TypeOrigin =
-        <pgrx::iter::TableIterator<'a, Row> as SqlTranslatable>::TYPE_ORIGIN;
-    const ARGUMENT_SQL: Result<SqlMappingRef, ArgumentError> = Err(ArgumentError::Table);
-    const RETURN_SQL: Result<ReturnsRef, ReturnsError> =
-        <pgrx::iter::TableIterator<'a, Row> as SqlTranslatable>::RETURN_SQL;
-}
+materialized_set!(
+    /// The rows of a `RETURNS TABLE (...)` function, each a tuple of its columns.
+    TableIterator<Row: IntoHeapTuple>, Table, store_tuple
+);
 
-// SAFETY: as above.
-unsafe impl<'a, T> SqlTranslatable for SetOfIterator<'a, T>
-where
-    pgrx::iter::SetOfIterator<'a, T>: SqlTranslatable,
-{
-    const TYPE_IDENT: &'static str =
-        <pgrx::iter::SetOfIterator<'a, T> as SqlTranslatable>::TYPE_IDENT;
-    const TYPE_ORIGIN: TypeOrigin =
-        <pgrx::iter::SetOfIterator<'a, T> as SqlTranslatable>::TYPE_ORIGIN;
-    const ARGUMENT_SQL: Result<SqlMappingRef, ArgumentError> = Err(ArgumentError::SetOf);
-    const RETURN_SQL: Result<ReturnsRef, ReturnsError> =
-        <pgrx::iter::SetOfIterator<'a, T> as SqlTranslatable>::RETURN_SQL;
-}
+materialized_set!(
+    /// The rows of a `RETURNS SETOF type` function.
+    SetOfIterator<T: IntoDatum>, SetOf, store_value
+);
 
 /// Where the rows go: the tuplestore of the call, and the row type it was set up with.
 struct Materialized {
@@ -146,82 +172,44 @@ unsafe fn done(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum {
     pg_sys::Datum::from(0)
 }
 
-// SAFETY: the whole result is written to the call's tuplestore before the function returns, in
-// the memory PostgreSQL reads it from; nothing is kept across calls.
-unsafe impl<Row> RetAbi for TableIterator<'_, Row>
-where
-    Row: IntoHeapTuple,
-{
-    type Item = Row;
-    type Ret = Self;
-
-    fn to_ret(self) -> Self::Ret {
-        self
+/// Stores a row of a `RETURNS TABLE` function: its tuple, formed with the store's descriptor
+/// and copied into the store.
+///
+/// # Safety
+/// `out` is the current call's, from [`materialize`].
+#[inline]
+unsafe fn store_tuple<Row: IntoHeapTuple>(out: &Materialized, row: Row) {
+    // SAFETY: the store and the descriptor it was set up with.
+    unsafe {
+        let tuple = row.into_heap_tuple(out.desc);
+        pg_sys::tuplestore_puttuple(out.store, tuple);
+        pg_sys::heap_freetuple(tuple);
     }
-
-    unsafe fn box_ret_in_fcinfo(fcinfo: pg_sys::FunctionCallInfo, ret: Self::Ret) -> pg_sys::Datum {
-        // SAFETY: a set-returning call; each tuple is formed with the descriptor the store was
-        // set up with and copied into the store.
-        unsafe {
-            let out = materialize(fcinfo);
-            for row in ret.rows {
-                let tuple = row.into_heap_tuple(out.desc);
-                pg_sys::tuplestore_puttuple(out.store, tuple);
-                pg_sys::heap_freetuple(tuple);
-            }
-            done(fcinfo)
-        }
-    }
-
-    unsafe fn move_into_fcinfo_fcx(self, _fcinfo: pg_sys::FunctionCallInfo) {}
-
-    unsafe fn fill_fcinfo_fcx(&self, _fcinfo: pg_sys::FunctionCallInfo) {}
 }
 
-// SAFETY: as for TableIterator. A composite value is stored as its tuple, a scalar as a row of
-// one column.
-unsafe impl<T> RetAbi for SetOfIterator<'_, T>
-where
-    T: IntoDatum,
-{
-    type Item = T;
-    type Ret = Self;
-
-    fn to_ret(self) -> Self::Ret {
-        self
-    }
-
-    unsafe fn box_ret_in_fcinfo(fcinfo: pg_sys::FunctionCallInfo, ret: Self::Ret) -> pg_sys::Datum {
-        // SAFETY: as for TableIterator; a composite datum is a HeapTupleHeader of the
-        // function's row type.
-        unsafe {
-            let out = materialize(fcinfo);
-            for value in ret.rows {
-                let datum = value.into_datum();
-                if out.composite {
-                    let Some(datum) = datum else { continue };
-                    let header = pg_sys::pg_detoast_datum(datum.cast_mut_ptr())
-                        .cast::<pg_sys::HeapTupleHeaderData>();
-                    let mut tuple: pg_sys::HeapTupleData = std::mem::zeroed();
-                    tuple.t_len = pgrx::varsize(header.cast()) as u32;
-                    tuple.t_data = header;
-                    pg_sys::tuplestore_puttuple(out.store, &mut tuple);
-                } else {
-                    let mut value = datum.unwrap_or(pg_sys::Datum::from(0));
-                    let mut is_null = datum.is_none();
-                    pg_sys::tuplestore_putvalues(
-                        out.store,
-                        out.desc,
-                        &raw mut value,
-                        &raw mut is_null,
-                    );
-                }
-            }
-            done(fcinfo)
+/// Stores a value of a `RETURNS SETOF` function: a composite value as its tuple (a NULL one is
+/// left out), a scalar as a row of one column.
+///
+/// # Safety
+/// `out` is the current call's, from [`materialize`].
+#[inline]
+unsafe fn store_value<T: IntoDatum>(out: &Materialized, value: T) {
+    // SAFETY: the store and its descriptor; a composite datum is a HeapTupleHeader of the
+    // function's row type.
+    unsafe {
+        let datum = value.into_datum();
+        if out.composite {
+            let Some(datum) = datum else { return };
+            let header = pg_sys::pg_detoast_datum(datum.cast_mut_ptr())
+                .cast::<pg_sys::HeapTupleHeaderData>();
+            let mut tuple: pg_sys::HeapTupleData = std::mem::zeroed();
+            tuple.t_len = pgrx::varsize(header.cast()) as u32;
+            tuple.t_data = header;
+            pg_sys::tuplestore_puttuple(out.store, &mut tuple);
+        } else {
+            let mut value = datum.unwrap_or(pg_sys::Datum::from(0));
+            let mut is_null = datum.is_none();
+            pg_sys::tuplestore_putvalues(out.store, out.desc, &raw mut value, &raw mut is_null);
         }
     }
-
-    unsafe fn move_into_fcinfo_fcx(self, _fcinfo: pg_sys::FunctionCallInfo) {}
-
-    unsafe fn fill_fcinfo_fcx(&self, _fcinfo: pg_sys::FunctionCallInfo) {}
 }
