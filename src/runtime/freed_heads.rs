@@ -258,17 +258,31 @@ impl Table {
             entry.prev = before;
             entry.next = after;
         }
-        if before == NO_ENTRY {
-            self.lists[slot] = link;
-        } else {
-            self.entry(before).next = link;
-        }
-        if after == NO_ENTRY {
-            self.tails[slot] = link;
-        } else {
-            self.entry(after).prev = link;
-        }
+        self.set_next(slot, before, link);
+        self.set_prev(slot, after, link);
         before
+    }
+
+    /// Makes `next` follow the linked entry `link` in the list of `slot`, or start the list
+    /// when `link` is `NO_ENTRY`.
+    #[inline]
+    fn set_next(&mut self, slot: usize, link: u32, next: u32) {
+        if link == NO_ENTRY {
+            self.lists[slot] = next;
+        } else {
+            self.entry(link).next = next;
+        }
+    }
+
+    /// Makes `prev` come before the linked entry `link` in the list of `slot`, or end the list
+    /// when `link` is `NO_ENTRY`.
+    #[inline]
+    fn set_prev(&mut self, slot: usize, link: u32, prev: u32) {
+        if link == NO_ENTRY {
+            self.tails[slot] = prev;
+        } else {
+            self.entry(link).prev = prev;
+        }
     }
 
     /// Links the entries `made` ((which, slot, entry), sorted by slot and then from the last in
@@ -293,16 +307,8 @@ impl Table {
     /// Unlinks the linked entry `link` from the list of `slot` and frees it.
     fn release(&mut self, slot: usize, link: u32) {
         let Entry { prev, next, .. } = *self.entry(link);
-        if prev == NO_ENTRY {
-            self.lists[slot] = next;
-        } else {
-            self.entry(prev).next = next;
-        }
-        if next == NO_ENTRY {
-            self.tails[slot] = prev;
-        } else {
-            self.entry(next).prev = prev;
-        }
+        self.set_next(slot, prev, next);
+        self.set_prev(slot, next, prev);
         let free = self.free;
         let entry = self.entry(link);
         entry.usage = Use::Free;
@@ -464,18 +470,22 @@ pub fn give_back(id: i64) {
     });
 }
 
+/// The table and the slot of `queue`, when the queue may have freed heads there: shared memory
+/// is attached, its name fits an entry and the slot's list is not empty.
+fn slot_with_heads(queue: &str) -> Option<(&'static FreedHeads, usize)> {
+    let heads = heads()?;
+    let slot = slot_index(queue);
+    (queue.len() <= TEXT_BYTES && !heads.is_empty_at(slot)).then_some((heads, slot))
+}
+
 /// Takes every available freed head of `queue` (its groups no longer run one job at a time,
 /// or the claim cannot take them under its isolation level), up to a few hundred at once, and
 /// returns their job ids, whose marks the caller clears; as with [`take`], they are dropped
 /// when this transaction commits.
 pub fn take_all(queue: &str) -> Vec<i64> {
-    let Some(heads) = heads() else {
+    let Some((heads, slot)) = slot_with_heads(queue) else {
         return Vec::new();
     };
-    let slot = slot_index(queue);
-    if queue.len() > TEXT_BYTES || heads.is_empty_at(slot) {
-        return Vec::new();
-    }
     let database = current_database();
     let pid = my_pid();
     let mut taken: Vec<(u32, i64)> = Vec::with_capacity(TAKE_ALL_AT_ONCE);
@@ -494,13 +504,9 @@ pub fn take_all(queue: &str) -> Vec<i64> {
 
 /// The job ids of `queue`'s freed heads that claims may take now, in claim order.
 pub fn available(queue: &str) -> Vec<i64> {
-    let Some(heads) = heads() else {
+    let Some((heads, slot)) = slot_with_heads(queue) else {
         return Vec::new();
     };
-    let slot = slot_index(queue);
-    if queue.len() > TEXT_BYTES || heads.is_empty_at(slot) {
-        return Vec::new();
-    }
     let database = current_database();
     let mut found: Vec<i64> = Vec::with_capacity(ENTRIES);
     heads.with(|table| {
@@ -589,27 +595,18 @@ pub fn withdraw_offers_here() -> Vec<i64> {
     let Some(heads) = heads() else {
         return Vec::new();
     };
-    let pid = my_pid();
     let mut withdrawn = Vec::new();
     let mut released: Vec<usize> = Vec::new();
-    MINE.with(|mine| {
-        let mut mine = mine.borrow_mut();
-        if mine.is_empty() {
-            return;
+    forget_mine(heads, |table, link, id| {
+        let entry = *table.entry(link);
+        if entry.usage != Use::Offered {
+            return false;
         }
-        heads.with(|table| {
-            mine.retain(|&(link, id)| {
-                let entry = *table.entry(link);
-                if entry.holder != pid || entry.position.id != id || entry.usage != Use::Offered {
-                    return true;
-                }
-                let slot = entry.queue.get().map_or(0, slot_index);
-                table.release(slot, link);
-                released.push(slot);
-                withdrawn.push(id);
-                false
-            });
-        });
+        let slot = entry.queue.get().map_or(0, slot_index);
+        table.release(slot, link);
+        released.push(slot);
+        withdrawn.push(id);
+        true
     });
     for slot in released {
         heads.unlinked(slot, 1);
@@ -637,6 +634,21 @@ pub fn subtransaction_aborted() {
 /// Makes this transaction's entries whose use `which` names available, and forgets them.
 fn make_mine_available(which: impl Fn(Use) -> bool) {
     let Some(heads) = heads() else { return };
+    forget_mine(heads, |table, link, _| {
+        let entry = table.entry(link);
+        let applies = which(entry.usage);
+        if applies {
+            entry.usage = Use::Available;
+        }
+        applies
+    });
+}
+
+/// Under the table's lock, asks `forget` of each entry this transaction took or offered that
+/// still holds the same job for it, given the table, the entry's link and the job's id, and
+/// forgets those it answers `true` for. Entries no longer this transaction's are left to the
+/// transaction's end.
+fn forget_mine(heads: &FreedHeads, mut forget: impl FnMut(&mut Table, u32, i64) -> bool) {
     let pid = my_pid();
     MINE.with(|mine| {
         let mut mine = mine.borrow_mut();
@@ -646,11 +658,8 @@ fn make_mine_available(which: impl Fn(Use) -> bool) {
         heads.with(|table| {
             mine.retain(|&(link, id)| {
                 let entry = table.entry(link);
-                let applies = entry.holder == pid && entry.position.id == id && which(entry.usage);
-                if applies {
-                    entry.usage = Use::Available;
-                }
-                !applies
+                let held = entry.holder == pid && entry.position.id == id;
+                !(held && forget(table, link, id))
             });
         });
     });
