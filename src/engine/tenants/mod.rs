@@ -248,22 +248,22 @@ pub fn grant(role: &str, tenant: &str) -> bool {
             format!("role {} does not exist", quote(role)),
         );
     }
-    let granted = with_client(|client| {
-        GRANT
-            .first::<bool>(client, &[role.into(), tenant.into()], "granted")
-            .is_some()
-    });
-    effects::tenant_grants_changed();
-    granted
+    change_grant(&GRANT, "granted", role, tenant)
 }
 
 /// Takes `tenant` from `role`; answers whether there was such a grant.
 pub fn revoke(role: &str, tenant: &str) -> bool {
-    let revoked = with_client(|client| {
-        REVOKE
-            .first::<bool>(client, &[role.into(), tenant.into()], "revoked")
+    change_grant(&REVOKE, "revoked", role, tenant)
+}
+
+/// Runs `statement`, which grants `tenant` to `role` or revokes it, and has the sessions read
+/// the grants again; answers whether it changed a grant (returned its `changed` column).
+fn change_grant(statement: &'static Statement, changed: &str, role: &str, tenant: &str) -> bool {
+    let changed = with_client(|client| {
+        statement
+            .first::<bool>(client, &[role.into(), tenant.into()], changed)
             .is_some()
     });
     effects::tenant_grants_changed();
-    revoked
+    changed
 }
