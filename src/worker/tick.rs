@@ -234,6 +234,19 @@ impl Tick {
             shard_moved: true,
         })
     }
+
+    /// Runs `work`, which finds out what the steps need, in a transaction of its own (without
+    /// the steps' timeouts or shard); when it fails, records the failure, doing `doing`, and
+    /// answers `None`: the tick then ends.
+    fn look<R>(&mut self, doing: &'static str, work: impl FnOnce() -> R) -> Option<R> {
+        match transaction::run(ACTIVITY, work) {
+            Ok(answer) => Some(answer),
+            Err(failure) => {
+                self.report.failures.push((doing, failure.message));
+                None
+            }
+        }
+    }
 }
 
 /// Runs one tick. `started_at` is when this worker started (server clock).
@@ -243,17 +256,10 @@ pub fn run(started_at: i64) -> TickReport {
         shard: None,
         report: TickReport::default(),
     };
-    let installed = transaction::run(ACTIVITY, || {
+    let Some(installed) = tick.look("looking for the extension", || {
         with_client(|client| EXTENSION_EXISTS.first::<String>(client, &[], "installed"))
-    });
-    let installed = match installed {
-        Ok(installed) => installed,
-        Err(failure) => {
-            tick.report
-                .failures
-                .push(("looking for the extension", failure.message));
-            return tick.report;
-        }
+    }) else {
+        return tick.report;
     };
     // The library of a newer (or older) version than the SQL definitions would run its
     // statements against tables they do not describe: idle until ALTER EXTENSION UPDATE.
@@ -269,17 +275,10 @@ pub fn run(started_at: i64) -> TickReport {
         floor::forget_reaches(shared.floor_cells());
     }
     // On a Citus cluster: this node's shards, and whether it is the coordinator.
-    let citus = transaction::run(ACTIVITY, || {
+    let Some(citus) = tick.look("reading this node's shards", || {
         distribute::local_shard_keys().map(|keys| (keys, distribute::on_coordinator()))
-    });
-    let citus = match citus {
-        Ok(citus) => citus,
-        Err(failure) => {
-            tick.report
-                .failures
-                .push(("reading this node's shards", failure.message));
-            return tick.report;
-        }
+    }) else {
+        return tick.report;
     };
     for step in STEPS {
         let outcome = match (&citus, step.on) {
