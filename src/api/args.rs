@@ -75,6 +75,15 @@ pub fn check_range(value: i64, argument: &str, min: i64, max: i64) {
     }
 }
 
+/// A job's `kind` (required; 1 to [`limits::KIND_BYTES`] bytes), checked.
+#[track_caller]
+#[inline]
+pub fn kind_arg(kind: Option<&str>) -> &str {
+    let kind = required(kind, "kind");
+    check_text(kind, "kind", limits::KIND_BYTES);
+    kind
+}
+
 /// A job's `priority` (required; a smallint, lower runs first), checked.
 #[track_caller]
 pub fn priority_arg(priority: Option<i32>) -> i32 {

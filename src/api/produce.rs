@@ -4,7 +4,7 @@ use pgrx::prelude::*;
 
 use super::args::{
     check_finite, check_max_attempts, check_object, check_payload_size, check_text, delay_arg,
-    limits, priority_arg, queue_arg, required_elements,
+    kind_arg, limits, priority_arg, queue_arg, required_elements,
 };
 use crate::engine::access::{self, Role};
 use crate::engine::distribute;
@@ -58,8 +58,7 @@ fn job_options(
     flow: FlowArguments<'_>,
     payloads: usize,
 ) -> JobOptions {
-    let kind = required(kind, "kind");
-    check_text(kind, "kind", limits::KIND_BYTES);
+    let kind = kind_arg(kind);
     let run_at = required(run_at, "run_at");
     check_finite(run_at, "run_at");
     let priority = priority_arg(priority);

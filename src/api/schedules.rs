@@ -3,8 +3,8 @@
 use pgrx::prelude::*;
 
 use super::args::{
-    check_finite, check_max_attempts, check_object, check_payload_size, check_text, limits,
-    priority_arg, queue_arg,
+    check_finite, check_max_attempts, check_object, check_payload_size, check_text, kind_arg,
+    limits, priority_arg, queue_arg,
 };
 use crate::engine::access::{self, Role};
 use crate::engine::schedules::plan::CatchUp;
@@ -51,8 +51,7 @@ fn jobs_schedule(
     let queue = queue_arg(queue);
     let payload = required(payload, "payload");
     check_payload_size(payload, || "payload".to_owned());
-    let kind = required(kind, "kind");
-    check_text(kind, "kind", limits::KIND_BYTES);
+    let kind = kind_arg(kind);
     let timezone = required(timezone, "timezone");
     check_object(headers, "headers");
     let priority = priority_arg(priority);
