@@ -9,7 +9,7 @@
 //! server's clock at the call (Rule 10): an expired record is absent to every function before
 //! the background worker's [`purge_batch`] deletes it.
 
-use pgrx::datum::{Interval, TimestampWithTimeZone};
+use pgrx::datum::{DatumWithOid, Interval, TimestampWithTimeZone};
 use pgrx::pg_sys::{self, INT4OID, INTERVALOID, JSONBOID, TEXTOID, TIMESTAMPTZOID, UUIDOID};
 use pgrx::spi::SpiClient;
 use pgrx::{FromDatum, Uuid};
@@ -102,6 +102,22 @@ impl<'a> RecordKey<'a> {
         }
     }
 
+    /// The arguments of a statement on this record: the three that name it (tenant, scope,
+    /// key), which every statement on one record takes first, then `rest`.
+    fn args<'b>(
+        &'b self,
+        rest: impl IntoIterator<Item = DatumWithOid<'b>>,
+    ) -> Vec<DatumWithOid<'b>> {
+        [
+            self.tenant.as_str().into(),
+            self.scope.into(),
+            self.key.into(),
+        ]
+        .into_iter()
+        .chain(rest)
+        .collect()
+    }
+
     /// The key and its scope, for messages.
     fn describe(&self) -> String {
         if self.scope.is_empty() {
@@ -141,10 +157,7 @@ pub fn save(key: &RecordKey<'_>, record: &NewRecord) -> IdempotencySavedRow {
     with_client(|client| {
         let rows = SAVE.run(
             client,
-            &[
-                key.tenant.as_str().into(),
-                key.scope.into(),
-                key.key.into(),
+            &key.args([
                 record.status.as_str().into(),
                 record.response.into(),
                 record.ttl.into(),
@@ -152,7 +165,7 @@ pub fn save(key: &RecordKey<'_>, record: &NewRecord) -> IdempotencySavedRow {
                 record.pending_for.into(),
                 timestamptz_arg(now),
                 lease_token().into(),
-            ],
+            ]),
         );
         if let Some(saved) = rows.first().and_then(|row| row.get_in("saved", context)) {
             return saved;
@@ -164,10 +177,7 @@ pub fn save(key: &RecordKey<'_>, record: &NewRecord) -> IdempotencySavedRow {
 /// Raises the reason why the record of `key`, which a save just failed to take (and locked),
 /// keeps its key.
 fn refuse(client: &SpiClient<'_>, key: &RecordKey<'_>) -> ! {
-    let rows = HELD.run(
-        client,
-        &[key.tenant.as_str().into(), key.scope.into(), key.key.into()],
-    );
+    let rows = HELD.run(client, &key.args([]));
     let row = rows
         .first()
         .expect("a record a save found in its way stays locked until the transaction ends");
@@ -223,15 +233,7 @@ pub fn get(key: &RecordKey<'_>) -> Option<IdempotencyRecordRow> {
     // SAFETY: reading the current context pointer (the caller's, which outlives SPI).
     let context = unsafe { pg_sys::CurrentMemoryContext };
     with_client(|client| {
-        let rows = GET.run(
-            client,
-            &[
-                key.tenant.as_str().into(),
-                key.scope.into(),
-                key.key.into(),
-                timestamptz_arg(now),
-            ],
-        );
+        let rows = GET.run(client, &key.args([timestamptz_arg(now)]));
         rows.first().and_then(|row| row.get_in("record", context))
     })
 }
@@ -315,16 +317,13 @@ pub fn update(
         !UPDATE
             .run(
                 client,
-                &[
-                    key.tenant.as_str().into(),
-                    key.scope.into(),
-                    key.key.into(),
+                &key.args([
                     token.into(),
                     status.into(),
                     response.into(),
                     ttl.into(),
                     timestamptz_arg(server_now()),
-                ],
+                ]),
             )
             .is_empty()
     })
@@ -337,13 +336,7 @@ pub fn delete(key: &RecordKey<'_>, token: Option<Uuid>) -> bool {
         DELETE
             .first::<bool>(
                 client,
-                &[
-                    key.tenant.as_str().into(),
-                    key.scope.into(),
-                    key.key.into(),
-                    token.into(),
-                    timestamptz_arg(server_now()),
-                ],
+                &key.args([token.into(), timestamptz_arg(server_now())]),
                 "live",
             )
             .unwrap_or(false)
