@@ -94,7 +94,7 @@ fn claim_index_window_end(queue: &str, from: Option<Position>) -> Option<Positio
             pg_sys::C_COLLATION_OID,
             pg_sys::Datum::from(text),
         );
-        let mut members: Vec<pg_sys::ScanKeyData> = Vec::new();
+        let mut members: [pg_sys::ScanKeyData; 3] = [std::mem::zeroed(); 3];
         index_walk::window_end(c"job", c"job_claim_idx", |index| {
             let ge = pg_sys::BTGreaterEqualStrategyNumber;
             let eq = pg_sys::BTEqualStrategyNumber;
@@ -107,38 +107,18 @@ fn claim_index_window_end(queue: &str, from: Option<Position>) -> Option<Positio
                 hash,
             )?];
             if let Some(from) = from {
-                members = vec![
-                    direct::key(
-                        index,
-                        2,
-                        INT2OID,
-                        ge,
-                        Compare::RowMember { last: false },
-                        pg_sys::Datum::from(from.priority),
-                    )?,
-                    direct::key(
-                        index,
-                        3,
-                        TIMESTAMPTZOID,
-                        ge,
-                        Compare::RowMember { last: false },
-                        pg_sys::Datum::from(from.run_at),
-                    )?,
-                    direct::key(
-                        index,
-                        4,
-                        INT8OID,
-                        ge,
-                        Compare::RowMember { last: true },
-                        pg_sys::Datum::from(from.id),
-                    )?,
-                ];
-                let mut header = std::mem::zeroed::<pg_sys::ScanKeyData>();
-                header.sk_flags = pg_sys::SK_ROW_HEADER as i32;
-                header.sk_attno = 2;
-                header.sk_strategy = ge as pg_sys::StrategyNumber;
-                header.sk_argument = pg_sys::Datum::from(members.as_mut_ptr());
-                keys.push(header);
+                // `(priority, run_at, id) >= from`, as one row comparison.
+                members = direct::row_members(
+                    index,
+                    2,
+                    ge,
+                    [
+                        (INT2OID, pg_sys::Datum::from(from.priority)),
+                        (TIMESTAMPTZOID, pg_sys::Datum::from(from.run_at)),
+                        (INT8OID, pg_sys::Datum::from(from.id)),
+                    ],
+                )?;
+                keys.push(direct::row_header(2, ge, &mut members));
             }
             Some(keys)
         })

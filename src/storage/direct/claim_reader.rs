@@ -21,7 +21,8 @@ use pgrx::pg_sys::{self, Datum, Oid};
 
 use super::job_writer::attribute;
 use super::{
-    btree_expressions, enum_value, key, read_job_index, text_of, value, Compare, StatementScan,
+    btree_expressions, enum_value, key, read_job_index, row_header, text_of, value, Compare,
+    StatementScan,
 };
 
 /// A due job the scan found.
@@ -201,11 +202,7 @@ unsafe fn scan(
             return None;
         };
         let mut from = [from_run_at, from_id];
-        let mut row_header = std::mem::zeroed::<pg_sys::ScanKeyData>();
-        row_header.sk_flags = pg_sys::SK_ROW_HEADER as i32;
-        row_header.sk_attno = 3;
-        row_header.sk_strategy = ge as pg_sys::StrategyNumber;
-        row_header.sk_argument = Datum::from(from.as_mut_ptr());
+        let from_header = row_header(3, ge, &mut from);
         let eq = pg_sys::BTEqualStrategyNumber;
         // No key bounds run_at by `now`: the scan stops at the first job not due yet instead
         // (claim order within a priority is run_at order), and a btree of PostgreSQL before 17
@@ -224,7 +221,7 @@ unsafe fn scan(
         ) else {
             return None;
         };
-        let mut keys = [queue_key, priority_key, row_header];
+        let mut keys = [queue_key, priority_key, from_header];
         let statement_scan = StatementScan::begin(heap, index, &mut keys);
         let scan = statement_scan.scan;
         let slot = pg_sys::table_slot_create(heap, std::ptr::null_mut());

@@ -354,6 +354,53 @@ pub unsafe fn key(
     }
 }
 
+/// The members of the row comparison of the columns of the open btree `index` from
+/// `first_column` on with `values` (each with its type) by the operator of `strategy`, as the
+/// executor builds them for the statement; `None` when an operator family has no such operator.
+/// [`row_header`] makes the key that stands for them.
+///
+/// # Safety
+/// `index` is open; inside a transaction (catalog lookups).
+pub unsafe fn row_members<const N: usize>(
+    index: pg_sys::Relation,
+    first_column: i16,
+    strategy: u32,
+    values: [(Oid, Datum); N],
+) -> Option<[pg_sys::ScanKeyData; N]> {
+    // SAFETY: as the caller promises; every entry is filled before it is read.
+    unsafe {
+        let mut members = [std::mem::zeroed::<pg_sys::ScanKeyData>(); N];
+        for (i, (type_oid, value)) in values.into_iter().enumerate() {
+            let compare = Compare::RowMember { last: i == N - 1 };
+            let column = first_column + i as i16;
+            members[i] = key(index, column, type_oid, strategy, compare, value)?;
+        }
+        Some(members)
+    }
+}
+
+/// The scan key of a row comparison by the operator of `strategy` whose members (made with
+/// [`Compare::RowMember`], the last one marked) start at column `first_column`.
+///
+/// # Safety
+/// `members` must stay where they are, alive, until the scan ends: the key points to them.
+#[inline]
+pub unsafe fn row_header(
+    first_column: i16,
+    strategy: u32,
+    members: &mut [pg_sys::ScanKeyData],
+) -> pg_sys::ScanKeyData {
+    // SAFETY: a blank entry, filled as the executor fills a row comparison's header.
+    unsafe {
+        let mut header = std::mem::zeroed::<pg_sys::ScanKeyData>();
+        header.sk_flags = pg_sys::SK_ROW_HEADER as i32;
+        header.sk_attno = first_column;
+        header.sk_strategy = strategy as pg_sys::StrategyNumber;
+        header.sk_argument = Datum::from(members.as_mut_ptr());
+        header
+    }
+}
+
 /// The text of a non-NULL text datum, converted as a statement's result row is.
 ///
 /// # Safety
