@@ -97,7 +97,7 @@ pub unsafe fn btree_expressions<const KEYS: usize>(
         let form = (*index).rd_index;
         if (*(*index).rd_rel).relam != pg_sys::BTREE_AM_OID
             || (*form).indrelid != (*heap).rd_id
-            || (*form).indnkeyatts as usize != KEYS
+            || (*form).indnkeyatts != KEYS as i16
             || (*form).indkey.values.as_slice(KEYS) != keys
         {
             return None;
