@@ -407,6 +407,20 @@ fn worker_counts(client: &mut Client) -> (i64, i64) {
     )
 }
 
+/// Runs `insert` (a row written into `queue` by hand, `$1` the queue, returning its id), as a
+/// restore would write it, with no function to announce it, and checks that it sits below the
+/// queue's claim floor: a claim does not see it until the worker's check heals the floor.
+fn written_below_the_floor(admin: &mut Client, queue: &str, insert: &str) -> i64 {
+    let id = scalar(admin, insert, &[&queue]);
+    assert_claims_nothing(
+        admin,
+        queue,
+        1,
+        "before the worker's check the job sits below the floor (this test needs that)",
+    );
+    id
+}
+
 #[test]
 fn the_worker_resets_a_floor_that_a_job_written_behind_the_functions_back_sits_below() {
     let cluster = Cluster::start_with_extension("floor-heal", &ticking_on_reload());
@@ -414,17 +428,11 @@ fn the_worker_resets_a_floor_that_a_job_written_behind_the_functions_back_sits_b
     burn(&mut admin, &queue, 5);
 
     // A restore, or a hand-written INSERT: no function announces this job.
-    let restored: i64 = scalar(
-        &mut admin,
-        "INSERT INTO jobs.job (queue, max_attempts, run_at) VALUES ($1, 5, now() - interval '1 hour')
-         RETURNING id",
-        &[&queue],
-    );
-    assert_claims_nothing(
+    let restored = written_below_the_floor(
         &mut admin,
         &queue,
-        1,
-        "before the worker's check the job sits below the floor (this test needs that)",
+        "INSERT INTO jobs.job (queue, max_attempts, run_at) VALUES ($1, 5, now() - interval '1 hour')
+         RETURNING id",
     );
     let healed_before: i64 = scalar(
         &mut admin,
@@ -560,18 +568,12 @@ fn the_worker_finds_a_job_deep_below_a_floor_a_bounded_walk_a_tick() {
     }
     // Due just before the second batch: past the first batch's 29,000 dead entries, below the
     // floor the claims raised past the second.
-    let restored: i64 = scalar(
+    let restored = written_below_the_floor(
         &mut admin,
+        &queue,
         "INSERT INTO jobs.job (queue, max_attempts, run_at)
          SELECT $1, 5, max(run_at) - interval '1 microsecond' FROM jobs.job WHERE queue = $1
          RETURNING id",
-        &[&queue],
-    );
-    assert_claims_nothing(
-        &mut admin,
-        &queue,
-        1,
-        "before the worker's check the job sits below the floor (this test needs that)",
     );
     let (_, healed_before) = worker_counts(&mut admin);
     let mut ticks = 0;
