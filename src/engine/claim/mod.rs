@@ -142,6 +142,7 @@ fn attempt(
             state: &state,
             seen: seen.as_ref(),
             resume: Resume::default(),
+            dead_past_floor: Cell::new(None),
         };
         let mut rounds = Rounds::new(request, flow, now, allowed, result_context);
         rounds.run(client, &picking, freed);
@@ -149,6 +150,9 @@ fn attempt(
         budget.settle(client, &state, rounds.taken());
         if let Some(seen) = &seen {
             rounds.raise_floor(client, &state, seen);
+            if let Some(dead) = picking.dead_past_floor() {
+                state.raise_floor(seen, dead.successor());
+            }
         }
         rounds.finish(client)
     })

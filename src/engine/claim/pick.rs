@@ -130,6 +130,8 @@ pub struct Picking<'a> {
     /// Where the claim's next read past the reach and its next read from the floor go on: just
     /// past the last job each examined. See [`Picking::pick`].
     pub resume: Resume,
+    /// See [`Picking::dead_past_floor`].
+    pub(super) dead_past_floor: Cell<Option<Position>>,
 }
 
 /// Where a claim's reads of candidates go on when it picks again.
@@ -261,22 +263,51 @@ impl Picking<'_> {
         already: &HashSet<i64>,
         resume: &Cell<Option<Position>>,
     ) -> (Vec<Candidate>, Option<Position>) {
+        let from_floor = resume.get().is_none()
+            && start.is_some()
+            && start == self.seen.and_then(|seen| seen.key);
         let start = resume.get().or(start);
-        let (picked, first_skipped, examined_to) = self.pick_from(client, wanted, start, already);
+        let (picked, first_skipped, examined_to) =
+            self.pick_from(client, wanted, start, already, from_floor);
         if let Some(last) = examined_to {
             resume.set(Some(last.successor()));
         }
         (picked, first_skipped)
     }
 
-    /// [`Picking::pick`] from `start`; also returns the last job it examined.
+    /// The last of the entries at the start of this claim's read from the floor that no row
+    /// version backs, as the read's snapshot saw them: the floor may rise just past it. Only
+    /// for claims of
+    /// every job under READ COMMITTED, whose reads take their snapshots after the claim read
+    /// the floor: an entry they do not see is a job's claimed (or deleted) version, or a job
+    /// whose enqueue had not committed then, and that commit's lower of the floor stops the
+    /// raise short of it (`runtime::floor::raise`). Without this, the floor rose only past the
+    /// jobs a claim took; while an old snapshot held vacuum back, the entries of jobs other
+    /// claims took meanwhile lay past it, and every claim and every probe of an idle queue's
+    /// waiting claims read them all again.
+    pub fn dead_past_floor(&self) -> Option<Position> {
+        self.dead_past_floor.get()
+    }
+
+    /// Whether this claim's reads from the floor note the entries they find no row behind.
+    fn notes_dead_entries(&self) -> bool {
+        // SAFETY: reads a backend global.
+        let read_committed = unsafe { pg_sys::XactIsoLevel } < pg_sys::XACT_REPEATABLE_READ as i32;
+        read_committed && self.filter.takes_every_job()
+    }
+
+    /// [`Picking::pick`] from `start` (the claim's floor, when `from_floor`); also returns the
+    /// last job it examined.
     fn pick_from(
         &self,
         client: &SpiClient<'_>,
         wanted: usize,
         mut start: Option<Position>,
         already: &HashSet<i64>,
+        from_floor: bool,
     ) -> (Vec<Candidate>, Option<Position>, Option<Position>) {
+        // Only the first read starts at the floor itself.
+        let mut note_dead = from_floor && self.notes_dead_entries();
         // Read a few more candidates than needed, in case other claims in flight hold some.
         // Few: claims start at the queue's reach, past the jobs the claims in flight hold, so
         // they seldom meet one, and every spare row read is paid by every claim, while a second
@@ -298,10 +329,20 @@ impl Picking<'_> {
                     now: self.now,
                     limit: limit as usize,
                     tenants: self.filter.tenants(),
+                    note_dead,
                 };
                 // SAFETY: inside the claim's transaction.
-                unsafe { claim_reader::due_in_priority(&query) }
+                let scan = unsafe { claim_reader::due_in_priority(&query) }?;
+                if let Some((run_at, id)) = scan.dead_to {
+                    self.dead_past_floor.set(Some(Position {
+                        priority: from.priority,
+                        run_at,
+                        id,
+                    }));
+                }
+                Some(scan.jobs)
             });
+            note_dead = false;
             let candidates = direct.unwrap_or_else(|| {
                 let args: [DatumWithOid; 8] = [
                     self.queue.into(),

@@ -31,7 +31,12 @@ SELECT q.paused AS paused,
                   FROM jobs.job j
                  WHERE pg_catalog.hashtext(j.queue) = pg_catalog.hashtext($1) AND j.queue = $1
                    AND j.state = 'queued' AND NOT j.group_wait AND j.priority = p.priority
-                   AND (j.priority, j.run_at, j.id) >= ($2, $3, $4)
+                   -- From the floor in its own priority. Not (priority, run_at, id) >= the
+                   -- floor: next to the equality on priority, the btree starts that scan at
+                   -- the priority's head and checks the row comparison on every entry from
+                   -- there, the dead ones an old snapshot keeps included.
+                   AND (j.run_at, j.id) >= (CASE WHEN p.priority = $2 THEN $3 ELSE '-infinity'::timestamptz END,
+                                            CASE WHEN p.priority = $2 THEN $4 ELSE -9223372036854775808 END)
                  ORDER BY j.run_at, j.id
                  LIMIT 1
                ) AS first

@@ -57,6 +57,21 @@ pub struct DueQuery<'a> {
     /// Whose jobs: `None` every job's, `Some([])` only jobs without a tenant, else only these
     /// tenants' jobs.
     pub tenants: Option<&'a [String]>,
+    /// Whether to note where the entries at the start of the scan that no row version of the
+    /// snapshot backs end ([`DueScan::dead_to`]): a claim that starts at its queue's floor may
+    /// raise the floor past them.
+    pub note_dead: bool,
+}
+
+/// What a scan found.
+pub struct DueScan {
+    /// The due jobs, in claim order.
+    pub jobs: Vec<DueJob>,
+    /// With [`DueQuery::note_dead`]: the last of the entries the scan read before the first
+    /// row version its snapshot sees (of any job: the first one ends them), when there were
+    /// any; its (run_at, id). While a snapshot older than their claims holds vacuum back,
+    /// these are the claimed jobs' entries, which every scan from the same start reads again.
+    pub dead_to: Option<(i64, i64)>,
 }
 
 /// Where the columns the scan reads are (attribute numbers, 1-based).
@@ -78,7 +93,7 @@ struct Columns {
 ///
 /// # Safety
 /// Inside a transaction.
-pub unsafe fn due_in_priority(query: &DueQuery<'_>) -> Option<Vec<DueJob>> {
+pub unsafe fn due_in_priority(query: &DueQuery<'_>) -> Option<DueScan> {
     // SAFETY: inside a transaction, as the caller promises; the relations stay open for the
     // reads, and the snapshot is registered for the scan and unregistered after it.
     unsafe {
@@ -164,7 +179,7 @@ unsafe fn scan(
     index: pg_sys::Relation,
     columns: &Columns,
     query: &DueQuery<'_>,
-) -> Option<Vec<DueJob>> {
+) -> Option<DueScan> {
     // SAFETY: open relations; the scan keys and their values live until the scan ends; the
     // slot and the scan are released before returning.
     unsafe {
@@ -240,10 +255,34 @@ unsafe fn scan(
         .unwrap_or(1);
         let queue_bytes = query.queue.as_bytes();
         let mut due = Vec::with_capacity(query.limit.min(1024));
+        if query.note_dead {
+            // The entries' keys, for the dead ones: asked before the scan (re)starts, where
+            // the btree makes room to copy them out.
+            (*scan).xs_want_itup = true;
+            statement_scan.rescan(&mut keys);
+        }
+        let mut dead_to = None;
+        // Whether no row version was seen yet (so the entries read are still "dead").
+        let mut dead_run = query.note_dead;
 
-        while due.len() < query.limit
-            && pg_sys::index_getnext_slot(scan, pg_sys::ScanDirection::ForwardScanDirection, slot)
-        {
+        // index_getnext_slot, with the entries whose rows the snapshot does not see in view.
+        while due.len() < query.limit {
+            // An MVCC snapshot sees at most one version of a chain: each entry is fetched once.
+            if pg_sys::index_getnext_tid(scan, pg_sys::ScanDirection::ForwardScanDirection)
+                .is_null()
+            {
+                break;
+            }
+            if !pg_sys::index_fetch_heap(scan, slot) {
+                if dead_run {
+                    match entry_key(scan) {
+                        Some(key) => dead_to = Some(key),
+                        None => dead_run = false,
+                    }
+                }
+                continue;
+            }
+            dead_run = false;
             if i32::from((*slot).tts_nvalid) < i32::from(last_column) {
                 pg_sys::slot_getsomeattrs_int(slot, i32::from(last_column));
             }
@@ -290,6 +329,30 @@ unsafe fn scan(
         }
         pg_sys::ExecDropSingleTupleTableSlot(slot);
         statement_scan.end();
-        Some(due)
+        Some(DueScan { jobs: due, dead_to })
+    }
+}
+
+/// The (run_at, id) of the claim index entry `scan` is on, from the copy the btree made of it;
+/// `None` when it made none or a key is null.
+///
+/// # Safety
+/// `scan` is a scan of the claim index begun with `xs_want_itup`, on an entry.
+unsafe fn entry_key(scan: pg_sys::IndexScanDesc) -> Option<(i64, i64)> {
+    // SAFETY: the entry and its descriptor belong to the live scan; four by-value columns.
+    unsafe {
+        if (*scan).xs_itup.is_null() {
+            return None;
+        }
+        let mut values = [Datum::from(0); pg_sys::INDEX_MAX_KEYS as usize];
+        let mut nulls = [false; pg_sys::INDEX_MAX_KEYS as usize];
+        pg_sys::index_deform_tuple(
+            (*scan).xs_itup,
+            (*scan).xs_itupdesc,
+            values.as_mut_ptr(),
+            nulls.as_mut_ptr(),
+        );
+        // (hashtext(queue), priority, run_at, id): see claim_index_fits.
+        (!nulls[2] && !nulls[3]).then(|| (values[2].value() as i64, values[3].value() as i64))
     }
 }

@@ -14,7 +14,9 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use pg_jobs_tests::{enqueue_empty, plan_buffers, scalar, Cluster, ExplainingSession};
+use pg_jobs_tests::{
+    claim, complete, enqueue_empty, plan_buffers, scalar, Cluster, ExplainingSession,
+};
 
 /// Jobs burnt down while the snapshot is held.
 const BURNT: i32 = 20_000;
@@ -176,5 +178,145 @@ fn the_floor_rises_past_each_claim_while_other_sessions_enqueue() {
     assert!(
         kept_up >= BUSY_CLAIMS * 9 / 10,
         "the floor fell behind: only {kept_up} of {BUSY_CLAIMS} claims raised it past their job"
+    );
+}
+
+/// Jobs claimed and completed while the snapshot is held, whose entries end up past the floor.
+const DEAD_PAST: i32 = 300;
+
+/// Runs one claim that finds nothing, and returns the buffers its statements touched.
+fn measured_empty_claim(session: &mut ExplainingSession, queue: &str) -> i64 {
+    session.take_plans();
+    let claimed: i64 = session
+        .client
+        .query_one("SELECT count(*) FROM jobs_claim($1)", &[&queue])
+        .expect("claim")
+        .get(0);
+    assert_eq!(claimed, 0, "the queue should be empty");
+    let plans = session.take_plans();
+    let call = plans
+        .iter()
+        .find(|p| {
+            p["Query Text"]
+                .as_str()
+                .unwrap_or("")
+                .contains("FROM jobs_claim")
+        })
+        .expect("auto_explain logged the claim call");
+    plan_buffers(&call["Plan"])
+}
+
+/// The floor rises past the jobs a claim takes, not past the entries it finds after them. When
+/// a job comes in below claimed jobs' entries (a run_at in the past here; under steady traffic,
+/// an enqueue whose transaction began before a claimed job's, or a skipped job), its commit
+/// lowers the floor, its claim raises it just past itself, and the claimed jobs' entries lie
+/// past the floor. While a snapshot holds vacuum back, every claim and every probe of a waiting
+/// claim read them again (under steady traffic, about a hundred entries a claim). A claim that
+/// reads from the floor and finds no row behind the entries there raises the floor past them.
+#[test]
+fn a_claim_raises_the_floor_past_the_dead_entries_it_read() {
+    let cluster = Cluster::shared();
+    let (mut worker, queue) = cluster.connect_with_queue("dead_run", "");
+    let ids = enqueue_empty(&mut worker, &queue, DEAD_PAST);
+    let last = *ids.last().unwrap();
+    worker.batch_execute("VACUUM ANALYZE jobs.job").unwrap();
+    let mut holder = cluster.connect();
+    holder
+        .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM jobs.job;")
+        .unwrap();
+    for job in claim(&mut worker, &queue, DEAD_PAST, "") {
+        assert_eq!(complete(&mut worker, &job), "succeeded");
+    }
+    let floor_id = |client: &mut postgres::Client| -> Option<i64> {
+        scalar(
+            client,
+            "SELECT floor_id FROM jobs.runtime_state($1)",
+            &[&queue],
+        )
+    };
+    assert_eq!(floor_id(&mut worker), Some(last + 1));
+
+    // A job below them: its commit lowers the floor, its claim raises it just past itself.
+    let early: i64 = scalar(
+        &mut worker,
+        "SELECT jobs_enqueue($1, run_at => now() - interval '1 hour')",
+        &[&queue],
+    );
+    let taken = claim(&mut worker, &queue, 1, "");
+    assert_eq!(taken.iter().map(|j| j.id).collect::<Vec<_>>(), [early]);
+    assert_eq!(complete(&mut worker, &taken[0]), "succeeded");
+    let behind = floor_id(&mut worker);
+    assert_eq!(
+        behind,
+        Some(early + 1),
+        "the floor should lie just past the early job"
+    );
+
+    let mut session = ExplainingSession::open(cluster, "");
+    // Its first claim prepares the session's plans (planning reads the index's ends).
+    let reading = measured_empty_claim(&mut session, &queue);
+    let raised = floor_id(&mut worker);
+    let after = measured_empty_claim(&mut session, &queue);
+    holder.batch_execute("COMMIT").unwrap();
+    println!(
+        "{DEAD_PAST} dead entries past the floor: the claim that read them touched {reading} \
+         buffers, the next {after}; the floor went from id {behind:?} (past the early job) to \
+         id {raised:?} (past the last dead entry)"
+    );
+    assert_eq!(
+        raised,
+        Some(last + 1),
+        "the claim should raise the floor just past the last dead entry it read"
+    );
+    assert!(
+        reading > 5 * after.max(10),
+        "the control: the first claim should read the dead entries ({reading} buffers, the \
+         next {after})"
+    );
+    assert!(after < 40, "a claim walked dead entries: {after} buffers");
+}
+
+/// The probe a claim that got nothing makes (whether the queue is paused, when its first job
+/// comes due) reads from the floor too, in every part. Its search for the earliest job of the
+/// floor's priority once named the priority and the floor's position both, and the btree then
+/// started at the priority's head and checked every entry from there, each dead one an old
+/// snapshot keeps included: with a delayed job queued, each empty attempt of a waiting claim
+/// read them all.
+#[test]
+fn the_probe_of_a_queue_with_a_delayed_job_does_not_walk_dead_entries() {
+    let cluster = Cluster::shared();
+    let (mut worker, queue) = cluster.connect_with_queue("delayed_probe", "");
+    enqueue_empty(&mut worker, &queue, BURNT);
+    worker.batch_execute("VACUUM ANALYZE jobs.job").unwrap();
+    let mut holder = cluster.connect();
+    holder
+        .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM jobs.job;")
+        .unwrap();
+    let mut burnt = 0;
+    while burnt < BURNT {
+        let done: i64 = scalar(
+            &mut worker,
+            "SELECT count(jobs_complete(c.id, c.lease)) FROM jobs_claim($1, n => 1000) c",
+            &[&queue],
+        );
+        assert!(done > 0, "the burn-down stalled at {burnt} jobs");
+        burnt += done as i32;
+    }
+    worker
+        .execute(
+            "SELECT jobs_enqueue($1, run_at => now() + interval '1 hour')",
+            &[&queue],
+        )
+        .unwrap();
+
+    let mut session = ExplainingSession::open(cluster, "");
+    // The session's first claim prepares its plans.
+    measured_empty_claim(&mut session, &queue);
+    let probed = measured_empty_claim(&mut session, &queue);
+    holder.batch_execute("COMMIT").unwrap();
+    println!("{BURNT} dead entries, a delayed job queued: an empty claim touched {probed} buffers");
+    assert!(
+        probed < 40,
+        "an empty claim walked dead entries: {probed} buffers"
     );
 }
