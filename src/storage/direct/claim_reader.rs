@@ -69,7 +69,7 @@ pub struct DueScan {
     pub jobs: Vec<DueJob>,
     /// With [`DueQuery::note_dead`]: the last of the entries the scan read before the first
     /// row version its snapshot sees (of any job: the first one ends them), when there were
-    /// any; its (run_at, id). While a snapshot older than their claims holds vacuum back,
+    /// a few; its (run_at, id). While a snapshot older than their claims holds vacuum back,
     /// these are the claimed jobs' entries, which every scan from the same start reads again.
     pub dead_to: Option<(i64, i64)>,
 }
@@ -255,15 +255,11 @@ unsafe fn scan(
         .unwrap_or(1);
         let queue_bytes = query.queue.as_bytes();
         let mut due = Vec::with_capacity(query.limit.min(1024));
-        if query.note_dead {
-            // The entries' keys, for the dead ones: asked before the scan (re)starts, where
-            // the btree makes room to copy them out.
-            (*scan).xs_want_itup = true;
-            statement_scan.rescan(&mut keys);
-        }
-        let mut dead_to = None;
-        // Whether no row version was seen yet (so the entries read are still "dead").
+        // The entries at the start that no row version of the snapshot backs: how many, and
+        // the last one's row.
         let mut dead_run = query.note_dead;
+        let mut dead = 0;
+        let mut last_dead = pg_sys::ItemPointerData::default();
 
         // index_getnext_slot, with the entries whose rows the snapshot does not see in view.
         while due.len() < query.limit {
@@ -275,10 +271,8 @@ unsafe fn scan(
             }
             if !pg_sys::index_fetch_heap(scan, slot) {
                 if dead_run {
-                    match entry_key(scan) {
-                        Some(key) => dead_to = Some(key),
-                        None => dead_run = false,
-                    }
+                    dead += 1;
+                    last_dead = (*scan).xs_heaptid;
                 }
                 continue;
             }
@@ -327,32 +321,45 @@ unsafe fn scan(
                 tenant,
             });
         }
+        // The entry's key is its row's: a claim changes the job's state, so it writes a new
+        // version (and a new entry) and leaves the version the entry points to as it was.
+        let dead_to = if dead >= DEAD_RUN_NOTED {
+            position_of(heap, columns, last_dead, slot)
+        } else {
+            None
+        };
         pg_sys::ExecDropSingleTupleTableSlot(slot);
         statement_scan.end();
         Some(DueScan { jobs: due, dead_to })
     }
 }
 
-/// The (run_at, id) of the claim index entry `scan` is on, from the copy the btree made of it;
-/// `None` when it made none or a key is null.
+/// The shortest run of entries without a row at the start of a scan that [`DueScan::dead_to`]
+/// reports: reading a few costs less than the row version that names where they end, and
+/// vacuum (or the next scan, once no snapshot sees their rows) soon clears short runs.
+const DEAD_RUN_NOTED: usize = 8;
+
+/// The (run_at, id) of the row version at `row`, whether or not any snapshot sees it; `None`
+/// when it is gone (pruned).
 ///
 /// # Safety
-/// `scan` is a scan of the claim index begun with `xs_want_itup`, on an entry.
-unsafe fn entry_key(scan: pg_sys::IndexScanDesc) -> Option<(i64, i64)> {
-    // SAFETY: the entry and its descriptor belong to the live scan; four by-value columns.
+/// `heap` is open, `columns` read from it, `slot` one of its slots.
+unsafe fn position_of(
+    heap: pg_sys::Relation,
+    columns: &Columns,
+    mut row: pg_sys::ItemPointerData,
+    slot: *mut pg_sys::TupleTableSlot,
+) -> Option<(i64, i64)> {
+    // SAFETY: an open relation and its slot; the fetched version is read while the slot holds
+    // its buffer pinned.
     unsafe {
-        if (*scan).xs_itup.is_null() {
+        let fetch = (*(*heap).rd_tableam).tuple_fetch_row_version?;
+        if !fetch(heap, &mut row, &raw mut pg_sys::SnapshotAnyData, slot) {
             return None;
         }
-        let mut values = [Datum::from(0); pg_sys::INDEX_MAX_KEYS as usize];
-        let mut nulls = [false; pg_sys::INDEX_MAX_KEYS as usize];
-        pg_sys::index_deform_tuple(
-            (*scan).xs_itup,
-            (*scan).xs_itupdesc,
-            values.as_mut_ptr(),
-            nulls.as_mut_ptr(),
-        );
-        // (hashtext(queue), priority, run_at, id): see claim_index_fits.
-        (!nulls[2] && !nulls[3]).then(|| (values[2].value() as i64, values[3].value() as i64))
+        pg_sys::slot_getsomeattrs_int(slot, i32::from(columns.run_at.max(columns.id)));
+        let run_at = value(slot, columns.run_at)?.value() as i64;
+        let id = value(slot, columns.id)?.value() as i64;
+        Some((run_at, id))
     }
 }
