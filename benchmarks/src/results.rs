@@ -106,6 +106,11 @@ pub struct Horizon {
     /// them that held a snapshot while they slept.
     pub asleep: u64,
     pub asleep_with_xmin: u64,
+    /// Shared buffers the bench database's sessions read in the window (`pg_stat_database`'s
+    /// `blks_hit` plus `blks_read`): what the window's work touched, which, unlike its times,
+    /// does not move with the machine's load. None in runs from before it was counted.
+    #[serde(default)]
+    pub buffers: Option<i64>,
 }
 
 /// y: the table's size at the baseline of live jobs, and over a long steady run.

@@ -26,7 +26,9 @@ pub fn held_horizon(out: &mut String, run: &Run) {
          entry the queue leaves behind meanwhile), and the second window is measured until it \
          commits. Pickup latency: the enqueue's COMMIT returned to the client → the job in a \
          worker's hands, for the jobs enqueued in the window. Server CPU per job completed in \
-         the window. The oldest pg_jobs snapshot: the largest `age(backend_xmin)` of the \
+         the window, and the shared buffers its sessions read per job (`pg_stat_database`'s \
+         `blks_hit` and `blks_read`: the work the hold adds, in a count that does not move with \
+         the machine's load). The oldest pg_jobs snapshot: the largest `age(backend_xmin)` of the \
          producers' and workers' sessions and of pg_jobs's background worker, read from \
          `pg_stat_activity` about once a second.\n\n",
     );
@@ -39,6 +41,7 @@ pub fn held_horizon(out: &mut String, run: &Run) {
         "pickup p99",
         "max",
         "server CPU s / 1,000 jobs",
+        "buffers / job",
         "oldest pg_jobs snapshot",
         "notes",
     ];
@@ -53,6 +56,14 @@ pub fn held_horizon(out: &mut String, run: &Run) {
                 opt(m.p99_ms, ms),
                 opt(m.max_ms, ms),
                 opt(m.server_cpu_per_1000(), cpu),
+                opt(
+                    m.horizon
+                        .as_ref()
+                        .and_then(|h| h.buffers)
+                        .filter(|_| m.jobs > 0)
+                        .map(|b| b as f64 / m.jobs as f64),
+                    |b| format!("{b:.1}"),
+                ),
                 m.horizon
                     .as_ref()
                     .and_then(|h| h.max_xmin_age)
@@ -175,8 +186,10 @@ mod tests {
         let mut before = Measurement::new(horizon::SCENARIO, horizon::BEFORE, "pg_jobs");
         before.p99_ms = Some(9.5);
         let mut during = Measurement::new(horizon::SCENARIO, horizon::DURING, "pg_jobs");
+        during.jobs = 1_000;
         during.horizon = Some(Horizon {
             samples: 180,
+            buffers: Some(24_500),
             max_xmin_age: Some(12_345),
             holder_xid_age: Some(12_345),
             asleep: 3_000,
@@ -189,10 +202,10 @@ mod tests {
         let mut out = String::new();
         held_horizon(&mut out, &run);
         assert!(
-            out.contains("| before the hold | 0 | 0 | – | – | 9.50 ms | – | – | none |"),
+            out.contains("| before the hold | 0 | 0 | – | – | 9.50 ms | – | – | – | none |"),
             "{out}"
         );
-        assert!(out.contains("| 12,345 xids |"), "{out}");
+        assert!(out.contains("| 24.5 | 12,345 xids |"), "{out}");
         assert!(
             out.contains("in 0 readings a pg_jobs session's snapshot was older than the held xid"),
             "{out}"

@@ -1656,6 +1656,7 @@ mod tests {
             past_holder: 0,
             asleep: 400,
             asleep_with_xmin: 2,
+            buffers: None,
         });
         let raw = Run {
             measurements: vec![window(horizon::BEFORE, 10.0, 1.0), during],

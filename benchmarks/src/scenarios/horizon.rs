@@ -7,8 +7,8 @@
 //! the hold, then it commits.
 //!
 //! Per window: pickup latency (the enqueue's COMMIT returned to the client → the job in a
-//! worker's hands) of the jobs enqueued in it, p50/p99/max; server CPU per job completed in
-//! it. And about once a second `pg_stat_activity`: the age of the oldest snapshot a pg_jobs
+//! worker's hands) of the jobs enqueued in it, p50/p99/max; server CPU and shared buffers read
+//! per job completed in it. And about once a second `pg_stat_activity`: the age of the oldest snapshot a pg_jobs
 //! session holds (its producers' and workers' role, its background worker), whether one is
 //! older than the held transaction's xid (then pg_jobs, not the held transaction, holds the
 //! horizon back), and whether waiting claims sleep with a snapshot.
@@ -87,6 +87,8 @@ struct Bounds {
     server_cpu: f64,
     client_cpu: f64,
     completed: u64,
+    /// The bench database's shared buffer reads so far.
+    buffers: i64,
 }
 
 /// Reads pg_stat_activity and adds what it shows to `h`; `holder` is the held transaction's
@@ -162,13 +164,20 @@ fn watch(admin: &mut Client, holder: Option<i32>, until: Instant, h: &mut Horizo
     }
 }
 
-fn bounds(ctx: &Ctx, log: &Log) -> Bounds {
-    Bounds {
+fn bounds(ctx: &Ctx, admin: &mut Client, log: &Log) -> Result<Bounds> {
+    let buffers = admin
+        .query_one(
+            "SELECT blks_hit + blks_read FROM pg_stat_database WHERE datname = current_database()",
+            &[],
+        )?
+        .get(0);
+    Ok(Bounds {
         from: Instant::now(),
         server_cpu: ctx.server.seconds(),
         client_cpu: crate::cpu::own_seconds(),
         completed: log.completed.load(Ordering::Relaxed),
-    }
+        buffers,
+    })
 }
 
 /// The window from `a` to `b`: its throughput and CPU, and the pickups of the jobs enqueued
@@ -267,9 +276,9 @@ fn measure(
                 std::thread::sleep(WARM_UP);
                 admin.batch_execute(&format!("ANALYZE {}", c.table()))?;
                 let mut seen_before = Horizon::default();
-                let a = bounds(ctx, &log);
+                let a = bounds(ctx, admin, &log)?;
                 watch(admin, None, a.from + before_secs, &mut seen_before)?;
-                let b = bounds(ctx, &log);
+                let b = bounds(ctx, admin, &log)?;
                 holder.batch_execute("BEGIN")?;
                 let xid: i64 = holder.query_one("SELECT txid_current()", &[])?.get(0);
                 let mut seen_during = Horizon::default();
@@ -279,7 +288,7 @@ fn measure(
                     b.from + hold_secs,
                     &mut seen_during,
                 );
-                let e = bounds(ctx, &log);
+                let e = bounds(ctx, admin, &log)?;
                 holder
                     .batch_execute("COMMIT")
                     .context("ending the held transaction")?;
@@ -304,7 +313,9 @@ fn measure(
             Ok(measured)
         })
     })?;
-    let (a, b, e, xid, seen_before, seen_during) = outcome?;
+    let (a, b, e, xid, mut seen_before, mut seen_during) = outcome?;
+    seen_before.buffers = Some(b.buffers - a.buffers);
+    seen_during.buffers = Some(e.buffers - b.buffers);
     c.reset(admin)?;
 
     let picked: std::collections::HashMap<i64, Instant> =
