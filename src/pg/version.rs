@@ -571,42 +571,27 @@ pub unsafe fn client_connection_alive() -> bool {
     if pg_sys::MyProcPort.is_null() {
         return true;
     }
-    #[cfg(not(feature = "pg13"))]
-    {
-        // PostgreSQL 14 added this check for client_connection_check_interval: a poll for
-        // POLLRDHUP on 14, a WL_SOCKET_CLOSED wait event from 15 on (Linux; elsewhere it
-        // cannot tell, and answers true).
-        pq_check_connection()
+    // Not pq_check_connection (14 and later): it asks the backend's wait event set, which
+    // reports a set latch and nothing else, so a claim whose latch another wake-up had set
+    // again since it woke read a closed socket as open, took a job and spent its attempt.
+    // Poll the socket for the peer's hang-up instead, as that function does. Port is opaque
+    // in the bindings; its first member is the socket (libpq-be.h, `pgsocket sock`, first in
+    // every release from 13 on).
+    let socket = *(pg_sys::MyProcPort as *const std::ffi::c_int);
+    if socket < 0 {
+        return true;
     }
-    #[cfg(feature = "pg13")]
-    {
-        // PostgreSQL 13 has no such function: poll the socket for the peer's hang-up as 14's
-        // does. Port is opaque in the bindings; its first member is the socket (libpq-be.h,
-        // `pgsocket sock`, first in every release of 13).
-        let socket = *(pg_sys::MyProcPort as *const std::ffi::c_int);
-        if socket < 0 {
-            return true;
-        }
-        let mut poll = libc_pollfd {
-            fd: socket,
-            events: POLLRDHUP | POLLHUP | POLLERR,
-            revents: 0,
-        };
-        // SAFETY: one pollfd for a socket this backend owns, with no timeout.
-        let ready = poll_socket(&mut poll, 1, 0);
-        !(ready > 0 && poll.revents & (POLLRDHUP | POLLHUP | POLLERR) != 0)
-    }
-}
-
-#[cfg(not(feature = "pg13"))]
-extern "C-unwind" {
-    /// libpq/libpq.h (14 and later): whether the client connection is still open. The bindings
-    /// leave that header out.
-    fn pq_check_connection() -> bool;
+    let mut poll = libc_pollfd {
+        fd: socket,
+        events: POLLRDHUP | POLLHUP | POLLERR,
+        revents: 0,
+    };
+    // SAFETY: one pollfd for a socket this backend owns, with no timeout.
+    let ready = poll_socket(&mut poll, 1, 0);
+    !(ready > 0 && poll.revents & (POLLRDHUP | POLLHUP | POLLERR) != 0)
 }
 
 /// `struct pollfd` of poll(2) (the bindings have none).
-#[cfg(feature = "pg13")]
 #[repr(C)]
 struct libc_pollfd {
     fd: std::ffi::c_int,
@@ -615,14 +600,10 @@ struct libc_pollfd {
 }
 
 /// poll(2)'s event bits on Linux.
-#[cfg(feature = "pg13")]
 const POLLERR: std::ffi::c_short = 0x008;
-#[cfg(feature = "pg13")]
 const POLLHUP: std::ffi::c_short = 0x010;
-#[cfg(feature = "pg13")]
 const POLLRDHUP: std::ffi::c_short = 0x2000;
 
-#[cfg(feature = "pg13")]
 extern "C" {
     /// poll(2).
     #[link_name = "poll"]
