@@ -276,15 +276,15 @@ impl Picking<'_> {
     }
 
     /// The last of the entries at the start of this claim's read from the floor that no row
-    /// version backs, as the read's snapshot saw them: the floor may rise just past it. Only
-    /// for claims of
-    /// every job under READ COMMITTED, whose reads take their snapshots after the claim read
-    /// the floor: an entry they do not see is a job's claimed (or deleted) version, or a job
-    /// whose enqueue had not committed then, and that commit's lower of the floor stops the
-    /// raise short of it (`runtime::floor::raise`). Without this, the floor rose only past the
-    /// jobs a claim took; while an old snapshot held vacuum back, the entries of jobs other
-    /// claims took meanwhile lay past it, and every claim and every probe of an idle queue's
-    /// waiting claims read them all again.
+    /// version backs, as the read's snapshot saw them: the floor may rise just past it.
+    ///
+    /// Only for claims of every job under READ COMMITTED, whose reads take their snapshots
+    /// after the claim read the floor: an entry they do not see is a job's claimed (or
+    /// deleted) version, or a job whose enqueue had not committed then, and that commit's lower
+    /// of the floor stops the raise short of it (`runtime::floor::raise`). Without this, the
+    /// floor rose only past the jobs a claim took; while an old snapshot held vacuum back, the
+    /// entries of jobs other claims took meanwhile lay past it, and every claim and every probe
+    /// of an idle queue's waiting claims read them all again.
     pub fn dead_past_floor(&self) -> Option<Position> {
         self.dead_past_floor.get()
     }
