@@ -23,14 +23,27 @@ const BURNT: i32 = 20_000;
 /// Jobs left queued for the measured claims.
 const LEFT: i32 = 10;
 
-/// Runs one claim of one job that commits, and returns the buffers its statements touched.
-fn measured_claim(session: &mut ExplainingSession, queue: &str) -> i64 {
-    session.take_plans();
-    let row = session
-        .client
-        .query_one("SELECT id, lease FROM jobs_claim($1)", &[&queue])
-        .expect("claim");
-    let (id, lease): (i64, uuid::Uuid) = (row.get(0), row.get(1));
+/// A queue of `jobs` queued jobs, vacuumed, and a session holding a snapshot taken after that:
+/// it keeps every dead index entry the queue's claims leave from then on. Returns the worker's
+/// session, the queue and the holder's session (its transaction open).
+fn queue_under_held_snapshot(
+    cluster: &Cluster,
+    prefix: &str,
+    jobs: i32,
+) -> (postgres::Client, String, Vec<i64>, postgres::Client) {
+    let (mut worker, queue) = cluster.connect_with_queue(prefix, "");
+    let ids = enqueue_empty(&mut worker, &queue, jobs);
+    worker.batch_execute("VACUUM ANALYZE jobs.job").unwrap();
+    let mut holder = cluster.connect();
+    holder
+        .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM jobs.job;")
+        .unwrap();
+    (worker, queue, ids, holder)
+}
+
+/// The buffers the statements of the session's last `jobs_claim` call touched, from the plans
+/// auto_explain logged since the session's plans were last taken.
+fn claim_call_buffers(session: &mut ExplainingSession) -> i64 {
     let plans = session.take_plans();
     let call = plans
         .iter()
@@ -41,7 +54,18 @@ fn measured_claim(session: &mut ExplainingSession, queue: &str) -> i64 {
                 .contains("FROM jobs_claim")
         })
         .expect("auto_explain logged the claim call");
-    let buffers = plan_buffers(&call["Plan"]);
+    plan_buffers(&call["Plan"])
+}
+
+/// Runs one claim of one job that commits, and returns the buffers its statements touched.
+fn measured_claim(session: &mut ExplainingSession, queue: &str) -> i64 {
+    session.take_plans();
+    let row = session
+        .client
+        .query_one("SELECT id, lease FROM jobs_claim($1)", &[&queue])
+        .expect("claim");
+    let (id, lease): (i64, uuid::Uuid) = (row.get(0), row.get(1));
+    let buffers = claim_call_buffers(session);
     let outcome: String = session
         .client
         .query_one("SELECT jobs_complete($1::bigint, $2::uuid)", &[&id, &lease])
@@ -54,15 +78,8 @@ fn measured_claim(session: &mut ExplainingSession, queue: &str) -> i64 {
 #[test]
 fn claims_do_not_walk_dead_entries_a_held_snapshot_keeps() {
     let cluster = Cluster::shared();
-    let (mut worker, queue) = cluster.connect_with_queue("held", "");
-    enqueue_empty(&mut worker, &queue, BURNT + LEFT);
-    worker.batch_execute("VACUUM ANALYZE jobs.job").unwrap();
-
-    // The snapshot that keeps every claimed job's dead index entry alive.
-    let mut holder = cluster.connect();
-    holder
-        .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM jobs.job;")
-        .unwrap();
+    let (mut worker, queue, _, mut holder) =
+        queue_under_held_snapshot(cluster, "held", BURNT + LEFT);
 
     let mut burnt = 0;
     while burnt < BURNT {
@@ -193,17 +210,7 @@ fn measured_empty_claim(session: &mut ExplainingSession, queue: &str) -> i64 {
         .expect("claim")
         .get(0);
     assert_eq!(claimed, 0, "the queue should be empty");
-    let plans = session.take_plans();
-    let call = plans
-        .iter()
-        .find(|p| {
-            p["Query Text"]
-                .as_str()
-                .unwrap_or("")
-                .contains("FROM jobs_claim")
-        })
-        .expect("auto_explain logged the claim call");
-    plan_buffers(&call["Plan"])
+    claim_call_buffers(session)
 }
 
 /// The floor rises past the jobs a claim takes, not past the entries it finds after them. When
@@ -216,14 +223,9 @@ fn measured_empty_claim(session: &mut ExplainingSession, queue: &str) -> i64 {
 #[test]
 fn a_claim_raises_the_floor_past_the_dead_entries_it_read() {
     let cluster = Cluster::shared();
-    let (mut worker, queue) = cluster.connect_with_queue("dead_run", "");
-    let ids = enqueue_empty(&mut worker, &queue, DEAD_PAST);
+    let (mut worker, queue, ids, mut holder) =
+        queue_under_held_snapshot(cluster, "dead_run", DEAD_PAST);
     let last = *ids.last().unwrap();
-    worker.batch_execute("VACUUM ANALYZE jobs.job").unwrap();
-    let mut holder = cluster.connect();
-    holder
-        .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM jobs.job;")
-        .unwrap();
     for job in claim(&mut worker, &queue, DEAD_PAST, "") {
         assert_eq!(complete(&mut worker, &job), "succeeded");
     }
@@ -285,13 +287,8 @@ fn a_claim_raises_the_floor_past_the_dead_entries_it_read() {
 #[test]
 fn the_probe_of_a_queue_with_a_delayed_job_does_not_walk_dead_entries() {
     let cluster = Cluster::shared();
-    let (mut worker, queue) = cluster.connect_with_queue("delayed_probe", "");
-    enqueue_empty(&mut worker, &queue, BURNT);
-    worker.batch_execute("VACUUM ANALYZE jobs.job").unwrap();
-    let mut holder = cluster.connect();
-    holder
-        .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM jobs.job;")
-        .unwrap();
+    let (mut worker, queue, _, mut holder) =
+        queue_under_held_snapshot(cluster, "delayed_probe", BURNT);
     let mut burnt = 0;
     while burnt < BURNT {
         let done: i64 = scalar(
