@@ -19,8 +19,20 @@
 //! Last, that the enqueue writer puts every job into each index whose predicate admits it
 //! (amcheck), since claims read nothing but those entries.
 
+use std::sync::{Mutex, MutexGuard};
+
 use pg_jobs_tests::{column, plan_buffers, plan_nodes, scalar, unique_queue, Client, Cluster};
 use serde_json::Value;
+
+/// The measuring tests each start with `VACUUM ANALYZE jobs.job`, which invalidates every
+/// session's plans: run beside another's measurement, it makes a measured claim plan again,
+/// and planning's buffers count in the claim's.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+/// Takes a measuring test's turn.
+fn one_at_a_time() -> MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 /// Finished jobs in the queue with history.
 const FINISHED: i32 = 100_000;
@@ -161,6 +173,7 @@ fn add_history(client: &mut Client, queue: &str, count: i32) {
 
 #[test]
 fn finished_jobs_do_not_slow_claims() {
+    let _turn = one_at_a_time();
     let (mut setup, fresh) = Cluster::shared().connect_with_queue("fresh", "");
     let history = unique_queue(&mut setup, "history", "");
     let empty = unique_queue(&mut setup, "empty", "");
@@ -220,6 +233,7 @@ const OTHER_KINDS: i32 = 50_000;
 /// other kinds, however many jobs of other kinds are queued ahead of its own.
 #[test]
 fn jobs_of_other_kinds_do_not_slow_claims_of_some_kinds() {
+    let _turn = one_at_a_time();
     let (mut setup, alone) = Cluster::shared().connect_with_queue("kinds-alone", "");
     let behind = unique_queue(&mut setup, "kinds-behind", "");
     let enqueue = |client: &mut Client, queue: &str, kind: &str, count: i32| {
