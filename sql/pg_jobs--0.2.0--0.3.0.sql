@@ -557,6 +557,53 @@ $privileges$;
 -- End of the dashboard's part.
 -- ---------------------------------------------------------------------------------------------
 
+-- ==== Claims by kind (issue 39) =============================================================
+-- The kinds index holds only the jobs of queues with claims_by_kind (sql/schema.sql says why).
+-- Queues that exist keep what they had: an index by kind for every job, so their claims of
+-- some kinds stay as fast. The columns come in true for every row there is (NOT NULL DEFAULT
+-- needs no rewrite of the table), and new queues and jobs take false from then on.
+ALTER TABLE jobs.queue ADD COLUMN claims_by_kind boolean NOT NULL DEFAULT true;
+ALTER TABLE jobs.queue ALTER COLUMN claims_by_kind SET DEFAULT false;
+ALTER TABLE jobs.job ADD COLUMN kind_indexed boolean NOT NULL DEFAULT true;
+ALTER TABLE jobs.job ALTER COLUMN kind_indexed SET DEFAULT false;
+DROP INDEX jobs.job_kind_claim_idx;
+CREATE INDEX job_kind_claim_idx
+    ON jobs.job ((pg_catalog.hashtext(queue)), (pg_catalog.hashtext(kind)), priority, run_at, id)
+    WITH (deduplicate_items = off)
+    WHERE state OPERATOR(pg_catalog.=) 'queued' AND NOT group_wait AND kind_indexed;
+
+-- claims_by_kind is appended to jobs_create_queue: a new argument list is a new function.
+DROP FUNCTION jobs_create_queue(pg_catalog.text, pg_catalog.interval, pg_catalog.int4,
+    pg_catalog.interval, pg_catalog.interval, pg_catalog.float8, pg_catalog.interval,
+    pg_catalog.float8, pg_catalog.float8, pg_catalog.int4, pg_catalog.text);
+CREATE FUNCTION "jobs_create_queue"(
+	"queue" TEXT, /* Option < & str > */
+	"lease" interval DEFAULT NULL, /* Option < Interval > */
+	"max_attempts" INT DEFAULT NULL, /* Option < i32 > */
+	"backoff_base" interval DEFAULT NULL, /* Option < Interval > */
+	"backoff_max" interval DEFAULT NULL, /* Option < Interval > */
+	"jitter" double precision DEFAULT NULL, /* Option < f64 > */
+	"retention" interval DEFAULT NULL, /* Option < Interval > */
+	"rate_limit" double precision DEFAULT NULL, /* Option < f64 > */
+	"rate_burst" double precision DEFAULT NULL, /* Option < f64 > */
+	"group_concurrency" INT DEFAULT NULL, /* Option < i32 > */
+	"dead_letter" TEXT DEFAULT NULL, /* Option < & str > */
+	"claims_by_kind" bool DEFAULT NULL /* Option < bool > */
+) RETURNS jobs.queue /* QueueRow */
+VOLATILE SECURITY DEFINER PARALLEL UNSAFE
+SET search_path TO pg_catalog, pg_temp
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'jobs_create_queue_wrapper';
+REVOKE ALL ON FUNCTION jobs_create_queue(pg_catalog.text, pg_catalog.interval, pg_catalog.int4,
+    pg_catalog.interval, pg_catalog.interval, pg_catalog.float8, pg_catalog.interval,
+    pg_catalog.float8, pg_catalog.float8, pg_catalog.int4, pg_catalog.text, pg_catalog.bool)
+    FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobs_create_queue(pg_catalog.text, pg_catalog.interval, pg_catalog.int4,
+    pg_catalog.interval, pg_catalog.interval, pg_catalog.float8, pg_catalog.interval,
+    pg_catalog.float8, pg_catalog.float8, pg_catalog.int4, pg_catalog.text, pg_catalog.bool)
+    TO jobs_client;
+-- ==== end of claims by kind ==================================================================
+
 -- ==== Scale-out on Citus (0.3.0, issue 40) =================================================
 -- jobs_distribute() turns a Citus cluster's pg_jobs distributed (docs/src/internals/citus.md);
 -- the trigger function gives jobs ids that route to their shards there. Nothing changes on a

@@ -61,7 +61,12 @@ CREATE TABLE jobs.queue (
     updated_at        timestamptz NOT NULL DEFAULT pg_catalog.now(),
     -- Flow control (0.2.0): the burst a rate limit allows (NULL: one second's worth). Columns
     -- added after 0.1.0 come last, as an upgrade's ADD COLUMN puts them.
-    rate_burst        double precision CHECK (rate_burst OPERATOR(pg_catalog.>=) 1)
+    rate_burst        double precision CHECK (rate_burst OPERATOR(pg_catalog.>=) 1),
+    -- Claims by kind (0.3.0): whether the queue's jobs go into the kinds index, which claims
+    -- with `kinds` read so that jobs of other kinds queued ahead are never walked. Off, a job
+    -- costs one index entry fewer and a claim of some kinds reads the claim index, skipping
+    -- other kinds' jobs as it goes.
+    claims_by_kind    boolean NOT NULL DEFAULT false
 );
 COMMENT ON TABLE jobs.queue IS 'pg_jobs queues and their settings; change them with jobs_create_queue';
 
@@ -125,7 +130,12 @@ CREATE TABLE jobs.job (
     -- it apart into three attributes set up three expressions on every call.
     dependents     boolean NOT NULL DEFAULT false,
     after          bigint[],
-    signal         jsonb
+    signal         jsonb,
+    -- Claims by kind (0.3.0): whether the job is in the kinds index. Set at enqueue from its
+    -- queue's claims_by_kind (or true when that could be stale: engine::queues says why), and
+    -- for every unfinished job of a queue when claims_by_kind is turned on; never cleared, so
+    -- that a claim that reads the kinds index of a queue with claims_by_kind misses no job.
+    kind_indexed   boolean NOT NULL DEFAULT false
 )
 -- Every job is updated at least twice (claim, settle). Room on its page lets both new versions
 -- stay there: no page-move lock record in the WAL, a smaller update record (only the changed
@@ -154,12 +164,13 @@ CREATE INDEX job_claim_idx ON jobs.job ((pg_catalog.hashtext(queue)), priority, 
     WHERE state OPERATOR(pg_catalog.=) 'queued' AND NOT group_wait;
 -- Claims of some kinds read this one instead: the due jobs of each kind in claim order, so
 -- a claim of kind x never walks the jobs of other kinds queued ahead of x's (issue 18: 30 ms a
--- claim behind 200,000 of them). Costs one more index entry per enqueue. Queue and kind are
--- hashed for the reason the claim index's queue is.
+-- claim behind 200,000 of them). It costs one more index entry per enqueue, so it holds only
+-- the jobs of queues that ask for it (claims_by_kind, which sets kind_indexed). Queue and kind
+-- are hashed for the reason the claim index's queue is.
 CREATE INDEX job_kind_claim_idx
     ON jobs.job ((pg_catalog.hashtext(queue)), (pg_catalog.hashtext(kind)), priority, run_at, id)
     WITH (deduplicate_items = off)
-    WHERE state OPERATOR(pg_catalog.=) 'queued' AND NOT group_wait;
+    WHERE state OPERATOR(pg_catalog.=) 'queued' AND NOT group_wait AND kind_indexed;
 -- Unique jobs: at most one job holds a unique key in a queue (per tenant; '' stands for no
 -- tenant, which no tenant can be called). Only jobs that hold a key are in it. The key comes
 -- first: keys differ where queues and tenants repeat, so a comparison stops at the first

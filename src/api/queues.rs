@@ -11,7 +11,8 @@ use crate::storage::rows::QueueRow;
 
 /// Creates a queue, or updates the settings given of an existing one. `NULL` leaves a setting
 /// as it is (or at its default for a new queue); `rate_limit => 0`, `rate_burst => 0` and
-/// `dead_letter => ''` clear those settings.
+/// `dead_letter => ''` clear those settings. `claims_by_kind => true` keeps the queue's jobs in
+/// an index by kind, for claims with `kinds` behind many jobs of other kinds.
 #[allow(clippy::too_many_arguments)]
 #[pg_extern(volatile, parallel_unsafe, security_definer)]
 #[search_path(pg_catalog, pg_temp)]
@@ -29,6 +30,7 @@ fn jobs_create_queue(
     rate_burst: default!(Option<f64>, "NULL"),
     group_concurrency: default!(Option<i32>, "NULL"),
     dead_letter: default!(Option<&str>, "NULL"),
+    claims_by_kind: default!(Option<bool>, "NULL"),
 ) -> QueueRow {
     access::require(Role::Admin, "create or change queues");
     let queue = queue_arg(queue);
@@ -87,6 +89,7 @@ fn jobs_create_queue(
         rate_burst,
         group_concurrency,
         dead_letter,
+        claims_by_kind,
     };
     distribute::on_queue(queue, || queues::create_or_update(queue, &settings))
 }

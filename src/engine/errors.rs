@@ -14,6 +14,9 @@ pub const PAYLOAD_TOO_LARGE: PgSqlErrorCode = PgSqlErrorCode::ERRCODE_PROGRAM_LI
 /// A waiting claim ran under REPEATABLE READ or SERIALIZABLE (25000).
 pub const WAIT_NEEDS_READ_COMMITTED: PgSqlErrorCode =
     PgSqlErrorCode::ERRCODE_INVALID_TRANSACTION_STATE;
+/// A queue's claims_by_kind was turned on under REPEATABLE READ or SERIALIZABLE (25000).
+pub const KINDS_INDEX_NEEDS_READ_COMMITTED: PgSqlErrorCode =
+    PgSqlErrorCode::ERRCODE_INVALID_TRANSACTION_STATE;
 /// No job has the given id (P0002).
 pub const UNKNOWN_JOB: PgSqlErrorCode = PgSqlErrorCode::ERRCODE_NO_DATA_FOUND;
 /// The job or queue is not in a state that allows the operation (55000).

@@ -120,14 +120,23 @@ mod tests {
 
     // The claim indexes are keyed by hashes of the queue and kind: queues (and kinds) whose
     // names collide share index ranges, and the claim must still take only its own jobs, in
-    // claim order.
+    // claim order. Claims of some kinds read the kinds index in queues with claims_by_kind and
+    // the claim index in the others: both ways.
     #[pg_test]
     fn queues_and_kinds_whose_names_hash_alike_keep_their_own_jobs() {
-        let (a, b) = names_hashing_alike("queue-");
+        for by_kind in [false, true] {
+            jobs_of_queues_and_kinds_hashing_alike_stay_apart(by_kind);
+        }
+    }
+
+    /// [`queues_and_kinds_whose_names_hash_alike_keep_their_own_jobs`] for queues with
+    /// claims_by_kind `by_kind`.
+    fn jobs_of_queues_and_kinds_hashing_alike_stay_apart(by_kind: bool) {
+        let (a, b) = names_hashing_alike(&format!("queue-{by_kind}-"));
         let (kind_a, kind_b) = names_hashing_alike("kind-");
         Spi::run(&format!(
-            "SELECT jobs_create_queue('{a}');
-             SELECT jobs_create_queue('{b}');
+            "SELECT jobs_create_queue('{a}', claims_by_kind => {by_kind});
+             SELECT jobs_create_queue('{b}', claims_by_kind => {by_kind});
              SELECT jobs_enqueue(q, jsonb_build_object('q', q, 'n', n), kind => k, priority => p)
                FROM (VALUES ('{b}', 1, '{kind_a}', 0), ('{a}', 2, '{kind_b}', 1),
                             ('{b}', 3, '{kind_b}', -1), ('{a}', 4, '{kind_a}', 0),
@@ -146,7 +155,8 @@ mod tests {
                 "jobs_claim('{a}', n => 10, kinds => ARRAY['{kind_a}'])"
             )),
             format!("{a}:4,{a}:7"),
-            "a claim of one kind takes neither the other queue's jobs nor the other kind's"
+            "a claim of one kind takes neither the other queue's jobs nor the other kind's \
+             (claims_by_kind {by_kind})"
         );
         assert_eq!(
             claimed(&format!("jobs_claim('{a}', n => 10)")),
@@ -164,6 +174,117 @@ mod tests {
             claimed(&format!("jobs_claim('{b}', n => 10)")),
             format!("{b}:6,{b}:3,{b}:1"),
             "the other queue keeps all of its jobs"
+        );
+    }
+
+    /// The kinds index entries of `queue`'s queued jobs: how many jobs of the queue its
+    /// condition admits, read through the index itself.
+    fn kinds_index_entries(queue: &str) -> i64 {
+        Spi::run("SET LOCAL enable_seqscan = off; SET LOCAL enable_bitmapscan = off;").unwrap();
+        let count = format!(
+            "SELECT count(*) FROM jobs.job
+              WHERE pg_catalog.hashtext(queue) = pg_catalog.hashtext('{queue}')
+                AND state = 'queued' AND NOT group_wait AND kind_indexed"
+        );
+        let plan = Spi::connect(|client| {
+            client
+                .select(&format!("EXPLAIN (COSTS OFF) {count}"), None, &[])
+                .expect("EXPLAIN runs")
+                .map(|row| row.get::<String>(1).ok().flatten().unwrap_or_default())
+                .collect::<Vec<_>>()
+                .join(" ")
+        });
+        assert!(
+            plan.contains("job_kind_claim_idx"),
+            "the count reads the kinds index: {plan}"
+        );
+        let entries = one(&count);
+        Spi::run("RESET enable_seqscan; RESET enable_bitmapscan;").unwrap();
+        entries
+    }
+
+    // A job goes into the kinds index only when its queue asks for it (claims_by_kind): every
+    // enqueue path, in queues with and without it.
+    #[pg_test]
+    fn jobs_enter_the_kinds_index_only_in_queues_that_claim_by_kind() {
+        for (queue, by_kind) in [("plain-kinds", false), ("by-kind", true)] {
+            Spi::run(&format!(
+                "SELECT jobs_create_queue('{queue}', claims_by_kind => {by_kind});
+                 SELECT jobs_enqueue('{queue}', '{{}}', kind => 'a');
+                 SELECT jobs_enqueue('{queue}', '{{}}', kind => 'b', unique_key => 'k');
+                 SELECT jobs_enqueue('{queue}', '{{}}', kind => 'b', group_key => 'g');
+                 SELECT count(*) FROM jobs_enqueue_batch('{queue}', ARRAY['{{}}', '{{}}']::jsonb[], kind => 'c');
+                 SELECT count(*) FROM jobs_enqueue_batch('{queue}', ARRAY['{{}}', '{{}}']::jsonb[],
+                                                        kind => 'c', unique_keys => ARRAY['u1', 'u2']);"
+            ))
+            .unwrap();
+            let marked: i64 = one(&format!(
+                "SELECT count(*) FILTER (WHERE kind_indexed = {by_kind}) FROM jobs.job
+                  WHERE queue = '{queue}'"
+            ));
+            assert_eq!(marked, 7, "{queue}: every job's kind_indexed is {by_kind}");
+            let expected = if by_kind { 7 } else { 0 };
+            assert_eq!(
+                kinds_index_entries(queue),
+                expected,
+                "{queue}: kinds index entries"
+            );
+        }
+    }
+
+    // Turning claims_by_kind on puts the queue's unfinished jobs into the kinds index (claims
+    // of some kinds then read it alone), a finished job that a retry brings back goes in as it
+    // comes back, and a running job stays in when released: claims of some kinds miss none.
+    #[pg_test]
+    fn turning_claims_by_kind_on_indexes_the_jobs_claims_of_kinds_can_take() {
+        Spi::run(
+            "SELECT jobs_create_queue('switch', max_attempts => 1);
+             SELECT jobs_enqueue('switch', jsonb_build_object('n', n), kind => k)
+               FROM (VALUES (1, 'a'), (2, 'b'), (3, 'a'), (4, 'a'), (5, 'b')) AS j(n, k);
+             SELECT jobs_complete(id, lease) FROM jobs_claim('switch', kinds => ARRAY['a']);
+             SELECT jobs_fail(id, lease, 'no') FROM jobs_claim('switch', kinds => ARRAY['a']);",
+        )
+        .unwrap();
+        let running: i64 = one("SELECT id FROM jobs_claim('switch', kinds => ARRAY['b'])");
+        let indexed = || -> String {
+            one(
+                "SELECT string_agg((payload->>'n') || ':' || kind_indexed, ',' ORDER BY id)
+                   FROM jobs.job WHERE queue = 'switch'",
+            )
+        };
+        assert_eq!(indexed(), "1:false,2:false,3:false,4:false,5:false");
+
+        let row_says: bool =
+            one("SELECT claims_by_kind FROM jobs_create_queue('switch', claims_by_kind => true)");
+        assert!(row_says, "the queue's row shows the setting");
+        assert_eq!(
+            indexed(),
+            "1:false,2:true,3:false,4:true,5:true",
+            "the queued and running jobs go in; the succeeded (1) and failed (3) ones do not"
+        );
+        assert_eq!(kinds_index_entries("switch"), 2, "the queued jobs 4 and 5");
+
+        Spi::run(
+            "SELECT jobs_retry(id) FROM jobs.job WHERE queue = 'switch' AND payload->>'n' = '3'",
+        )
+        .unwrap();
+        let released: String = one(&format!(
+            "SELECT jobs_release(id, lease) FROM jobs.job WHERE id = {running}"
+        ));
+        assert_eq!(released, "queued");
+        let taken: String = one(
+            "SELECT string_agg(payload->>'n', ',') FROM jobs_claim('switch', n => 10, kinds => ARRAY['a'])",
+        );
+        assert_eq!(
+            taken, "3,4",
+            "the retried job and the one queued all along, in claim order"
+        );
+        let rest: String = one(
+            "SELECT string_agg(payload->>'n', ',') FROM jobs_claim('switch', n => 10, kinds => ARRAY['b'])",
+        );
+        assert_eq!(
+            rest, "5,2",
+            "the other job of that kind, then the released one (due again as it was released)"
         );
     }
 

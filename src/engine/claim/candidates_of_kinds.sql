@@ -3,7 +3,9 @@
 -- for every kind. Read through job_kind_claim_idx, so the jobs of other kinds ahead in claim
 -- order are never walked, however many there are: one probe per (kind, priority) finds that
 -- pair's first due job, and the pairs' runs merge in claim order. It locks nothing, and does
--- not look at the queue row (see candidates.sql).
+-- not look at the queue row (see candidates.sql). Only for queues with claims_by_kind, whose
+-- unfinished jobs are all in that index (kind_indexed); claims of other queues' kinds read
+-- candidates.sql with the kinds.
 -- $1 queue, $2 limit, $3 kinds (not NULL), $4 now, $5 start priority, $6 start run_at,
 -- $7 start id, $8 tenants (the caller's scope: NULL for every job)
 WITH RECURSIVE kind_priorities (kind, priority) AS (
@@ -15,7 +17,7 @@ WITH RECURSIVE kind_priorities (kind, priority) AS (
               FROM jobs.job j
              WHERE pg_catalog.hashtext(j.queue) = pg_catalog.hashtext($1) AND j.queue = $1
                AND pg_catalog.hashtext(j.kind) = pg_catalog.hashtext(k.kind) AND j.kind = k.kind
-               AND j.state = 'queued' AND NOT j.group_wait
+               AND j.state = 'queued' AND NOT j.group_wait AND j.kind_indexed
                AND j.priority >= coalesce($5::integer, -32768)
              ORDER BY j.priority
              LIMIT 1)
@@ -27,7 +29,7 @@ WITH RECURSIVE kind_priorities (kind, priority) AS (
               FROM jobs.job j
              WHERE pg_catalog.hashtext(j.queue) = pg_catalog.hashtext($1) AND j.queue = $1
                AND pg_catalog.hashtext(j.kind) = pg_catalog.hashtext(kp.kind) AND j.kind = kp.kind
-               AND j.state = 'queued' AND NOT j.group_wait
+               AND j.state = 'queued' AND NOT j.group_wait AND j.kind_indexed
                AND j.priority > kp.priority
              ORDER BY j.priority
              LIMIT 1)
@@ -41,7 +43,7 @@ SELECT due.id, due.priority, due.run_at, due.group_key, due.tenant
           FROM jobs.job j
          WHERE pg_catalog.hashtext(j.queue) = pg_catalog.hashtext($1) AND j.queue = $1
            AND pg_catalog.hashtext(j.kind) = pg_catalog.hashtext(kp.kind) AND j.kind = kp.kind
-           AND j.state = 'queued' AND NOT j.group_wait
+           AND j.state = 'queued' AND NOT j.group_wait AND j.kind_indexed
            AND j.priority = kp.priority
            -- In the start priority, from the start position; in later ones, from their first.
            AND (j.run_at, j.id) >= (CASE WHEN kp.priority = $5 THEN $6 ELSE '-infinity'::timestamptz END,

@@ -138,6 +138,7 @@ fn attempt(
         let picking = Picking {
             queue,
             filter: &request.filter,
+            kinds_indexed: flow.is_some_and(|f| f.claims_by_kind),
             now,
             state: &state,
             seen: seen.as_ref(),

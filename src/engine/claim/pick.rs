@@ -121,6 +121,9 @@ pub struct Picking<'a> {
     pub queue: &'a str,
     /// Which jobs it may take.
     pub filter: &'a ClaimFilter,
+    /// Whether the queue's jobs are in the kinds index (its claims_by_kind), which a claim of
+    /// some kinds then reads; otherwise it reads the claim index and skips other kinds.
+    pub kinds_indexed: bool,
     /// The server's clock at the claim.
     pub now: pg_sys::TimestampTz,
     /// The queue's caches in shared memory.
@@ -356,7 +359,7 @@ impl Picking<'_> {
                     start.map(|k| k.id).into(),
                     self.filter.tenants_arg(),
                 ];
-                let statement = if self.filter.has_kinds() {
+                let statement = if self.filter.has_kinds() && self.kinds_indexed {
                     &CANDIDATES_OF_KINDS
                 } else if in_start_priority {
                     &CANDIDATES_IN_PRIORITY

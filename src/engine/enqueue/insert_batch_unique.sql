@@ -5,11 +5,14 @@
 -- $1 queue, $2 payloads, $3 kind, $4 run_at, $5 priority, $6 max_attempts, $7 headers,
 -- $8 tenant, $9 group_key, $10 group_keys, $11 unique_key (for every job), $12 unique_keys
 -- (one per payload, NULL: $11), $13 unique_for
+-- kind_indexed: the queue's claims_by_kind, read after the caller took the queue's lock, or
+-- true when this transaction's snapshot may be older than the setting (engine::enqueue).
 INSERT INTO jobs.job (queue, kind, payload, headers, priority, run_at, max_attempts, tenant,
-                      group_key, unique_key, unique_hold, unique_for)
+                      group_key, unique_key, unique_hold, unique_for, kind_indexed)
 SELECT q.name, $3, u.payload, $7, $5, $4, coalesce($6, q.max_attempts), $8,
        coalesce(u.group_key, $9), coalesce(u.unique_key, $11),
-       coalesce(u.unique_key, $11) IS NOT NULL, $13
+       coalesce(u.unique_key, $11) IS NOT NULL, $13,
+       q.claims_by_kind OR current_setting('transaction_isolation') <> 'read committed'
   FROM jobs.queue q
  CROSS JOIN unnest($2::jsonb[], $10::text[], $12::text[]) WITH ORDINALITY
             AS u(payload, group_key, unique_key, ord)

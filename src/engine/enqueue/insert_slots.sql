@@ -5,13 +5,16 @@
 -- UPDATE), so their ctids stay put, and each queue's shared lock; the schedules' foreign key
 -- keeps their queues.
 -- $1 schedule row ctids, $2 slots, $3 the slots as text
-INSERT INTO jobs.job (queue, kind, payload, headers, priority, run_at, max_attempts)
+-- kind_indexed: the queue's claims_by_kind, read after the caller took the queue's lock, or
+-- true when this transaction's snapshot may be older than the setting (engine::enqueue).
+INSERT INTO jobs.job (queue, kind, payload, headers, priority, run_at, max_attempts, kind_indexed)
 SELECT q.name, s.kind, s.payload,
        CASE WHEN s.headers IS NULL
             THEN jsonb_build_object('pg_jobs.schedule', s.name, 'pg_jobs.slot', f.slot_text)
             ELSE s.headers || jsonb_build_object('pg_jobs.schedule', s.name, 'pg_jobs.slot', f.slot_text)
        END,
-       s.priority, f.slot, coalesce(s.max_attempts, q.max_attempts)
+       s.priority, f.slot, coalesce(s.max_attempts, q.max_attempts),
+       q.claims_by_kind OR current_setting('transaction_isolation') <> 'read committed'
   FROM unnest($1::text[]::tid[], $2::timestamptz[], $3::text[]) WITH ORDINALITY AS f(tid, slot, slot_text, ord)
   JOIN jobs.schedule s ON s.ctid = f.tid
   JOIN jobs.queue q ON q.name = s.queue

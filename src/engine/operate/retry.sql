@@ -10,6 +10,9 @@ UPDATE jobs.job
        group_wait = false,
        finished_at = NULL, result = NULL,
        -- It starts over: no signal from an earlier await is handed to its next claim.
-       signal = NULL
+       signal = NULL,
+       -- Finished jobs were left out when the queue's claims_by_kind was turned on; a job
+       -- back in the kinds index costs an entry, one left out would be lost to claims by kind.
+       kind_indexed = true
  WHERE id = $1
 RETURNING queue, priority, run_at, id

@@ -6,7 +6,9 @@ use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
 
 use crate::config::settings;
-use crate::engine::errors::{QUEUE_IN_USE, UNKNOWN_QUEUE, WRONG_STATE};
+use crate::engine::errors::{
+    KINDS_INDEX_NEEDS_READ_COMMITTED, QUEUE_IN_USE, UNKNOWN_QUEUE, WRONG_STATE,
+};
 use crate::engine::groups;
 use crate::engine::model::JobState;
 use crate::engine::transitions;
@@ -27,14 +29,16 @@ use crate::storage::{statement, with_client, Statement};
 /// The queue `CREATE EXTENSION` makes, which the contract says always exists.
 pub const DEFAULT_QUEUE: &str = "default";
 
-static ENSURE: Statement = statement!(queues/ensure(queue: TEXTOID) -> ());
+static ENSURE: Statement = statement!(queues/ensure(queue: TEXTOID) -> (created));
 
 static UPDATE: Statement = statement!(
     queues/update(queue: TEXTOID, lease: INTERVALOID, max_attempts: INT4OID,
         backoff_base: INTERVALOID, backoff_max: INTERVALOID, jitter: FLOAT8OID,
         retention: INTERVALOID, rate_limit: FLOAT8OID, group_concurrency: INT4OID,
-        dead_letter: TEXTOID, rate_burst: FLOAT8OID) -> (queue_row)
+        dead_letter: TEXTOID, rate_burst: FLOAT8OID, claims_by_kind: BOOLOID) -> (queue_row)
 );
+
+static INDEX_BY_KIND: Statement = statement!(queues/index_by_kind(queue: TEXTOID) -> ());
 
 static BACKOFF: Statement = statement!(
     queues/backoff(queue: TEXTOID) -> (backoff_base, backoff_max)
@@ -79,6 +83,8 @@ pub struct QueueSettings<'a> {
     pub group_concurrency: Option<i32>,
     /// The dead-letter queue; `""` clears it.
     pub dead_letter: Option<&'a str>,
+    /// Whether the queue's jobs go into the kinds index.
+    pub claims_by_kind: Option<bool>,
 }
 
 /// Raises the error for a queue that does not exist.
@@ -99,6 +105,13 @@ pub fn exists(client: &SpiClient<'_>, queue: &str) -> bool {
 }
 
 /// Creates `queue`, or updates the settings given of an existing one, and returns its row.
+///
+/// Turning `claims_by_kind` on puts the queue's unfinished jobs into the kinds index, which
+/// claims of some kinds then read alone. An enqueue holds the queue's lock (shared) from
+/// before it reads the setting until it commits, so this takes it exclusively first: the
+/// enqueues that read the setting off have committed when the jobs are marked, and the ones
+/// after read it on. The marking must see them, so it needs a snapshot taken now (READ
+/// COMMITTED).
 pub fn create_or_update(queue: &str, settings: &QueueSettings<'_>) -> QueueRow {
     let dead_letter = settings.dead_letter.filter(|d| !d.is_empty());
     if dead_letter == Some(queue) {
@@ -107,12 +120,22 @@ pub fn create_or_update(queue: &str, settings: &QueueSettings<'_>) -> QueueRow {
             format!("dead_letter must name another queue, got {}", quote(queue)),
         );
     }
+    if settings.claims_by_kind.is_some() {
+        locks::lock_queue(queue, true);
+    }
     with_client(|client| {
-        ENSURE.run(client, &[queue.into()]);
+        let created = !ENSURE.run(client, &[queue.into()]).is_empty();
+        let kinds_before: Option<bool> = settings
+            .claims_by_kind
+            .and_then(|_| FLOW.first(client, &[queue.into()], "claims_by_kind"));
+        let turns_on_kinds = settings.claims_by_kind == Some(true) && kinds_before == Some(false);
+        if turns_on_kinds && !created {
+            refuse_kinds_index_outside_read_committed(queue);
+        }
         if let Some(dead_letter) = dead_letter {
             check_dead_letter_chain(client, queue, dead_letter);
         }
-        let args: [DatumWithOid; 11] = [
+        let args: [DatumWithOid; 12] = [
             queue.into(),
             settings.lease.into(),
             settings.max_attempts.into(),
@@ -124,6 +147,7 @@ pub fn create_or_update(queue: &str, settings: &QueueSettings<'_>) -> QueueRow {
             settings.group_concurrency.into(),
             settings.dead_letter.into(),
             settings.rate_burst.into(),
+            settings.claims_by_kind.into(),
         ];
         let concurrency_before: Option<i32> = settings
             .group_concurrency
@@ -133,6 +157,11 @@ pub fn create_or_update(queue: &str, settings: &QueueSettings<'_>) -> QueueRow {
             if settings.group_concurrency != concurrency_before {
                 // Jobs marked waiting under the old setting: claims decide again.
                 groups::release_all(client, queue);
+            }
+            // A queue created here has no jobs yet, and reading the table to find none would
+            // cost every new queue a scan.
+            if turns_on_kinds && !created {
+                INDEX_BY_KIND.run(client, &[queue.into()]);
             }
             return row;
         }
@@ -153,6 +182,25 @@ pub fn create_or_update(queue: &str, settings: &QueueSettings<'_>) -> QueueRow {
             ),
         )
     })
+}
+
+/// Refuses to turn `queue`'s claims_by_kind on under REPEATABLE READ or SERIALIZABLE: the
+/// marking of its jobs would not see those enqueued since the transaction's snapshot, and
+/// claims of some kinds would never find them.
+fn refuse_kinds_index_outside_read_committed(queue: &str) {
+    // SAFETY: reads the session's isolation level.
+    if unsafe { pg_sys::XactIsoLevel } >= pg_sys::XACT_REPEATABLE_READ as i32 {
+        raise_with_hint(
+            KINDS_INDEX_NEEDS_READ_COMMITTED,
+            format!(
+                "claims_by_kind of queue {} cannot be turned on under REPEATABLE READ or \
+                 SERIALIZABLE isolation",
+                quote(queue)
+            ),
+            "Its jobs enqueued since this transaction's snapshot would be left out of the \
+             kinds index; turn it on in a READ COMMITTED transaction.",
+        );
+    }
 }
 
 /// Refuses a dead-letter queue that does not exist, or whose own chain of dead-letter queues
@@ -278,10 +326,13 @@ pub struct FlowSettings {
     pub lease: Interval,
     /// Whether the queue is paused (its claims get nothing).
     pub paused: bool,
+    /// Whether the queue's jobs are in the kinds index (claims of some kinds read it).
+    pub claims_by_kind: bool,
 }
 
 static FLOW: Statement = statement!(
-    queues/flow(queue: TEXTOID) -> (rate_limit, rate_burst, group_concurrency, lease, paused)
+    queues/flow(queue: TEXTOID) -> (rate_limit, rate_burst, group_concurrency, lease, paused,
+        claims_by_kind)
 );
 
 thread_local! {
@@ -358,6 +409,7 @@ pub fn flow_settings(queue: &str) -> Option<FlowSettings> {
                 group_concurrency: row.expect("group_concurrency"),
                 lease: row.expect("lease"),
                 paused: row.expect("paused"),
+                claims_by_kind: row.expect("claims_by_kind"),
             }
         })
     });

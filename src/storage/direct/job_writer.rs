@@ -50,10 +50,11 @@ enum Column {
     UniqueHold,
     UniqueFor,
     GroupWait,
+    KindIndexed,
 }
 
 /// How many columns an enqueue sets.
-const SET_COLUMN_COUNT: usize = 13;
+const SET_COLUMN_COUNT: usize = 14;
 
 /// Each column an enqueue sets, with its name and the type it must have.
 const SET_COLUMNS: [(Column, &CStr, Oid); SET_COLUMN_COUNT] = [
@@ -70,6 +71,7 @@ const SET_COLUMNS: [(Column, &CStr, Oid); SET_COLUMN_COUNT] = [
     (Column::UniqueHold, c"unique_hold", pg_sys::BOOLOID),
     (Column::UniqueFor, c"unique_for", pg_sys::INTERVALOID),
     (Column::GroupWait, c"group_wait", pg_sys::BOOLOID),
+    (Column::KindIndexed, c"kind_indexed", pg_sys::BOOLOID),
 ];
 
 /// A column's value for the jobs of one insert: the same for every job, or one per job.
@@ -177,11 +179,12 @@ struct Kept {
     job: Oid,
     queue: Oid,
     queue_pkey: Oid,
-    /// Attribute numbers (1-based) of jobs.queue's `name` and `max_attempts`, and the
-    /// collation of `name` (its primary key's).
+    /// Attribute numbers (1-based) of jobs.queue's `name`, `max_attempts` and
+    /// `claims_by_kind`, and the collation of `name` (its primary key's).
     queue_name: i16,
     queue_name_collation: Oid,
     queue_max_attempts: i16,
+    queue_claims_by_kind: i16,
     /// Attribute number of each column an enqueue sets, in [`SET_COLUMNS`] order.
     set: [i16; SET_COLUMN_COUNT],
     /// Attribute number of `id`.
@@ -204,11 +207,11 @@ thread_local! {
     /// Set by the relcache callback: what is kept must be rebuilt before next use.
     static STALE: Cell<bool> = const { Cell::new(false) };
     static CALLBACK_REGISTERED: Cell<bool> = const { Cell::new(false) };
-    /// The `max_attempts` of queues read in this session, current while the generation of
-    /// queue settings is the one they were read under. Dropped with what is kept, so an
+    /// What enqueues read of queues in this session, current while the generation of queue
+    /// settings is the one they were read under. Dropped with what is kept, so an
     /// invalidation of `jobs.queue` (a TRUNCATE, the extension dropped and created again)
     /// drops them too.
-    static QUEUE_ROWS: RefCell<Generational<i32>> = RefCell::new(Generational::new());
+    static QUEUE_ROWS: RefCell<Generational<QueueValues>> = RefCell::new(Generational::new());
 }
 
 /// Called by PostgreSQL when a relcache entry is invalidated (`relid` 0: all of them).
@@ -226,6 +229,15 @@ unsafe extern "C-unwind" fn relcache_invalidated(_arg: Datum, relid: Oid) {
     if ours {
         STALE.with(|s| s.set(true));
     }
+}
+
+/// What an enqueue reads of its queue's row.
+#[derive(Clone, Copy)]
+struct QueueValues {
+    /// The attempts of jobs that name none.
+    max_attempts: i32,
+    /// Whether its jobs go into the kinds index.
+    claims_by_kind: bool,
 }
 
 /// Inserts jobs into `jobs.job` the way the session keeps ready.
@@ -393,8 +405,10 @@ unsafe fn build_in(context: pg_sys::MemoryContext, job: Oid, queue: Oid) -> Opti
         let queue_pkey = (*queue_rel).rd_pkindex;
         let queue_name = attribute(queue_rel, c"name", pg_sys::TEXTOID);
         let queue_max_attempts = attribute(queue_rel, c"max_attempts", pg_sys::INT4OID);
+        let queue_claims_by_kind = attribute(queue_rel, c"claims_by_kind", pg_sys::BOOLOID);
         pg_sys::table_close(queue_rel, pg_sys::NoLock as i32);
-        let (Some(queue_name), Some((queue_max_attempts, _))) = (queue_name, queue_max_attempts)
+        let (Some(queue_name), Some((queue_max_attempts, _)), Some((queue_claims_by_kind, _))) =
+            (queue_name, queue_max_attempts, queue_claims_by_kind)
         else {
             return None;
         };
@@ -406,6 +420,7 @@ unsafe fn build_in(context: pg_sys::MemoryContext, job: Oid, queue: Oid) -> Opti
         let queue_columns = QueueColumns {
             name: queue_name,
             max_attempts: queue_max_attempts,
+            claims_by_kind: queue_claims_by_kind,
         };
         let kept = build_for_table(context, rel, job, queue, queue_pkey, queue_columns);
         pg_sys::table_close(rel, pg_sys::NoLock as i32);
@@ -419,6 +434,8 @@ struct QueueColumns {
     name: (i16, Oid),
     /// `max_attempts`: attribute number.
     max_attempts: i16,
+    /// `claims_by_kind`: attribute number.
+    claims_by_kind: i16,
 }
 
 /// [`build_in`], for the open `jobs.job`.
@@ -519,6 +536,7 @@ unsafe fn build_for_table(
             queue_name: queue_columns.name.0,
             queue_name_collation: queue_columns.name.1,
             queue_max_attempts: queue_columns.max_attempts,
+            queue_claims_by_kind: queue_columns.claims_by_kind,
             set,
             id,
             natts,
@@ -530,12 +548,13 @@ unsafe fn build_for_table(
     }
 }
 
-/// The queue's `max_attempts`, read under a fresh snapshot; `None` when it does not exist.
+/// What an enqueue reads of the queue's row, under a fresh snapshot; `None` when it does not
+/// exist.
 ///
 /// # Safety
 /// `kept` must be built in this session since the last invalidation of the relations it names;
 /// inside a transaction.
-unsafe fn queue_max_attempts(kept: &Kept, queue: &str) -> Option<i32> {
+unsafe fn read_queue_values(kept: &Kept, queue: &str) -> Option<QueueValues> {
     // SAFETY: an index scan of jobs.queue by its primary key under a registered snapshot; the
     // tuple is read before the scan ends.
     unsafe {
@@ -559,8 +578,11 @@ unsafe fn queue_max_attempts(kept: &Kept, queue: &str) -> Option<i32> {
             let mut values = vec![Datum::from(0); natts];
             let mut nulls = vec![false; natts];
             pg_sys::heap_deform_tuple(tuple, desc, values.as_mut_ptr(), nulls.as_mut_ptr());
-            let at = kept.queue_max_attempts as usize - 1;
-            values[at].value() as i32
+            let at = |attnum: i16| values[attnum as usize - 1].value();
+            QueueValues {
+                max_attempts: at(kept.queue_max_attempts) as i32,
+                claims_by_kind: at(kept.queue_claims_by_kind) != 0,
+            }
         });
         pg_sys::systable_endscan(scan);
         pg_sys::UnregisterSnapshot(snapshot);
@@ -569,24 +591,25 @@ unsafe fn queue_max_attempts(kept: &Kept, queue: &str) -> Option<i32> {
     }
 }
 
-/// The queue's `max_attempts` as `how` allows: kept by the session or read (and kept); `None`
-/// when the queue does not exist (which is never kept: a queue created since is found at once).
+/// What an enqueue reads of the queue's row, as `how` allows: kept by the session or read
+/// (and kept); `None` when the queue does not exist (which is never kept: a queue created
+/// since is found at once).
 ///
 /// # Safety
-/// As for [`queue_max_attempts`].
-unsafe fn queue_attempts(kept: &Kept, queue: &str, how: QueueRowUse) -> Option<i32> {
+/// As for [`read_queue_values`].
+unsafe fn queue_values(kept: &Kept, queue: &str, how: QueueRowUse) -> Option<QueueValues> {
     let QueueRowUse::Kept { generation, keep } = how else {
         // SAFETY: as the caller's.
-        return unsafe { queue_max_attempts(kept, queue) };
+        return unsafe { read_queue_values(kept, queue) };
     };
     let held = QUEUE_ROWS.with(|rows| rows.borrow().get(generation, queue));
     if held.is_some() {
         return held;
     }
     // SAFETY: as the caller's.
-    let found = unsafe { queue_max_attempts(kept, queue) };
-    if let (Some(attempts), true) = (found, keep) {
-        QUEUE_ROWS.with(|rows| rows.borrow_mut().insert(generation, queue, attempts));
+    let found = unsafe { read_queue_values(kept, queue) };
+    if let (Some(values), true) = (found, keep) {
+        QUEUE_ROWS.with(|rows| rows.borrow_mut().insert(generation, queue, values));
     }
     found
 }
@@ -636,10 +659,16 @@ unsafe fn insert_with(kept: &Kept, jobs: &NewJobs<'_>) -> Option<Inserted> {
             pg_sys::table_close(rel, pg_sys::NoLock as i32);
             return None;
         }
-        let Some(queue_attempts) = queue_attempts(kept, jobs.queue, jobs.queue_row) else {
+        let Some(queue_values) = queue_values(kept, jobs.queue, jobs.queue_row) else {
             pg_sys::table_close(rel, pg_sys::NoLock as i32);
             return Some(Inserted::UnknownQueue);
         };
+        // The setting as read after the queue lock was taken, unless this transaction's
+        // snapshot may be older than the lock (REPEATABLE READ): then the jobs go into the
+        // kinds index whatever it says, since a change that turned it on since may have
+        // marked the queue's jobs without seeing these (engine::queues::create_or_update).
+        let read_committed = pg_sys::XactIsoLevel < pg_sys::XACT_REPEATABLE_READ as i32;
+        let kind_indexed = queue_values.claims_by_kind || !read_committed;
 
         let estate = pg_sys::CreateExecutorState();
         let previous = pg_sys::MemoryContextSwitchTo((*estate).es_query_cxt);
@@ -668,7 +697,11 @@ unsafe fn insert_with(kept: &Kept, jobs: &NewJobs<'_>) -> Option<Inserted> {
                 Column::Priority => (Datum::from(jobs.priority.at(index)), false),
                 Column::RunAt => (Datum::from(jobs.run_at.at(index)), false),
                 Column::MaxAttempts => (
-                    Datum::from(jobs.max_attempts.at(index).unwrap_or(queue_attempts)),
+                    Datum::from(
+                        jobs.max_attempts
+                            .at(index)
+                            .unwrap_or(queue_values.max_attempts),
+                    ),
                     false,
                 ),
                 Column::Tenant => present(tenant_datum),
@@ -677,6 +710,7 @@ unsafe fn insert_with(kept: &Kept, jobs: &NewJobs<'_>) -> Option<Inserted> {
                 Column::UniqueHold => (Datum::from(unique_key.is_some()), false),
                 Column::UniqueFor => present(jobs.unique_for),
                 Column::GroupWait => (Datum::from(jobs.group_waits.at(index)), false),
+                Column::KindIndexed => (Datum::from(kind_indexed), false),
             }
         };
 

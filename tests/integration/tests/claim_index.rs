@@ -234,8 +234,9 @@ const OTHER_KINDS: i32 = 50_000;
 #[test]
 fn jobs_of_other_kinds_do_not_slow_claims_of_some_kinds() {
     let _turn = one_at_a_time();
-    let (mut setup, alone) = Cluster::shared().connect_with_queue("kinds-alone", "");
-    let behind = unique_queue(&mut setup, "kinds-behind", "");
+    let (mut setup, alone) =
+        Cluster::shared().connect_with_queue("kinds-alone", "claims_by_kind => true");
+    let behind = unique_queue(&mut setup, "kinds-behind", "claims_by_kind => true");
     let enqueue = |client: &mut Client, queue: &str, kind: &str, count: i32| {
         client
             .execute(

@@ -1,0 +1,236 @@
+//! A queue's `claims_by_kind`: whether its jobs go into the kinds index, which its claims of
+//! some kinds then read alone. The one rule that matters: while the setting is on, no
+//! unfinished job of the queue is missing from that index, or claims by kind never see it.
+//!
+//! Turning the setting on marks the queue's unfinished jobs. The tests race it against an
+//! enqueue in flight, run it and enqueues under REPEATABLE READ, and follow a dead-letter copy,
+//! over real connections, each time checking that a claim of some kinds through the kinds
+//! index finds every job.
+
+use pg_jobs_tests::{scalar, unique_queue, wait_for_a_lock, Client, Cluster};
+use postgres::error::SqlState;
+
+/// `kind_indexed` of job `id`.
+fn kind_indexed(client: &mut Client, id: i64) -> bool {
+    scalar(
+        client,
+        "SELECT kind_indexed FROM jobs.job WHERE id = $1",
+        &[&id],
+    )
+}
+
+/// The queue's claims_by_kind as its row says.
+fn claims_by_kind(client: &mut Client, queue: &str) -> bool {
+    scalar(
+        client,
+        "SELECT claims_by_kind FROM jobs.queue WHERE name = $1",
+        &[&queue],
+    )
+}
+
+/// Enqueues one job of `kind` into `queue` and returns its id.
+fn enqueue_kind(client: &mut impl postgres::GenericClient, queue: &str, kind: &str) -> i64 {
+    client
+        .query_one(
+            "SELECT jobs_enqueue($1, '{}', kind => $2)",
+            &[&queue, &kind],
+        )
+        .expect("enqueue")
+        .get(0)
+}
+
+/// The ids a claim of `kinds` takes from `queue` (at most 100), in claim order, in a
+/// transaction rolled back. In a queue with claims_by_kind the claim's statement reads the
+/// kinds index and repeats its condition, so it takes only jobs with `kind_indexed`.
+fn claimed_by_kind(client: &mut Client, queue: &str, kinds: &[&str]) -> Vec<i64> {
+    let kinds: Vec<&str> = kinds.to_vec();
+    let mut transaction = client.transaction().expect("begin");
+    let ids = transaction
+        .query(
+            "SELECT id FROM jobs_claim($1, n => 100, kinds => $2)",
+            &[&queue, &kinds],
+        )
+        .expect("claim")
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    transaction.rollback().expect("roll back");
+    ids
+}
+
+/// An enqueue in flight when claims_by_kind is turned on holds the queue's lock, so the change
+/// waits for it to commit and then marks its job; an enqueue after the change reads it on.
+#[test]
+fn turning_claims_by_kind_on_waits_for_enqueues_in_flight_and_marks_their_jobs() {
+    let cluster = Cluster::shared();
+    let mut admin = cluster.connect();
+    let queue = unique_queue(&mut admin, "kinds-race", "");
+    let before = enqueue_kind(&mut admin, &queue, "a");
+
+    let mut producer = cluster.connect();
+    let mut in_flight = producer.transaction().expect("begin");
+    let racing = enqueue_kind(&mut in_flight, &queue, "a");
+
+    let mut switcher = cluster.connect();
+    let pid: i32 = scalar(&mut switcher, "SELECT pg_backend_pid()", &[]);
+    let switch = std::thread::scope(|scope| {
+        let queue = &queue;
+        let turned = scope.spawn(move || {
+            switcher
+                .query_one(
+                    "SELECT claims_by_kind FROM jobs_create_queue($1, claims_by_kind => true)",
+                    &[queue],
+                )
+                .map(|row| row.get::<_, bool>(0))
+        });
+        wait_for_a_lock(
+            &mut admin,
+            pid,
+            "the change to wait for the enqueue in flight",
+        );
+        in_flight.commit().expect("commit the enqueue");
+        turned.join().unwrap()
+    });
+    assert!(switch.expect("turn claims_by_kind on"), "the row says on");
+
+    let after = enqueue_kind(&mut admin, &queue, "a");
+    for (what, id) in [("before", before), ("in flight", racing), ("after", after)] {
+        assert!(
+            kind_indexed(&mut admin, id),
+            "the job enqueued {what} the change is in the kinds index"
+        );
+    }
+    assert_eq!(
+        claimed_by_kind(&mut admin, &queue, &["a"]),
+        [before, racing, after],
+        "a claim of the kind through the kinds index takes all three"
+    );
+}
+
+/// Under REPEATABLE READ an enqueue's snapshot may predate a change that turned the setting on
+/// and marked the queue's jobs without seeing this one: its job goes into the kinds index
+/// whatever the setting it sees says.
+#[test]
+fn an_enqueue_under_repeatable_read_goes_into_the_kinds_index() {
+    let cluster = Cluster::shared();
+    let mut admin = cluster.connect();
+    let queue = unique_queue(&mut admin, "kinds-rr", "");
+
+    let mut producer = cluster.connect();
+    producer
+        .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT 1;")
+        .unwrap();
+    admin
+        .query_one(
+            "SELECT jobs_create_queue($1, claims_by_kind => true)",
+            &[&queue],
+        )
+        .expect("turn claims_by_kind on");
+    let late = enqueue_kind(&mut producer, &queue, "b");
+    producer.batch_execute("COMMIT").unwrap();
+    assert!(
+        kind_indexed(&mut admin, late),
+        "the job enqueued under a snapshot older than the change is in the kinds index"
+    );
+    assert_eq!(claimed_by_kind(&mut admin, &queue, &["b"]), [late]);
+
+    // The same in a queue that never claims by kind: a job in the index costs only its entry.
+    let plain = unique_queue(&mut admin, "kinds-rr-plain", "");
+    producer
+        .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        .unwrap();
+    let id = enqueue_kind(&mut producer, &plain, "b");
+    producer.batch_execute("COMMIT").unwrap();
+    assert!(kind_indexed(&mut admin, id));
+    let id = enqueue_kind(&mut producer, &plain, "b");
+    assert!(
+        !kind_indexed(&mut admin, id),
+        "under READ COMMITTED the setting decides"
+    );
+}
+
+/// Turning the setting on under REPEATABLE READ or SERIALIZABLE would mark the queue's jobs
+/// with a snapshot that misses the ones enqueued since: refused, naming the setting, and
+/// nothing changes. A new queue may start with it on, and turning it off needs no marking.
+#[test]
+fn turning_claims_by_kind_on_under_repeatable_read_is_refused_and_changes_nothing() {
+    let cluster = Cluster::shared();
+    let mut admin = cluster.connect();
+    let queue = unique_queue(&mut admin, "kinds-refused", "");
+    let job = enqueue_kind(&mut admin, &queue, "a");
+
+    for level in ["REPEATABLE READ", "SERIALIZABLE"] {
+        admin
+            .batch_execute(&format!("BEGIN ISOLATION LEVEL {level}"))
+            .unwrap();
+        let error = admin
+            .query(
+                "SELECT jobs_create_queue($1, claims_by_kind => true)",
+                &[&queue],
+            )
+            .expect_err("turning claims_by_kind on must be refused");
+        admin.batch_execute("ROLLBACK").unwrap();
+        assert_eq!(
+            error.code(),
+            Some(&SqlState::INVALID_TRANSACTION_STATE),
+            "{level}: {error:?}"
+        );
+        let message = error.as_db_error().expect("a server error").message();
+        assert!(
+            message.contains("claims_by_kind") && message.contains(&queue),
+            "{level}: the message names the setting and the queue: {message}"
+        );
+    }
+    assert!(!claims_by_kind(&mut admin, &queue), "the setting stays off");
+    assert!(!kind_indexed(&mut admin, job), "the job stays unmarked");
+
+    admin
+        .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        .unwrap();
+    let fresh = format!("{queue}-new");
+    let created: bool = scalar(
+        &mut admin,
+        "SELECT claims_by_kind FROM jobs_create_queue($1, claims_by_kind => true)",
+        &[&fresh],
+    );
+    let turned_off: bool = scalar(
+        &mut admin,
+        "SELECT claims_by_kind FROM jobs_create_queue($1, claims_by_kind => false)",
+        &[&fresh],
+    );
+    admin.batch_execute("COMMIT").unwrap();
+    assert!(
+        created,
+        "a queue created with it on: it has no jobs to mark"
+    );
+    assert!(!turned_off, "turning it off marks nothing");
+}
+
+/// A dead-letter copy is inserted by the settle of a job of another queue, which does not hold
+/// the dead-letter queue's lock: it goes into the kinds index whatever that queue's setting,
+/// so a change racing the settle cannot leave it out.
+#[test]
+fn dead_letter_copies_are_in_the_kinds_index() {
+    let cluster = Cluster::shared();
+    let mut admin = cluster.connect();
+    let dead = unique_queue(&mut admin, "kinds-dead", "claims_by_kind => true");
+    let source = unique_queue(
+        &mut admin,
+        "kinds-source",
+        &format!("max_attempts => 1, dead_letter => '{dead}'"),
+    );
+    enqueue_kind(&mut admin, &source, "c");
+    let outcome: String = scalar(
+        &mut admin,
+        "SELECT jobs_fail(id, lease, 'broken') FROM jobs_claim($1)",
+        &[&source],
+    );
+    assert_eq!(outcome, "failed");
+    let copy: i64 = scalar(
+        &mut admin,
+        "SELECT id FROM jobs.job WHERE queue = $1",
+        &[&dead],
+    );
+    assert!(kind_indexed(&mut admin, copy));
+    assert_eq!(claimed_by_kind(&mut admin, &dead, &["c"]), [copy]);
+}
