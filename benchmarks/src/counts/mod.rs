@@ -74,6 +74,8 @@ pub enum Usage {
     /// The worker completes the jobs it holds and claims its next ones in one call and one
     /// transaction (`jobs_complete_and_claim`): one commit per claim.
     OneCommit,
+    /// The queue claims by kind (`claims_by_kind`): every job also goes into the kinds index.
+    ByKind,
 }
 
 /// The tenant of [`Usage::Tenant`].
@@ -93,6 +95,7 @@ pub const UNIQUE: &str = "pg_jobs, distinct unique keys";
 pub const GROUPS: &str = "pg_jobs, 1,000 groups at concurrency 1";
 pub const TENANTS: &str = "pg_jobs, jobs_worker for a tenant";
 pub const ONE_COMMIT: &str = "pg_jobs, one commit per claim (jobs_complete_and_claim)";
+pub const BY_KIND: &str = "pg_jobs, claims_by_kind (jobs in the kinds index too)";
 
 /// One row of the table: an operation on a queue.
 #[derive(Clone, Copy, Debug)]
@@ -119,7 +122,10 @@ pub fn cases() -> Vec<Case> {
             (PGMQ, Usage::Plain),
         ];
         match work {
-            Work::Enqueue(_) => queues.push((UNIQUE, Usage::UniqueKeys)),
+            Work::Enqueue(_) => {
+                queues.push((UNIQUE, Usage::UniqueKeys));
+                queues.push((BY_KIND, Usage::ByKind));
+            }
             Work::ClaimComplete(_) => queues.push((GROUPS, Usage::Groups)),
         }
         queues.push((TENANTS, Usage::Tenant));
@@ -373,6 +379,12 @@ fn measure(setup: &Setup, case: &Case) -> Result<PerJob> {
             &[],
         )?;
     }
+    if case.usage == Usage::ByKind {
+        admin.execute(
+            &format!("SELECT jobs_create_queue('{QUEUE}', claims_by_kind => true)"),
+            &[],
+        )?;
+    }
     if let Work::ClaimComplete(_) = case.work {
         if case.usage == Usage::Groups {
             load_grouped(admin, BACKLOG)?;
@@ -574,16 +586,22 @@ fn wait_flushed(admin: &mut Client, lsn: &str) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::{cases, drifting, Usage, Work, CLAIM_100, ENQUEUE_1, GROUPS, ONE_COMMIT, PG_JOBS};
+    use super::{
+        cases, drifting, Usage, Work, BY_KIND, CLAIM_100, ENQUEUE_1, GROUPS, ONE_COMMIT, PG_JOBS,
+    };
     use crate::results::{CountRow, Counts, PerJob};
 
     #[test]
     fn every_operation_runs_on_each_queue_and_pg_jobs_variants_where_they_apply() {
         let all = cases();
-        assert_eq!(all.len(), 4 * 5 + 2);
+        assert_eq!(all.len(), 4 * 5 + 2 + 2);
         let on = |op: &str| all.iter().filter(|c| c.operation == op).count();
         assert_eq!(on(CLAIM_100), 6);
-        assert_eq!(on(ENQUEUE_1), 5);
+        assert_eq!(on(ENQUEUE_1), 6);
+        assert!(all
+            .iter()
+            .filter(|c| c.usage == Usage::ByKind)
+            .all(|c| matches!(c.work, Work::Enqueue(_)) && c.queue == BY_KIND));
         assert!(all
             .iter()
             .filter(|c| c.usage == Usage::OneCommit)

@@ -2,7 +2,8 @@
 //! of the wanted kind, all in one queue. One session times claims of one job, alternating a
 //! claim with `kinds => ARRAY['wanted']` (which must find the wanted jobs behind the others)
 //! and a claim without `kinds` (which takes the oldest job), each claim completed at once.
-//! pg_jobs only: the other queues have no kinds to filter on.
+//! pg_jobs only: the other queues have no kinds to filter on. The queue claims by kind
+//! (`claims_by_kind`), as a queue with such a backlog should.
 
 use std::time::Instant;
 
@@ -74,6 +75,10 @@ fn measure(
 ) -> Result<(Measurement, Measurement)> {
     let (backlog, claims) = (ctx.cfg.scale.kinds_backlog, ctx.cfg.scale.kinds_claims);
     c.reset(admin)?;
+    admin.execute(
+        &format!("SELECT jobs_create_queue('{QUEUE}', claims_by_kind => true)"),
+        &[],
+    )?;
     load(admin, OTHER, backlog)?;
     load(admin, WANTED, claims)?;
     db::settle(admin, c.table())?;
