@@ -6,7 +6,8 @@
 -- $8 tenant, $9 group_key, $10 group_keys, $11 unique_key (for every job), $12 unique_keys
 -- (one per payload, NULL: $11), $13 unique_for
 -- kind_indexed: the queue's claims_by_kind, read after the caller took the queue's lock, or
--- true when this transaction's snapshot may be older than the setting (engine::enqueue).
+-- true when this transaction's snapshot may be older than the setting
+-- (engine::queues::create_or_update).
 INSERT INTO jobs.job (queue, kind, payload, headers, priority, run_at, max_attempts, tenant,
                       group_key, unique_key, unique_hold, unique_for, kind_indexed)
 SELECT q.name, $3, u.payload, $7, $5, $4, coalesce($6, q.max_attempts), $8,

@@ -6,7 +6,8 @@
 -- keeps their queues.
 -- $1 schedule row ctids, $2 slots, $3 the slots as text
 -- kind_indexed: the queue's claims_by_kind, read after the caller took the queue's lock, or
--- true when this transaction's snapshot may be older than the setting (engine::enqueue).
+-- true when this transaction's snapshot may be older than the setting
+-- (engine::queues::create_or_update).
 INSERT INTO jobs.job (queue, kind, payload, headers, priority, run_at, max_attempts, kind_indexed)
 SELECT q.name, s.kind, s.payload,
        CASE WHEN s.headers IS NULL

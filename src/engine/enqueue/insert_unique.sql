@@ -5,7 +5,8 @@
 -- $1 queue, $2 payload, $3 kind, $4 run_at, $5 priority, $6 max_attempts, $7 headers,
 -- $8 tenant, $9 group_key, $10 unique_key, $11 unique_for
 -- kind_indexed: the queue's claims_by_kind, read after the caller took the queue's lock, or
--- true when this transaction's snapshot may be older than the setting (engine::enqueue).
+-- true when this transaction's snapshot may be older than the setting
+-- (engine::queues::create_or_update).
 INSERT INTO jobs.job (queue, kind, payload, headers, priority, run_at, max_attempts, tenant,
                       group_key, unique_key, unique_hold, unique_for, kind_indexed)
 SELECT q.name, $3, $2, $7, $5, $4, coalesce($6, q.max_attempts), $8, $9, $10, true, $11,
