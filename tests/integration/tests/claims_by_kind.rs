@@ -234,3 +234,34 @@ fn dead_letter_copies_are_in_the_kinds_index() {
     assert!(kind_indexed(&mut admin, copy));
     assert_eq!(claimed_by_kind(&mut admin, &dead, &["c"]), [copy]);
 }
+
+/// Claims read claims_by_kind from the queue settings their sessions keep. Turned off, jobs
+/// enqueued afterwards stay out of the kinds index, so a session that kept the setting on
+/// would never find them: the change reaches a session's next claim.
+#[test]
+fn a_session_that_kept_claims_by_kind_on_sees_it_turned_off() {
+    let cluster = Cluster::shared();
+    let mut admin = cluster.connect();
+    let queue = unique_queue(&mut admin, "kinds-off", "claims_by_kind => true");
+    let mut worker = cluster.connect();
+    let first = enqueue_kind(&mut admin, &queue, "d");
+    // The worker's session keeps the queue's settings, claims_by_kind on among them.
+    assert_eq!(claimed_by_kind(&mut worker, &queue, &["d"]), [first]);
+
+    admin
+        .query_one(
+            "SELECT jobs_create_queue($1, claims_by_kind => false)",
+            &[&queue],
+        )
+        .expect("turn claims_by_kind off");
+    let second = enqueue_kind(&mut admin, &queue, "d");
+    assert!(
+        !kind_indexed(&mut admin, second),
+        "enqueued with the setting off"
+    );
+    assert_eq!(
+        claimed_by_kind(&mut worker, &queue, &["d"]),
+        [first, second],
+        "the worker's next claim reads the claim index and finds the unmarked job too"
+    );
+}
