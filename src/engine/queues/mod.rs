@@ -11,9 +11,10 @@ use crate::engine::errors::{
 };
 use crate::engine::groups;
 use crate::engine::model::JobState;
+use crate::engine::tenants::{self, TenantScope};
 use crate::engine::transitions;
 use crate::engine::workflows::dependencies;
-use crate::pg::errors::{quote, raise, raise_with_hint, BAD_ARGUMENT};
+use crate::pg::errors::{quote, raise, raise_with_hint, BAD_ARGUMENT, INSUFFICIENT_PRIVILEGE};
 use crate::storage::rows::QueueRow;
 use std::cell::RefCell;
 use std::sync::atomic::Ordering;
@@ -131,6 +132,7 @@ pub fn create_or_update(queue: &str, settings: &QueueSettings<'_>) -> QueueRow {
         let turns_on_kinds = settings.claims_by_kind == Some(true) && kinds_before == Some(false);
         if turns_on_kinds && !created {
             refuse_kinds_index_outside_read_committed(queue);
+            refuse_kinds_index_for_some_tenants(queue);
         }
         if let Some(dead_letter) = dead_letter {
             check_dead_letter_chain(client, queue, dead_letter);
@@ -199,6 +201,24 @@ fn refuse_kinds_index_outside_read_committed(queue: &str) {
             ),
             "Its jobs enqueued since this transaction's snapshot would be left out of the \
              kinds index; turn it on in a READ COMMITTED transaction.",
+        );
+    }
+}
+
+/// Refuses to turn `queue`'s claims_by_kind on in a session acting for some tenants
+/// (`pg_jobs.tenant`): the marking must reach every tenant's jobs, and in such a session the
+/// row-level security of `jobs.job` may show it only theirs (it does whenever the extension's
+/// owner is subject to it).
+fn refuse_kinds_index_for_some_tenants(queue: &str) {
+    if !matches!(tenants::scope(), TenantScope::All) {
+        raise_with_hint(
+            INSUFFICIENT_PRIVILEGE,
+            format!(
+                "claims_by_kind of queue {} cannot be turned on by a session acting for some \
+                 tenants (pg_jobs.tenant)",
+                quote(queue)
+            ),
+            "Turning it on marks the queue's jobs of every tenant; RESET pg_jobs.tenant first.",
         );
     }
 }

@@ -265,3 +265,76 @@ fn a_session_that_kept_claims_by_kind_on_sees_it_turned_off() {
         "the worker's next claim reads the claim index and finds the unmarked job too"
     );
 }
+
+/// Turning the setting on marks the queue's jobs of every tenant. A session acting for some
+/// tenants may see only theirs (row-level security), so it is refused there: SQLSTATE 42501,
+/// naming the setting, the queue and pg_jobs.tenant, and nothing changes. Without the tenant
+/// setting the same admin turns it on, and every tenant's job is marked.
+#[test]
+fn a_session_acting_for_some_tenants_cannot_turn_claims_by_kind_on() {
+    let cluster = Cluster::shared();
+    let mut admin = cluster.connect();
+    admin
+        .batch_execute(
+            "DO $$ BEGIN
+                 IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'kinds_admin') THEN
+                     CREATE ROLE kinds_admin LOGIN;
+                 END IF;
+             END $$;
+             GRANT jobs_admin TO kinds_admin;
+             SELECT jobs_grant_tenant('kinds_admin', 'kinds-acme');",
+        )
+        .expect("an admin granted one tenant");
+    let queue = unique_queue(&mut admin, "kinds-tenants", "");
+    let jobs: Vec<i64> = ["kinds-acme", "kinds-other"]
+        .iter()
+        .map(|tenant| {
+            scalar(
+                &mut admin,
+                "SELECT jobs_enqueue($1, '{}', kind => 'e', tenant => $2)",
+                &[&queue, tenant],
+            )
+        })
+        .collect();
+
+    let mut scoped = cluster.connect_as("kinds_admin");
+    scoped
+        .batch_execute("SET pg_jobs.tenant = 'kinds-acme'")
+        .unwrap();
+    let error = scoped
+        .query(
+            "SELECT jobs_create_queue($1, claims_by_kind => true)",
+            &[&queue],
+        )
+        .expect_err("a session acting for one tenant must be refused");
+    assert_eq!(
+        error.code(),
+        Some(&SqlState::INSUFFICIENT_PRIVILEGE),
+        "{error:?}"
+    );
+    let message = error.as_db_error().expect("a server error").message();
+    assert!(
+        message.contains("claims_by_kind")
+            && message.contains(&queue)
+            && message.contains("pg_jobs.tenant"),
+        "the message names the setting, the queue and pg_jobs.tenant: {message}"
+    );
+    assert!(!claims_by_kind(&mut admin, &queue), "the setting stays off");
+    for id in &jobs {
+        assert!(!kind_indexed(&mut admin, *id), "job {id} stays unmarked");
+    }
+
+    scoped.batch_execute("RESET pg_jobs.tenant").unwrap();
+    let on: bool = scalar(
+        &mut scoped,
+        "SELECT claims_by_kind FROM jobs_create_queue($1, claims_by_kind => true)",
+        &[&queue],
+    );
+    assert!(on);
+    for id in &jobs {
+        assert!(
+            kind_indexed(&mut admin, *id),
+            "job {id} of either tenant is marked"
+        );
+    }
+}
