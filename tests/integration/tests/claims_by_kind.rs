@@ -7,7 +7,7 @@
 //! over real connections, each time checking that a claim of some kinds through the kinds
 //! index finds every job.
 
-use pg_jobs_tests::{scalar, unique_queue, wait_for_a_lock, Client, Cluster};
+use pg_jobs_tests::{scalar, settings_with, unique_queue, wait_for_a_lock, Client, Cluster};
 use postgres::error::SqlState;
 
 /// `kind_indexed` of job `id`.
@@ -337,4 +337,55 @@ fn a_session_acting_for_some_tenants_cannot_turn_claims_by_kind_on() {
             "job {id} of either tenant is marked"
         );
     }
+}
+
+/// A prepared transaction that turned the setting on keeps the queue's lock across a crash
+/// restart: an enqueue after the restart waits for COMMIT PREPARED, then reads the setting on,
+/// and the sessions' kept settings (emptied by the restart, dropped by the commit) let claims
+/// of the kind read the kinds index and find every job. The job marked by the prepared
+/// transaction is marked once it commits.
+#[test]
+fn a_prepared_switch_survives_a_crash_and_holds_enqueues_until_it_commits() {
+    let settings = settings_with(&["pg_jobs.databases = ''", "max_prepared_transactions = 4"]);
+    let cluster = Cluster::start_with_extension("kinds-two-phase", &settings);
+    let mut admin = cluster.connect();
+    let queue = unique_queue(&mut admin, "kinds-2pc", "");
+    let before = enqueue_kind(&mut admin, &queue, "f");
+
+    let mut switcher = cluster.connect();
+    switcher
+        .batch_execute(&format!(
+            "BEGIN;
+             SELECT jobs_create_queue('{queue}', claims_by_kind => true);
+             PREPARE TRANSACTION 'kinds-switch';"
+        ))
+        .expect("prepare the switch");
+    drop((admin, switcher));
+    cluster.crash();
+    cluster.restart();
+
+    let mut admin = cluster.connect();
+    let mut producer = cluster.connect();
+    let pid: i32 = scalar(&mut producer, "SELECT pg_backend_pid()", &[]);
+    let after = std::thread::scope(|scope| {
+        let queue = &queue;
+        let enqueued = scope.spawn(move || enqueue_kind(&mut producer, queue, "f"));
+        wait_for_a_lock(
+            &mut admin,
+            pid,
+            "the enqueue to wait for the prepared switch",
+        );
+        admin
+            .batch_execute("COMMIT PREPARED 'kinds-switch'")
+            .expect("commit the switch");
+        enqueued.join().unwrap()
+    });
+    assert!(claims_by_kind(&mut admin, &queue));
+    for (what, id) in [("before", before), ("after", after)] {
+        assert!(
+            kind_indexed(&mut admin, id),
+            "the job enqueued {what} the switch is in the kinds index"
+        );
+    }
+    assert_eq!(claimed_by_kind(&mut admin, &queue, &["f"]), [before, after]);
 }
