@@ -28,6 +28,47 @@ fn claims_by_kind(client: &mut Client, queue: &str) -> bool {
     )
 }
 
+/// Sets `queue`'s claims_by_kind to `on` with jobs_create_queue; returns the setting as the
+/// queue's row says, or the error.
+fn set_claims_by_kind(
+    client: &mut impl postgres::GenericClient,
+    queue: &str,
+    on: bool,
+) -> Result<bool, postgres::Error> {
+    client
+        .query_one(
+            "SELECT claims_by_kind FROM jobs_create_queue($1, claims_by_kind => $2)",
+            &[&queue, &on],
+        )
+        .map(|row| row.get(0))
+}
+
+/// Checks a refused change of `queue`'s claims_by_kind: SQLSTATE `state`, a message naming
+/// the setting, the queue and each of `named`; and that nothing changed (the setting is still
+/// off, none of `jobs` is marked).
+fn assert_refused(
+    admin: &mut Client,
+    error: &postgres::Error,
+    state: &SqlState,
+    queue: &str,
+    named: &[&str],
+    jobs: &[i64],
+) {
+    assert_eq!(error.code(), Some(state), "{error:?}");
+    let message = error.as_db_error().expect("a server error").message();
+    assert!(
+        ["claims_by_kind", queue]
+            .iter()
+            .chain(named)
+            .all(|word| message.contains(word)),
+        "the message names the setting, the queue and {named:?}: {message}"
+    );
+    assert!(!claims_by_kind(admin, queue), "the setting stays off");
+    for id in jobs {
+        assert!(!kind_indexed(admin, *id), "job {id} stays unmarked");
+    }
+}
+
 /// Enqueues one job of `kind` into `queue` and returns its id.
 fn enqueue_kind(client: &mut impl postgres::GenericClient, queue: &str, kind: &str) -> i64 {
     client
@@ -75,14 +116,7 @@ fn turning_claims_by_kind_on_waits_for_enqueues_in_flight_and_marks_their_jobs()
     let pid: i32 = scalar(&mut switcher, "SELECT pg_backend_pid()", &[]);
     let switch = std::thread::scope(|scope| {
         let queue = &queue;
-        let turned = scope.spawn(move || {
-            switcher
-                .query_one(
-                    "SELECT claims_by_kind FROM jobs_create_queue($1, claims_by_kind => true)",
-                    &[queue],
-                )
-                .map(|row| row.get::<_, bool>(0))
-        });
+        let turned = scope.spawn(move || set_claims_by_kind(&mut switcher, queue, true));
         wait_for_a_lock(
             &mut admin,
             pid,
@@ -120,12 +154,7 @@ fn an_enqueue_under_repeatable_read_goes_into_the_kinds_index() {
     producer
         .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT 1;")
         .unwrap();
-    admin
-        .query_one(
-            "SELECT jobs_create_queue($1, claims_by_kind => true)",
-            &[&queue],
-        )
-        .expect("turn claims_by_kind on");
+    set_claims_by_kind(&mut admin, &queue, true).expect("turn claims_by_kind on");
     let late = enqueue_kind(&mut producer, &queue, "b");
     producer.batch_execute("COMMIT").unwrap();
     assert!(
@@ -163,41 +192,20 @@ fn turning_claims_by_kind_on_under_repeatable_read_is_refused_and_changes_nothin
         admin
             .batch_execute(&format!("BEGIN ISOLATION LEVEL {level}"))
             .unwrap();
-        let error = admin
-            .query(
-                "SELECT jobs_create_queue($1, claims_by_kind => true)",
-                &[&queue],
-            )
-            .expect_err("turning claims_by_kind on must be refused");
+        let error = set_claims_by_kind(&mut admin, &queue, true).expect_err(&format!(
+            "{level}: turning claims_by_kind on must be refused"
+        ));
         admin.batch_execute("ROLLBACK").unwrap();
-        assert_eq!(
-            error.code(),
-            Some(&SqlState::INVALID_TRANSACTION_STATE),
-            "{level}: {error:?}"
-        );
-        let message = error.as_db_error().expect("a server error").message();
-        assert!(
-            message.contains("claims_by_kind") && message.contains(&queue),
-            "{level}: the message names the setting and the queue: {message}"
-        );
+        let state = SqlState::INVALID_TRANSACTION_STATE;
+        assert_refused(&mut admin, &error, &state, &queue, &[level], &[job]);
     }
-    assert!(!claims_by_kind(&mut admin, &queue), "the setting stays off");
-    assert!(!kind_indexed(&mut admin, job), "the job stays unmarked");
 
     admin
         .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
         .unwrap();
     let fresh = format!("{queue}-new");
-    let created: bool = scalar(
-        &mut admin,
-        "SELECT claims_by_kind FROM jobs_create_queue($1, claims_by_kind => true)",
-        &[&fresh],
-    );
-    let turned_off: bool = scalar(
-        &mut admin,
-        "SELECT claims_by_kind FROM jobs_create_queue($1, claims_by_kind => false)",
-        &[&fresh],
-    );
+    let created = set_claims_by_kind(&mut admin, &fresh, true).expect("create it on");
+    let turned_off = set_claims_by_kind(&mut admin, &fresh, false).expect("turn it off");
     admin.batch_execute("COMMIT").unwrap();
     assert!(
         created,
@@ -248,12 +256,7 @@ fn a_session_that_kept_claims_by_kind_on_sees_it_turned_off() {
     // The worker's session keeps the queue's settings, claims_by_kind on among them.
     assert_eq!(claimed_by_kind(&mut worker, &queue, &["d"]), [first]);
 
-    admin
-        .query_one(
-            "SELECT jobs_create_queue($1, claims_by_kind => false)",
-            &[&queue],
-        )
-        .expect("turn claims_by_kind off");
+    set_claims_by_kind(&mut admin, &queue, false).expect("turn claims_by_kind off");
     let second = enqueue_kind(&mut admin, &queue, "d");
     assert!(
         !kind_indexed(&mut admin, second),
@@ -301,36 +304,20 @@ fn a_session_acting_for_some_tenants_cannot_turn_claims_by_kind_on() {
     scoped
         .batch_execute("SET pg_jobs.tenant = 'kinds-acme'")
         .unwrap();
-    let error = scoped
-        .query(
-            "SELECT jobs_create_queue($1, claims_by_kind => true)",
-            &[&queue],
-        )
+    let error = set_claims_by_kind(&mut scoped, &queue, true)
         .expect_err("a session acting for one tenant must be refused");
-    assert_eq!(
-        error.code(),
-        Some(&SqlState::INSUFFICIENT_PRIVILEGE),
-        "{error:?}"
+    let state = SqlState::INSUFFICIENT_PRIVILEGE;
+    assert_refused(
+        &mut admin,
+        &error,
+        &state,
+        &queue,
+        &["pg_jobs.tenant"],
+        &jobs,
     );
-    let message = error.as_db_error().expect("a server error").message();
-    assert!(
-        message.contains("claims_by_kind")
-            && message.contains(&queue)
-            && message.contains("pg_jobs.tenant"),
-        "the message names the setting, the queue and pg_jobs.tenant: {message}"
-    );
-    assert!(!claims_by_kind(&mut admin, &queue), "the setting stays off");
-    for id in &jobs {
-        assert!(!kind_indexed(&mut admin, *id), "job {id} stays unmarked");
-    }
 
     scoped.batch_execute("RESET pg_jobs.tenant").unwrap();
-    let on: bool = scalar(
-        &mut scoped,
-        "SELECT claims_by_kind FROM jobs_create_queue($1, claims_by_kind => true)",
-        &[&queue],
-    );
-    assert!(on);
+    assert!(set_claims_by_kind(&mut scoped, &queue, true).expect("turn it on"));
     for id in &jobs {
         assert!(
             kind_indexed(&mut admin, *id),
